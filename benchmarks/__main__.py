@@ -1,0 +1,12 @@
+"""Run every benchmark in turn: `python -m benchmarks` (or `make bench`)."""
+
+import runpy
+import sys
+
+BENCHMARKS = ["benchmarks.ledger"]
+
+if __name__ == "__main__":
+    for name in BENCHMARKS:
+        print(f"\n######## {name}", flush=True)
+        sys.argv = [name]
+        runpy.run_module(name, run_name="__main__")

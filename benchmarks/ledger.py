@@ -1,0 +1,167 @@
+"""Ledger benchmark: consecutive-failure count vs history size; run creation and lease throughput.
+
+    python -m benchmarks.ledger [--large 10000000] [--small 10000] [--seconds 5]
+
+1. The count for one workflow (a streak of 5 failures after its newest success)
+   with `small` and then `large` rows of other history in the ledger (half of it
+   the same workflow's older runs, half other workflows'), median of many calls.
+2. Runs created per second (ticks in batches of 100 per transaction, and one per
+   transaction) and attempts leased per second, with 1 and 4 concurrent clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import time
+from datetime import timedelta
+
+from benchmarks.common import EPOCH, bench_schema, connect, median_ms, report
+from tickwarden.store import Store, TickRequest
+
+
+def fill_history(schema: str, rows: int) -> int:
+    """Insert `rows` runs of history, oldest first, and return the target workflow id."""
+    with connect(schema) as conn:
+        conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('bench', 'bench', %s)", (EPOCH,))
+        conn.execute(
+            "INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+            " SELECT 1, 'wf-' || g, %s, %s FROM generate_series(1, 100) g",
+            (EPOCH, EPOCH),
+        )
+        own = rows // 2
+        # the target workflow's own older history: alternating outcomes, all older than its newest success
+        conn.execute(
+            """
+            INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
+                              deadline_at, created_at, finished_at)
+            SELECT 1, 1, %(epoch)s + g * interval '1 minute',
+                   CASE WHEN g %% 3 = 0 THEN 'failed' ELSE 'succeeded' END, 0, 1,
+                   %(epoch)s, %(epoch)s, %(epoch)s
+              FROM generate_series(1, %(own)s) g
+            """,
+            {"epoch": EPOCH, "own": own},
+        )
+        conn.execute(
+            """
+            INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
+                              deadline_at, created_at, finished_at)
+            SELECT 1, 2 + g %% 99, %(epoch)s + g * interval '1 second',
+                   CASE WHEN g %% 5 = 0 THEN 'failed' ELSE 'succeeded' END, 0, 1, %(epoch)s, %(epoch)s, %(epoch)s
+              FROM generate_series(1, %(other)s) g
+            """,
+            {"epoch": EPOCH, "other": rows - own},
+        )
+        latest = EPOCH + timedelta(minutes=own + 10)
+        conn.execute(
+            """
+            INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
+                              deadline_at, created_at, finished_at)
+            SELECT 1, 1, %(latest)s + g * interval '1 minute', CASE WHEN g = 0 THEN 'succeeded' ELSE 'failed' END,
+                   0, 1, %(latest)s, %(latest)s, %(latest)s
+              FROM generate_series(0, 5) g
+            """,
+            {"latest": latest},
+        )
+        conn.execute("ANALYZE runs")
+    return 1
+
+
+def time_count(schema: str, rows: int, repeat: int) -> float:
+    fill_history(schema, rows)
+    with connect(schema) as conn:
+        store = Store(conn)
+        assert store.count_consecutive_failures(1) == 5
+        return median_ms(lambda: store.count_consecutive_failures(1), repeat)
+
+
+def _create_worker(args: tuple[str, int, int, float, int]) -> int:
+    schema, client, batch, seconds, workflows = args
+    created = 0
+    with connect(schema) as conn:
+        store = Store(conn)
+        base = EPOCH + timedelta(days=client * 1000)
+        deadline = time.perf_counter() + seconds
+        minute = 0
+        while time.perf_counter() < deadline:
+            ticks = []
+            for _ in range(batch):
+                ticks.append(TickRequest(1, 1 + minute % workflows, base + timedelta(minutes=minute), 0, base))
+                minute += 1
+            with conn.transaction():
+                created += len(store.create_tick_runs(ticks, base))
+    return created
+
+
+def _lease_worker(args: tuple[str, int, float, int]) -> int:
+    schema, client, seconds, limit = args
+    leased = 0
+    with connect(schema) as conn:
+        store = Store(conn)
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            with conn.transaction():
+                got = store.lease_attempts(f"bench-{client}", EPOCH + timedelta(days=10_000), 60, limit=limit)
+            if not got:
+                break
+            leased += len(got)
+    return leased
+
+
+def throughput(clients: int, seconds: float, batch: int) -> tuple[float, float, float]:
+    with bench_schema("benchtp") as schema:
+        with connect(schema) as conn:
+            conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('bench', 'bench', %s)", (EPOCH,))
+            conn.execute(
+                "INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                " SELECT 1, 'wf-' || g, %s, %s FROM generate_series(1, 1000) g",
+                (EPOCH, EPOCH),
+            )
+        with mp.get_context("spawn").Pool(clients) as pool:
+            t0 = time.perf_counter()
+            created = sum(pool.map(_create_worker, [(schema, c, batch, seconds, 1000) for c in range(clients)]))
+            create_rate = created / (time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            leased1 = sum(pool.map(_lease_worker, [(schema, c, seconds, 1) for c in range(clients)]))
+            lease1_rate = leased1 / (time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            leased10 = sum(pool.map(_lease_worker, [(schema, c, seconds, 10) for c in range(clients)]))
+            lease10_rate = leased10 / (time.perf_counter() - t0)
+    return create_rate, lease1_rate, lease10_rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--large", type=int, default=10_000_000)
+    parser.add_argument("--repeat", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    args = parser.parse_args()
+
+    with bench_schema() as schema:
+        small = time_count(schema, args.small, args.repeat)
+    t0 = time.perf_counter()
+    with bench_schema() as schema:
+        large = time_count(schema, args.large, args.repeat)
+    fill = time.perf_counter() - t0
+    report(
+        "consecutive-failure count (streak of 5), median per call",
+        [
+            (f"{args.small:,} rows of history", f"{small:.3f} ms"),
+            (f"{args.large:,} rows of history", f"{large:.3f} ms  (set-up {fill:.0f} s)"),
+            ("ratio large/small", f"{large / small:.2f}x"),
+        ],
+    )
+    rows = []
+    for clients in (1, 4):
+        for batch in (100, 1):
+            create_rate, lease1, lease10 = throughput(clients, args.seconds, batch)
+            rows.append((f"{clients} client(s), create batch {batch}", f"{create_rate:,.0f} runs/s"))
+            if batch == 100:
+                rows.append((f"{clients} client(s), lease 1 per txn", f"{lease1:,.0f} attempts/s"))
+                rows.append((f"{clients} client(s), lease 10 per txn", f"{lease10:,.0f} attempts/s"))
+    report("run creation and lease throughput", rows)
+
+
+if __name__ == "__main__":
+    main()

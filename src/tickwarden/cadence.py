@@ -1,0 +1,148 @@
+"""Cron schedules in their own timezone, and the cadence they imply.
+
+Fire times come from cronsim, evaluated in the schedule's IANA zone so that DST is
+handled the way cron users expect: a time skipped by spring-forward fires at the
+first valid minute after the gap, and a time repeated by fall-back fires once.
+Everything that leaves this module is aware UTC.
+
+The cadence of a schedule is the gap between consecutive fire times. Irregular
+expressions (`0 9 * * 1-5`: gaps of one and three days) are summarised by the
+*median* gap over the next 64 fire times (or eight years, whichever comes first),
+so one long weekend gap does not make a weekday job look weekly, and a DST day's
+23- or 25-hour gap does not move a daily job out of its class.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from tickwarden.clock import ensure_utc
+from tickwarden.errors import InvalidSchedule
+
+SAMPLE_FIRES = 64
+HORIZON = timedelta(days=8 * 366)
+
+# cronsim speaks five-field cron; the common macros are spelled out here.
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+@dataclass(frozen=True)
+class CronSchedule:
+    """A validated cron expression in an IANA timezone."""
+
+    cron: str
+    timezone: str
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def expression(self) -> str:
+        return MACROS.get(self.cron.strip().lower(), self.cron.strip())
+
+    def fire_times(self, after: datetime) -> Iterator[datetime]:
+        """Yield fire times strictly after `after`, ascending, as aware UTC."""
+        local = ensure_utc(after).astimezone(self.zone)
+        for fire in CronSim(self.expression, local):
+            yield fire.astimezone(ensure_utc(after).tzinfo)
+
+    def next_after(self, after: datetime) -> datetime | None:
+        """Return the first fire time strictly after `after`, or None within the horizon."""
+        limit = ensure_utc(after) + HORIZON
+        for fire in self.fire_times(after):
+            return fire if fire <= limit else None
+        return None
+
+    def fires_between(self, start: datetime, end: datetime) -> Iterator[datetime]:
+        """Yield fire times in the half-open interval (start, end]."""
+        for fire in self.fire_times(start):
+            if fire > end:
+                return
+            yield fire
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """How often a schedule fires: the interval and how it was summarised."""
+
+    interval_seconds: int
+    regular: bool
+    gaps_sampled: int
+
+    @property
+    def summary(self) -> str:
+        how = "every gap equal" if self.regular else "median of irregular gaps"
+        return f"{_human(self.interval_seconds)} ({how}, {self.gaps_sampled} gaps sampled)"
+
+
+def parse_schedule(cron: str, timezone: str = "UTC") -> CronSchedule:
+    """Validate a cron expression and zone; raise InvalidSchedule with one clear sentence."""
+    if not isinstance(cron, str) or not cron.strip():
+        raise InvalidSchedule("The cron expression is empty.")
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise InvalidSchedule(f"Unknown timezone {timezone!r}: use an IANA name such as 'Europe/Berlin'.") from None
+    schedule = CronSchedule(cron=cron.strip(), timezone=timezone)
+    fields = schedule.expression.split()
+    if len(fields) != 5:
+        raise InvalidSchedule(
+            f"Cron expression {cron!r} has {len(fields)} fields; expected 5 (minute hour day month weekday)."
+        )
+    try:
+        CronSim(schedule.expression, datetime(2000, 1, 1, tzinfo=schedule.zone))
+    except CronSimError as exc:
+        raise InvalidSchedule(f"Cron expression {cron!r} is not valid: {_describe(exc)}.") from None
+    return schedule
+
+
+def cadence_of(schedule: CronSchedule, now: datetime) -> Cadence:
+    """Summarise the interval between consecutive fire times after `now`."""
+    fires: list[datetime] = []
+    limit = ensure_utc(now) + HORIZON
+    for fire in schedule.fire_times(now):
+        if fire > limit or len(fires) > SAMPLE_FIRES:
+            break
+        fires.append(fire)
+    if len(fires) < 2:
+        raise InvalidSchedule(
+            f"Cron expression {schedule.cron!r} does not fire at least twice in eight years, so it has no cadence."
+        )
+    gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:])]
+    interval = int(statistics.median(gaps))
+    # A DST transition stretches or shrinks one gap by an hour; that is not irregularity.
+    regular = all(abs(gap - interval) <= 3600 and gap > 0 for gap in gaps) and (
+        interval > 2 * 3600 or all(gap == interval for gap in gaps)
+    )
+    return Cadence(interval_seconds=max(interval, 1), regular=regular, gaps_sampled=len(gaps))
+
+
+def _describe(exc: CronSimError) -> str:
+    text = str(exc).strip().rstrip(".") or "unparseable"
+    return text[0].lower() + text[1:]
+
+
+def _human(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds} s"

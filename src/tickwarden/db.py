@@ -1,0 +1,201 @@
+"""Connections: which PostgreSQL, the embedded server, the pool and schema selection.
+
+`TICKWARDEN_DATABASE_URL` selects a server. When it is unset, tickwarden starts an
+embedded PostgreSQL (pgserver) in a per-user data directory and reuses it across
+commands. A `Database` may be bound to one schema (the simulator and the tests
+run on a fresh schema each), and every connection it hands out uses that schema.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from tickwarden.errors import DatabaseUnavailable, InvalidInput
+
+if TYPE_CHECKING:
+    from tickwarden.store import Store
+
+log = logging.getLogger(__name__)
+
+URL_ENV = "TICKWARDEN_DATABASE_URL"
+DATA_DIR_ENV = "TICKWARDEN_DATA_DIR"
+EMBEDDED_DBNAME = "tickwarden"
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+READY_MARKER = "tickwarden-ready"
+
+
+def data_dir() -> Path:
+    """Return tickwarden's per-user data directory."""
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "tickwarden"
+
+
+def database_url() -> str:
+    """Return the configured database URL, starting the embedded server if none is set."""
+    url = os.environ.get(URL_ENV, "").strip()
+    if url:
+        return url
+    return embedded_url()
+
+
+def embedded_url(directory: Path | None = None) -> str:
+    """Start (or reuse) the embedded PostgreSQL and return a URL to its tickwarden database.
+
+    1. Take an exclusive file lock, so concurrent commands initialise once.
+    2. A data directory without the ready marker is a leftover of an interrupted
+       initialisation: remove it and start over.
+    3. Start the server (pgserver reuses one already running on the directory).
+    4. Create the tickwarden database if missing, then write the ready marker.
+    """
+    root = directory or data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    pgdata = root / "pgdata"
+    marker = root / READY_MARKER
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists() and pgdata.exists():
+            log.warning("removing a half-initialised embedded database at %s", pgdata)
+            _stop_stray_server(pgdata)
+            shutil.rmtree(pgdata, ignore_errors=True)
+        try:
+            import pgserver  # deferred: starting it is slow and rarely needed
+
+            # cleanup_mode=None keeps the server running for the next command.
+            server = pgserver.get_server(pgdata, cleanup_mode=None)
+            base = server.get_uri()
+            with psycopg.connect(base, autocommit=True) as conn:
+                exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (EMBEDDED_DBNAME,)).fetchone()
+                if not exists:
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(EMBEDDED_DBNAME)))
+        except Exception as exc:
+            if not marker.exists():
+                _stop_stray_server(pgdata)
+                shutil.rmtree(pgdata, ignore_errors=True)
+            raise DatabaseUnavailable(
+                f"Could not start the embedded PostgreSQL in {pgdata}: {type(exc).__name__}."
+            ) from exc
+        marker.write_text("1\n")
+        return server.get_uri(EMBEDDED_DBNAME)
+
+
+def _stop_stray_server(pgdata: Path) -> None:
+    pidfile = pgdata / "postmaster.pid"
+    if not pidfile.exists():
+        return
+    try:
+        pid = int(pidfile.read_text().split()[0])
+        os.kill(pid, 15)
+    except (OSError, ValueError, IndexError):
+        pass
+
+
+def describe_url(url: str) -> str:
+    """Return where a URL points, without user or password."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "the configured database"
+    host = parts.get("host") or "localhost"
+    port = parts.get("port") or "5432"
+    dbname = parts.get("dbname") or "(default database)"
+    return f"{host}:{port}/{dbname}" if not str(host).startswith("/") else f"{host}/{dbname}"
+
+
+def validate_schema_name(schema: str) -> str:
+    if not SCHEMA_NAME.match(schema):
+        raise InvalidInput(f"Schema name {schema!r} is not valid: use lowercase letters, digits and underscores.")
+    return schema
+
+
+class Database:
+    """A pool of connections to one database, optionally bound to one schema."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        schema: str | None = None,
+        min_size: int = 1,
+        max_size: int = 8,
+        timeout: float = 10.0,
+        application_name: str = "tickwarden",
+    ):
+        self.url = url or database_url()
+        self.schema = validate_schema_name(schema) if schema else None
+        options = f"-c search_path={self.schema}" if self.schema else None
+        kwargs: dict[str, object] = {"application_name": application_name}
+        if options:
+            kwargs["options"] = options
+        self._kwargs = kwargs
+        self._check_reachable()
+        self.pool = ConnectionPool(
+            self.url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs=kwargs,
+            timeout=timeout,
+            open=True,
+            name=application_name,
+        )
+
+    def _check_reachable(self) -> None:
+        try:
+            with psycopg.connect(self.url, connect_timeout=5, **self._kwargs) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            reason = _first_line(str(exc)) or type(exc).__name__
+            raise DatabaseUnavailable(f"Cannot connect to the database at {describe_url(self.url)}: {reason}") from None
+
+    def connect(self, **overrides: object) -> psycopg.Connection:
+        """Open a dedicated connection outside the pool (for LISTEN or long locks)."""
+        return psycopg.connect(self.url, **{**self._kwargs, **overrides})
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """Lend a pooled connection; commit on success, roll back on error."""
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except PoolTimeout:
+            raise DatabaseUnavailable(f"No database connection became free at {describe_url(self.url)}.") from None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Store]:
+        """Run one transaction and hand out the store bound to it."""
+        from tickwarden.store import Store
+
+        with self.connection() as conn:
+            with conn.transaction():
+                yield Store(conn)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return line.rstrip(".") + "."
+    return ""

@@ -1,0 +1,42 @@
+"""The exception family. Every user-facing error is one clear sentence."""
+
+from __future__ import annotations
+
+
+class TickwardenError(Exception):
+    """Something went wrong in tickwarden."""
+
+    def __init__(self, message: str | None = None):
+        super().__init__(message or self.__doc__)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class InvalidInput(TickwardenError):
+    """The input is not valid."""
+
+
+class InvalidSchedule(InvalidInput):
+    """The cron expression or timezone is not valid."""
+
+
+class InvalidPolicy(InvalidInput):
+    """The policy override is not valid."""
+
+
+class NotFound(TickwardenError):
+    """No such object."""
+
+
+class Conflict(TickwardenError):
+    """The change conflicts with the current state."""
+
+
+class DatabaseUnavailable(TickwardenError):
+    """The database cannot be reached."""
+
+
+class MigrationError(TickwardenError):
+    """The database schema could not be brought up to date."""

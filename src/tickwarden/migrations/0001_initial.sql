@@ -1,0 +1,327 @@
+-- tickwarden's data model. Every tenant-owned row carries tenant_id so that
+-- row-level security and per-tenant passes never need a join to find the owner.
+-- Times are timestamptz and always written by the application's clock: no
+-- column defaults to now(), so the simulator's virtual clock is the only clock.
+
+CREATE TABLE tenants (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name          text NOT NULL UNIQUE CHECK (name ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
+    display_name  text NOT NULL,
+    -- shadow: evaluate and record alerts, but deliver only to shadow channels
+    shadow        boolean NOT NULL DEFAULT false,
+    created_at    timestamptz NOT NULL
+);
+
+-- A publisher of schedules: the worker authenticates as this user on every run.
+CREATE TABLE users (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id     bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    email         text NOT NULL CHECK (email ~ '^[^@\s]+@[^@\s]+$'),
+    display_name  text NOT NULL,
+    active        boolean NOT NULL DEFAULT true,
+    created_at    timestamptz NOT NULL,
+    UNIQUE (tenant_id, email)
+);
+
+-- A long-lived execution context of one tenant project, kept warm between runs.
+CREATE TABLE environments (
+    id                    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id             bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    name                  text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
+    python                text,                          -- interpreter or venv; NULL = tickwarden's own
+    idle_timeout_seconds  integer NOT NULL DEFAULT 600 CHECK (idle_timeout_seconds BETWEEN 1 AND 86400),
+    settings              jsonb NOT NULL DEFAULT '{}'::jsonb,
+    created_at            timestamptz NOT NULL,
+    updated_at            timestamptz NOT NULL,
+    UNIQUE (tenant_id, name)
+);
+
+-- Where an environment is running right now: one process per environment and worker.
+CREATE TABLE environment_instances (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id       bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    environment_id  bigint NOT NULL REFERENCES environments (id) ON DELETE CASCADE,
+    worker_id       text NOT NULL,
+    pid             integer,
+    status          text NOT NULL CHECK (status IN ('starting', 'warm', 'busy', 'stopping', 'stopped', 'dead')),
+    started_at      timestamptz NOT NULL,
+    last_used_at    timestamptz NOT NULL,
+    stopped_at      timestamptz,
+    runs_served     integer NOT NULL DEFAULT 0,
+    UNIQUE (environment_id, worker_id, started_at)
+);
+CREATE INDEX environment_instances_live_idx ON environment_instances (environment_id, worker_id)
+    WHERE status IN ('starting', 'warm', 'busy');
+
+CREATE TABLE workflows (
+    id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id           bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    name                text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
+    description         text NOT NULL DEFAULT '',
+    environment_id      bigint REFERENCES environments (id) ON DELETE RESTRICT,
+    publisher_id        bigint REFERENCES users (id) ON DELETE RESTRICT,
+    -- the recipe graph: {"steps": [{"name", "kind", "depends_on", ...}]}
+    recipe              jsonb NOT NULL DEFAULT '{"steps": []}'::jsonb,
+    timeout_seconds     integer CHECK (timeout_seconds BETWEEN 1 AND 604800),  -- NULL: derived from cadence
+    monitoring_enabled  boolean NOT NULL DEFAULT true,
+    policy_overrides    jsonb NOT NULL DEFAULT '{}'::jsonb,
+    shadow              boolean NOT NULL DEFAULT false,
+    created_at          timestamptz NOT NULL,
+    updated_at          timestamptz NOT NULL,
+    archived_at         timestamptz,
+    UNIQUE (tenant_id, name)
+);
+
+-- One schedule per workflow: the cron expression in its own zone.
+CREATE TABLE schedules (
+    id                         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id                  bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    workflow_id                bigint NOT NULL UNIQUE REFERENCES workflows (id) ON DELETE CASCADE,
+    cron                       text NOT NULL,
+    timezone                   text NOT NULL DEFAULT 'UTC',
+    status                     text NOT NULL CHECK (status IN ('active', 'paused')),
+    cadence_seconds            integer NOT NULL CHECK (cadence_seconds > 0),
+    -- ticks older than this when first seen by a trigger are recorded missed, never run late
+    starting_deadline_seconds  integer NOT NULL DEFAULT 300 CHECK (starting_deadline_seconds BETWEEN 1 AND 86400),
+    version                    integer NOT NULL DEFAULT 1,   -- bumped on every edit; the reconciler converges on it
+    published_at               timestamptz,
+    created_at                 timestamptz NOT NULL,
+    updated_at                 timestamptz NOT NULL
+);
+
+-- The built-in trigger backend's own state, converged from schedules by the
+-- reconciler the way a Kubernetes backend would converge CronJobs.
+CREATE TABLE trigger_entries (
+    schedule_id       bigint PRIMARY KEY REFERENCES schedules (id) ON DELETE CASCADE,
+    tenant_id         bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    workflow_id       bigint NOT NULL REFERENCES workflows (id) ON DELETE CASCADE,
+    cron              text NOT NULL,
+    timezone          text NOT NULL,
+    schedule_version  integer NOT NULL,
+    next_fire_at      timestamptz,           -- NULL: the expression never fires again
+    last_fired_at     timestamptz,
+    updated_at        timestamptz NOT NULL
+);
+-- The ticker asks "which entries are due?": an index range scan, whatever the fleet size.
+CREATE INDEX trigger_entries_due_idx ON trigger_entries (next_fire_at) WHERE next_fire_at IS NOT NULL;
+
+-- The run ledger: one row per tick (or manual run), the customer's view.
+--
+--   queued ──► running ──► succeeded            (recovered when a retry saved it)
+--     ▲           │   └──► failed               (budget exhausted, or not retryable)
+--     │           └──────► pending_retry ──► queued (the next attempt)
+--     └── missed ◄── (deadline passed with no terminal outcome, or the tick never ran)
+--   any non-terminal ──► cancelled
+CREATE TABLE runs (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id        bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    workflow_id      bigint NOT NULL REFERENCES workflows (id) ON DELETE CASCADE,
+    -- the tick this run belongs to; for a manual run, when it was requested
+    scheduled_for    timestamptz NOT NULL,
+    manual           boolean NOT NULL DEFAULT false,
+    status           text NOT NULL CHECK (status IN
+                        ('queued', 'running', 'pending_retry', 'succeeded', 'failed', 'missed', 'cancelled')),
+    recovered        boolean NOT NULL DEFAULT false,
+    retry_budget     integer NOT NULL CHECK (retry_budget >= 0),   -- captured per tick from the profile
+    attempts_count   integer NOT NULL DEFAULT 0 CHECK (attempts_count >= 0),
+    deadline_at      timestamptz NOT NULL,
+    error_category   text,
+    error            text,                  -- sanitized, one line
+    failed_step      text,
+    requested_by     text,                  -- who asked for a manual run
+    created_at       timestamptz NOT NULL,
+    started_at       timestamptz,
+    finished_at      timestamptz,
+    CHECK (recovered = false OR status = 'succeeded'),
+    CHECK ((status IN ('succeeded', 'failed', 'missed', 'cancelled')) = (finished_at IS NOT NULL))
+);
+-- One run per tick: racing triggers insert the same tick and all but one do nothing.
+CREATE UNIQUE INDEX runs_one_per_tick_idx ON runs (workflow_id, scheduled_for) WHERE NOT manual;
+-- A workflow's history newest first: the runs page and the consecutive-failure walk.
+CREATE INDEX runs_workflow_recent_idx ON runs (workflow_id, scheduled_for DESC, id DESC);
+-- The newest success of a workflow in one index probe: where the failure count stops.
+CREATE INDEX runs_workflow_success_idx ON runs (workflow_id, scheduled_for DESC) WHERE status = 'succeeded';
+-- The deadline detector scans only runs still waiting for an outcome.
+CREATE INDEX runs_open_deadline_idx ON runs (deadline_at) WHERE status IN ('queued', 'running', 'pending_retry');
+
+-- Attempts: every execution of a run, the engineer's view.
+--
+--   queued ──► running ──► succeeded | failed   (written by the worker)
+--                 └──────► lost                 (lease expired: worker killed, machine gone)
+--   queued | running ──► cancelled
+CREATE TABLE attempts (
+    id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id         bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    workflow_id       bigint NOT NULL REFERENCES workflows (id) ON DELETE CASCADE,
+    run_id            bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    number            integer NOT NULL CHECK (number >= 1),
+    status            text NOT NULL CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'lost', 'cancelled')),
+    worker_id         text,
+    lease_expires_at  timestamptz,
+    queued_at         timestamptz NOT NULL,
+    started_at        timestamptz,
+    heartbeat_at      timestamptz,
+    finished_at       timestamptz,
+    retryable         boolean,
+    error_category    text CHECK (error_category IS NULL OR error_category ~ '^[a-z_]{1,32}$'),
+    error             text,                 -- sanitized, one line
+    failed_step       text,
+    log_tail          text,                 -- sanitized, bounded
+    outputs           jsonb NOT NULL DEFAULT '{}'::jsonb,
+    -- set when the outcome poller claims the finished attempt; NULL = not yet processed
+    processed_at      timestamptz,
+    UNIQUE (run_id, number),
+    CHECK ((status = 'running') = (lease_expires_at IS NOT NULL)),
+    CHECK ((status IN ('succeeded', 'failed', 'lost', 'cancelled')) = (finished_at IS NOT NULL))
+);
+-- Workers lease the oldest queued attempt.
+CREATE INDEX attempts_queued_idx ON attempts (queued_at, id) WHERE status = 'queued';
+-- The lease reaper looks only at running attempts.
+CREATE INDEX attempts_running_lease_idx ON attempts (lease_expires_at) WHERE status = 'running';
+-- The outcome poller claims finished, unprocessed attempts; the index holds only those.
+CREATE INDEX attempts_unprocessed_idx ON attempts (finished_at, id)
+    WHERE processed_at IS NULL AND status IN ('succeeded', 'failed', 'lost', 'cancelled');
+
+-- What each step of an attempt did: status, sanitized log, small outputs.
+CREATE TABLE attempt_steps (
+    attempt_id   bigint NOT NULL REFERENCES attempts (id) ON DELETE CASCADE,
+    tenant_id    bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    step         text NOT NULL,
+    position     integer NOT NULL,
+    status       text NOT NULL CHECK (status IN ('succeeded', 'failed', 'skipped', 'timeout')),
+    started_at   timestamptz,
+    finished_at  timestamptz,
+    log          text NOT NULL DEFAULT '',
+    output       jsonb,
+    error        text,
+    PRIMARY KEY (attempt_id, step)
+);
+
+-- An alert is the state "this workflow is broken".
+--
+--   open(warning) ──► open(critical)   (escalation clock, or the failures keep coming)
+--   open ──► resolved                  (the next success, scheduled or manual)
+CREATE TABLE alerts (
+    id                     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id              bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    workflow_id            bigint NOT NULL REFERENCES workflows (id) ON DELETE CASCADE,
+    status                 text NOT NULL CHECK (status IN ('open', 'resolved')),
+    first_severity         text NOT NULL CHECK (first_severity IN ('warning', 'critical')),
+    severity               text NOT NULL CHECK (severity IN ('warning', 'critical')),
+    owner                  text NOT NULL CHECK (owner IN ('engineering', 'customer')),
+    failure_count          integer NOT NULL CHECK (failure_count >= 1),
+    cadence_seconds        integer NOT NULL CHECK (cadence_seconds > 0),   -- captured at open
+    escalation_multiplier  double precision NOT NULL CHECK (escalation_multiplier > 0),
+    escalate_after         integer NOT NULL CHECK (escalate_after >= 1),
+    escalate_at            timestamptz NOT NULL,
+    shadow                 boolean NOT NULL DEFAULT false,
+    first_failure_at       timestamptz NOT NULL,
+    last_failure_at        timestamptz NOT NULL,
+    last_run_id            bigint REFERENCES runs (id) ON DELETE SET NULL,
+    last_error_category    text,
+    last_error             text,            -- sanitized
+    failed_step            text,
+    opened_at              timestamptz NOT NULL,
+    escalated_at           timestamptz,
+    resolved_at            timestamptz,
+    resolved_by_run_id     bigint REFERENCES runs (id) ON DELETE SET NULL,
+    downtime_seconds       integer,
+    CHECK ((status = 'resolved') = (resolved_at IS NOT NULL)),
+    CHECK (severity = first_severity OR severity = 'critical'),
+    CHECK ((escalated_at IS NOT NULL) = (severity <> first_severity))
+);
+-- At most one open alert per workflow: later failures update it, never open another.
+CREATE UNIQUE INDEX alerts_one_open_idx ON alerts (workflow_id) WHERE status = 'open';
+-- The escalation clock examines open warnings only.
+CREATE INDEX alerts_open_warning_idx ON alerts (escalate_at) WHERE status = 'open' AND severity = 'warning';
+CREATE INDEX alerts_tenant_recent_idx ON alerts (tenant_id, opened_at DESC);
+
+-- An alert's history, and the material notifications are made of.
+CREATE TABLE alert_events (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id   bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    alert_id    bigint NOT NULL REFERENCES alerts (id) ON DELETE CASCADE,
+    kind        text NOT NULL CHECK (kind IN ('opened', 'failed', 'escalated', 'reassigned', 'noted', 'resolved')),
+    at          timestamptz NOT NULL,
+    severity    text NOT NULL CHECK (severity IN ('warning', 'critical')),
+    owner       text NOT NULL CHECK (owner IN ('engineering', 'customer')),
+    actor       text NOT NULL DEFAULT 'tickwarden',
+    note        text,
+    data        jsonb NOT NULL DEFAULT '{}'::jsonb
+);
+CREATE INDEX alert_events_alert_idx ON alert_events (alert_id, id);
+
+-- Where notifications go. tenant_id NULL is the platform's own (engineering) channel.
+CREATE TABLE notification_channels (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id        bigint REFERENCES tenants (id) ON DELETE CASCADE,
+    name             text NOT NULL,
+    kind             text NOT NULL CHECK (kind IN ('slack', 'email', 'webhook', 'recording')),
+    audience         text NOT NULL CHECK (audience IN ('customer', 'engineering', 'shadow')),
+    -- non-secret settings only (channel id, addresses, url); secrets are referenced by name
+    config           jsonb NOT NULL DEFAULT '{}'::jsonb,
+    secret_ref       text,
+    enabled          boolean NOT NULL DEFAULT true,
+    disabled_reason  text,
+    disabled_at      timestamptz,
+    created_at       timestamptz NOT NULL,
+    CHECK (audience <> 'customer' OR tenant_id IS NOT NULL)
+);
+CREATE UNIQUE INDEX notification_channels_name_idx ON notification_channels (coalesce(tenant_id, 0), name);
+
+-- One conversation per alert and channel: the first message's id, replies go under it.
+CREATE TABLE notification_threads (
+    alert_id     bigint NOT NULL REFERENCES alerts (id) ON DELETE CASCADE,
+    channel_id   bigint NOT NULL REFERENCES notification_channels (id) ON DELETE CASCADE,
+    tenant_id    bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    thread_key   text NOT NULL,          -- Slack ts, email Message-ID, webhook thread id
+    parent_ref   text,                   -- what to update to show the current state
+    created_at   timestamptz NOT NULL,
+    PRIMARY KEY (alert_id, channel_id)
+);
+
+-- The outbox: one row per alert event and channel, written in the same transaction
+-- as the event, so replicas deliver each exactly once and nothing is lost.
+CREATE TABLE notification_outbox (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id        bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    event_id         bigint NOT NULL REFERENCES alert_events (id) ON DELETE CASCADE,
+    alert_id         bigint NOT NULL REFERENCES alerts (id) ON DELETE CASCADE,
+    channel_id       bigint NOT NULL REFERENCES notification_channels (id) ON DELETE CASCADE,
+    status           text NOT NULL CHECK (status IN ('pending', 'sending', 'sent', 'failed', 'dead')),
+    tries            integer NOT NULL DEFAULT 0,
+    next_attempt_at  timestamptz NOT NULL,
+    locked_by        text,
+    locked_until     timestamptz,
+    created_at       timestamptz NOT NULL,
+    sent_at          timestamptz,
+    last_error       text,
+    UNIQUE (event_id, channel_id)
+);
+CREATE INDEX notification_outbox_due_idx ON notification_outbox (next_attempt_at, id) WHERE status IN ('pending', 'failed');
+
+-- API tokens, stored hashed. tenant_id NULL with role 'platform' crosses tenants.
+CREATE TABLE api_tokens (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id     bigint REFERENCES tenants (id) ON DELETE CASCADE,
+    user_id       bigint REFERENCES users (id) ON DELETE CASCADE,
+    name          text NOT NULL,
+    role          text NOT NULL CHECK (role IN ('member', 'platform')),
+    token_hash    text NOT NULL UNIQUE,
+    created_at    timestamptz NOT NULL,
+    last_used_at  timestamptz,
+    revoked_at    timestamptz,
+    CHECK ((role = 'platform') = (tenant_id IS NULL))
+);
+
+-- Every replica records each pass of each loop: the watcher is watched.
+CREATE TABLE loop_heartbeats (
+    replica_id      text NOT NULL,
+    loop            text NOT NULL,
+    last_pass_at    timestamptz NOT NULL,
+    last_duration_ms double precision NOT NULL DEFAULT 0,
+    passes          bigint NOT NULL DEFAULT 0,
+    last_error      text,
+    next_pass_at    timestamptz,
+    PRIMARY KEY (replica_id, loop)
+);

@@ -1,0 +1,199 @@
+"""Rows as frozen dataclasses: what the rest of the code sees instead of cursors."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+RUN_TERMINAL = ("succeeded", "failed", "missed", "cancelled")
+RUN_OPEN = ("queued", "running", "pending_retry")
+ATTEMPT_TERMINAL = ("succeeded", "failed", "lost", "cancelled")
+
+
+def from_row(cls: type[T], row: dict[str, Any]) -> T:
+    """Build a dataclass from a row mapping, ignoring columns it does not declare."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in row.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Tenant:
+    id: int
+    name: str
+    display_name: str
+    shadow: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class User:
+    id: int
+    tenant_id: int
+    email: str
+    display_name: str
+    active: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Environment:
+    id: int
+    tenant_id: int
+    name: str
+    python: str | None
+    idle_timeout_seconds: int
+    settings: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Workflow:
+    id: int
+    tenant_id: int
+    name: str
+    description: str
+    environment_id: int | None
+    publisher_id: int | None
+    recipe: dict[str, Any]
+    timeout_seconds: int | None
+    monitoring_enabled: bool
+    policy_overrides: dict[str, Any]
+    shadow: bool
+    created_at: datetime
+    updated_at: datetime
+    archived_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    id: int
+    tenant_id: int
+    workflow_id: int
+    cron: str
+    timezone: str
+    status: str
+    cadence_seconds: int
+    starting_deadline_seconds: int
+    version: int
+    published_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    tenant_id: int
+    workflow_id: int
+    scheduled_for: datetime
+    manual: bool
+    status: str
+    recovered: bool
+    retry_budget: int
+    attempts_count: int
+    deadline_at: datetime
+    error_category: str | None
+    error: str | None
+    failed_step: str | None
+    requested_by: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in RUN_TERMINAL
+
+
+@dataclass(frozen=True)
+class Attempt:
+    id: int
+    tenant_id: int
+    workflow_id: int
+    run_id: int
+    number: int
+    status: str
+    worker_id: str | None
+    lease_expires_at: datetime | None
+    queued_at: datetime
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+    retryable: bool | None
+    error_category: str | None
+    error: str | None
+    failed_step: str | None
+    log_tail: str | None
+    outputs: dict[str, Any]
+    processed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AttemptOutcome:
+    """What a worker (or the lease reaper) reports when an attempt ends."""
+
+    status: str  # succeeded | failed | lost
+    error_category: str | None = None
+    error: str | None = None
+    failed_step: str | None = None
+    retryable: bool = True
+    log_tail: str | None = None
+    outputs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FinishedAttempt:
+    """The result of recording an outcome: whether it applied and where the run went."""
+
+    applied: bool
+    attempt_id: int
+    run_id: int | None = None
+    number: int | None = None
+    run_status: str | None = None
+
+
+@dataclass(frozen=True)
+class Alert:
+    id: int
+    tenant_id: int
+    workflow_id: int
+    status: str
+    first_severity: str
+    severity: str
+    owner: str
+    failure_count: int
+    cadence_seconds: int
+    escalation_multiplier: float
+    escalate_after: int
+    escalate_at: datetime
+    shadow: bool
+    first_failure_at: datetime
+    last_failure_at: datetime
+    last_run_id: int | None
+    last_error_category: str | None
+    last_error: str | None
+    failed_step: str | None
+    opened_at: datetime
+    escalated_at: datetime | None
+    resolved_at: datetime | None
+    resolved_by_run_id: int | None
+    downtime_seconds: int | None
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    id: int
+    tenant_id: int
+    alert_id: int
+    kind: str
+    at: datetime
+    severity: str
+    owner: str
+    actor: str
+    note: str | None
+    data: dict[str, Any]

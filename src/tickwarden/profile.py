@@ -1,0 +1,187 @@
+"""Cadence profiles: how patient to be with a workflow, derived from its schedule.
+
+A workflow that runs every five minutes will run again in five minutes, so a
+failure there warrants patience; a daily workflow will not run again until
+tomorrow, so a failure there warrants immediate retries and a fast, severe alert.
+
+Default profile by cadence band (the interval is `cadence.cadence_of`):
+
+| band      | interval          | retries | alert after | first severity | escalation × cadence | escalate at failures |
+|-----------|-------------------|---------|-------------|----------------|----------------------|----------------------|
+| frequent  | ≤ 15 min          | 0       | 3           | warning        | 6                    | 6                    |
+| hourly    | ≤ 2 h             | 1       | 2           | warning        | 4                    | 4                    |
+| intraday  | < 20 h            | 2       | 1           | warning        | 2                    | 2                    |
+| daily     | < 6.5 days        | 2       | 1           | critical       | 1                    | 1                    |
+| weekly    | ≥ 6.5 days        | 3       | 1           | critical       | 1                    | 1                    |
+
+Along the bands retries never decrease, the threshold never increases and the
+severity never softens: rarer means more recovery and faster escalation. A warning
+is promoted to critical at `opened_at + escalation_multiplier × cadence` (cadence
+captured when the alert opens), or as soon as the consecutive confirmed failures
+reach `escalate_after`, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tickwarden.errors import InvalidPolicy
+
+Severity = Literal["warning", "critical"]
+
+# Default interval at which the outcome poller runs; deadlines leave room for it.
+POLL_INTERVAL_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class Band:
+    name: str
+    max_interval_seconds: float  # inclusive upper bound, except for the half-open bands noted
+    retries: int
+    alert_after: int
+    first_severity: Severity
+    escalation_multiplier: float
+    escalate_after: int
+    inclusive: bool = True
+
+
+BANDS: tuple[Band, ...] = (
+    Band("frequent", 15 * 60, 0, 3, "warning", 6.0, 6),
+    Band("hourly", 2 * 3600, 1, 2, "warning", 4.0, 4),
+    Band("intraday", 20 * 3600, 2, 1, "warning", 2.0, 2, inclusive=False),
+    Band("daily", 6.5 * 86400, 2, 1, "critical", 1.0, 1, inclusive=False),
+    Band("weekly", math.inf, 3, 1, "critical", 1.0, 1),
+)
+
+
+class PolicyOverrides(BaseModel):
+    """Per-workflow overrides of the derived profile; every field optional."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    retries: int | None = Field(default=None, ge=0, le=10)
+    alert_after: int | None = Field(default=None, ge=1, le=1000)
+    first_severity: Severity | None = None
+    escalation_multiplier: float | None = Field(default=None, gt=0, le=10000)
+    escalate_after: int | None = Field(default=None, ge=1, le=10000)
+
+    @model_validator(mode="after")
+    def _escalation_after_threshold(self) -> PolicyOverrides:
+        if self.alert_after is not None and self.escalate_after is not None:
+            if self.escalate_after < self.alert_after:
+                raise ValueError("escalate_after must be at least alert_after")
+        return self
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Retry budget, alert threshold, first severity and escalation for one workflow."""
+
+    band: str
+    interval_seconds: int
+    retries: int
+    alert_after: int
+    first_severity: Severity
+    escalation_multiplier: float
+    escalate_after: int
+    overridden: tuple[str, ...] = field(default=())
+
+    def escalate_at(self, opened_at: datetime, cadence_seconds: int | None = None) -> datetime:
+        """Return when a warning opened at `opened_at` is promoted if nothing else promotes it."""
+        cadence = self.interval_seconds if cadence_seconds is None else cadence_seconds
+        return opened_at + timedelta(seconds=self.escalation_multiplier * cadence)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["overridden"] = list(self.overridden)
+        return data
+
+
+def band_for(interval_seconds: float) -> Band:
+    """Return the default band of a cadence."""
+    for band in BANDS:
+        if interval_seconds < band.max_interval_seconds or (
+            band.inclusive and interval_seconds == band.max_interval_seconds
+        ):
+            return band
+    return BANDS[-1]
+
+
+def parse_overrides(raw: dict[str, Any] | None) -> PolicyOverrides:
+    """Validate a mapping of overrides; raise InvalidPolicy with one clear sentence."""
+    if raw is None:
+        return PolicyOverrides()
+    if isinstance(raw, PolicyOverrides):
+        return raw
+    if not isinstance(raw, dict):
+        raise InvalidPolicy("The policy overrides must be a mapping of field to value.")
+    try:
+        return PolicyOverrides.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "policy"
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            allowed = ", ".join(PolicyOverrides.model_fields)
+            raise InvalidPolicy(f"Unknown policy field {where!r}; allowed: {allowed}.") from None
+        raise InvalidPolicy(f"Policy field {where!r} is not valid: {message[0].lower() + message[1:]}.") from None
+
+
+def derive_profile(interval_seconds: int, overrides: dict[str, Any] | PolicyOverrides | None = None) -> Profile:
+    """Return the profile for a cadence with any overrides applied."""
+    band = band_for(interval_seconds)
+    values: dict[str, Any] = {
+        "retries": band.retries,
+        "alert_after": band.alert_after,
+        "first_severity": band.first_severity,
+        "escalation_multiplier": band.escalation_multiplier,
+        "escalate_after": band.escalate_after,
+    }
+    parsed = parse_overrides(overrides if not isinstance(overrides, PolicyOverrides) else overrides.model_dump())
+    chosen = parsed.model_dump(exclude_none=True)
+    values.update(chosen)
+    if "alert_after" in chosen and "escalate_after" not in chosen:
+        # Keep the default gap between opening and escalating when only the threshold moves.
+        values["escalate_after"] = max(values["alert_after"], band.escalate_after - band.alert_after + values["alert_after"])
+    if values["escalate_after"] < values["alert_after"]:
+        raise InvalidPolicy(
+            f"Policy field 'escalate_after' ({values['escalate_after']}) must be at least 'alert_after' ({values['alert_after']})."
+        )
+    return Profile(
+        band=band.name,
+        interval_seconds=int(interval_seconds),
+        overridden=tuple(sorted(chosen)),
+        **values,
+    )
+
+
+def default_timeout_seconds(interval_seconds: int) -> int:
+    """Return the timeout of a workflow that declares none: its cadence, within [1 min, 1 h]."""
+    return int(min(max(interval_seconds, 60), 3600))
+
+
+def run_deadline(
+    scheduled_for: datetime,
+    *,
+    timeout_seconds: int,
+    retries: int,
+    interval_seconds: int,
+    poll_interval_seconds: int = POLL_INTERVAL_SECONDS,
+) -> datetime:
+    """Return when a tick without a terminal outcome is declared missed.
+
+    Every attempt may use its whole timeout and wait one poll before its retry is
+    launched; on top of that a grace of a quarter of the cadence, between one and
+    fifteen minutes, absorbs a slow wake or a busy worker:
+
+        deadline = scheduled_for + (retries + 1) × (timeout + poll) + grace
+        grace    = clamp(cadence / 4, 60 s, 900 s)
+    """
+    grace = min(max(interval_seconds / 4, 60), 900)
+    total = (retries + 1) * (timeout_seconds + poll_interval_seconds) + grace
+    return scheduled_for + timedelta(seconds=total)

@@ -1,0 +1,155 @@
+"""Catalog operations: tenants, users, environments, workflows and schedules."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from tickwarden.models import Environment, Schedule, Tenant, User, Workflow, from_row
+from tickwarden.store.base import StoreBase
+
+
+class CatalogStore(StoreBase):
+    def upsert_tenant(self, name: str, now: datetime, *, display_name: str | None = None, shadow: bool = False) -> Tenant:
+        row = self._row(
+            "upsert_tenant", {"name": name, "display_name": display_name or name, "shadow": shadow, "now": now}
+        )
+        assert row is not None
+        return from_row(Tenant, row)
+
+    def get_tenant_by_name(self, name: str) -> Tenant | None:
+        row = self._row("get_tenant_by_name", {"name": name})
+        return from_row(Tenant, row) if row else None
+
+    def get_tenant(self, tenant_id: int) -> Tenant | None:
+        row = self._row("get_tenant", {"tenant_id": tenant_id})
+        return from_row(Tenant, row) if row else None
+
+    def list_tenants(self) -> list[Tenant]:
+        return [from_row(Tenant, row) for row in self._rows("list_tenants")]
+
+    def upsert_user(
+        self, tenant_id: int, email: str, now: datetime, *, display_name: str | None = None, active: bool = True
+    ) -> User:
+        row = self._row(
+            "upsert_user",
+            {"tenant_id": tenant_id, "email": email, "display_name": display_name or email, "active": active, "now": now},
+        )
+        assert row is not None
+        return from_row(User, row)
+
+    def get_user(self, user_id: int) -> User | None:
+        row = self._row("get_user", {"user_id": user_id})
+        return from_row(User, row) if row else None
+
+    def upsert_environment(
+        self,
+        tenant_id: int,
+        name: str,
+        now: datetime,
+        *,
+        python: str | None = None,
+        idle_timeout_seconds: int = 600,
+        settings: dict[str, Any] | None = None,
+    ) -> Environment:
+        row = self._row(
+            "upsert_environment",
+            {
+                "tenant_id": tenant_id,
+                "name": name,
+                "python": python,
+                "idle_timeout_seconds": idle_timeout_seconds,
+                "settings": Jsonb(settings or {}),
+                "now": now,
+            },
+        )
+        assert row is not None
+        return from_row(Environment, row)
+
+    def get_environment(self, environment_id: int) -> Environment | None:
+        row = self._row("get_environment", {"environment_id": environment_id})
+        return from_row(Environment, row) if row else None
+
+    def upsert_workflow(
+        self,
+        tenant_id: int,
+        name: str,
+        now: datetime,
+        *,
+        description: str = "",
+        environment_id: int | None = None,
+        publisher_id: int | None = None,
+        recipe: dict[str, Any] | None = None,
+        timeout_seconds: int | None = None,
+        monitoring_enabled: bool = True,
+        policy_overrides: dict[str, Any] | None = None,
+        shadow: bool = False,
+    ) -> Workflow:
+        row = self._row(
+            "upsert_workflow",
+            {
+                "tenant_id": tenant_id,
+                "name": name,
+                "description": description,
+                "environment_id": environment_id,
+                "publisher_id": publisher_id,
+                "recipe": Jsonb(recipe or {"steps": []}),
+                "timeout_seconds": timeout_seconds,
+                "monitoring_enabled": monitoring_enabled,
+                "policy_overrides": Jsonb(policy_overrides or {}),
+                "shadow": shadow,
+                "now": now,
+            },
+        )
+        assert row is not None
+        return from_row(Workflow, row)
+
+    def get_workflow(self, workflow_id: int) -> Workflow | None:
+        row = self._row("get_workflow", {"workflow_id": workflow_id})
+        return from_row(Workflow, row) if row else None
+
+    def get_workflow_by_name(self, tenant: str, workflow: str) -> Workflow | None:
+        row = self._row("get_workflow_by_name", {"tenant": tenant, "workflow": workflow})
+        return from_row(Workflow, row) if row else None
+
+    def list_workflows(self, tenant_id: int) -> list[Workflow]:
+        return [from_row(Workflow, row) for row in self._rows("list_workflows", {"tenant_id": tenant_id})]
+
+    def upsert_schedule(
+        self,
+        *,
+        tenant_id: int,
+        workflow_id: int,
+        cron: str,
+        timezone: str,
+        cadence_seconds: int,
+        now: datetime,
+        status: str = "active",
+        starting_deadline_seconds: int = 300,
+    ) -> Schedule:
+        row = self._row(
+            "upsert_schedule",
+            {
+                "tenant_id": tenant_id,
+                "workflow_id": workflow_id,
+                "cron": cron,
+                "timezone": timezone,
+                "status": status,
+                "cadence_seconds": cadence_seconds,
+                "starting_deadline_seconds": starting_deadline_seconds,
+                "now": now,
+            },
+        )
+        assert row is not None
+        return from_row(Schedule, row)
+
+    def get_schedule_for_workflow(self, workflow_id: int) -> Schedule | None:
+        row = self._row("get_schedule_for_workflow", {"workflow_id": workflow_id})
+        return from_row(Schedule, row) if row else None
+
+    def set_schedule_status(self, workflow_id: int, status: str, now: datetime) -> Schedule | None:
+        """Pause or resume; None when it already had that status."""
+        row = self._row("set_schedule_status", {"workflow_id": workflow_id, "status": status, "now": now})
+        return from_row(Schedule, row) if row else None

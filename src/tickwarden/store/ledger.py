@@ -1,0 +1,182 @@
+"""Ledger operations: runs (the customer's view) and attempts (the engineer's view).
+
+The run and attempt state machines are drawn in `migrations/0001_initial.sql`
+beside the tables that enforce them; here every transition is one statement and a
+compare-and-set, so several replicas can call any of these at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from psycopg.types.json import Jsonb
+
+from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, Run, from_row
+from tickwarden.store.base import StoreBase
+
+
+@dataclass(frozen=True)
+class TickRequest:
+    """A tick the trigger wants recorded as a run."""
+
+    tenant_id: int
+    workflow_id: int
+    scheduled_for: datetime
+    retry_budget: int
+    deadline_at: datetime
+
+
+class LedgerStore(StoreBase):
+    def create_tick_runs(self, ticks: Sequence[TickRequest], now: datetime) -> list[Run]:
+        """Record each tick as a run with a queued first attempt; return only those created."""
+        if not ticks:
+            return []
+        rows = self._rows(
+            "create_tick_runs",
+            {
+                "tenant_ids": [t.tenant_id for t in ticks],
+                "workflow_ids": [t.workflow_id for t in ticks],
+                "scheduled_fors": [t.scheduled_for for t in ticks],
+                "retry_budgets": [t.retry_budget for t in ticks],
+                "deadlines": [t.deadline_at for t in ticks],
+                "now": now,
+            },
+        )
+        return [from_row(Run, row) for row in rows]
+
+    def create_tick_run(self, tick: TickRequest, now: datetime) -> Run | None:
+        """Record one tick; None when another caller already did."""
+        created = self.create_tick_runs([tick], now)
+        return created[0] if created else None
+
+    def create_manual_run(
+        self,
+        *,
+        tenant_id: int,
+        workflow_id: int,
+        retry_budget: int,
+        deadline_at: datetime,
+        now: datetime,
+        requested_by: str | None = None,
+    ) -> Run:
+        row = self._row(
+            "create_manual_run",
+            {
+                "tenant_id": tenant_id,
+                "workflow_id": workflow_id,
+                "retry_budget": retry_budget,
+                "deadline_at": deadline_at,
+                "requested_by": requested_by,
+                "now": now,
+            },
+        )
+        assert row is not None
+        return from_row(Run, row)
+
+    def lease_attempts(self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1) -> list[Attempt]:
+        """Lease up to `limit` queued attempts for `worker_id`."""
+        rows = self._rows(
+            "lease_attempts",
+            {
+                "worker_id": worker_id,
+                "now": now,
+                "lease_expires_at": now + timedelta(seconds=lease_seconds),
+                "limit": limit,
+            },
+        )
+        return [from_row(Attempt, row) for row in rows]
+
+    def renew_lease(self, attempt_id: int, worker_id: str, now: datetime, lease_seconds: float) -> bool:
+        """Extend the lease; False when the worker no longer holds it."""
+        return (
+            self._execute(
+                "renew_lease",
+                {
+                    "attempt_id": attempt_id,
+                    "worker_id": worker_id,
+                    "now": now,
+                    "lease_expires_at": now + timedelta(seconds=lease_seconds),
+                },
+            )
+            == 1
+        )
+
+    def finish_attempt(self, attempt_id: int, worker_id: str, outcome: AttemptOutcome, now: datetime) -> FinishedAttempt:
+        """Record an attempt's outcome and move its run; applied once however often delivered."""
+        if outcome.status not in ("succeeded", "failed"):
+            raise ValueError(f"an attempt finishes as succeeded or failed, not {outcome.status!r}")
+        row = self._row(
+            "finish_attempt",
+            {
+                "attempt_id": attempt_id,
+                "worker_id": worker_id,
+                "status": outcome.status,
+                "error_category": outcome.error_category,
+                "error": outcome.error,
+                "failed_step": outcome.failed_step,
+                "retryable": outcome.retryable,
+                "log_tail": outcome.log_tail,
+                "outputs": Jsonb(outcome.outputs),
+                "now": now,
+            },
+        )
+        if row is None:
+            return FinishedAttempt(applied=False, attempt_id=attempt_id)
+        return FinishedAttempt(
+            applied=True, attempt_id=attempt_id, run_id=row["run_id"], number=row["number"], run_status=row["run_status"]
+        )
+
+    def expire_leases(self, now: datetime, limit: int = 500) -> list[FinishedAttempt]:
+        """Mark attempts with an expired lease lost and move their runs; return them."""
+        rows = self._rows("expire_leases", {"now": now, "limit": limit})
+        return [
+            FinishedAttempt(
+                applied=True, attempt_id=r["attempt_id"], run_id=r["run_id"], number=r["number"], run_status=r["run_status"]
+            )
+            for r in rows
+        ]
+
+    def queue_retries(self, run_ids: Sequence[int], now: datetime) -> list[Attempt]:
+        """Queue the next attempt of every run still pending a retry."""
+        if not run_ids:
+            return []
+        rows = self._rows("queue_retries", {"run_ids": list(run_ids), "now": now})
+        return [from_row(Attempt, row) for row in rows]
+
+    def close_run(
+        self, run_id: int, status: str, now: datetime, *, error_category: str | None = None, error: str | None = None
+    ) -> Run | None:
+        """Give a run with no verdict yet the verdict `missed` or `cancelled`."""
+        if status not in ("missed", "cancelled"):
+            raise ValueError(f"close_run writes missed or cancelled, not {status!r}")
+        row = self._row(
+            "close_run",
+            {"run_id": run_id, "status": status, "now": now, "error_category": error_category, "error": error},
+        )
+        return from_row(Run, row) if row else None
+
+    def count_consecutive_failures(self, workflow_id: int) -> int:
+        """Count confirmed failures (failed or missed) since the workflow's newest success."""
+        row = self._row("count_consecutive_failures", {"workflow_id": workflow_id})
+        return int(row["failures"]) if row else 0
+
+    def get_run(self, run_id: int) -> Run | None:
+        row = self._row("get_run", {"run_id": run_id})
+        return from_row(Run, row) if row else None
+
+    def get_run_for_tick(self, workflow_id: int, scheduled_for: datetime) -> Run | None:
+        row = self._row("get_run_for_tick", {"workflow_id": workflow_id, "scheduled_for": scheduled_for})
+        return from_row(Run, row) if row else None
+
+    def list_runs(self, workflow_id: int, limit: int = 50, before: datetime | None = None) -> list[Run]:
+        rows = self._rows("list_runs", {"workflow_id": workflow_id, "limit": limit, "before": before})
+        return [from_row(Run, row) for row in rows]
+
+    def get_attempt(self, attempt_id: int) -> Attempt | None:
+        row = self._row("get_attempt", {"attempt_id": attempt_id})
+        return from_row(Attempt, row) if row else None
+
+    def list_attempts(self, run_id: int) -> list[Attempt]:
+        return [from_row(Attempt, row) for row in self._rows("list_attempts", {"run_id": run_id})]

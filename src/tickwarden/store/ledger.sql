@@ -1,0 +1,196 @@
+-- create_tick_runs --
+-- Insert one run (and its first queued attempt) per wanted tick. Racing triggers
+-- insert the same ticks; the unique index turns all but the first into nothing.
+WITH wanted AS (
+    SELECT *
+      FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)s::timestamptz[],
+                  %(retry_budgets)s::integer[], %(deadlines)s::timestamptz[])
+           AS w (tenant_id, workflow_id, scheduled_for, retry_budget, deadline_at)
+), run AS (
+    INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,
+                      attempts_count, deadline_at, created_at)
+    SELECT tenant_id, workflow_id, scheduled_for, false, 'queued', retry_budget, 1, deadline_at, %(now)s
+      FROM wanted
+        ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
+    RETURNING *
+), attempt AS (
+    INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
+    SELECT tenant_id, workflow_id, id, 1, 'queued', %(now)s FROM run
+    RETURNING run_id
+)
+SELECT run.* FROM run ORDER BY run.scheduled_for, run.workflow_id;
+
+-- create_manual_run --
+-- A manual run is a run like any other, flagged manual, through the same worker path.
+WITH run AS (
+    INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,
+                      attempts_count, deadline_at, requested_by, created_at)
+    VALUES (%(tenant_id)s, %(workflow_id)s, %(now)s, true, 'queued', %(retry_budget)s, 1,
+            %(deadline_at)s, %(requested_by)s, %(now)s)
+    RETURNING *
+), attempt AS (
+    INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
+    SELECT tenant_id, workflow_id, id, 1, 'queued', %(now)s FROM run
+    RETURNING run_id
+)
+SELECT run.* FROM run;
+
+-- lease_attempts --
+-- Lease the oldest queued attempts. SKIP LOCKED hands concurrent workers disjoint
+-- rows without waiting; the run moves to running in the same statement.
+WITH next AS (
+    SELECT a.id
+      FROM attempts a
+     WHERE a.status = 'queued' AND a.queued_at <= %(now)s
+     ORDER BY a.queued_at, a.id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), leased AS (
+    UPDATE attempts a
+       SET status = 'running', worker_id = %(worker_id)s, started_at = %(now)s,
+           heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
+      FROM next
+     WHERE a.id = next.id
+    RETURNING a.*
+), started AS (
+    UPDATE runs r
+       SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
+      FROM leased
+     WHERE r.id = leased.run_id AND r.status IN ('queued', 'pending_retry')
+)
+SELECT * FROM leased ORDER BY queued_at, id;
+
+-- renew_lease --
+-- Extend a lease, only while this worker still holds it.
+UPDATE attempts
+   SET heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
+ WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s;
+
+-- finish_attempt --
+-- Record an attempt's outcome once: the compare-and-set on (running, worker) makes a
+-- second delivery of the same result, or a result after the lease was reaped, a no-op.
+-- The run moves with it: success is the verdict (recovered when a retry saved it); a
+-- retryable failure with budget left for this tick is pending_retry; otherwise failed.
+WITH done AS (
+    UPDATE attempts
+       SET status = %(status)s, finished_at = %(now)s, lease_expires_at = NULL,
+           error_category = %(error_category)s, error = %(error)s, failed_step = %(failed_step)s,
+           retryable = %(retryable)s, log_tail = %(log_tail)s, outputs = %(outputs)s
+     WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s
+    RETURNING id, run_id, number, status, retryable, error_category, error, failed_step
+), decided AS (
+    SELECT done.*,
+           CASE WHEN done.status = 'succeeded' THEN 'succeeded'
+                WHEN done.retryable AND done.number <= r.retry_budget THEN 'pending_retry'
+                ELSE 'failed' END AS run_status
+      FROM done JOIN runs r ON r.id = done.run_id
+), moved AS (
+    UPDATE runs r
+       SET status = decided.run_status,
+           recovered = (decided.run_status = 'succeeded' AND decided.number > 1),
+           finished_at = CASE WHEN decided.run_status <> 'pending_retry' THEN %(now)s END,
+           error_category = CASE WHEN decided.run_status <> 'succeeded' THEN decided.error_category END,
+           error = CASE WHEN decided.run_status <> 'succeeded' THEN decided.error END,
+           failed_step = CASE WHEN decided.run_status <> 'succeeded' THEN decided.failed_step END
+      FROM decided
+     WHERE r.id = decided.run_id AND r.status = 'running'
+    RETURNING r.id, r.status
+)
+SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS run_status
+  FROM decided LEFT JOIN moved ON moved.id = decided.run_id;
+
+-- expire_leases --
+-- Mark attempts whose lease ran out as lost (the worker was killed or its machine
+-- vanished) and move their runs down the failure path, like any failed attempt.
+WITH expired AS (
+    SELECT id FROM attempts
+     WHERE status = 'running' AND lease_expires_at <= %(now)s
+     ORDER BY lease_expires_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE attempts a
+       SET status = 'lost', finished_at = %(now)s, lease_expires_at = NULL, retryable = true,
+           error_category = 'lost', error = 'the worker stopped renewing its lease'
+      FROM expired
+     WHERE a.id = expired.id
+    RETURNING a.id, a.run_id, a.number
+), decided AS (
+    SELECT done.*,
+           CASE WHEN done.number <= r.retry_budget THEN 'pending_retry' ELSE 'failed' END AS run_status
+      FROM done JOIN runs r ON r.id = done.run_id
+), moved AS (
+    UPDATE runs r
+       SET status = decided.run_status,
+           finished_at = CASE WHEN decided.run_status = 'failed' THEN %(now)s END,
+           error_category = 'lost', error = 'the worker stopped renewing its lease', failed_step = NULL
+      FROM decided
+     WHERE r.id = decided.run_id AND r.status = 'running'
+    RETURNING r.id, r.status
+)
+SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS run_status
+  FROM decided LEFT JOIN moved ON moved.id = decided.run_id;
+
+-- queue_retries --
+-- Launch the next attempt of each given run that is still pending a retry. The
+-- status compare-and-set and UNIQUE (run_id, number) keep racing engines to one.
+WITH moved AS (
+    UPDATE runs r
+       SET status = 'queued', attempts_count = r.attempts_count + 1
+     WHERE r.id = ANY(%(run_ids)s::bigint[]) AND r.status = 'pending_retry'
+    RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count
+)
+INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
+SELECT tenant_id, workflow_id, id, attempts_count, 'queued', %(now)s FROM moved
+RETURNING *;
+
+-- close_run --
+-- Write a verdict that no attempt produced (missed, cancelled) onto a run that has
+-- none yet; its queued attempts are cancelled and need no processing.
+WITH closed AS (
+    UPDATE runs
+       SET status = %(status)s, finished_at = %(now)s, error_category = %(error_category)s,
+           error = %(error)s, failed_step = NULL, recovered = false
+     WHERE id = %(run_id)s AND status IN ('queued', 'running', 'pending_retry')
+    RETURNING *
+), cancelled AS (
+    UPDATE attempts a
+       SET status = 'cancelled', finished_at = %(now)s, processed_at = %(now)s
+      FROM closed
+     WHERE a.run_id = closed.id AND a.status = 'queued'
+)
+SELECT * FROM closed;
+
+-- count_consecutive_failures --
+-- Confirmed failures newer than the newest success. The success is one probe of a
+-- partial index; the count walks only the runs after it, so the cost follows the
+-- streak, never the length of the history.
+SELECT count(*) AS failures
+  FROM runs
+ WHERE workflow_id = %(workflow_id)s
+   AND status IN ('failed', 'missed')
+   AND scheduled_for > coalesce(
+         (SELECT s.scheduled_for FROM runs s
+           WHERE s.workflow_id = %(workflow_id)s AND s.status = 'succeeded'
+           ORDER BY s.scheduled_for DESC LIMIT 1),
+         '-infinity'::timestamptz);
+
+-- get_run --
+SELECT * FROM runs WHERE id = %(run_id)s;
+
+-- get_run_for_tick --
+SELECT * FROM runs WHERE workflow_id = %(workflow_id)s AND scheduled_for = %(scheduled_for)s AND NOT manual;
+
+-- list_runs --
+-- A workflow's runs newest first, paged by (scheduled_for, id).
+SELECT * FROM runs
+ WHERE workflow_id = %(workflow_id)s
+   AND (%(before)s::timestamptz IS NULL OR scheduled_for < %(before)s)
+ ORDER BY scheduled_for DESC, id DESC
+ LIMIT %(limit)s;
+
+-- get_attempt --
+SELECT * FROM attempts WHERE id = %(attempt_id)s;
+
+-- list_attempts --
+SELECT * FROM attempts WHERE run_id = %(run_id)s ORDER BY number;

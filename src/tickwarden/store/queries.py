@@ -1,0 +1,43 @@
+"""Load the named SQL blocks of `store/*.sql` once.
+
+A block starts with a header line `-- name --`, continues with `--` comment lines
+that describe it, and runs until the next header. Names are unique across files.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+
+HEADER = re.compile(r"^--\s*([a-z_][a-z0-9_]*)\s*--\s*$")
+
+
+def parse_blocks(text: str, source: str = "<sql>") -> dict[str, str]:
+    blocks: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        match = HEADER.match(line.strip())
+        if match:
+            current = match.group(1)
+            if current in blocks:
+                raise ValueError(f"{source}: query {current!r} is declared twice")
+            blocks[current] = []
+        elif current is not None:
+            blocks[current].append(line)
+    return {name: "\n".join(lines).strip() for name, lines in blocks.items()}
+
+
+@functools.cache
+def queries() -> dict[str, str]:
+    """Return every named query of the store, by name."""
+    found: dict[str, str] = {}
+    folder = resources.files("tickwarden").joinpath("store")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, text in parse_blocks(entry.read_text(encoding="utf-8"), entry.name).items():
+            if name in found:
+                raise ValueError(f"{entry.name}: query {name!r} is declared in another file too")
+            found[name] = text
+    return found

@@ -1,0 +1,42 @@
+"""Shared fixtures: a real PostgreSQL, one fresh schema per test, a virtual clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+
+from tickwarden.clock import VirtualClock
+from tickwarden.db import Database
+from tickwarden.migrate import upgrade
+
+from tests.dbutil import TEST_URL, drop_schema, make_schema
+
+
+@pytest.fixture
+def start() -> datetime:
+    return datetime(2026, 11, 30, 1, 55, tzinfo=UTC)
+
+
+@pytest.fixture
+def clock(start: datetime) -> VirtualClock:
+    return VirtualClock(start)
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    """A fresh schema with every migration applied."""
+    name = make_schema()
+    with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
+        upgrade(conn, datetime(2026, 1, 1, tzinfo=UTC))
+    yield name
+    drop_schema(name)
+
+
+@pytest.fixture
+def db(schema: str) -> Iterator[Database]:
+    database = Database(TEST_URL, schema=schema, min_size=1, max_size=6)
+    yield database
+    database.close()

@@ -1,0 +1,208 @@
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from tests.helpers import create_run, make_workflow, tick
+from tickwarden.models import AttemptOutcome
+
+FAIL = AttemptOutcome(status="failed", error_category="step_error", error="boom", failed_step="join")
+OK = AttemptOutcome(status="succeeded")
+
+
+def lease_one(db, now, worker="w1", lease=60):
+    with db.transaction() as store:
+        leased = store.lease_attempts(worker, now, lease)
+    assert len(leased) == 1
+    return leased[0]
+
+
+def finish(db, attempt, outcome, now, worker="w1"):
+    with db.transaction() as store:
+        return store.finish_attempt(attempt.id, worker, outcome, now)
+
+
+def test_a_tick_creates_one_run_with_a_queued_first_attempt(db, clock):
+    workflow = make_workflow(db, clock.now())
+    run = create_run(db, workflow, clock.now(), clock.now())
+    with db.transaction() as store:
+        attempts = store.list_attempts(run.id)
+    assert run.status == "queued" and run.attempts_count == 1 and not run.manual
+    assert [(a.number, a.status) for a in attempts] == [(1, "queued")]
+
+
+def test_creating_the_same_tick_twice_yields_one_run(db, clock):
+    workflow = make_workflow(db, clock.now())
+    with db.transaction() as store:
+        first = store.create_tick_runs([tick(workflow, clock.now()), tick(workflow, clock.now())], clock.now())
+    with db.transaction() as store:
+        again = store.create_tick_run(tick(workflow, clock.now()), clock.now())
+        runs = store.list_runs(workflow.id)
+    assert len(first) == 1 and again is None and len(runs) == 1
+
+
+def test_manual_runs_do_not_collide_with_ticks(db, clock):
+    workflow = make_workflow(db, clock.now())
+    create_run(db, workflow, clock.now(), clock.now())
+    with db.transaction() as store:
+        manual = store.create_manual_run(tenant_id=workflow.tenant_id, workflow_id=workflow.id, retry_budget=0,
+                                         deadline_at=clock.now() + timedelta(hours=1), now=clock.now(),
+                                         requested_by="ops@acme.test")
+        runs = store.list_runs(workflow.id)
+    assert manual.manual and len(runs) == 2
+
+
+def test_success_on_the_first_attempt_is_the_verdict(db, clock):
+    workflow = make_workflow(db, clock.now())
+    run = create_run(db, workflow, clock.now(), clock.now())
+    attempt = lease_one(db, clock.now())
+    result = finish(db, attempt, OK, clock.advance(30))
+    with db.transaction() as store:
+        run = store.get_run(run.id)
+    assert result.applied and result.run_status == "succeeded"
+    assert run.status == "succeeded" and not run.recovered and run.finished_at == clock.now()
+
+
+def test_failure_with_budget_left_is_pending_retry_and_then_recovered(db, clock):
+    workflow = make_workflow(db, clock.now())
+    run = create_run(db, workflow, clock.now(), clock.now(), budget=2)
+    first = lease_one(db, clock.now())
+    assert finish(db, first, FAIL, clock.advance(10)).run_status == "pending_retry"
+    with db.transaction() as store:
+        assert store.get_run(run.id).status == "pending_retry"
+        retry = store.queue_retries([run.id], clock.now())
+        assert store.queue_retries([run.id], clock.now()) == []  # a second engine finds nothing to do
+    assert [a.number for a in retry] == [2]
+    second = lease_one(db, clock.advance(1))
+    assert second.id == retry[0].id
+    assert finish(db, second, OK, clock.advance(10)).run_status == "succeeded"
+    with db.transaction() as store:
+        run = store.get_run(run.id)
+        attempts = store.list_attempts(run.id)
+    assert run.status == "succeeded" and run.recovered and run.error is None and run.attempts_count == 2
+    assert [a.status for a in attempts] == ["failed", "succeeded"]
+
+
+def test_failure_without_budget_is_failed_with_the_final_error(db, clock):
+    workflow = make_workflow(db, clock.now())
+    run = create_run(db, workflow, clock.now(), clock.now(), budget=0)
+    attempt = lease_one(db, clock.now())
+    assert finish(db, attempt, FAIL, clock.advance(5)).run_status == "failed"
+    with db.transaction() as store:
+        run = store.get_run(run.id)
+    assert (run.status, run.error, run.error_category, run.failed_step) == ("failed", "boom", "step_error", "join")
+
+
+def test_a_non_retryable_failure_skips_the_budget(db, clock):
+    workflow = make_workflow(db, clock.now())
+    create_run(db, workflow, clock.now(), clock.now(), budget=3)
+    attempt = lease_one(db, clock.now())
+    outcome = AttemptOutcome(status="failed", error_category="auth", error="publisher deactivated", retryable=False)
+    assert finish(db, attempt, outcome, clock.advance(1)).run_status == "failed"
+
+
+def test_a_result_delivered_twice_is_applied_once(db, clock):
+    workflow = make_workflow(db, clock.now())
+    create_run(db, workflow, clock.now(), clock.now(), budget=2)
+    attempt = lease_one(db, clock.now())
+    assert finish(db, attempt, FAIL, clock.advance(1)).applied
+    assert not finish(db, attempt, OK, clock.advance(1)).applied
+    with db.transaction() as store:
+        assert store.get_attempt(attempt.id).status == "failed"
+
+
+def test_only_the_lease_holder_can_finish_or_renew(db, clock):
+    workflow = make_workflow(db, clock.now())
+    create_run(db, workflow, clock.now(), clock.now())
+    attempt = lease_one(db, clock.now(), worker="w1")
+    with db.transaction() as store:
+        assert not store.renew_lease(attempt.id, "w2", clock.now(), 60)
+        assert store.renew_lease(attempt.id, "w1", clock.now(), 60)
+    assert not finish(db, attempt, OK, clock.advance(1), worker="w2").applied
+
+
+def test_an_expired_lease_is_lost_and_takes_the_failure_path(db, clock):
+    workflow = make_workflow(db, clock.now())
+    run = create_run(db, workflow, clock.now(), clock.now(), budget=1)
+    attempt = lease_one(db, clock.now(), lease=30)
+    with db.transaction() as store:
+        assert store.expire_leases(clock.advance(29)) == []
+        reaped = store.expire_leases(clock.advance(2))
+    assert [(r.attempt_id, r.run_status) for r in reaped] == [(attempt.id, "pending_retry")]
+    # the worker comes back from the dead: its result is not applied
+    assert not finish(db, attempt, OK, clock.advance(1)).applied
+    with db.transaction() as store:
+        assert store.get_attempt(attempt.id).status == "lost"
+        store.queue_retries([run.id], clock.now())
+    second = lease_one(db, clock.now(), lease=30)
+    with db.transaction() as store:
+        reaped = store.expire_leases(clock.advance(60))
+        run = store.get_run(run.id)
+    assert reaped[0].attempt_id == second.id and run.status == "failed" and run.error_category == "lost"
+
+
+def test_close_run_writes_missed_once_and_cancels_queued_attempts(db, clock):
+    workflow = make_workflow(db, clock.now())
+    run = create_run(db, workflow, clock.now(), clock.now())
+    with db.transaction() as store:
+        missed = store.close_run(run.id, "missed", clock.advance(3600), error_category="missed", error="no outcome")
+        again = store.close_run(run.id, "cancelled", clock.now())
+        attempts = store.list_attempts(run.id)
+        leased = store.lease_attempts("w1", clock.now(), 60)
+    assert missed.status == "missed" and again is None and leased == []
+    assert attempts[0].status == "cancelled" and attempts[0].processed_at is not None
+
+
+def test_consecutive_failures_stop_at_the_newest_success(db, clock):
+    workflow = make_workflow(db, clock.now(), cron="*/5 * * * *", cadence_seconds=300)
+    base = clock.now()
+    # oldest first: S F S F F F (+ one still running, which is not confirmed)
+    pattern = ["succeeded", "failed", "succeeded", "failed", "failed", "failed", None]
+    for index, verdict in enumerate(pattern):
+        create_run(db, workflow, base + timedelta(minutes=5 * index), clock.now(), budget=0)
+        attempt = lease_one(db, clock.now())
+        if verdict:
+            finish(db, attempt, OK if verdict == "succeeded" else FAIL, clock.advance(1))
+    with db.transaction() as store:
+        assert store.count_consecutive_failures(workflow.id) == 3
+
+
+def test_missed_runs_count_as_failures(db, clock):
+    workflow = make_workflow(db, clock.now())
+    run = create_run(db, workflow, clock.now(), clock.now())
+    with db.transaction() as store:
+        store.close_run(run.id, "missed", clock.advance(10))
+        assert store.count_consecutive_failures(workflow.id) == 1
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE runs SET status = 'exploded'",
+        "UPDATE runs SET recovered = true",  # only a success can be recovered
+        "UPDATE attempts SET status = 'running'",  # running needs a lease
+        "UPDATE runs SET status = 'succeeded'",  # a verdict needs finished_at
+    ],
+)
+def test_the_database_rejects_impossible_states(db, clock, statement):
+    workflow = make_workflow(db, clock.now())
+    create_run(db, workflow, clock.now(), clock.now())
+    with pytest.raises(psycopg.errors.CheckViolation):
+        with db.transaction() as store:
+            store.conn.execute(statement)
+
+
+def test_the_consecutive_failure_count_uses_the_indexes(db, clock):
+    workflow = make_workflow(db, clock.now())
+    with db.transaction() as store:
+        store.conn.execute("SET LOCAL enable_seqscan = off")
+        from tickwarden.store.queries import queries
+
+        plan = "\n".join(
+            row[0]
+            for row in store.conn.execute(
+                "EXPLAIN " + queries()["count_consecutive_failures"].replace("%(workflow_id)s", str(workflow.id))
+            )
+        )
+    assert "runs_workflow_success_idx" in plan
+    assert "runs_workflow_recent_idx" in plan or "runs_one_per_tick_idx" in plan

@@ -1,0 +1,87 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tickwarden.errors import InvalidPolicy
+from tickwarden.profile import BANDS, derive_profile, parse_overrides, run_deadline
+
+SEVERITY_RANK = {"warning": 0, "critical": 1}
+
+
+def test_five_minute_workflow_gets_the_patient_profile():
+    profile = derive_profile(300)
+    assert (profile.band, profile.retries, profile.alert_after, profile.first_severity) == ("frequent", 0, 3, "warning")
+
+
+def test_hourly_workflow_gets_the_intermediate_profile():
+    profile = derive_profile(3600)
+    assert (profile.band, profile.retries, profile.alert_after, profile.first_severity) == ("hourly", 1, 2, "warning")
+
+
+def test_daily_workflow_gets_the_urgent_profile():
+    profile = derive_profile(86400)
+    assert (profile.band, profile.retries, profile.alert_after, profile.first_severity) == ("daily", 2, 1, "critical")
+
+
+def test_a_daily_schedule_shortened_by_dst_stays_daily():
+    assert derive_profile(23 * 3600).band == "daily"
+    assert derive_profile(25 * 3600).band == "daily"
+
+
+@given(st.integers(min_value=1, max_value=400 * 86400), st.integers(min_value=1, max_value=400 * 86400))
+def test_defaults_are_monotone_in_cadence(a, b):
+    short, long = sorted((a, b))
+    p, q = derive_profile(short), derive_profile(long)
+    assert q.retries >= p.retries
+    assert q.alert_after <= p.alert_after
+    assert SEVERITY_RANK[q.first_severity] >= SEVERITY_RANK[p.first_severity]
+    assert q.escalate_after <= p.escalate_after
+
+
+def test_bands_cover_every_cadence_in_order():
+    bounds = [band.max_interval_seconds for band in BANDS]
+    assert bounds == sorted(bounds)
+
+
+def test_overrides_replace_defaults_and_are_reported():
+    profile = derive_profile(300, {"retries": 2, "first_severity": "critical"})
+    assert profile.retries == 2 and profile.first_severity == "critical"
+    assert profile.overridden == ("first_severity", "retries")
+
+
+def test_raising_the_threshold_keeps_escalation_beyond_it():
+    profile = derive_profile(300, {"alert_after": 10})
+    assert profile.escalate_after >= 10
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ({"retries": -1}, "retries"),
+        ({"retries": 1000}, "retries"),
+        ({"alert_after": 0}, "alert_after"),
+        ({"first_severity": "apocalyptic"}, "first_severity"),
+        ({"escalation_multiplier": 0}, "escalation_multiplier"),
+        ({"retires": 1}, "Unknown policy field"),
+        ({"alert_after": 5, "escalate_after": 2}, "escalate_after"),
+    ],
+)
+def test_bad_overrides_are_rejected_with_one_sentence(raw, fragment):
+    with pytest.raises(InvalidPolicy) as info:
+        parse_overrides(raw)
+    assert fragment in info.value.message
+
+
+def test_escalation_deadline_uses_the_captured_cadence():
+    opened = datetime(2026, 11, 30, 2, 20, tzinfo=UTC)
+    profile = derive_profile(300)
+    assert profile.escalate_at(opened) == opened + timedelta(minutes=30)
+    assert profile.escalate_at(opened, cadence_seconds=600) == opened + timedelta(minutes=60)
+
+
+def test_run_deadline_leaves_room_for_every_attempt():
+    tick = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    deadline = run_deadline(tick, timeout_seconds=600, retries=2, interval_seconds=86400)
+    assert deadline == tick + timedelta(seconds=3 * (600 + 30) + 900)
