@@ -1,16 +1,18 @@
 """The store: the only code that knows query names; everything else sees dataclasses.
 
 One mixin per area, each with its own `.sql` file of named blocks:
-catalog (tenants, workflows, schedules) and ledger (runs and attempts).
+catalog (tenants, workflows, schedules), ledger (runs and attempts), outbox
+(alert events fanned out to notification channels).
 """
 
 from __future__ import annotations
 
 from tickwarden.store.catalog import CatalogStore
 from tickwarden.store.ledger import LedgerStore, TickRequest
+from tickwarden.store.outbox import OutboxStore
 
 
-class Store(CatalogStore, LedgerStore):
+class Store(CatalogStore, LedgerStore, OutboxStore):
     """All store operations, bound to one connection and its transaction."""
 
 
