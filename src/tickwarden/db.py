@@ -3,7 +3,8 @@
 `TICKWARDEN_DATABASE_URL` selects a server. When it is unset, tickwarden starts an
 embedded PostgreSQL (pgserver) in a per-user data directory and reuses it across
 commands. A `Database` may be bound to one schema (the simulator and the tests
-run on a fresh schema each), and every connection it hands out uses that schema.
+run on a fresh schema each; `TICKWARDEN_SCHEMA` selects one for a whole process),
+and every connection it hands out uses that schema.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 URL_ENV = "TICKWARDEN_DATABASE_URL"
+SCHEMA_ENV = "TICKWARDEN_SCHEMA"
 DATA_DIR_ENV = "TICKWARDEN_DATA_DIR"
 EMBEDDED_DBNAME = "tickwarden"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -136,6 +138,7 @@ class Database:
         application_name: str = "tickwarden",
     ):
         self.url = url or database_url()
+        schema = schema or os.environ.get(SCHEMA_ENV) or None
         self.schema = validate_schema_name(schema) if schema else None
         options = f"-c search_path={self.schema}" if self.schema else None
         kwargs: dict[str, object] = {"application_name": application_name}
