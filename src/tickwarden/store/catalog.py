@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -9,6 +10,39 @@ from psycopg.types.json import Jsonb
 
 from tickwarden.models import Environment, Schedule, Tenant, User, Workflow, from_row
 from tickwarden.store.base import StoreBase
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The result of upserting one declared object: its id, and created, updated or unchanged."""
+
+    kind: str
+    id: int
+    change: str
+    row: Any = None
+
+
+@dataclass(frozen=True)
+class WorkflowSummary:
+    """A workflow as listed by `tickwarden workflows`: its schedule and newest run."""
+
+    tenant: str
+    workflow_id: int
+    workflow: str
+    description: str
+    cron: str | None
+    timezone: str | None
+    schedule_status: str | None
+    cadence_seconds: int | None
+    schedule_version: int | None
+    monitoring_enabled: bool
+    timeout_seconds: int | None
+    shadow: bool
+    archived_at: datetime | None
+    environment: str | None
+    publisher: str | None
+    last_scheduled_for: datetime | None
+    last_status: str | None
 
 
 class CatalogStore(StoreBase):
@@ -153,3 +187,99 @@ class CatalogStore(StoreBase):
         """Pause or resume; None when it already had that status."""
         row = self._row("set_schedule_status", {"workflow_id": workflow_id, "status": status, "now": now})
         return from_row(Schedule, row) if row else None
+
+    # Workflow files: upserts that say whether they created, updated or left a row alone.
+
+    def _applied(self, kind: str, model: type | None, name: str, params: dict[str, Any]) -> Applied:
+        row = self._row(name, params)
+        assert row is not None
+        change = row.pop("change")
+        return Applied(kind=kind, id=row["id"], change=change, row=from_row(model, row) if model else None)
+
+    def apply_tenant(self, name: str, display_name: str, shadow: bool, now: datetime) -> Applied:
+        return self._applied(
+            "tenant", Tenant, "catalog_apply_tenant",
+            {"name": name, "display_name": display_name, "shadow": shadow, "now": now},
+        )
+
+    def apply_user(self, tenant_id: int, email: str, display_name: str, active: bool, now: datetime) -> Applied:
+        return self._applied(
+            "user", User, "catalog_apply_user",
+            {"tenant_id": tenant_id, "email": email, "display_name": display_name, "active": active, "now": now},
+        )
+
+    def apply_environment(
+        self, tenant_id: int, name: str, python: str | None, idle_timeout_seconds: int, now: datetime
+    ) -> Applied:
+        return self._applied(
+            "environment", Environment, "catalog_apply_environment",
+            {"tenant_id": tenant_id, "name": name, "python": python,
+             "idle_timeout_seconds": idle_timeout_seconds, "now": now},
+        )
+
+    def apply_channel(
+        self,
+        tenant_id: int | None,
+        name: str,
+        *,
+        kind: str,
+        audience: str,
+        config: dict[str, Any],
+        secret_ref: str | None,
+        now: datetime,
+    ) -> Applied:
+        return self._applied(
+            "channel", None, "catalog_apply_channel",
+            {"tenant_id": tenant_id, "name": name, "kind": kind, "audience": audience,
+             "config": Jsonb(config), "secret_ref": secret_ref, "now": now},
+        )
+
+    def apply_workflow(
+        self,
+        tenant_id: int,
+        name: str,
+        now: datetime,
+        *,
+        description: str,
+        environment_id: int,
+        publisher_id: int,
+        recipe: dict[str, Any],
+        timeout_seconds: int | None,
+        monitoring_enabled: bool,
+        policy_overrides: dict[str, Any],
+        shadow: bool,
+    ) -> Applied:
+        return self._applied(
+            "workflow", Workflow, "catalog_apply_workflow",
+            {"tenant_id": tenant_id, "name": name, "description": description, "environment_id": environment_id,
+             "publisher_id": publisher_id, "recipe": Jsonb(recipe), "timeout_seconds": timeout_seconds,
+             "monitoring_enabled": monitoring_enabled, "policy_overrides": Jsonb(policy_overrides),
+             "shadow": shadow, "now": now},
+        )
+
+    def apply_schedule(
+        self,
+        *,
+        tenant_id: int,
+        workflow_id: int,
+        cron: str,
+        timezone: str,
+        status: str,
+        cadence_seconds: int,
+        starting_deadline_seconds: int,
+        now: datetime,
+    ) -> Applied:
+        return self._applied(
+            "schedule", Schedule, "catalog_apply_schedule",
+            {"tenant_id": tenant_id, "workflow_id": workflow_id, "cron": cron, "timezone": timezone,
+             "status": status, "cadence_seconds": cadence_seconds,
+             "starting_deadline_seconds": starting_deadline_seconds, "now": now},
+        )
+
+    def workflow_summaries(self, tenant: str | None = None) -> list[WorkflowSummary]:
+        return [from_row(WorkflowSummary, row) for row in self._rows("catalog_workflow_summaries", {"tenant": tenant})]
+
+    def catalog_counts(self) -> dict[str, int]:
+        row = self._row("catalog_count_rows")
+        assert row is not None
+        return {key: int(value) for key, value in row.items()}

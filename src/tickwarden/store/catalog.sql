@@ -87,3 +87,154 @@ UPDATE schedules
        published_at = CASE WHEN %(status)s = 'active' THEN %(now)s::timestamptz ELSE published_at END
  WHERE workflow_id = %(workflow_id)s AND status <> %(status)s
 RETURNING *;
+
+-- catalog_apply_tenant --
+-- Upsert a tenant from a workflow file; `change` says created, updated or unchanged,
+-- and an identical row is left alone so that re-applying a file writes nothing.
+WITH up AS (
+    INSERT INTO tenants (name, display_name, shadow, created_at)
+    VALUES (%(name)s, %(display_name)s, %(shadow)s, %(now)s)
+        ON CONFLICT (name) DO UPDATE SET display_name = EXCLUDED.display_name, shadow = EXCLUDED.shadow
+     WHERE (tenants.display_name, tenants.shadow) IS DISTINCT FROM (EXCLUDED.display_name, EXCLUDED.shadow)
+    RETURNING *, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS change
+)
+SELECT * FROM up
+UNION ALL
+SELECT t.*, 'unchanged' FROM tenants t WHERE t.name = %(name)s AND NOT EXISTS (SELECT 1 FROM up);
+
+-- catalog_apply_user --
+-- Upsert a publisher from a workflow file (created, updated or unchanged).
+WITH up AS (
+    INSERT INTO users (tenant_id, email, display_name, active, created_at)
+    VALUES (%(tenant_id)s, %(email)s, %(display_name)s, %(active)s, %(now)s)
+        ON CONFLICT (tenant_id, email) DO UPDATE SET display_name = EXCLUDED.display_name, active = EXCLUDED.active
+     WHERE (users.display_name, users.active) IS DISTINCT FROM (EXCLUDED.display_name, EXCLUDED.active)
+    RETURNING *, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS change
+)
+SELECT * FROM up
+UNION ALL
+SELECT u.*, 'unchanged' FROM users u
+ WHERE u.tenant_id = %(tenant_id)s AND u.email = %(email)s AND NOT EXISTS (SELECT 1 FROM up);
+
+-- catalog_apply_environment --
+-- Upsert an environment from a workflow file (created, updated or unchanged).
+WITH up AS (
+    INSERT INTO environments (tenant_id, name, python, idle_timeout_seconds, created_at, updated_at)
+    VALUES (%(tenant_id)s, %(name)s, %(python)s, %(idle_timeout_seconds)s, %(now)s, %(now)s)
+        ON CONFLICT (tenant_id, name) DO UPDATE
+       SET python = EXCLUDED.python, idle_timeout_seconds = EXCLUDED.idle_timeout_seconds,
+           updated_at = EXCLUDED.updated_at
+     WHERE (environments.python, environments.idle_timeout_seconds)
+           IS DISTINCT FROM (EXCLUDED.python, EXCLUDED.idle_timeout_seconds)
+    RETURNING *, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS change
+)
+SELECT * FROM up
+UNION ALL
+SELECT e.*, 'unchanged' FROM environments e
+ WHERE e.tenant_id = %(tenant_id)s AND e.name = %(name)s AND NOT EXISTS (SELECT 1 FROM up);
+
+-- catalog_apply_channel --
+-- Upsert a notification channel (tenant_id NULL: the platform's) from a workflow file.
+-- The unique index is on (coalesce(tenant_id, 0), name), hence the expression target.
+WITH up AS (
+    INSERT INTO notification_channels (tenant_id, name, kind, audience, config, secret_ref, created_at)
+    VALUES (%(tenant_id)s, %(name)s, %(kind)s, %(audience)s, %(config)s, %(secret_ref)s, %(now)s)
+        ON CONFLICT ((coalesce(tenant_id, 0)), name) DO UPDATE
+       SET kind = EXCLUDED.kind, audience = EXCLUDED.audience, config = EXCLUDED.config,
+           secret_ref = EXCLUDED.secret_ref
+     WHERE (notification_channels.kind, notification_channels.audience, notification_channels.config,
+            notification_channels.secret_ref)
+           IS DISTINCT FROM (EXCLUDED.kind, EXCLUDED.audience, EXCLUDED.config, EXCLUDED.secret_ref)
+    RETURNING id, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS change
+)
+SELECT * FROM up
+UNION ALL
+SELECT c.id, 'unchanged' FROM notification_channels c
+ WHERE coalesce(c.tenant_id, 0) = coalesce(%(tenant_id)s::bigint, 0) AND c.name = %(name)s
+   AND NOT EXISTS (SELECT 1 FROM up);
+
+-- catalog_apply_workflow --
+-- Upsert a workflow from a workflow file (created, updated or unchanged); applying
+-- it again un-archives it.
+WITH up AS (
+    INSERT INTO workflows (tenant_id, name, description, environment_id, publisher_id, recipe, timeout_seconds,
+                           monitoring_enabled, policy_overrides, shadow, created_at, updated_at)
+    VALUES (%(tenant_id)s, %(name)s, %(description)s, %(environment_id)s, %(publisher_id)s, %(recipe)s,
+            %(timeout_seconds)s, %(monitoring_enabled)s, %(policy_overrides)s, %(shadow)s, %(now)s, %(now)s)
+        ON CONFLICT (tenant_id, name) DO UPDATE
+       SET description = EXCLUDED.description, environment_id = EXCLUDED.environment_id,
+           publisher_id = EXCLUDED.publisher_id, recipe = EXCLUDED.recipe,
+           timeout_seconds = EXCLUDED.timeout_seconds, monitoring_enabled = EXCLUDED.monitoring_enabled,
+           policy_overrides = EXCLUDED.policy_overrides, shadow = EXCLUDED.shadow,
+           updated_at = EXCLUDED.updated_at, archived_at = NULL
+     WHERE (workflows.description, workflows.environment_id, workflows.publisher_id, workflows.recipe,
+            workflows.timeout_seconds, workflows.monitoring_enabled, workflows.policy_overrides,
+            workflows.shadow, workflows.archived_at)
+           IS DISTINCT FROM (EXCLUDED.description, EXCLUDED.environment_id, EXCLUDED.publisher_id, EXCLUDED.recipe,
+            EXCLUDED.timeout_seconds, EXCLUDED.monitoring_enabled, EXCLUDED.policy_overrides,
+            EXCLUDED.shadow, NULL::timestamptz)
+    RETURNING *, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS change
+)
+SELECT * FROM up
+UNION ALL
+SELECT w.*, 'unchanged' FROM workflows w
+ WHERE w.tenant_id = %(tenant_id)s AND w.name = %(name)s AND NOT EXISTS (SELECT 1 FROM up);
+
+-- catalog_apply_schedule --
+-- Upsert a workflow's schedule from a workflow file. The version moves only when
+-- something the trigger acts on changed, so the reconciler converges on it; an
+-- identical schedule is left alone (no version bump, no new updated_at).
+WITH up AS (
+    INSERT INTO schedules (tenant_id, workflow_id, cron, timezone, status, cadence_seconds,
+                           starting_deadline_seconds, version, published_at, created_at, updated_at)
+    VALUES (%(tenant_id)s, %(workflow_id)s, %(cron)s, %(timezone)s, %(status)s, %(cadence_seconds)s,
+            %(starting_deadline_seconds)s, 1, CASE WHEN %(status)s = 'active' THEN %(now)s::timestamptz END,
+            %(now)s, %(now)s)
+        ON CONFLICT (workflow_id) DO UPDATE
+       SET cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, status = EXCLUDED.status,
+           cadence_seconds = EXCLUDED.cadence_seconds,
+           starting_deadline_seconds = EXCLUDED.starting_deadline_seconds,
+           version = schedules.version + CASE
+               WHEN (schedules.cron, schedules.timezone, schedules.status, schedules.starting_deadline_seconds)
+                    IS DISTINCT FROM (EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.status, EXCLUDED.starting_deadline_seconds)
+               THEN 1 ELSE 0 END,
+           published_at = CASE WHEN EXCLUDED.status = 'active' AND schedules.status <> 'active'
+                               THEN EXCLUDED.updated_at ELSE schedules.published_at END,
+           updated_at = EXCLUDED.updated_at
+     WHERE (schedules.cron, schedules.timezone, schedules.status, schedules.cadence_seconds,
+            schedules.starting_deadline_seconds)
+           IS DISTINCT FROM (EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.status, EXCLUDED.cadence_seconds,
+            EXCLUDED.starting_deadline_seconds)
+    RETURNING *, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS change
+)
+SELECT * FROM up
+UNION ALL
+SELECT s.*, 'unchanged' FROM schedules s
+ WHERE s.workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM up);
+
+-- catalog_workflow_summaries --
+-- Every workflow (of one tenant, or all) with its schedule and its newest run, for
+-- `tickwarden workflows` and the API; the newest run is one index probe each.
+SELECT t.name AS tenant, w.id AS workflow_id, w.name AS workflow, w.description,
+       s.cron, s.timezone, s.status AS schedule_status, s.cadence_seconds, s.version AS schedule_version,
+       w.monitoring_enabled, w.timeout_seconds, w.shadow, w.archived_at,
+       e.name AS environment, u.email AS publisher,
+       last.scheduled_for AS last_scheduled_for, last.status AS last_status
+  FROM workflows w
+  JOIN tenants t ON t.id = w.tenant_id
+  LEFT JOIN schedules s ON s.workflow_id = w.id
+  LEFT JOIN environments e ON e.id = w.environment_id
+  LEFT JOIN users u ON u.id = w.publisher_id
+  LEFT JOIN LATERAL (
+        SELECT r.scheduled_for, r.status FROM runs r
+         WHERE r.workflow_id = w.id ORDER BY r.scheduled_for DESC, r.id DESC LIMIT 1
+       ) last ON true
+ WHERE (%(tenant)s::text IS NULL OR t.name = %(tenant)s::text)
+ ORDER BY t.name, w.name;
+
+-- catalog_count_rows --
+-- How many rows the catalog holds, by table: what apply tests check stays empty.
+SELECT (SELECT count(*) FROM tenants) AS tenants, (SELECT count(*) FROM users) AS users,
+       (SELECT count(*) FROM environments) AS environments,
+       (SELECT count(*) FROM notification_channels) AS channels,
+       (SELECT count(*) FROM workflows) AS workflows, (SELECT count(*) FROM schedules) AS schedules;

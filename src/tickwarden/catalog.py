@@ -1,0 +1,238 @@
+"""Control-plane operations on the catalog, shared by the CLI and the API.
+
+`apply_file` turns a validated workflow file into upserts, all in one transaction;
+`pause`, `resume` and `run_now` act on one workflow named `TENANT/WORKFLOW`.
+Pausing and resuming only change the schedule and its version: the reconciler
+converges the trigger with it, and the ticker never fires a paused schedule.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tickwarden import profile
+from tickwarden.db import Database
+from tickwarden.errors import Conflict, InvalidInput, NotFound
+from tickwarden.models import Run, Schedule, Tenant, Workflow
+from tickwarden.store import Store
+from tickwarden.store.catalog import Applied, WorkflowSummary
+from tickwarden.workflow_file import load_file
+
+# The cadence assumed for a workflow that has no schedule (manual runs only).
+UNSCHEDULED_CADENCE_SECONDS = 86400
+KINDS = ("tenant", "user", "environment", "channel", "workflow", "schedule")
+
+
+@dataclass
+class ApplyReport:
+    """What an apply did, per kind of object: created, updated and unchanged counts."""
+
+    source: str
+    counts: dict[str, dict[str, int]] = field(
+        default_factory=lambda: {kind: {"created": 0, "updated": 0, "unchanged": 0} for kind in KINDS}
+    )
+
+    def add(self, applied: Applied) -> None:
+        self.counts[applied.kind][applied.change] += 1
+
+    def total(self, change: str) -> int:
+        return sum(c[change] for c in self.counts.values())
+
+    @property
+    def created(self) -> int:
+        return self.total("created")
+
+    @property
+    def updated(self) -> int:
+        return self.total("updated")
+
+    @property
+    def unchanged(self) -> int:
+        return self.total("unchanged")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "created": self.created, "updated": self.updated,
+                "unchanged": self.unchanged, "by_kind": self.counts}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a tick (or manual run) of a workflow gets: retries and the timeout its deadline assumes."""
+
+    retries: int
+    timeout_seconds: int
+    interval_seconds: int
+
+    def deadline(self, scheduled_for: datetime) -> datetime:
+        return profile.run_deadline(
+            scheduled_for,
+            timeout_seconds=self.timeout_seconds,
+            retries=self.retries,
+            interval_seconds=self.interval_seconds,
+        )
+
+
+@functools.lru_cache(maxsize=4096)
+def _budget(cadence_seconds: int, overrides_json: str, monitoring_enabled: bool, timeout_seconds: int | None) -> Budget:
+    derived = profile.derive_profile(cadence_seconds, json.loads(overrides_json))
+    retries = derived.retries if monitoring_enabled else 0
+    timeout = timeout_seconds or profile.default_timeout_seconds(cadence_seconds)
+    return Budget(retries=retries, timeout_seconds=timeout, interval_seconds=cadence_seconds)
+
+
+def budget_for(
+    cadence_seconds: int, overrides: dict[str, Any] | str | None, monitoring_enabled: bool, timeout_seconds: int | None
+) -> Budget:
+    """Return the retry budget and timeout of a workflow; cached, since a fleet shares few profiles.
+
+    Retries come from the profile when monitoring is on, else none; the timeout is
+    the workflow's own or the profile's default for its cadence.
+    """
+    text = overrides if isinstance(overrides, str) else json.dumps(overrides or {}, sort_keys=True)
+    return _budget(int(cadence_seconds), text, bool(monitoring_enabled), timeout_seconds)
+
+
+def apply_file(db: Database, path: str | Path, now: datetime) -> ApplyReport:
+    """Validate a workflow file, then upsert everything it declares in one transaction."""
+    plan = load_file(path, now)
+    report = ApplyReport(source=plan.source)
+    with db.transaction() as store:
+        tenant_ids: dict[str, int] = {}
+        for tenant in plan.tenants:
+            applied = store.apply_tenant(tenant.name, tenant.display_name or tenant.name, tenant.shadow, now)
+            tenant_ids[tenant.name] = applied.id
+            report.add(applied)
+        user_ids: dict[tuple[str, str], int] = {}
+        for tenant_name, user in plan.users:
+            applied = store.apply_user(tenant_ids[tenant_name], user.email, user.name or user.email, user.active, now)
+            user_ids[(tenant_name, user.email)] = applied.id
+            report.add(applied)
+        env_ids: dict[tuple[str, str], int] = {}
+        for tenant_name, env in plan.environments:
+            applied = store.apply_environment(tenant_ids[tenant_name], env.name, env.python, env.idle_timeout_seconds, now)
+            env_ids[(tenant_name, env.name)] = applied.id
+            report.add(applied)
+        for tenant_name, channel in plan.channels:
+            report.add(store.apply_channel(
+                tenant_ids[tenant_name], channel.name, kind=channel.kind, audience=channel.audience,
+                config=channel.config, secret_ref=channel.secret_ref, now=now,
+            ))
+        for channel in plan.platform_channels:
+            report.add(store.apply_channel(
+                None, channel.name, kind=channel.kind, audience=channel.audience,
+                config=channel.config, secret_ref=channel.secret_ref, now=now,
+            ))
+        for planned in plan.workflows:
+            spec = planned.spec
+            tenant_id = tenant_ids[planned.tenant]
+            applied = store.apply_workflow(
+                tenant_id, spec.name, now,
+                description=spec.description,
+                environment_id=env_ids[(planned.tenant, spec.environment)],
+                publisher_id=user_ids[(planned.tenant, spec.publisher)],
+                recipe=planned.recipe,
+                timeout_seconds=spec.timeout_seconds,
+                monitoring_enabled=spec.monitoring,
+                policy_overrides=planned.policy,
+                shadow=spec.shadow,
+            )
+            report.add(applied)
+            report.add(store.apply_schedule(
+                tenant_id=tenant_id, workflow_id=applied.id, cron=spec.schedule.cron,
+                timezone=spec.schedule.timezone, status=spec.schedule.status,
+                cadence_seconds=planned.cadence_seconds,
+                starting_deadline_seconds=spec.schedule.starting_deadline_seconds, now=now,
+            ))
+    return report
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    """Split `TENANT/WORKFLOW`; raise InvalidInput with one sentence otherwise."""
+    tenant, sep, workflow = ref.strip().partition("/")
+    if not sep or not tenant or not workflow or "/" in workflow:
+        raise InvalidInput(f"Expected TENANT/WORKFLOW (for example acme/nightly), got {ref!r}.")
+    return tenant, workflow
+
+
+def find_tenant(store: Store, tenant: str) -> Tenant:
+    found = store.get_tenant_by_name(tenant)
+    if found is None:
+        raise NotFound(f"No tenant named {tenant!r}.")
+    return found
+
+
+def find_workflow(store: Store, tenant: str, workflow: str) -> Workflow:
+    """Return the workflow `tenant/workflow`; raise NotFound naming what is missing."""
+    found = store.get_workflow_by_name(tenant, workflow)
+    if found is None:
+        find_tenant(store, tenant)
+        raise NotFound(f"Tenant {tenant!r} has no workflow named {workflow!r}.")
+    return found
+
+
+def find_schedule(store: Store, tenant: str, workflow: str) -> tuple[Workflow, Schedule]:
+    found = find_workflow(store, tenant, workflow)
+    schedule = store.get_schedule_for_workflow(found.id)
+    if schedule is None:
+        raise NotFound(f"Workflow {tenant}/{workflow} has no schedule.")
+    return found, schedule
+
+
+def pause(db: Database, tenant: str, workflow: str, now: datetime) -> Schedule:
+    """Pause a workflow's schedule: no new ticks from now on; already paused is fine."""
+    return _set_status(db, tenant, workflow, "paused", now)
+
+
+def resume(db: Database, tenant: str, workflow: str, now: datetime) -> Schedule:
+    """Resume a paused schedule: ticks again from the next fire time after `now`, never a burst."""
+    return _set_status(db, tenant, workflow, "active", now)
+
+
+def _set_status(db: Database, tenant: str, workflow: str, status: str, now: datetime) -> Schedule:
+    with db.transaction() as store:
+        found, schedule = find_schedule(store, tenant, workflow)
+        if found.archived_at is not None:
+            raise Conflict(f"Workflow {tenant}/{workflow} is archived; apply its file again to restore it.")
+        changed = store.set_schedule_status(found.id, status, now)
+        return changed or schedule
+
+
+def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_by: str | None = None) -> Run:
+    """Queue a manual run of a workflow through the same ledger and worker path as a tick."""
+    with db.transaction() as store:
+        found = find_workflow(store, tenant, workflow)
+        if found.archived_at is not None:
+            raise Conflict(f"Workflow {tenant}/{workflow} is archived; apply its file again to restore it.")
+        schedule = store.get_schedule_for_workflow(found.id)
+        cadence_seconds = schedule.cadence_seconds if schedule else UNSCHEDULED_CADENCE_SECONDS
+        budget = budget_for(cadence_seconds, found.policy_overrides, found.monitoring_enabled, found.timeout_seconds)
+        return store.create_manual_run(
+            tenant_id=found.tenant_id,
+            workflow_id=found.id,
+            retry_budget=budget.retries,
+            deadline_at=budget.deadline(now),
+            now=now,
+            requested_by=requested_by,
+        )
+
+
+def list_runs(db: Database, tenant: str, workflow: str, limit: int = 50) -> list[Run]:
+    """Return a workflow's runs, newest first."""
+    if limit < 1:
+        raise InvalidInput("The limit must be at least 1.")
+    with db.transaction() as store:
+        found = find_workflow(store, tenant, workflow)
+        return store.list_runs(found.id, limit=limit)
+
+
+def list_workflows(db: Database, tenant: str | None = None) -> list[WorkflowSummary]:
+    """Return every workflow (of one tenant, when given) with its schedule and newest run."""
+    with db.transaction() as store:
+        if tenant is not None:
+            find_tenant(store, tenant)
+        return store.workflow_summaries(tenant)

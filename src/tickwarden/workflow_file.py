@@ -1,0 +1,381 @@
+"""Workflow files: the YAML a user applies, parsed and validated before anything is written.
+
+A file declares tenants, their users (publishers), environments, notification
+channels and workflows; `catalog.apply_file` upserts what it declares. Every
+reference (a workflow's tenant, environment and publisher) must be declared in the
+same file, so a file is a self-contained unit that can be applied anywhere.
+
+Validation happens in two layers and stops at the first problem, reported as one
+sentence naming the file and the offending key path:
+
+1. Shape (pydantic): unknown keys, missing keys, wrong types, bad names.
+2. Meaning: duplicates, unknown references, the recipe graph (unknown steps in
+   `depends_on`, cycles, kind-specific fields), cron and zone, policy overrides.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tickwarden import cadence, profile
+from tickwarden.errors import InvalidInput, TickwardenError
+
+TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+OBJECT_NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+STEP_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+CALL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_REF = re.compile(r"^[a-z][a-z0-9_]*:[A-Za-z0-9_./-]+$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TenantSpec(_Model):
+    name: str = Field(pattern=TENANT_NAME)
+    display_name: str | None = None
+    shadow: bool = False
+
+
+class UserSpec(_Model):
+    tenant: str | None = None
+    email: str = Field(pattern=r"^[^@\s]+@[^@\s]+$")
+    name: str | None = None
+    active: bool = True
+
+
+class EnvironmentSpec(_Model):
+    tenant: str | None = None
+    name: str = Field(pattern=OBJECT_NAME)
+    python: str | None = None
+    idle_timeout_seconds: int = Field(default=600, ge=1, le=86400)
+
+
+class ChannelSpec(_Model):
+    tenant: str | None = None
+    name: str = Field(min_length=1, max_length=100)
+    kind: Literal["slack", "email", "webhook"]
+    audience: Literal["customer", "engineering", "shadow"] = "customer"
+    config: dict[str, Any] = Field(default_factory=dict)
+    secret_ref: str | None = None
+
+
+class PlatformChannelSpec(_Model):
+    name: str = Field(min_length=1, max_length=100)
+    kind: Literal["slack", "email", "webhook"]
+    audience: Literal["engineering", "shadow"] = "engineering"
+    config: dict[str, Any] = Field(default_factory=dict)
+    secret_ref: str | None = None
+
+
+class ScheduleSpec(_Model):
+    cron: str
+    timezone: str = "UTC"
+    status: Literal["active", "paused"] = "active"
+    starting_deadline_seconds: int = Field(default=300, ge=1, le=86400)
+
+
+class StepSpec(_Model):
+    name: str = Field(pattern=STEP_NAME)
+    kind: Literal["python", "sql"]
+    depends_on: list[str] = Field(default_factory=list)
+    call: str | None = None
+    params: dict[str, Any] | None = None
+    query: str | None = None
+    database: str | None = None
+    timeout_seconds: int | None = Field(default=None, ge=1, le=604800)
+
+
+class WorkflowSpec(_Model):
+    tenant: str | None = None
+    name: str = Field(pattern=OBJECT_NAME)
+    description: str = ""
+    environment: str
+    publisher: str
+    schedule: ScheduleSpec
+    timeout_seconds: int | None = Field(default=None, ge=1, le=604800)
+    monitoring: bool = True
+    policy: dict[str, Any] = Field(default_factory=dict)
+    shadow: bool = False
+    steps: list[StepSpec] = Field(min_length=1)
+
+
+class WorkflowFile(_Model):
+    tenants: list[TenantSpec] = Field(default_factory=list)
+    users: list[UserSpec] = Field(default_factory=list)
+    environments: list[EnvironmentSpec] = Field(default_factory=list)
+    channels: list[ChannelSpec] = Field(default_factory=list)
+    platform_channels: list[PlatformChannelSpec] = Field(default_factory=list)
+    workflows: list[WorkflowSpec] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PlannedWorkflow:
+    """A validated workflow with everything `apply` writes, derived once."""
+
+    tenant: str
+    spec: WorkflowSpec
+    recipe: dict[str, Any]
+    cadence_seconds: int
+    policy: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated file: what to upsert, with every tenant reference resolved."""
+
+    source: str
+    tenants: list[TenantSpec]
+    users: list[tuple[str, UserSpec]]
+    environments: list[tuple[str, EnvironmentSpec]]
+    channels: list[tuple[str, ChannelSpec]]
+    platform_channels: list[PlatformChannelSpec]
+    workflows: list[PlannedWorkflow]
+
+
+class _Invalid(Exception):
+    def __init__(self, path: str, message: str):
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+def load_file(path: str | Path, now: datetime) -> Plan:
+    """Read, parse and validate a workflow file; raise InvalidInput with one sentence."""
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput(f"{source}: no such file.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{source}: cannot be read ({type(exc).__name__}).") from None
+    return parse_text(text, source.name, now)
+
+
+def parse_text(text: str, source: str, now: datetime) -> Plan:
+    """Parse and validate the text of a workflow file named `source`."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise InvalidInput(f"{source}: YAML syntax error{where}: {problem}.") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{source}: the file must be a mapping with keys such as tenants and workflows.")
+    try:
+        document = WorkflowFile.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidInput(f"{source}: {_describe_validation(exc)}") from None
+    try:
+        return _plan(document, source, now)
+    except _Invalid as exc:
+        raise InvalidInput(f"{source}: {exc.path}: {exc.message}.") from None
+
+
+def _describe_validation(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    path = _path(error["loc"])
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"{path}: unknown key."
+    if kind == "missing":
+        return f"{path}: required key is missing."
+    if kind == "string_pattern_mismatch":
+        value = error.get("input")
+        return f"{path}: {value!r} is not a valid name or address."
+    message = error["msg"].rstrip(".")
+    return f"{path}: {message[0].lower() + message[1:]}."
+
+
+def _path(loc: Iterable[Any]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "(top level)"
+
+
+def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
+    tenants = {t.name: t for t in document.tenants}
+    _no_duplicates("tenants", [t.name for t in document.tenants])
+
+    def tenant_of(kind: str, index: int, declared: str | None) -> str:
+        if declared is None:
+            if len(tenants) == 1:
+                return next(iter(tenants))
+            raise _Invalid(f"{kind}[{index}].tenant", "required when the file does not declare exactly one tenant")
+        if declared not in tenants:
+            raise _Invalid(f"{kind}[{index}].tenant", f"unknown tenant {declared!r}")
+        return declared
+
+    users = [(tenant_of("users", i, u.tenant), u) for i, u in enumerate(document.users)]
+    _no_duplicates("users", [f"{t}/{u.email}" for t, u in users], label="user")
+    environments = [(tenant_of("environments", i, e.tenant), e) for i, e in enumerate(document.environments)]
+    _no_duplicates("environments", [f"{t}/{e.name}" for t, e in environments], label="environment")
+
+    channels = [(tenant_of("channels", i, c.tenant), c) for i, c in enumerate(document.channels)]
+    _no_duplicates("channels", [f"{t}/{c.name}" for t, c in channels], label="channel")
+    for i, (_, channel) in enumerate(channels):
+        if channel.audience == "engineering":
+            raise _Invalid(f"channels[{i}].audience", "engineering channels belong to the platform: declare them under platform_channels")
+        _check_secret_ref(f"channels[{i}].secret_ref", channel.secret_ref)
+    _no_duplicates("platform_channels", [c.name for c in document.platform_channels], label="channel")
+    for i, channel in enumerate(document.platform_channels):
+        _check_secret_ref(f"platform_channels[{i}].secret_ref", channel.secret_ref)
+
+    env_names = {(t, e.name) for t, e in environments}
+    emails = {(t, u.email) for t, u in users}
+    planned: list[PlannedWorkflow] = []
+    seen: dict[tuple[str, str], int] = {}
+    for i, spec in enumerate(document.workflows):
+        where = f"workflows[{i}]"
+        tenant = tenant_of("workflows", i, spec.tenant)
+        if (tenant, spec.name) in seen:
+            raise _Invalid(f"{where}.name", f"duplicate workflow {spec.name!r} (also workflows[{seen[(tenant, spec.name)]}])")
+        seen[(tenant, spec.name)] = i
+        if (tenant, spec.environment) not in env_names:
+            raise _Invalid(f"{where}.environment", f"unknown environment {spec.environment!r} of tenant {tenant!r}")
+        if (tenant, spec.publisher) not in emails:
+            raise _Invalid(f"{where}.publisher", f"unknown user {spec.publisher!r} of tenant {tenant!r}")
+        cadence_seconds = _check_schedule(f"{where}.schedule", spec.schedule, now)
+        policy = _check_policy(f"{where}.policy", spec.policy, cadence_seconds)
+        recipe = _check_steps(f"{where}.steps", spec.steps)
+        planned.append(PlannedWorkflow(tenant, spec, recipe, cadence_seconds, policy))
+    return Plan(
+        source=source,
+        tenants=list(document.tenants),
+        users=users,
+        environments=environments,
+        channels=channels,
+        platform_channels=list(document.platform_channels),
+        workflows=planned,
+    )
+
+
+def _no_duplicates(kind: str, keys: list[str], label: str = "tenant") -> None:
+    first: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        if key in first:
+            name = key.split("/", 1)[-1]
+            raise _Invalid(f"{kind}[{i}]", f"duplicate {label} {name!r} (also {kind}[{first[key]}])")
+        first[key] = i
+
+
+def _check_secret_ref(where: str, ref: str | None) -> None:
+    if ref is not None and not SECRET_REF.match(ref):
+        raise _Invalid(where, f"{ref!r} is not a secret reference such as 'env:NAME'")
+
+
+def _check_schedule(where: str, schedule: ScheduleSpec, now: datetime) -> int:
+    try:
+        parsed = cadence.parse_schedule(schedule.cron, schedule.timezone)
+        return cadence.cadence_of(parsed, now).interval_seconds
+    except TickwardenError as exc:
+        key = "timezone" if "timezone" in exc.message.lower() else "cron"
+        raise _Invalid(f"{where}.{key}", _sentence_body(exc.message)) from None
+
+
+def _check_policy(where: str, policy: dict[str, Any], cadence_seconds: int) -> dict[str, Any]:
+    try:
+        parsed = profile.parse_overrides(policy)
+        profile.derive_profile(cadence_seconds, parsed)
+    except TickwardenError as exc:
+        raise _Invalid(where, _sentence_body(exc.message)) from None
+    return parsed.model_dump(exclude_none=True)
+
+
+def _check_steps(where: str, steps: list[StepSpec]) -> dict[str, Any]:
+    """Check the recipe graph and return it in the stored recipe format.
+
+    1. Names are unique; kind-specific keys are present and only those.
+    2. Every `depends_on` names a step of the same workflow, not itself.
+    3. The graph has no cycle (depth-first search with colours).
+    """
+    index: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        if step.name in index:
+            raise _Invalid(f"{where}[{i}].name", f"duplicate step {step.name!r} (also {where}[{index[step.name]}])")
+        index[step.name] = i
+    stored = []
+    for i, step in enumerate(steps):
+        at = f"{where}[{i}]"
+        if step.kind == "python":
+            if step.call is None:
+                raise _Invalid(f"{at}.call", "a python step needs 'call' as 'package.module:function'")
+            if not CALL.match(step.call):
+                raise _Invalid(f"{at}.call", f"{step.call!r} is not of the form 'package.module:function'")
+            for key in ("query", "database"):
+                if getattr(step, key) is not None:
+                    raise _Invalid(f"{at}.{key}", "only sql steps take this key")
+            entry: dict[str, Any] = {"name": step.name, "kind": "python", "depends_on": list(step.depends_on),
+                                     "call": step.call, "params": dict(step.params or {})}
+        else:
+            if not step.query or not step.query.strip():
+                raise _Invalid(f"{at}.query", "a sql step needs a non-empty 'query'")
+            if step.database is None:
+                raise _Invalid(f"{at}.database", "a sql step needs 'database' as a secret reference such as 'env:NAME'")
+            _check_secret_ref(f"{at}.database", step.database)
+            for key in ("call", "params"):
+                if getattr(step, key) is not None:
+                    raise _Invalid(f"{at}.{key}", "only python steps take this key")
+            entry = {"name": step.name, "kind": "sql", "depends_on": list(step.depends_on),
+                     "query": step.query, "database": step.database}
+        entry["timeout_seconds"] = step.timeout_seconds
+        for j, dependency in enumerate(step.depends_on):
+            if dependency == step.name:
+                raise _Invalid(f"{at}.depends_on[{j}]", f"step {step.name!r} depends on itself")
+            if dependency not in index:
+                raise _Invalid(f"{at}.depends_on", f"unknown step {dependency!r}")
+        if len(set(step.depends_on)) != len(step.depends_on):
+            raise _Invalid(f"{at}.depends_on", "a step is listed twice")
+        stored.append(entry)
+    cycle = _find_cycle(steps)
+    if cycle:
+        first = index[cycle[0]]
+        raise _Invalid(f"{where}[{first}].depends_on", "the steps form a cycle: " + " -> ".join(cycle))
+    return {"steps": stored}
+
+
+def _find_cycle(steps: list[StepSpec]) -> list[str] | None:
+    edges = {step.name: list(step.depends_on) for step in steps}
+    colour: dict[str, int] = dict.fromkeys(edges, 0)  # 0 new, 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(name: str) -> list[str] | None:
+        colour[name] = 1
+        stack.append(name)
+        for dependency in edges[name]:
+            if colour[dependency] == 1:
+                return stack[stack.index(dependency):] + [dependency]
+            if colour[dependency] == 0:
+                found = visit(dependency)
+                if found:
+                    return found
+        stack.pop()
+        colour[name] = 2
+        return None
+
+    for step in steps:
+        if colour[step.name] == 0:
+            found = visit(step.name)
+            if found:
+                return found
+    return None
+
+
+def _sentence_body(message: str) -> str:
+    text = message.strip().rstrip(".")
+    return text[0].lower() + text[1:] if text else "not valid"
