@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,10 +76,13 @@ def embedded_url(directory: Path | None = None) -> str:
             _stop_stray_server(pgdata)
             shutil.rmtree(pgdata, ignore_errors=True)
         try:
-            import pgserver  # deferred: starting it is slow and rarely needed
+            with warnings.catch_warnings():
+                # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver copes with the fallback
+                warnings.simplefilter("ignore")
+                import pgserver  # deferred: starting it is slow and rarely needed
 
-            # cleanup_mode=None keeps the server running for the next command.
-            server = pgserver.get_server(pgdata, cleanup_mode=None)
+                # cleanup_mode=None keeps the server running for the next command.
+                server = pgserver.get_server(pgdata, cleanup_mode=None)
             base = server.get_uri()
             with psycopg.connect(base, autocommit=True) as conn:
                 exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (EMBEDDED_DBNAME,)).fetchone()

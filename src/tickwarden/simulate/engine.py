@@ -1,0 +1,413 @@
+"""The discrete-event simulator: the service's own passes on a virtual clock.
+
+A simulation runs on a fresh schema of the configured database. It sets the
+scenario's tenants and workflows up through the store, then drives the very same
+loop objects the service runs — reconciler, ticker, lease reaper, outcome poller,
+deadline detector, escalation clock, notifier — each at the wake-up time its
+previous pass returned. Only execution is simulated: a `SimulatedWorker` leases
+attempts through the real ledger and finishes them when the scenario says they
+end (fault windows, crashes, durations). Same input, same output.
+
+Events at the same instant run in a fixed order: what happened in the world first
+(attempts ending, manual runs), then the control plane in pipeline order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import psycopg
+from psycopg import sql
+
+from tickwarden.cadence import cadence_of, parse_schedule
+from tickwarden.categories import categorize
+from tickwarden.clock import VirtualClock
+from tickwarden.db import Database
+from tickwarden.migrate import upgrade
+from tickwarden.models import Attempt, AttemptOutcome
+from tickwarden.profile import default_timeout_seconds, derive_profile, run_deadline
+from tickwarden.sanitize import sanitize_error
+from tickwarden.simulate.scenario import Fault, Scenario
+
+log = logging.getLogger(__name__)
+
+# Order of events that fall on the same instant.
+ORDER = {
+    "world": 0,
+    "reconciler": 1,
+    "ticker": 2,
+    "worker": 3,
+    "lease-reaper": 4,
+    "outcome-poller": 5,
+    "deadline-detector": 6,
+    "escalation-clock": 7,
+    "notifier": 8,
+    "heartbeat": 9,
+}
+WORKER_ID = "simulated-worker"
+LEASE_SECONDS = 60
+WORKER_POLL_SECONDS = 15
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one attempt will end: when, and with what outcome (None = the worker crashes)."""
+
+    at: datetime
+    outcome: AttemptOutcome | None
+
+
+class OutcomeModel(Protocol):
+    def plan(self, workflow: str, attempt: Attempt, scheduled_for: datetime, start: datetime) -> Plan:
+        """Decide how an attempt of `workflow` started at `start` ends."""
+
+
+class FaultWindowModel:
+    """Outcomes from a scenario: attempts overlapping a fault window fail; others take their duration."""
+
+    def __init__(self, scenario: Scenario, timeouts: dict[str, int]):
+        self.durations = {spec.key: spec.duration for spec in scenario.workflows}
+        self.timeouts = timeouts
+        self.faults: dict[str, list[Fault]] = {}
+        for fault in scenario.faults:
+            self.faults.setdefault(fault.workflow, []).append(fault)
+
+    def plan(self, workflow: str, attempt: Attempt, scheduled_for: datetime, start: datetime) -> Plan:
+        duration = timedelta(seconds=self.durations[workflow])
+        end = start + duration
+        hits = [f for f in self.faults.get(workflow, ()) if f.start < end and f.end > start]
+        timeout = timedelta(seconds=self.timeouts[workflow])
+        if hits:
+            fault = min(hits, key=lambda f: (max(start, f.start), f.end))
+            at = max(start, fault.start)
+            if at - start < timeout:
+                if fault.mode == "crash":
+                    return Plan(at, None)
+                category = categorize(fault.error)
+                return Plan(
+                    at,
+                    AttemptOutcome(
+                        status="failed",
+                        error_category=category,
+                        error=sanitize_error(fault.error),
+                        retryable=fault.retryable,
+                        failed_step="recipe",
+                    ),
+                )
+        if duration >= timeout:
+            return Plan(
+                start + timeout,
+                AttemptOutcome(
+                    status="failed",
+                    error_category="timeout",
+                    error=f"the workflow exceeded its timeout of {int(timeout.total_seconds())} s",
+                    retryable=True,
+                ),
+            )
+        return Plan(end, AttemptOutcome(status="succeeded"))
+
+
+@dataclass(order=True)
+class _Event:
+    at: datetime
+    order: int
+    seq: int
+    action: Callable[[datetime], None] = field(compare=False)
+    token: tuple[str, int] | None = field(compare=False, default=None)
+
+
+class EventQueue:
+    """A time-ordered queue of actions; a loop has at most one live wake-up at a time."""
+
+    def __init__(self) -> None:
+        self._heap: list[_Event] = []
+        self._seq = itertools.count()
+        self._generation: dict[str, int] = {}
+
+    def at(self, when: datetime, order: int, action: Callable[[datetime], None]) -> None:
+        heapq.heappush(self._heap, _Event(when, order, next(self._seq), action))
+
+    def wake(self, name: str, when: datetime, action: Callable[[datetime], None]) -> None:
+        """(Re)schedule loop `name`; an earlier pending wake-up of it is dropped."""
+        generation = self._generation.get(name, 0) + 1
+        self._generation[name] = generation
+        heapq.heappush(self._heap, _Event(when, ORDER.get(name, 5), next(self._seq), action, (name, generation)))
+
+    def pending_wake(self, name: str) -> bool:
+        return name in self._generation
+
+    def pop(self) -> _Event | None:
+        while self._heap:
+            event = heapq.heappop(self._heap)
+            if event.token is not None and self._generation.get(event.token[0]) != event.token[1]:
+                continue  # superseded by a later wake-up of the same loop
+            return event
+        return None
+
+    def peek_time(self) -> datetime | None:
+        while self._heap:
+            event = self._heap[0]
+            if event.token is not None and self._generation.get(event.token[0]) != event.token[1]:
+                heapq.heappop(self._heap)
+                continue
+            return event.at
+        return None
+
+
+class SimulatedWorker:
+    """Leases attempts through the real ledger and ends them as the outcome model says."""
+
+    name = "worker"
+
+    def __init__(self, db: Database, model: OutcomeModel, queue: EventQueue, workflows: dict[int, str]):
+        self.db = db
+        self.model = model
+        self.queue = queue
+        self.workflows = workflows
+        self.in_flight: dict[int, datetime] = {}  # attempt id -> when it stops heartbeating
+
+    def run_once(self, now: datetime) -> datetime:
+        with self.db.transaction() as store:
+            leased = store.lease_attempts(WORKER_ID, now, LEASE_SECONDS, limit=10_000)
+            ticks = {a.run_id: store.get_run(a.run_id) for a in leased}
+        for attempt in leased:
+            run = ticks[attempt.run_id]
+            assert run is not None
+            plan = self.model.plan(self.workflows[attempt.workflow_id], attempt, run.scheduled_for, now)
+            self.in_flight[attempt.id] = plan.at
+            self.queue.at(plan.at, ORDER["world"], self._ender(attempt, plan))
+        return now + timedelta(seconds=WORKER_POLL_SECONDS)
+
+    def _ender(self, attempt: Attempt, plan: Plan) -> Callable[[datetime], None]:
+        def end(now: datetime) -> None:
+            self.in_flight.pop(attempt.id, None)
+            if plan.outcome is None:
+                return  # the worker died here: nothing is written, the lease will expire
+            with self.db.transaction() as store:
+                store.finish_attempt(attempt.id, WORKER_ID, plan.outcome, now)
+
+        return end
+
+    def heartbeat(self, now: datetime) -> datetime:
+        """Renew the lease of every attempt still alive, as the real worker's heartbeat does."""
+        alive = [attempt_id for attempt_id, stops in self.in_flight.items() if stops > now]
+        if alive:
+            with self.db.transaction() as store:
+                for attempt_id in alive:
+                    store.renew_lease(attempt_id, WORKER_ID, now, LEASE_SECONDS)
+        return now + timedelta(seconds=LEASE_SECONDS / 3)
+
+
+@dataclass
+class SimulationSetup:
+    workflow_ids: dict[str, int]
+    workflow_names: dict[int, str]
+    timeouts: dict[str, int]
+
+
+class Simulation:
+    """One simulation run: a fresh schema, the scenario's catalog, the loops, the clock."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        url: str | None = None,
+        overrides: dict[str, Any] | None = None,
+        replace_policy: bool = False,
+        model_factory: Callable[[Scenario, dict[str, int]], OutcomeModel] | None = None,
+        suppress: Callable[[str, datetime], bool] | None = None,
+    ):
+        self.scenario = scenario
+        self.url = url
+        self.overrides = overrides or {}
+        self.replace_policy = replace_policy
+        self.suppress = suppress
+        self.model_factory = model_factory or (lambda scenario, timeouts: FaultWindowModel(scenario, timeouts))
+        self.clock = VirtualClock(scenario.start)
+        self.schema = f"sim_{uuid.uuid4().hex[:12]}"
+        self.queue = EventQueue()
+        self.db: Database | None = None
+        self._schedule: Callable[[str, datetime], None] = lambda name, when: None
+
+    # -- schema -----------------------------------------------------------------------------------
+
+    def _create_schema(self, url: str) -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
+        with psycopg.connect(url, options=f"-c search_path={self.schema}") as conn:
+            upgrade(conn, self.scenario.start)
+
+    def _drop_schema(self, url: str) -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+    # -- catalog ----------------------------------------------------------------------------------
+
+    def _set_up(self, db: Database) -> SimulationSetup:
+        now = self.scenario.start
+        ids: dict[str, int] = {}
+        timeouts: dict[str, int] = {}
+        with db.transaction() as store:
+            store.sim_create_channel(None, "platform", "engineering", now)
+            tenants = {}
+            for name in self.scenario.tenants:
+                tenant = store.upsert_tenant(name, now)
+                tenants[name] = tenant
+                store.sim_create_channel(tenant.id, name, "customer", now)
+            for spec in self.scenario.workflows:
+                schedule = parse_schedule(spec.cron, spec.timezone)
+                cadence = cadence_of(schedule, now)
+                policy = dict(self.overrides) if self.replace_policy else {**spec.policy, **self.overrides}
+                derive_profile(cadence.interval_seconds, policy)  # validated before anything runs
+                timeout = default_timeout_seconds(cadence.interval_seconds)
+                workflow = store.upsert_workflow(
+                    tenants[spec.tenant].id, spec.name, now, timeout_seconds=timeout, policy_overrides=policy
+                )
+                store.upsert_schedule(
+                    tenant_id=workflow.tenant_id,
+                    workflow_id=workflow.id,
+                    cron=spec.cron,
+                    timezone=spec.timezone,
+                    cadence_seconds=cadence.interval_seconds,
+                    now=now,
+                )
+                ids[spec.key] = workflow.id
+                timeouts[spec.key] = timeout
+        return SimulationSetup(ids, {v: k for k, v in ids.items()}, timeouts)
+
+    # -- the run ------------------------------------------------------------------------------------
+
+    def run(self) -> SimulationOutcome:
+        """Simulate the scenario from start to end and return what the ledger holds."""
+        from tickwarden.db import database_url
+
+        url = self.url or database_url()
+        self._create_schema(url)
+        try:
+            self.db = Database(url, schema=self.schema, min_size=1, max_size=2, application_name="tickwarden-sim")
+            try:
+                setup = self._set_up(self.db)
+                self._drive(self.db, setup)
+                return self._collect(self.db, setup)
+            finally:
+                self.db.close()
+        finally:
+            self._drop_schema(url)
+
+    def _drive(self, db: Database, setup: SimulationSetup) -> None:
+        from tickwarden.deadlines import DeadlineDetector
+        from tickwarden.escalation import EscalationClock
+        from tickwarden.notifier import Notifier
+        from tickwarden.poller import OutcomePoller
+        from tickwarden.reaper import LeaseReaper
+        from tickwarden.reconciler import Reconciler
+        from tickwarden.ticker import Ticker
+        from tickwarden.transports.recording import RecordingTransport
+
+        outages: dict[int, list[tuple[datetime, datetime]]] = {}
+        for key, start, end in self.scenario.trigger_outages:
+            outages.setdefault(setup.workflow_ids[key], []).append((start, end))
+
+        def suppressed(workflow_id: int, tick: datetime) -> bool:
+            if self.suppress is not None and self.suppress(setup.workflow_names[workflow_id], tick):
+                return True
+            return any(start <= tick < end for start, end in outages.get(workflow_id, ()))
+
+        model = self.model_factory(self.scenario, setup.timeouts)
+        worker = SimulatedWorker(db, model, self.queue, setup.workflow_names)
+        loops: list[Any] = [
+            Reconciler(db),
+            Ticker(db, suppressed=suppressed),
+            worker,
+            LeaseReaper(db),
+            OutcomePoller(db, "simulated-control-plane"),
+            DeadlineDetector(db),
+            EscalationClock(db),
+            Notifier(db, "simulated-control-plane", {"recording": RecordingTransport()}),
+        ]
+        by_name = {loop.name: loop for loop in loops}
+        # Passes that can queue attempts or alert events wake their consumers at once, as
+        # LISTEN/NOTIFY does in the service; polling on each loop's own interval still runs.
+        wakes = {
+            "ticker": ("worker",),
+            "outcome-poller": ("worker", "notifier"),
+            "deadline-detector": ("notifier",),
+            "escalation-clock": ("notifier",),
+        }
+
+        def schedule(name: str, when: datetime) -> None:
+            self.queue.wake(name, when, lambda now, name=name: step(name, now))
+
+        def step(name: str, now: datetime) -> None:
+            following = by_name[name].run_once(now)
+            schedule(name, max(following, now + timedelta(milliseconds=1)))
+            for consumer in wakes.get(name, ()):
+                schedule(consumer, now)
+
+        self._schedule = schedule
+        for loop in loops:
+            schedule(loop.name, self.scenario.start)
+        self.queue.wake("heartbeat", self.scenario.start, self._heartbeat(worker))
+        for key, at in self.scenario.manual_runs:
+            self.queue.at(at, ORDER["world"], self._manual(db, key, setup))
+
+        while True:
+            event = self.queue.pop()
+            if event is None or event.at > self.scenario.end:
+                break
+            self.clock.set(event.at)
+            event.action(event.at)
+
+    def _heartbeat(self, worker: SimulatedWorker) -> Callable[[datetime], None]:
+        def beat(now: datetime) -> None:
+            following = worker.heartbeat(now)
+            self.queue.wake("heartbeat", following, beat)
+
+        return beat
+
+    def _manual(self, db: Database, key: str, setup: SimulationSetup) -> Callable[[datetime], None]:
+        def request(now: datetime) -> None:
+            from tickwarden.catalog import run_now
+
+            tenant, workflow = key.split("/", 1)
+            run_now(db, tenant, workflow, now, requested_by="scenario")
+            self._schedule("worker", now)
+
+        return request
+
+    def _collect(self, db: Database, setup: SimulationSetup) -> SimulationOutcome:
+        with db.transaction() as store:
+            return SimulationOutcome(
+                scenario=self.scenario,
+                runs=store.sim_runs(),
+                attempts=store.sim_attempts(),
+                alerts=store.sim_alerts(),
+                alert_events=store.sim_alert_events(),
+                notifications=store.sim_notifications(),
+                extra={"overrides": self.overrides, "replace_policy": self.replace_policy},
+            )
+
+
+@dataclass
+class SimulationOutcome:
+    """What a simulation left in its ledger, as plain rows."""
+
+    scenario: Scenario
+    runs: list[dict[str, Any]]
+    attempts: list[dict[str, Any]]
+    alerts: list[dict[str, Any]]
+    alert_events: list[dict[str, Any]]
+    notifications: list[dict[str, Any]]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def simulate(scenario: Scenario, **kwargs: Any) -> SimulationOutcome:
+    return Simulation(scenario, **kwargs).run()

@@ -1,0 +1,69 @@
+-- sim_runs --
+-- Every run of the simulation with its tenant and workflow names, in tick order.
+SELECT t.name AS tenant, w.name AS workflow, r.id, r.scheduled_for, r.manual, r.status, r.recovered,
+       r.attempts_count AS attempts, r.finished_at, r.error, r.error_category, r.created_at
+  FROM runs r
+  JOIN workflows w ON w.id = r.workflow_id
+  JOIN tenants t ON t.id = r.tenant_id
+ ORDER BY r.scheduled_for, t.name, w.name, r.id;
+
+-- sim_attempts --
+-- Every attempt with its run's tick, for the timeline.
+SELECT t.name AS tenant, w.name AS workflow, a.run_id, a.number, a.status, a.queued_at, a.started_at,
+       a.finished_at, a.error, a.error_category, r.scheduled_for, r.manual
+  FROM attempts a
+  JOIN runs r ON r.id = a.run_id
+  JOIN workflows w ON w.id = a.workflow_id
+  JOIN tenants t ON t.id = a.tenant_id
+ ORDER BY coalesce(a.finished_at, a.queued_at), a.id;
+
+-- sim_alerts --
+-- Every alert with its tenant and workflow names, in id order.
+SELECT a.id, t.name AS tenant, w.name AS workflow, a.first_severity, a.severity, a.status, a.opened_at,
+       a.escalated_at, a.resolved_at, a.failure_count, a.owner, a.downtime_seconds, a.last_error
+  FROM alerts a
+  JOIN workflows w ON w.id = a.workflow_id
+  JOIN tenants t ON t.id = a.tenant_id
+ ORDER BY a.id;
+
+-- sim_alert_events --
+-- Every alert event, in order, for the timeline.
+SELECT e.id, e.alert_id, e.kind, e.at, e.severity, e.owner, e.note, t.name AS tenant, w.name AS workflow,
+       a.failure_count
+  FROM alert_events e
+  JOIN alerts a ON a.id = e.alert_id
+  JOIN workflows w ON w.id = a.workflow_id
+  JOIN tenants t ON t.id = e.tenant_id
+ ORDER BY e.at, e.id;
+
+-- sim_notifications --
+-- Every delivered notification: when, which alert event, which channel and thread.
+SELECT o.id, o.sent_at AS at, t.name AS tenant, w.name AS workflow, o.alert_id AS alert, e.kind AS event,
+       e.severity, c.name AS channel, th.thread_key AS thread
+  FROM notification_outbox o
+  JOIN alert_events e ON e.id = o.event_id
+  JOIN alerts a ON a.id = o.alert_id
+  JOIN workflows w ON w.id = a.workflow_id
+  JOIN tenants t ON t.id = o.tenant_id
+  JOIN notification_channels c ON c.id = o.channel_id
+  LEFT JOIN notification_threads th ON th.alert_id = o.alert_id AND th.channel_id = o.channel_id
+ WHERE o.status = 'sent'
+ ORDER BY o.sent_at, o.id;
+
+-- sim_create_channel --
+-- A channel of the simulation (a recording one per tenant, and the platform's).
+INSERT INTO notification_channels (tenant_id, name, kind, audience, config, created_at)
+VALUES (%(tenant_id)s, %(name)s, %(kind)s, %(audience)s, '{}'::jsonb, %(now)s)
+RETURNING id;
+
+-- sim_history --
+-- Finished attempts of scheduled runs, with their schedule: the history a backtest replays.
+SELECT t.name AS tenant, w.name AS workflow, s.cron, s.timezone, r.scheduled_for, a.number, a.started_at,
+       a.finished_at, a.status, a.error, a.retryable
+  FROM attempts a
+  JOIN runs r ON r.id = a.run_id
+  JOIN workflows w ON w.id = a.workflow_id
+  JOIN tenants t ON t.id = a.tenant_id
+  JOIN schedules s ON s.workflow_id = a.workflow_id
+ WHERE NOT r.manual AND a.status IN ('succeeded', 'failed', 'lost') AND a.started_at IS NOT NULL
+ ORDER BY r.scheduled_for, a.id;
