@@ -8,11 +8,12 @@ catalog (tenants, workflows, schedules), ledger (runs and attempts), outbox
 from __future__ import annotations
 
 from tickwarden.store.catalog import CatalogStore
+from tickwarden.store.execution import ExecutionStore
 from tickwarden.store.ledger import LedgerStore, TickRequest
 from tickwarden.store.outbox import OutboxStore
 
 
-class Store(CatalogStore, LedgerStore, OutboxStore):
+class Store(CatalogStore, ExecutionStore, LedgerStore, OutboxStore):
     """All store operations, bound to one connection and its transaction."""
 
 

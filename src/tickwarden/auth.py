@@ -1,0 +1,111 @@
+"""Publisher credentials: the worker acts as the user who published the schedule.
+
+Before a run executes, the worker issues a short-lived signed credential naming
+the publisher (user and tenant) and verifies it: the signature, its age against
+the injected clock, and that the user still exists in that tenant and is active.
+A deactivated or missing publisher is a permanent `auth` failure, never retried.
+
+The signing key is `TICKWARDEN_SECRET_KEY`; without it, a key generated once into
+the data directory (every worker of one installation must share the same key).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from itsdangerous import BadSignature, SignatureExpired, TimestampSigner
+
+from tickwarden.db import data_dir
+from tickwarden.models import User
+
+SECRET_ENV = "TICKWARDEN_SECRET_KEY"
+KEY_FILE = "secret_key"
+CREDENTIAL_SECONDS = 300
+SALT = "tickwarden.publisher"
+
+
+class AuthError(Exception):
+    """The run cannot act as its publisher."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    user_id: int
+    tenant_id: int
+
+
+class _Signer(TimestampSigner):
+    """A timestamp signer that reads time from the caller, never from the system clock."""
+
+    def __init__(self, key: str | bytes, now: datetime):
+        super().__init__(key, salt=SALT)
+        self._now = now
+
+    def get_timestamp(self) -> int:
+        return int(self._now.timestamp())
+
+
+def secret_key(directory: Path | None = None) -> str:
+    """Return the signing key: the environment's, or one generated once per data directory."""
+    configured = os.environ.get(SECRET_ENV, "").strip()
+    if configured:
+        return configured
+    root = directory or data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / KEY_FILE
+    if not path.exists():
+        candidate = secrets.token_urlsafe(32)
+        try:
+            # O_EXCL: two workers starting together write one key, the loser reads it.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(candidate)
+    key = path.read_text().strip()
+    if not key:
+        raise AuthError(f"the signing key file {path} is empty")
+    return key
+
+
+def issue(identity: Identity, now: datetime, key: str) -> str:
+    """Return a signed credential for `identity`, stamped with `now`."""
+    payload = json.dumps({"u": identity.user_id, "t": identity.tenant_id}, separators=(",", ":"))
+    return _Signer(key, now).sign(payload).decode()
+
+
+def verify(token: str, now: datetime, key: str, max_age: int = CREDENTIAL_SECONDS) -> Identity:
+    """Check a credential's signature and age at `now`; return who it names."""
+    try:
+        raw = _Signer(key, now).unsign(token, max_age=max_age)
+    except SignatureExpired:
+        raise AuthError("the publisher credential has expired") from None
+    except BadSignature:
+        raise AuthError("the publisher credential is not validly signed") from None
+    data = json.loads(raw)
+    return Identity(user_id=int(data["u"]), tenant_id=int(data["t"]))
+
+
+def authenticate(publisher: User | None, tenant_id: int, now: datetime, key: str) -> Identity:
+    """Act as the publisher of a workflow: issue, verify and check the user; raise AuthError.
+
+    1. No publisher recorded, or one of another tenant: refuse.
+    2. Issue a credential and verify it (signature and age at `now`).
+    3. The user must still be active.
+    """
+    if publisher is None:
+        raise AuthError("the workflow has no publisher to run as")
+    if publisher.tenant_id != tenant_id:
+        raise AuthError("the publisher does not belong to the workflow's tenant")
+    identity = verify(issue(Identity(publisher.id, tenant_id), now, key), now, key)
+    if identity != Identity(publisher.id, tenant_id):
+        raise AuthError("the publisher credential names another user")
+    if not publisher.active:
+        raise AuthError("the publisher of this workflow is deactivated")
+    return identity

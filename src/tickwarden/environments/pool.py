@@ -1,0 +1,152 @@
+"""A worker's warm environments: wake on demand, reuse while warm, stop when idle.
+
+Instance states, as recorded in `environment_instances`:
+
+    starting ──► warm ◄──► busy
+                  │          └──► dead     (the process died, or the watchdog killed it)
+                  └──► stopped             (idle timeout, or the worker shut down)
+
+Processes are keyed by (tenant, environment): a process serves one tenant only,
+and the key, the runner's own check and `acquire`'s assertion all enforce it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from tickwarden.db import Database
+from tickwarden.environments.process import EnvironmentFailed, EnvironmentProcess
+from tickwarden.models import Environment
+
+log = logging.getLogger(__name__)
+
+
+class IsolationError(Exception):
+    """An environment was asked to serve a tenant it does not belong to."""
+
+
+@dataclass
+class Instance:
+    """A live process of one environment, owned by one worker."""
+
+    row_id: int
+    tenant_id: int
+    environment: Environment
+    process: EnvironmentProcess
+    last_used_at: datetime
+    runs_served: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+class EnvironmentPool:
+    """The environment processes of one worker."""
+
+    def __init__(self, db: Database, worker_id: str, *, spawn: Callable[..., EnvironmentProcess] = EnvironmentProcess):
+        self.db = db
+        self.worker_id = worker_id
+        self._spawn = spawn
+        self._live: dict[tuple[int, int], Instance] = {}
+
+    def live(self) -> list[Instance]:
+        return list(self._live.values())
+
+    def acquire(self, environment: Environment, tenant_id: int, now: datetime) -> tuple[Instance, bool]:
+        """Return a warm process for the environment, marked busy, and whether it had to be woken.
+
+        1. Refuse an environment of another tenant (isolation is never best effort).
+        2. Reuse the warm process if it is alive and its settings did not change;
+           otherwise record the old one dead or stopped and wake a new one.
+        """
+        if environment.tenant_id != tenant_id:
+            raise IsolationError(f"environment {environment.id} belongs to tenant {environment.tenant_id}, not {tenant_id}")
+        key = (tenant_id, environment.id)
+        current = self._live.get(key)
+        if current is not None:
+            assert current.process.tenant_id == tenant_id, "a warm process must serve one tenant only"
+            if not current.process.alive():
+                self._retire(current, "dead", now)
+                current = None
+            elif current.environment.updated_at != environment.updated_at:
+                self._retire(current, "stopped", now)
+                current = None
+        if current is not None:
+            self._mark(current, "busy", now)
+            return current, False
+        return self._wake(environment, tenant_id, now), True
+
+    def _wake(self, environment: Environment, tenant_id: int, now: datetime) -> Instance:
+        """Start a process: recorded `starting` first, so a slow or failed wake is visible."""
+        paths = environment.settings.get("paths") if isinstance(environment.settings, dict) else None
+        env = {**os.environ, "TICKWARDEN_TENANT_ID": str(tenant_id)}
+        with self.db.transaction() as store:
+            row = store.start_environment_instance(
+                tenant_id=tenant_id, environment_id=environment.id, worker_id=self.worker_id,
+                pid=None, status="starting", now=now,
+            )
+        try:
+            process = self._spawn(tenant_id, environment.python, paths=list(paths or []), env=env)
+        except EnvironmentFailed:
+            with self.db.transaction() as store:
+                store.update_environment_instance(row.id, "dead", now)
+            raise
+        with self.db.transaction() as store:
+            store.update_environment_instance(row.id, "busy", now, pid=process.pid)
+        instance = Instance(row.id, tenant_id, environment, process, now)
+        self._live[(tenant_id, environment.id)] = instance
+        log.info("woke environment %s of tenant %s in %.0f ms (pid %s)",
+                 environment.name, tenant_id, process.cold_start_ms, process.pid)
+        return instance
+
+    def release(self, instance: Instance, now: datetime) -> None:
+        """Return a process to the warm pool after a run, or record it dead if it died."""
+        instance.last_used_at = now
+        if not instance.process.alive():
+            self._retire(instance, "dead", now)
+            return
+        instance.runs_served += 1
+        self._mark(instance, "warm", now, served=1)
+
+    def discard(self, instance: Instance, now: datetime, status: str = "dead") -> None:
+        """Kill a process (the watchdog fired, or it broke) and forget it."""
+        self._retire(instance, status, now)
+
+    def stop_idle(self, now: datetime) -> list[Instance]:
+        """Stop every process idle for longer than its environment's idle timeout; return them."""
+        stopped = []
+        for instance in list(self._live.values()):
+            idle_until = instance.last_used_at + timedelta(seconds=instance.environment.idle_timeout_seconds)
+            if not instance.process.alive():
+                self._retire(instance, "dead", now)
+            elif idle_until <= now:
+                self._retire(instance, "stopped", now)
+                stopped.append(instance)
+        return stopped
+
+    def close(self, now: datetime) -> None:
+        """Stop every process (the worker is shutting down)."""
+        for instance in list(self._live.values()):
+            self._retire(instance, "stopped", now)
+
+    def _retire(self, instance: Instance, status: str, now: datetime) -> None:
+        key = (instance.tenant_id, instance.environment.id)
+        if self._live.get(key) is instance:
+            del self._live[key]
+        if status == "stopped":
+            instance.process.stop()
+        else:
+            instance.process.kill()
+        self._mark(instance, status, now)
+
+    def _mark(self, instance: Instance, status: str, now: datetime, served: int = 0) -> None:
+        with self.db.transaction() as store:
+            store.update_environment_instance(instance.row_id, status, now, served=served)
+
+
+__all__ = ["EnvironmentFailed", "EnvironmentPool", "Instance", "IsolationError"]

@@ -1,0 +1,95 @@
+"""Execution operations: attempt steps, released leases and environment instances."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from tickwarden.models import Environment, from_row
+from tickwarden.store.base import StoreBase
+
+
+@dataclass(frozen=True)
+class AttemptStep:
+    attempt_id: int
+    tenant_id: int
+    step: str
+    position: int
+    status: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    log: str
+    output: Any
+    error: str | None
+
+
+@dataclass(frozen=True)
+class EnvironmentInstance:
+    id: int
+    tenant_id: int
+    environment_id: int
+    worker_id: str
+    pid: int | None
+    status: str
+    started_at: datetime
+    last_used_at: datetime
+    stopped_at: datetime | None
+    runs_served: int
+    tenant: str | None = None
+    environment: str | None = None
+    python: str | None = None
+    idle_timeout_seconds: int | None = None
+
+
+class ExecutionStore(StoreBase):
+    def ensure_default_environment(self, tenant_id: int, now: datetime) -> Environment:
+        """Return the tenant's `default` environment, creating it once."""
+        row = self._row("ensure_default_environment", {"tenant_id": tenant_id, "now": now})
+        assert row is not None
+        return from_row(Environment, row)
+
+    def record_attempt_steps(self, attempt_id: int, tenant_id: int, steps: list[dict[str, Any]]) -> int:
+        """Write the per-step rows of an attempt; return how many were new."""
+        if not steps:
+            return 0
+        return self._execute(
+            "record_attempt_steps", {"attempt_id": attempt_id, "tenant_id": tenant_id, "steps": Jsonb(steps)}
+        )
+
+    def list_attempt_steps(self, attempt_id: int) -> list[AttemptStep]:
+        return [from_row(AttemptStep, r) for r in self._rows("list_attempt_steps", {"attempt_id": attempt_id})]
+
+    def release_attempt(self, attempt_id: int, worker_id: str) -> bool:
+        """Put a leased attempt back in the queue; False when this worker no longer held it."""
+        return self._row("release_attempt", {"attempt_id": attempt_id, "worker_id": worker_id}) is not None
+
+    def start_environment_instance(
+        self, *, tenant_id: int, environment_id: int, worker_id: str, pid: int | None, status: str, now: datetime
+    ) -> EnvironmentInstance:
+        row = self._row(
+            "start_environment_instance",
+            {"tenant_id": tenant_id, "environment_id": environment_id, "worker_id": worker_id, "pid": pid,
+             "status": status, "now": now},
+        )
+        assert row is not None
+        return from_row(EnvironmentInstance, row)
+
+    def update_environment_instance(
+        self, instance_id: int, status: str, now: datetime, *, pid: int | None = None, served: int = 0
+    ) -> EnvironmentInstance | None:
+        row = self._row(
+            "update_environment_instance",
+            {"instance_id": instance_id, "status": status, "now": now, "pid": pid, "served": served},
+        )
+        return from_row(EnvironmentInstance, row) if row else None
+
+    def abandon_environment_instances(self, now: datetime, grace_seconds: int = 300) -> int:
+        """Mark dead the idle instances whose worker vanished without stopping them."""
+        return len(self._rows("abandon_environment_instances", {"now": now, "grace_seconds": grace_seconds}))
+
+    def list_environment_instances(self, *, include_stopped: bool = False, limit: int = 200) -> list[EnvironmentInstance]:
+        rows = self._rows("list_environment_instances", {"include_stopped": include_stopped, "limit": limit})
+        return [from_row(EnvironmentInstance, r) for r in rows]

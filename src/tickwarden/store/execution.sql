@@ -1,0 +1,88 @@
+-- ensure_default_environment --
+-- The environment of a workflow that names none: one `default` per tenant, created
+-- once (ON CONFLICT keeps racing workers to one row) and never modified here.
+WITH created AS (
+    INSERT INTO environments (tenant_id, name, python, idle_timeout_seconds, settings, created_at, updated_at)
+    VALUES (%(tenant_id)s, 'default', NULL, 600, '{}'::jsonb, %(now)s, %(now)s)
+        ON CONFLICT (tenant_id, name) DO NOTHING
+    RETURNING *
+)
+SELECT * FROM created
+UNION ALL
+SELECT * FROM environments WHERE tenant_id = %(tenant_id)s AND name = 'default'
+LIMIT 1;
+
+-- record_attempt_steps --
+-- Write what each step of an attempt did, in one statement. Called in the same
+-- transaction as finish_attempt and only when that applied, so a result delivered
+-- twice writes its steps once; ON CONFLICT is the second line of defence.
+INSERT INTO attempt_steps (attempt_id, tenant_id, step, position, status, started_at, finished_at, log, output, error)
+SELECT %(attempt_id)s, %(tenant_id)s, s.step, s.position, s.status, s.started_at, s.finished_at,
+       coalesce(s.log, ''), s.output, s.error
+  FROM jsonb_to_recordset(%(steps)s) AS s(step text, position integer, status text, started_at timestamptz,
+                                           finished_at timestamptz, log text, output jsonb, error text)
+    ON CONFLICT (attempt_id, step) DO NOTHING;
+
+-- list_attempt_steps --
+SELECT * FROM attempt_steps WHERE attempt_id = %(attempt_id)s ORDER BY position;
+
+-- release_attempt --
+-- Hand a leased attempt back to the queue (a worker stopping before it could
+-- finish). Compare-and-set on (running, this worker): a reaped lease stays lost.
+WITH released AS (
+    UPDATE attempts
+       SET status = 'queued', worker_id = NULL, lease_expires_at = NULL, started_at = NULL, heartbeat_at = NULL
+     WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s
+    RETURNING id, run_id
+), moved AS (
+    UPDATE runs r SET status = 'queued'
+      FROM released
+     WHERE r.id = released.run_id AND r.status = 'running'
+)
+SELECT id FROM released;
+
+-- start_environment_instance --
+-- Record a new process of an environment on this worker. A restart within the same
+-- instant of the clock (a virtual clock stands still) starts one microsecond later,
+-- so (environment, worker, started_at) stays unique without reading a real clock.
+WITH previous AS (
+    SELECT max(started_at) AS started_at FROM environment_instances
+     WHERE environment_id = %(environment_id)s AND worker_id = %(worker_id)s
+), stamp AS (
+    SELECT greatest(%(now)s::timestamptz, previous.started_at + interval '1 microsecond') AS at FROM previous
+)
+INSERT INTO environment_instances (tenant_id, environment_id, worker_id, pid, status, started_at, last_used_at)
+SELECT %(tenant_id)s, %(environment_id)s, %(worker_id)s, %(pid)s, %(status)s, stamp.at, stamp.at FROM stamp
+RETURNING *;
+
+-- update_environment_instance --
+-- Move an instance to a new status; a stopped or dead instance never comes back.
+UPDATE environment_instances
+   SET status = %(status)s,
+       pid = coalesce(%(pid)s, pid),
+       last_used_at = greatest(last_used_at, %(now)s),
+       runs_served = runs_served + %(served)s,
+       stopped_at = CASE WHEN %(status)s IN ('stopped', 'dead') THEN %(now)s::timestamptz END
+ WHERE id = %(instance_id)s AND status NOT IN ('stopped', 'dead')
+RETURNING *;
+
+-- abandon_environment_instances --
+-- Instances still listed idle-but-live long after their idle timeout belong to a
+-- worker that died without stopping them (its processes died with it): mark them dead.
+UPDATE environment_instances i
+   SET status = 'dead', stopped_at = %(now)s
+  FROM environments e
+ WHERE e.id = i.environment_id
+   AND i.status IN ('starting', 'warm')
+   AND i.last_used_at + make_interval(secs => e.idle_timeout_seconds + %(grace_seconds)s) <= %(now)s
+RETURNING i.id;
+
+-- list_environment_instances --
+-- Environment processes, live ones first, newest first.
+SELECT i.*, t.name AS tenant, e.name AS environment, e.python, e.idle_timeout_seconds
+  FROM environment_instances i
+  JOIN environments e ON e.id = i.environment_id
+  JOIN tenants t ON t.id = i.tenant_id
+ WHERE %(include_stopped)s OR i.status IN ('starting', 'warm', 'busy')
+ ORDER BY (i.status IN ('starting', 'warm', 'busy')) DESC, i.started_at DESC, i.id DESC
+ LIMIT %(limit)s;

@@ -1,0 +1,383 @@
+"""The worker: lease an attempt, act as its publisher, run its recipe graph, record the outcome.
+
+One pass (`run_once`) at time `now`:
+
+1. Stop environments idle past their timeout (the janitor).
+2. Lease one queued attempt (`FOR UPDATE SKIP LOCKED`); none: come back after the poll interval.
+3. Renew the lease from a heartbeat thread every lease/3; when a renewal finds the
+   lease gone (reaped as lost), stop the step and abandon the result.
+4. Load the workflow; a malformed stored recipe is a `config` failure.
+5. Authenticate as the publisher; a missing or deactivated one is an `auth` failure.
+6. Wake the environment (or reuse it warm) and run the steps in dependency order,
+   each under the watchdog: min(step timeout, what is left of the workflow timeout).
+   A failed step skips its dependants; a timeout or a dead environment skips the rest.
+7. Record the outcome and the per-step rows in one transaction with `finish_attempt`,
+   which also decides pending_retry vs failed by budget: the worker's only
+   monitoring duty lives there, in SQL, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from tickwarden import auth, secrets
+from tickwarden.categories import categorize, is_retryable
+from tickwarden.clock import Clock, WallClock
+from tickwarden.db import Database
+from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
+from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
+from tickwarden.profile import default_timeout_seconds
+from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
+from tickwarden.sanitize import sanitize_error, sanitize_log_tail
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+MAX_OUTPUT_BYTES = 4096
+MAX_OUTPUTS_BYTES = 16384
+STEP_LOG_LINES = 50
+STEP_LOG_CHARS = 4000
+DEFAULT_TIMEOUT_SECONDS = 3600
+
+
+@dataclass
+class StepRecord:
+    """What one step did, ready for `attempt_steps`."""
+
+    step: str
+    position: int
+    status: str
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    log: str = ""
+    output: Any = None
+    error: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "position": self.position,
+            "status": self.status,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "log": self.log,
+            "output": self.output,
+            "error": self.error,
+        }
+
+
+@dataclass
+class Result:
+    """An attempt's outcome and its steps, before it is recorded."""
+
+    outcome: AttemptOutcome
+    steps: list[StepRecord] = field(default_factory=list)
+
+
+@dataclass
+class _Failure:
+    category: str
+    message: str
+    step: str | None = None
+
+
+class Heartbeat:
+    """Renew a lease every lease/3 seconds from a thread until stopped or the lease is lost."""
+
+    def __init__(self, worker: Worker, attempt: Attempt):
+        self.worker = worker
+        self.attempt = attempt
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{attempt.id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        interval = self.worker.lease_seconds / 3
+        while not self._stop.wait(interval):
+            try:
+                with self.worker.db.transaction() as store:
+                    held = store.renew_lease(self.attempt.id, self.worker.worker_id, self.worker.clock.now(),
+                                             self.worker.lease_seconds)
+            except Exception:  # a database hiccup: try again at the next beat, the lease has slack
+                log.warning("could not renew the lease of attempt %s", self.attempt.id, exc_info=True)
+                continue
+            if not held:
+                log.warning("attempt %s: the lease was lost; its result will be abandoned", self.attempt.id)
+                self.lost.set()
+                return
+
+
+class Worker:
+    """Executes queued attempts; several may run at once, in one process or many."""
+
+    name = "worker"
+
+    def __init__(
+        self,
+        db: Database,
+        worker_id: str,
+        *,
+        lease_seconds: float = 30,
+        environments: EnvironmentPool | None = None,
+        clock: Clock | None = None,
+        poll_seconds: float = POLL_SECONDS,
+        secret_key: str | None = None,
+        environ: dict[str, str] | None = None,
+    ):
+        self.db = db
+        self.worker_id = worker_id
+        self.lease_seconds = lease_seconds
+        self.environments = environments or EnvironmentPool(db, worker_id)
+        self.clock = clock or WallClock()
+        self.poll_seconds = poll_seconds
+        self._key = secret_key or auth.secret_key()
+        self._environ = environ
+        # Set by the owner to give up on the current attempt (a stopping worker past its grace).
+        self.abort = threading.Event()
+
+    def run_once(self, now: datetime) -> datetime:
+        """Stop idle environments, then lease and execute one attempt; return the next wake-up."""
+        self.environments.stop_idle(now)
+        with self.db.transaction() as store:
+            leased = store.lease_attempts(self.worker_id, now, self.lease_seconds, limit=1)
+        if not leased:
+            return now + timedelta(seconds=self.poll_seconds)
+        self.execute(leased[0])
+        return self.clock.now()
+
+    def execute(self, attempt: Attempt) -> FinishedAttempt | None:
+        """Run a leased attempt and record its outcome; None when the result was abandoned."""
+        with Heartbeat(self, attempt) as heartbeat:
+            try:
+                result = self._run(attempt, heartbeat)
+            except Aborted:
+                result = None
+        if heartbeat.lost.is_set():
+            return None
+        if result is None:
+            with self.db.transaction() as store:
+                store.release_attempt(attempt.id, self.worker_id)
+            log.info("attempt %s released back to the queue", attempt.id)
+            return None
+        return self.record(attempt, result)
+
+    def record(self, attempt: Attempt, result: Result) -> FinishedAttempt:
+        """Write the outcome and the step rows once; a second delivery changes nothing."""
+        with self.db.transaction() as store:
+            finished = store.finish_attempt(attempt.id, self.worker_id, result.outcome, self.clock.now())
+            if finished.applied:
+                store.record_attempt_steps(attempt.id, attempt.tenant_id, [s.row() for s in result.steps])
+        return finished
+
+    # -- execution -------------------------------------------------------------------------
+
+    def _run(self, attempt: Attempt, heartbeat: Heartbeat) -> Result:
+        notes: list[str] = []
+        with self.db.transaction() as store:
+            workflow = store.get_workflow(attempt.workflow_id)
+            schedule = store.get_schedule_for_workflow(attempt.workflow_id)
+            publisher = store.get_user(workflow.publisher_id) if workflow and workflow.publisher_id else None
+            environment = None
+            if workflow is not None:
+                environment = (store.get_environment(workflow.environment_id) if workflow.environment_id
+                               else store.ensure_default_environment(workflow.tenant_id, self.clock.now()))
+        if workflow is None or environment is None:
+            return _failed(_Failure("config", "the workflow or its environment no longer exists"), [], notes)
+        try:
+            recipe = parse_recipe(workflow.recipe)
+        except RecipeError as exc:
+            return _failed(_Failure("config", f"the stored recipe cannot run: {exc}"), [], notes)
+        try:
+            auth.authenticate(publisher, attempt.tenant_id, self.clock.now(), self._key)
+        except auth.AuthError as exc:
+            return _failed(_Failure("auth", str(exc)), _all_skipped(recipe), notes)
+        timeout = workflow.timeout_seconds or (
+            default_timeout_seconds(schedule.cadence_seconds) if schedule else DEFAULT_TIMEOUT_SECONDS)
+        # The watchdog measures real elapsed time, whatever clock the ledger uses.
+        deadline = time.monotonic() + timeout
+        try:
+            instance, woke = self.environments.acquire(environment, attempt.tenant_id, self.clock.now())
+        except EnvironmentFailed as exc:
+            return _failed(_Failure("environment", f"environment {environment.name} could not be woken: {exc}"),
+                           _all_skipped(recipe), notes)
+        if woke:
+            notes.append(f"woke environment {environment.name} in {instance.process.cold_start_ms:.0f} ms")
+        else:
+            notes.append(f"environment {environment.name} was warm (pid {instance.pid})")
+        healthy = True
+        try:
+            steps, failure, healthy = self._run_steps(attempt, recipe, instance, deadline, timeout, heartbeat)
+        finally:
+            if healthy:
+                self.environments.release(instance, self.clock.now())
+            else:
+                self.environments.discard(instance, self.clock.now())
+        if failure is not None:
+            return _failed(failure, steps, notes)
+        outputs = _bounded_outputs(steps)
+        return Result(AttemptOutcome(status="succeeded", retryable=True, log_tail=_log_tail(steps, notes),
+                                     outputs=outputs), steps)
+
+    def _run_steps(self, attempt: Attempt, recipe: Recipe, instance: Instance, deadline: float, timeout: int,
+                   heartbeat: Heartbeat) -> tuple[list[StepRecord], _Failure | None, bool]:
+        """Run each step in order; return the records, the first failure and whether the process is reusable."""
+        records: list[StepRecord] = []
+        outputs: dict[str, Any] = {}
+        not_ok: set[str] = set()
+        failure: _Failure | None = None
+        should_abort = lambda: heartbeat.lost.is_set() or self.abort.is_set()  # noqa: E731
+        for position, step in enumerate(recipe.steps):
+            blocker = blocked_by(step, not_ok)
+            if blocker is not None:
+                records.append(StepRecord(step.name, position, "skipped", log=f"skipped: {blocker} did not succeed"))
+                not_ok.add(step.name)
+                continue
+            remaining = deadline - time.monotonic()
+            limit = min(step.timeout_seconds or remaining, remaining)
+            record = StepRecord(step.name, position, "failed", started_at=self.clock.now())
+            records.append(record)
+            try:
+                secret_values, request = self._request(attempt, step, {d: outputs.get(d) for d in step.depends_on})
+            except secrets.SecretError as exc:
+                record.finished_at = self.clock.now()
+                record.error = sanitize_error(exc)
+                failure = failure or _Failure("config", str(exc), step.name)
+                not_ok.add(step.name)
+                continue
+            try:
+                if limit <= 0:
+                    raise WatchdogTimeout()
+                answer = instance.process.call(request, limit, should_abort)
+            except WatchdogTimeout:
+                record.finished_at = self.clock.now()
+                record.status = "timeout"
+                whose = (f"step {step.name} exceeded its timeout of {step.timeout_seconds} s"
+                         if step.timeout_seconds and step.timeout_seconds < remaining
+                         else f"the workflow exceeded its timeout of {timeout} s")
+                record.error = whose
+                failure = failure or _Failure("timeout", whose, step.name)
+                return self._finish_skips(records, recipe, position), failure, False
+            except EnvironmentFailed as exc:
+                record.finished_at = self.clock.now()
+                record.error = sanitize_error(secrets.scrub(str(exc), secret_values))
+                failure = failure or _Failure("environment", f"step {step.name}: {exc}", step.name)
+                return self._finish_skips(records, recipe, position), failure, False
+            record.finished_at = self.clock.now()
+            record.log = _step_log(answer.get("log") or "", secret_values)
+            if answer.get("ok"):
+                record.status = "succeeded"
+                outputs[step.name] = answer.get("output")
+                record.output = _small(answer.get("output"), secret_values)
+                continue
+            not_ok.add(step.name)
+            category = _category(answer)
+            text = secrets.scrub(f"{answer.get('error_type')}: {answer.get('error')}", secret_values)
+            record.error = sanitize_error(text)
+            failure = failure or _Failure(category, f"step {step.name} failed: {text}", step.name)
+            if answer.get("phase") == "isolation":
+                return self._finish_skips(records, recipe, position), failure, False
+        return records, failure, True
+
+    @staticmethod
+    def _finish_skips(records: list[StepRecord], recipe: Recipe, position: int) -> list[StepRecord]:
+        for later, step in enumerate(recipe.steps[position + 1:], start=position + 1):
+            records.append(StepRecord(step.name, later, "skipped", log="skipped: the attempt was stopped"))
+        return records
+
+    def _request(self, attempt: Attempt, step: Step, inputs: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        request: dict[str, Any] = {"op": "run", "tenant_id": attempt.tenant_id, "step": step.request(),
+                                   "inputs": inputs}
+        if step.kind != "sql":
+            return [], request
+        assert step.database is not None
+        url = secrets.resolve(step.database, self._environ)
+        request["database_url"] = url
+        return [url], request
+
+
+def _category(answer: dict[str, Any]) -> str:
+    phase = answer.get("phase")
+    if phase == "resolve":
+        return "config"
+    if phase == "connect":
+        return "connection"
+    if phase == "isolation":
+        return "internal"
+    if answer.get("error_type") in ("ConnectionError", "ConnectionResetError", "ConnectionRefusedError",
+                                    "ConnectionAbortedError", "BrokenPipeError"):
+        return "connection"
+    guess = categorize(str(answer.get("error") or ""))
+    # A step's own message decides only between the categories a step can cause.
+    return guess if guess in ("connection", "auth", "config", "timeout") else "step_error"
+
+
+def _failed(failure: _Failure, steps: list[StepRecord], notes: list[str]) -> Result:
+    return Result(
+        AttemptOutcome(
+            status="failed",
+            error_category=failure.category,
+            error=sanitize_error(failure.message),
+            failed_step=failure.step,
+            retryable=is_retryable(failure.category),
+            log_tail=_log_tail(steps, notes + [f"failed ({failure.category}): {sanitize_error(failure.message)}"]),
+            outputs=_bounded_outputs(steps),
+        ),
+        steps,
+    )
+
+
+def _all_skipped(recipe: Recipe) -> list[StepRecord]:
+    return [StepRecord(s.name, i, "skipped", log="skipped: the attempt could not start") for i, s in
+            enumerate(recipe.steps)]
+
+
+def _step_log(text: str, secret_values: list[str]) -> str:
+    return sanitize_log_tail(secrets.scrub(text, secret_values), lines=STEP_LOG_LINES, limit=STEP_LOG_CHARS)
+
+
+def _small(output: Any, secret_values: list[str]) -> Any:
+    """Keep an output only if it is small JSON without secrets; larger ones are summarised."""
+    text = json.dumps(output, default=str)
+    if secret_values and secrets.scrub(text, secret_values) != text:
+        return {"omitted": "the output contained a secret"}
+    if len(text.encode()) > MAX_OUTPUT_BYTES:
+        return {"omitted": f"output of {len(text.encode())} bytes is larger than {MAX_OUTPUT_BYTES}"}
+    return output
+
+
+def _bounded_outputs(steps: list[StepRecord]) -> dict[str, Any]:
+    outputs: dict[str, Any] = {}
+    size = 0
+    for record in steps:
+        if record.status != "succeeded":
+            continue
+        size += len(json.dumps(record.output, default=str))
+        if size > MAX_OUTPUTS_BYTES:
+            break
+        outputs[record.step] = record.output
+    return outputs
+
+
+def _log_tail(steps: list[StepRecord], notes: list[str]) -> str:
+    lines = list(notes[:1])
+    for record in steps:
+        lines.append(f"[{record.step}] {record.status}")
+        lines += [f"[{record.step}] {line}" for line in record.log.splitlines()[-5:]]
+        if record.error:
+            lines.append(f"[{record.step}] error: {record.error}")
+    lines += notes[1:]
+    return sanitize_log_tail("\n".join(lines))

@@ -1,0 +1,41 @@
+"""Builders for execution tests: a tenant with a publisher, an environment and a workflow."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from tickwarden.db import Database
+from tickwarden.models import Run, Workflow
+from tickwarden.store import TickRequest
+
+SECRET = "test-signing-key"
+
+
+def python_step(name: str, call: str, *, depends_on: list[str] | None = None, params: dict[str, Any] | None = None,
+                timeout: int | None = None) -> dict[str, Any]:
+    return {"name": name, "kind": "python", "call": f"tests.steps:{call}", "depends_on": depends_on or [],
+            "params": params or {}, "timeout_seconds": timeout}
+
+
+def make_runnable(db: Database, now: datetime, steps: list[dict[str, Any]], *, tenant: str = "acme",
+                  name: str = "nightly", timeout: int | None = 60, idle_timeout: int = 600,
+                  publisher_active: bool = True, with_publisher: bool = True) -> Workflow:
+    with db.transaction() as store:
+        t = store.upsert_tenant(tenant, now)
+        user = store.upsert_user(t.id, f"owner@{tenant}.test", now, active=publisher_active)
+        env = store.upsert_environment(t.id, "main", now, idle_timeout_seconds=idle_timeout)
+        workflow = store.upsert_workflow(t.id, name, now, environment_id=env.id,
+                                         publisher_id=user.id if with_publisher else None,
+                                         recipe={"steps": steps}, timeout_seconds=timeout)
+        store.upsert_schedule(tenant_id=t.id, workflow_id=workflow.id, cron="0 2 * * *", timezone="UTC",
+                              cadence_seconds=86400, now=now)
+        return workflow
+
+
+def queue_run(db: Database, workflow: Workflow, scheduled_for: datetime, now: datetime, *, budget: int = 2) -> Run:
+    with db.transaction() as store:
+        run = store.create_tick_run(TickRequest(workflow.tenant_id, workflow.id, scheduled_for, budget,
+                                                scheduled_for + timedelta(hours=3)), now)
+        assert run is not None
+        return run

@@ -1,0 +1,279 @@
+import time
+from datetime import timedelta
+
+import pytest
+
+from tests.dbutil import TEST_URL
+from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
+from tickwarden.models import AttemptOutcome
+from tickwarden.worker import Result, Worker
+
+
+@pytest.fixture
+def workers(db, clock):
+    made = []
+
+    def make(worker_id="w1", **kwargs):
+        worker = Worker(db, worker_id, clock=clock, secret_key=SECRET, **kwargs)
+        made.append(worker)
+        return worker
+
+    yield make
+    for worker in made:
+        worker.environments.close(clock.now())
+
+
+def outcome(db, run_id):
+    with db.transaction() as store:
+        run = store.get_run(run_id)
+        attempts = store.list_attempts(run_id)
+        steps = store.list_attempt_steps(attempts[-1].id)
+    return run, attempts[-1], {s.step: s for s in steps}
+
+
+def test_it_runs_a_two_step_graph_and_outputs_flow_downstream(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [
+        python_step("second", "double", depends_on=["first"]),
+        python_step("first", "number", params={"value": 21}),
+    ])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers().run_once(clock.now())
+    run, attempt, steps = outcome(db, run.id)
+    assert run.status == "succeeded" and attempt.status == "succeeded"
+    assert [s.step for s in sorted(steps.values(), key=lambda s: s.position)] == ["first", "second"]
+    assert steps["second"].output == {"value": 42}
+    assert attempt.outputs == {"first": {"value": 21}, "second": {"value": 42}}
+    assert "producing 21" in steps["first"].log and "doubling" in steps["second"].log
+
+
+def test_a_failing_step_stops_its_dependants_and_is_named(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [
+        python_step("extract", "fail"),
+        python_step("load", "noop", depends_on=["extract"]),
+        python_step("report", "noop", depends_on=["load"]),
+        python_step("independent", "noop"),
+    ])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers().run_once(clock.now())
+    run, attempt, steps = outcome(db, run.id)
+    assert run.status == "pending_retry" and run.failed_step == "extract"
+    assert attempt.error_category == "step_error" and attempt.retryable
+    assert "ValueError" in attempt.error and "extract" in attempt.error
+    assert {k: s.status for k, s in steps.items()} == {
+        "extract": "failed", "load": "skipped", "report": "skipped", "independent": "succeeded"}
+    assert "about to fail" in steps["extract"].log
+
+
+def test_the_watchdog_stops_a_hanging_step_at_its_timeout(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [
+        python_step("stuck", "hang", timeout=1),
+        python_step("after", "noop", depends_on=["stuck"]),
+    ])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    worker = workers()
+    started = time.monotonic()
+    worker.run_once(clock.now())
+    elapsed = time.monotonic() - started
+    run, attempt, steps = outcome(db, run.id)
+    assert 1 <= elapsed < 5
+    assert attempt.error_category == "timeout" and attempt.failed_step == "stuck"
+    assert steps["stuck"].status == "timeout" and steps["after"].status == "skipped"
+    with db.transaction() as store:
+        instances = store.list_environment_instances(include_stopped=True)
+    assert [i.status for i in instances] == ["dead"]
+    assert not worker.environments.live()
+
+
+def test_the_workflow_timeout_bounds_the_whole_graph(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [python_step("stuck", "hang")], timeout=1)
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers().run_once(clock.now())
+    run, attempt, _ = outcome(db, run.id)
+    assert attempt.error_category == "timeout" and "workflow exceeded its timeout of 1 s" in attempt.error
+
+
+def test_a_deactivated_publisher_is_a_permanent_auth_failure(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [python_step("first", "noop")], publisher_active=False)
+    run = queue_run(db, wf, clock.now(), clock.now(), budget=3)
+    worker = workers()
+    worker.run_once(clock.now())
+    run, attempt, steps = outcome(db, run.id)
+    assert attempt.error_category == "auth" and attempt.retryable is False
+    assert run.status == "failed" and steps["first"].status == "skipped"
+    assert not worker.environments.live()  # nothing was woken for a run that may not execute
+
+
+def test_a_workflow_without_publisher_is_an_auth_failure(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [python_step("first", "noop")], with_publisher=False)
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers().run_once(clock.now())
+    run, attempt, _ = outcome(db, run.id)
+    assert attempt.error_category == "auth" and run.status == "failed"
+
+
+def test_a_malformed_stored_recipe_is_a_config_failure(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [python_step("a", "noop", depends_on=["b"]),
+                                         python_step("b", "noop", depends_on=["a"])])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers().run_once(clock.now())
+    run, attempt, _ = outcome(db, run.id)
+    assert attempt.error_category == "config" and not attempt.retryable and "cycle" in attempt.error
+
+
+def test_an_unimportable_call_is_a_config_failure(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [{"name": "a", "kind": "python", "call": "tests.nowhere:fn"}])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers().run_once(clock.now())
+    run, attempt, _ = outcome(db, run.id)
+    assert attempt.error_category == "config" and run.status == "failed" and attempt.failed_step == "a"
+
+
+def test_a_sql_step_runs_through_a_secret_reference_that_never_leaks(db, clock, workers, schema):
+    canary_password = "canary-pw-7f3a9c"
+    url = TEST_URL.replace("postgres@", f"postgres:{canary_password}@")
+    environ = {"TENANT_DB": url + f"?options=-c%20search_path%3D{schema}"}
+    wf = make_runnable(db, clock.now(), [
+        {"name": "count", "kind": "sql", "query": "SELECT id, name, display_name FROM tenants",
+         "database": "env:TENANT_DB"},
+        {"name": "broken", "kind": "sql", "query": "SELECT nope FROM tenants", "database": "env:TENANT_DB"},
+    ])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers(environ=environ).run_once(clock.now())
+    run, attempt, steps = outcome(db, run.id)
+    assert steps["count"].status == "succeeded"
+    assert steps["count"].output == {"rows": 1, "columns": ["id", "name", "display_name"]}
+    assert steps["broken"].status == "failed" and attempt.failed_step == "broken"
+    with db.connection() as conn:
+        dump = str(conn.execute("SELECT a.*, r.* FROM attempts a JOIN runs r ON r.id = a.run_id").fetchall())
+        dump += str(conn.execute("SELECT * FROM attempt_steps").fetchall())
+    assert canary_password not in dump and url not in dump and "acme" not in str(steps["count"].output)
+
+
+def test_a_missing_secret_is_a_config_failure_naming_only_the_reference(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [{"name": "q", "kind": "sql", "query": "SELECT 1", "database": "env:NOPE"}])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers(environ={}).run_once(clock.now())
+    run, attempt, _ = outcome(db, run.id)
+    assert attempt.error_category == "config" and "env:NOPE" in attempt.error
+
+
+def test_the_environment_stays_warm_across_runs_and_stops_when_idle(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [python_step("who", "pid")], idle_timeout=60)
+    worker = workers()
+    pids = []
+    for minute in range(3):
+        run = queue_run(db, wf, clock.now(), clock.now())
+        worker.run_once(clock.now())
+        pids.append(outcome(db, run.id)[2]["who"].output["pid"])
+        clock.advance(30)
+    assert len(set(pids)) == 1
+    with db.transaction() as store:
+        [instance] = store.list_environment_instances()
+    assert instance.status == "warm" and instance.runs_served == 3 and instance.pid == pids[0]
+    process = worker.environments.live()[0].process
+    worker.run_once(clock.advance(61))
+    assert not process.alive() and not worker.environments.live()
+    with db.transaction() as store:
+        assert [i.status for i in store.list_environment_instances(include_stopped=True)] == ["stopped"]
+
+
+def test_a_dead_environment_is_restarted_on_the_next_run(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [python_step("who", "pid")])
+    worker = workers()
+    first = queue_run(db, wf, clock.now(), clock.now())
+    worker.run_once(clock.now())
+    worker.environments.live()[0].process.kill()
+    second = queue_run(db, wf, clock.now() + timedelta(days=1), clock.now())
+    worker.run_once(clock.now())
+    a, b = (outcome(db, r.id)[2]["who"].output["pid"] for r in (first, second))
+    assert a != b
+    with db.transaction() as store:
+        assert sorted(i.status for i in store.list_environment_instances(include_stopped=True)) == ["dead", "warm"]
+
+
+def test_a_step_that_kills_its_environment_is_an_environment_failure(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [python_step("boom", "die")])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers().run_once(clock.now())
+    run, attempt, _ = outcome(db, run.id)
+    assert attempt.error_category == "environment" and attempt.retryable and run.status == "pending_retry"
+
+
+def test_tenants_never_share_a_process(db, clock, workers):
+    acme = make_runnable(db, clock.now(), [python_step("who", "pid")], tenant="acme")
+    globex = make_runnable(db, clock.now(), [python_step("who", "pid")], tenant="globex")
+    worker = workers()
+    runs = [queue_run(db, wf, clock.now() - timedelta(days=i), clock.now()) for i, wf in enumerate((acme, globex, acme))]
+    for _ in runs:
+        worker.run_once(clock.now())
+    pids = [outcome(db, r.id)[2]["who"].output["pid"] for r in runs]
+    assert pids[0] == pids[2] != pids[1]
+    tenants = {i.tenant_id: i.process.tenant_id for i in worker.environments.live()}
+    assert tenants == {acme.tenant_id: acme.tenant_id, globex.tenant_id: globex.tenant_id}
+
+
+def test_an_environment_refuses_another_tenant(db, clock, workers):
+    from tickwarden.environments import IsolationError
+
+    acme = make_runnable(db, clock.now(), [python_step("who", "pid")], tenant="acme")
+    with db.transaction() as store:
+        env = store.get_environment(acme.environment_id)
+    with pytest.raises(IsolationError):
+        workers().environments.acquire(env, acme.tenant_id + 1, clock.now())
+
+
+def test_a_result_delivered_twice_is_applied_once(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [python_step("first", "number", params={"value": 1})])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    worker = workers()
+    with db.transaction() as store:
+        [attempt] = store.lease_attempts("w1", clock.now(), 30)
+    first = worker.execute(attempt)
+    again = worker.record(attempt, Result(AttemptOutcome(status="failed", error_category="step_error", error="late")))
+    run, attempt, steps = outcome(db, run.id)
+    assert first.applied and not again.applied
+    assert run.status == "succeeded" and attempt.status == "succeeded" and list(steps) == ["first"]
+
+
+def test_a_lost_lease_abandons_the_result(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [python_step("stuck", "hang", params={"seconds": 5})])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    worker = workers(lease_seconds=0.6)
+    with db.transaction() as store:
+        [attempt] = store.lease_attempts("w1", clock.now(), 0.6)
+        # another party (the reaper) decides the lease is gone
+        store.expire_leases(clock.now() + timedelta(seconds=1))
+    started = time.monotonic()
+    assert worker.execute(attempt) is None
+    assert time.monotonic() - started < 3
+    run, attempt, steps = outcome(db, run.id)
+    assert attempt.status == "lost" and steps == {}
+
+
+def test_concurrent_workers_never_lease_the_same_attempt(db, clock, workers):
+    import threading
+
+    wf = make_runnable(db, clock.now(), [python_step("first", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=i), clock.now()) for i in range(12)]
+    pool = [workers(f"w{i}") for i in range(3)]
+    executed: list[tuple[str, int]] = []
+    original = Worker.execute
+
+    def spy(self, attempt):
+        executed.append((self.worker_id, attempt.id))
+        return original(self, attempt)
+
+    Worker.execute = spy
+    try:
+        def drain(worker):
+            while worker.run_once(clock.now()) <= clock.now():
+                pass
+
+        threads = [threading.Thread(target=drain, args=(w,)) for w in pool]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    finally:
+        Worker.execute = original
+    attempt_ids = [a for _, a in executed]
+    assert len(attempt_ids) == len(set(attempt_ids)) == 12
+    assert all(outcome(db, r.id)[0].status == "succeeded" for r in runs)

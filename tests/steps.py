@@ -1,0 +1,49 @@
+"""Step functions that tests and benchmarks run inside real environment processes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+
+def noop(params, inputs):
+    return None
+
+
+def number(params, inputs):
+    print(f"producing {params['value']}")
+    return {"value": params["value"]}
+
+
+def double(params, inputs):
+    logging.getLogger("steps").warning("doubling the upstream value")
+    return {"value": inputs["first"]["value"] * 2}
+
+
+def fail(params, inputs):
+    print("about to fail")
+    raise ValueError("bad record in column amount")
+
+
+def hang(params, inputs):
+    time.sleep(params.get("seconds", 600))
+    return "woke up"
+
+
+def pid(params, inputs):
+    return {"pid": os.getpid()}
+
+
+def die(params, inputs):
+    os._exit(9)
+
+
+def hang_once(params, inputs):
+    """Hang the first time (so a test can kill the worker mid-run); succeed afterwards."""
+    marker = Path(params["marker"])
+    if not marker.exists():
+        marker.write_text("started")
+        time.sleep(600)
+    return {"second": True}
