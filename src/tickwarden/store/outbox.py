@@ -1,13 +1,153 @@
-"""Outbox operations: alert events become one delivery row per channel."""
+"""Outbox operations: alert events become one delivery row per channel, then deliveries.
+
+A delivery row moves like this (`notifier.py` drives it):
+
+    pending ──claim──► sending ──► sent
+       ▲                  │ └────► dead      (permanent error, or tries spent)
+       └── failed ◄───────┘                  (transient error: back-off)
+    sending ──lease ran out──► failed        (the sender crashed)
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from psycopg.types.json import Jsonb
+
+from tickwarden.models import from_row
 from tickwarden.store.base import StoreBase
 
 NOTIFYING_EVENTS = ("opened", "escalated", "reassigned", "resolved")
+CHANNEL_KINDS = ("slack", "email", "webhook", "recording")
+AUDIENCES = ("customer", "engineering", "shadow")
+
+
+@dataclass(frozen=True)
+class Channel:
+    id: int
+    tenant_id: int | None
+    name: str
+    kind: str
+    audience: str
+    config: dict[str, Any]
+    secret_ref: str | None
+    enabled: bool
+    disabled_reason: str | None
+    disabled_at: datetime | None
+    created_at: datetime
+    tenant: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The channel as people name it: `tenant/name`, or `platform/name` for the platform's own."""
+        return f"{self.tenant or 'platform'}/{self.name}"
+
+
+@dataclass(frozen=True)
+class ChannelBacklog:
+    channel: Channel
+    pending: int
+    sending: int
+    failed: int
+    dead: int
+    sent: int
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    tenant_id: int
+    event_id: int
+    alert_id: int
+    channel_id: int
+    status: str
+    tries: int
+    next_attempt_at: datetime
+    locked_by: str | None
+    locked_until: datetime | None
+    created_at: datetime
+    sent_at: datetime | None
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class DeliveryContext:
+    """One claimed delivery with everything its message is made of."""
+
+    outbox_id: int
+    event_id: int
+    tries: int
+    event_kind: str
+    event_at: datetime
+    event_severity: str
+    event_owner: str
+    actor: str
+    note: str | None
+    event_data: dict[str, Any]
+    alert_id: int
+    alert_tenant_id: int
+    alert_status: str
+    alert_severity: str
+    alert_owner: str
+    first_severity: str
+    failure_count: int
+    first_failure_at: datetime
+    last_failure_at: datetime
+    opened_at: datetime
+    escalated_at: datetime | None
+    resolved_at: datetime | None
+    downtime_seconds: int | None
+    last_error: str | None
+    last_error_category: str | None
+    failed_step: str | None
+    shadow: bool
+    tenant: str
+    tenant_display_name: str
+    workflow: str
+    channel: Channel
+    thread_key: str | None
+    parent_ref: str | None
+    log_tail: str | None
+
+
+@dataclass(frozen=True)
+class SentNotification:
+    id: int
+    sent_at: datetime
+    alert_id: int
+    event_id: int
+    event: str
+    severity: str
+    event_at: datetime
+    tenant: str
+    workflow: str
+    channel_id: int
+    channel: str
+    channel_tenant_id: int | None
+    audience: str
+    thread_key: str | None
+
+
+@dataclass(frozen=True)
+class OutboxProblem:
+    id: int
+    status: str
+    tries: int
+    next_attempt_at: datetime
+    last_error: str | None
+    alert_id: int
+    event: str
+    channel: str
+    tenant: str | None
+
+
+def _channel(row: dict[str, Any], prefix: str = "") -> Channel:
+    if not prefix:
+        return from_row(Channel, row)
+    return from_row(Channel, {k[len(prefix):]: v for k, v in row.items() if k.startswith(prefix)})
 
 
 class OutboxStore(StoreBase):
@@ -16,3 +156,109 @@ class OutboxStore(StoreBase):
         if not event_ids:
             return 0
         return len(self._rows("enqueue_notifications", {"event_ids": list(event_ids), "now": now}))
+
+    # channels
+
+    def upsert_notification_channel(
+        self,
+        *,
+        tenant_id: int | None,
+        name: str,
+        kind: str,
+        audience: str,
+        now: datetime,
+        config: dict[str, Any] | None = None,
+        secret_ref: str | None = None,
+    ) -> Channel:
+        """Create or update a channel; (tenant, name) is its identity."""
+        row = self._row(
+            "upsert_notification_channel",
+            {"tenant_id": tenant_id, "name": name, "kind": kind, "audience": audience,
+             "config": Jsonb(config or {}), "secret_ref": secret_ref, "now": now},
+        )
+        assert row is not None
+        return _channel(row)
+
+    def list_notification_channels(self) -> list[ChannelBacklog]:
+        return [
+            ChannelBacklog(_channel(r), r["pending"], r["sending"], r["failed"], r["dead"], r["sent"])
+            for r in self._rows("list_notification_channels")
+        ]
+
+    def find_notification_channels(self, name: str, tenant: str | None = None) -> list[Channel]:
+        return [_channel(r) for r in self._rows("find_notification_channels", {"name": name, "tenant": tenant})]
+
+    def enable_notification_channel(self, channel_id: int) -> bool:
+        return self._execute("set_notification_channel_enabled", {"channel_id": channel_id}) == 1
+
+    def disable_notification_channel(self, channel_id: int, reason: str, now: datetime) -> list[int]:
+        """Disable a channel and give up on its waiting deliveries; return the rows given up."""
+        self._execute("disable_notification_channel", {"channel_id": channel_id, "reason": reason, "now": now})
+        rows = self._rows("bury_channel_outbox", {"channel_id": channel_id, "reason": f"channel disabled: {reason}"})
+        return [r["id"] for r in rows]
+
+    # deliveries
+
+    def release_expired_outbox(self, now: datetime) -> list[int]:
+        return [r["id"] for r in self._rows("release_expired_outbox", {"now": now})]
+
+    def claim_outbox(
+        self, replica_id: str, now: datetime, locked_until: datetime, batch: int, kinds: Sequence[str]
+    ) -> list[OutboxRow]:
+        params = {"replica_id": replica_id, "now": now, "locked_until": locked_until, "batch": batch,
+                  "kinds": list(kinds)}
+        rows = self._rows("claim_outbox", params)
+        return [from_row(OutboxRow, r) for r in rows]
+
+    def outbox_delivery_context(self, outbox_ids: Sequence[int]) -> list[DeliveryContext]:
+        found = []
+        for row in self._rows("outbox_delivery_context", {"ids": list(outbox_ids)}):
+            values = {k: v for k, v in row.items() if not k.startswith("channel_")}
+            found.append(from_row(DeliveryContext, {**values, "channel": _channel(row, "channel_")}))
+        return found
+
+    def insert_notification_thread(
+        self, *, alert_id: int, channel_id: int, tenant_id: int, thread_key: str, parent_ref: str | None, now: datetime
+    ) -> None:
+        self._execute(
+            "insert_notification_thread",
+            {"alert_id": alert_id, "channel_id": channel_id, "tenant_id": tenant_id,
+             "thread_key": thread_key, "parent_ref": parent_ref, "now": now},
+        )
+
+    def mark_outbox_sent(self, outbox_id: int, replica_id: str, now: datetime) -> bool:
+        return self._execute("mark_outbox_sent", {"id": outbox_id, "replica_id": replica_id, "now": now}) == 1
+
+    def mark_outbox_retry(
+        self, outbox_id: int, replica_id: str, *, error: str, next_attempt_at: datetime, max_tries: int
+    ) -> str | None:
+        """Back off after a transient error; return the new status ('failed' or 'dead'), None if not ours."""
+        row = self._row(
+            "mark_outbox_retry",
+            {"id": outbox_id, "replica_id": replica_id, "error": error,
+             "next_attempt_at": next_attempt_at, "max_tries": max_tries},
+        )
+        return row["status"] if row else None
+
+    def defer_outbox(self, outbox_id: int, replica_id: str, next_attempt_at: datetime) -> bool:
+        params = {"id": outbox_id, "replica_id": replica_id, "next_attempt_at": next_attempt_at}
+        return self._execute("defer_outbox", params) == 1
+
+    def mark_outbox_dead(self, outbox_id: int, replica_id: str, error: str) -> bool:
+        return self._execute("mark_outbox_dead", {"id": outbox_id, "replica_id": replica_id, "error": error}) == 1
+
+    def next_outbox_due(self) -> datetime | None:
+        row = self._row("next_outbox_due")
+        return row["due"] if row else None
+
+    def outbox_status_counts(self) -> dict[str, int]:
+        counts = {status: 0 for status in ("pending", "sending", "failed", "dead", "sent")}
+        for row in self._rows("outbox_status_counts"):
+            counts[row["status"]] = row["n"]
+        return counts
+
+    def list_outbox_problems(self, limit: int = 50) -> list[OutboxProblem]:
+        return [from_row(OutboxProblem, r) for r in self._rows("list_outbox_problems", {"limit": limit})]
+
+    def list_sent_notifications(self) -> list[SentNotification]:
+        return [from_row(SentNotification, r) for r in self._rows("list_sent_notifications")]

@@ -19,3 +19,209 @@ SELECT e.tenant_id, e.id, e.alert_id, c.id, 'pending', %(now)s, %(now)s
    AND e.kind IN ('opened', 'escalated', 'reassigned', 'resolved')
     ON CONFLICT (event_id, channel_id) DO NOTHING
 RETURNING id;
+
+-- upsert_notification_channel --
+-- Create a channel or update its settings; (tenant, name) is its identity. The
+-- enabled flag is left alone: re-enabling a disabled channel is a deliberate act.
+INSERT INTO notification_channels (tenant_id, name, kind, audience, config, secret_ref, created_at)
+VALUES (%(tenant_id)s, %(name)s, %(kind)s, %(audience)s, %(config)s, %(secret_ref)s, %(now)s)
+    ON CONFLICT ((coalesce(tenant_id, 0)), name) DO UPDATE
+   SET kind = EXCLUDED.kind, audience = EXCLUDED.audience, config = EXCLUDED.config,
+       secret_ref = EXCLUDED.secret_ref
+RETURNING notification_channels.*, (SELECT name FROM tenants t WHERE t.id = notification_channels.tenant_id) AS tenant;
+
+-- list_notification_channels --
+-- Every channel with its tenant's name and its backlog by delivery status.
+SELECT c.*, t.name AS tenant,
+       count(o.id) FILTER (WHERE o.status = 'pending') AS pending,
+       count(o.id) FILTER (WHERE o.status = 'sending') AS sending,
+       count(o.id) FILTER (WHERE o.status = 'failed') AS failed,
+       count(o.id) FILTER (WHERE o.status = 'dead') AS dead,
+       count(o.id) FILTER (WHERE o.status = 'sent') AS sent
+  FROM notification_channels c
+  LEFT JOIN tenants t ON t.id = c.tenant_id
+  LEFT JOIN notification_outbox o ON o.channel_id = c.id
+ GROUP BY c.id, t.name
+ ORDER BY t.name NULLS FIRST, c.name;
+
+-- find_notification_channels --
+-- Channels with this name, optionally within one tenant (NULL tenant name = any).
+SELECT c.*, t.name AS tenant
+  FROM notification_channels c
+  LEFT JOIN tenants t ON t.id = c.tenant_id
+ WHERE c.name = %(name)s
+   AND (%(tenant)s::text IS NULL OR t.name = %(tenant)s::text)
+ ORDER BY c.id;
+
+-- set_notification_channel_enabled --
+-- Re-enable a channel (clearing the reason) after its configuration was fixed.
+UPDATE notification_channels
+   SET enabled = true, disabled_reason = NULL, disabled_at = NULL
+ WHERE id = %(channel_id)s
+RETURNING id;
+
+-- release_expired_outbox --
+-- A sender that crashed (or stalled past its lease) leaves rows in 'sending'; make
+-- them due again. The try counts: the crashed send may or may not have gone out.
+UPDATE notification_outbox
+   SET status = 'failed', tries = tries + 1, locked_by = NULL, locked_until = NULL,
+       next_attempt_at = %(now)s, last_error = 'the sender stopped before confirming the delivery'
+ WHERE status = 'sending' AND locked_until <= %(now)s
+RETURNING id;
+
+-- claim_outbox --
+-- Claim due deliveries for one replica under a lease. A row is eligible only when no
+-- earlier event of the same alert is still undelivered on the same channel, so a
+-- thread's first message always goes first and replies follow in event order; the
+-- earlier row being locked or 'sending' elsewhere keeps the later one waiting.
+-- SKIP LOCKED lets replicas claim disjoint rows; the recheck of the status on a row
+-- another replica just claimed makes a double claim impossible.
+WITH due AS (
+    SELECT o.id
+      FROM notification_outbox o
+     WHERE o.status IN ('pending', 'failed')
+       AND o.next_attempt_at <= %(now)s
+       -- a replica claims only what it has a transport for
+       AND EXISTS (SELECT 1 FROM notification_channels c
+                    WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
+       AND NOT EXISTS (
+           SELECT 1 FROM notification_outbox p
+            WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
+              AND p.status IN ('pending', 'failed', 'sending')
+              AND p.event_id < o.event_id)
+     ORDER BY o.next_attempt_at, o.id
+     LIMIT %(batch)s
+       FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE notification_outbox o
+   SET status = 'sending', locked_by = %(replica_id)s, locked_until = %(locked_until)s
+  FROM due
+ WHERE o.id = due.id
+RETURNING o.*;
+
+-- outbox_delivery_context --
+-- Everything a message is made of, for claimed rows: the event, the alert, tenant,
+-- workflow, channel, the thread if one exists, and the log tail of the last attempt
+-- of the alert's last failing run.
+SELECT o.id AS outbox_id, o.event_id, o.tries,
+       e.kind AS event_kind, e.at AS event_at, e.severity AS event_severity, e.owner AS event_owner,
+       e.actor, e.note, e.data AS event_data,
+       a.id AS alert_id, a.tenant_id AS alert_tenant_id, a.status AS alert_status, a.severity AS alert_severity, a.owner AS alert_owner,
+       a.first_severity, a.failure_count, a.first_failure_at, a.last_failure_at, a.opened_at,
+       a.escalated_at, a.resolved_at, a.downtime_seconds, a.last_error, a.last_error_category,
+       a.failed_step, a.shadow,
+       t.name AS tenant, t.display_name AS tenant_display_name,
+       w.name AS workflow,
+       c.id AS channel_id, c.tenant_id AS channel_tenant_id, c.name AS channel_name, c.kind AS channel_kind,
+       c.audience AS channel_audience, c.config AS channel_config, c.secret_ref AS channel_secret_ref,
+       c.enabled AS channel_enabled, c.disabled_reason AS channel_disabled_reason,
+       c.disabled_at AS channel_disabled_at, c.created_at AS channel_created_at, ct.name AS channel_tenant,
+       th.thread_key, th.parent_ref,
+       la.log_tail
+  FROM notification_outbox o
+  JOIN alert_events e ON e.id = o.event_id
+  JOIN alerts a ON a.id = o.alert_id
+  JOIN tenants t ON t.id = a.tenant_id
+  JOIN workflows w ON w.id = a.workflow_id
+  JOIN notification_channels c ON c.id = o.channel_id
+  LEFT JOIN tenants ct ON ct.id = c.tenant_id
+  LEFT JOIN notification_threads th ON th.alert_id = o.alert_id AND th.channel_id = o.channel_id
+  LEFT JOIN LATERAL (
+      SELECT x.log_tail FROM attempts x
+       WHERE x.run_id = a.last_run_id
+       ORDER BY x.number DESC
+       LIMIT 1
+  ) la ON true
+ WHERE o.id = ANY(%(ids)s::bigint[])
+ ORDER BY o.event_id, o.id;
+
+-- insert_notification_thread --
+-- Remember the first message of an alert's conversation on a channel. Only one row per
+-- (alert, channel) is ever in flight, so a conflict means this very row was retried.
+INSERT INTO notification_threads (alert_id, channel_id, tenant_id, thread_key, parent_ref, created_at)
+VALUES (%(alert_id)s, %(channel_id)s, %(tenant_id)s, %(thread_key)s, %(parent_ref)s, %(now)s)
+    ON CONFLICT (alert_id, channel_id) DO NOTHING;
+
+-- mark_outbox_sent --
+-- Record a delivery, compare-and-set on the claim: a replica whose lease was taken
+-- over changes nothing.
+UPDATE notification_outbox
+   SET status = 'sent', sent_at = %(now)s, tries = tries + 1, locked_by = NULL, locked_until = NULL,
+       last_error = NULL
+ WHERE id = %(id)s AND status = 'sending' AND locked_by = %(replica_id)s
+RETURNING id;
+
+-- mark_outbox_retry --
+-- A transient failure: back off, or give up ('dead') once the tries are spent.
+UPDATE notification_outbox
+   SET status = CASE WHEN tries + 1 >= %(max_tries)s THEN 'dead' ELSE 'failed' END,
+       tries = tries + 1, next_attempt_at = %(next_attempt_at)s, last_error = %(error)s,
+       locked_by = NULL, locked_until = NULL
+ WHERE id = %(id)s AND status = 'sending' AND locked_by = %(replica_id)s
+RETURNING id, status, tries;
+
+-- defer_outbox --
+-- Put a claimed row back untried (its channel failed earlier in this pass).
+UPDATE notification_outbox
+   SET status = CASE WHEN tries = 0 THEN 'pending' ELSE 'failed' END,
+       next_attempt_at = %(next_attempt_at)s, locked_by = NULL, locked_until = NULL
+ WHERE id = %(id)s AND status = 'sending' AND locked_by = %(replica_id)s
+RETURNING id;
+
+-- mark_outbox_dead --
+-- Give up on one claimed row for a reason that retrying will not change.
+UPDATE notification_outbox
+   SET status = 'dead', tries = tries + 1, last_error = %(error)s, locked_by = NULL, locked_until = NULL
+ WHERE id = %(id)s AND status = 'sending' AND locked_by = %(replica_id)s
+RETURNING id;
+
+-- disable_notification_channel --
+-- A permanent error: stop using the channel and say why (first reason wins).
+UPDATE notification_channels
+   SET enabled = false, disabled_reason = %(reason)s, disabled_at = %(now)s
+ WHERE id = %(channel_id)s AND enabled
+RETURNING id;
+
+-- bury_channel_outbox --
+-- The channel is disabled: its waiting deliveries will never go out; say so on each.
+UPDATE notification_outbox
+   SET status = 'dead', last_error = %(reason)s, locked_by = NULL, locked_until = NULL
+ WHERE channel_id = %(channel_id)s AND status IN ('pending', 'failed')
+RETURNING id;
+
+-- next_outbox_due --
+-- When the earliest waiting delivery becomes due (the notifier's next wake-up).
+SELECT min(next_attempt_at) AS due FROM notification_outbox WHERE status IN ('pending', 'failed');
+
+-- outbox_status_counts --
+-- Delivery rows by status, with the oldest waiting row's creation time.
+SELECT status, count(*) AS n, min(created_at) AS oldest
+  FROM notification_outbox
+ GROUP BY status;
+
+-- list_outbox_problems --
+-- Deliveries that failed or were given up, newest first, for operators.
+SELECT o.id, o.status, o.tries, o.next_attempt_at, o.last_error, o.alert_id, e.kind AS event,
+       c.name AS channel, t.name AS tenant
+  FROM notification_outbox o
+  JOIN alert_events e ON e.id = o.event_id
+  JOIN notification_channels c ON c.id = o.channel_id
+  LEFT JOIN tenants t ON t.id = c.tenant_id
+ WHERE o.status IN ('failed', 'dead')
+ ORDER BY o.id DESC
+ LIMIT %(limit)s;
+
+-- list_sent_notifications --
+-- Delivered notifications in delivery order: what each channel heard, in which thread.
+SELECT o.id, o.sent_at, o.alert_id, o.event_id, e.kind AS event, e.severity, e.at AS event_at,
+       ta.name AS tenant, w.name AS workflow, c.id AS channel_id, c.name AS channel,
+       c.tenant_id AS channel_tenant_id, c.audience, th.thread_key
+  FROM notification_outbox o
+  JOIN alert_events e ON e.id = o.event_id
+  JOIN alerts a ON a.id = o.alert_id
+  JOIN tenants ta ON ta.id = a.tenant_id
+  JOIN workflows w ON w.id = a.workflow_id
+  JOIN notification_channels c ON c.id = o.channel_id
+  LEFT JOIN notification_threads th ON th.alert_id = o.alert_id AND th.channel_id = o.channel_id
+ WHERE o.status = 'sent'
+ ORDER BY o.sent_at, o.event_id, o.id;

@@ -1,0 +1,246 @@
+"""The notifier: deliver the outbox, one thread per alert and channel, exactly once.
+
+One pass (`run_once(now)`):
+
+1. Release rows whose sender's lease ran out (a crashed replica): they become due.
+2. Claim due rows under a lease (`FOR UPDATE SKIP LOCKED`), only rows whose earlier
+   events on the same thread are all delivered (or given up), so the message that
+   opens a thread always goes first and replies follow in event order.
+3. For each claimed row, render the message and send it through the transport of
+   the channel's kind: with no thread yet it opens one (its key is stored in
+   notification_threads), otherwise it replies in the thread.
+4. Record the outcome with compare-and-set on the claim: sent; or failed with
+   exponential back-off (jitter derived from the row id, so the simulator stays
+   deterministic) until `max_tries`, then dead; or, on a permanent error, the
+   channel is disabled with the reason and its waiting rows are given up.
+5. Claim again while there is due work (a thread's next event becomes claimable
+   as soon as the previous one is sent), up to `rounds` claims per pass.
+
+Exactly once per (event, channel): the outbox row is unique per event and channel,
+a row is claimed by one replica at a time, and only the claimant may mark it sent.
+The one window left is a sender that dies after the provider accepted a message and
+before it recorded that: the row is sent again once the lease expires (webhooks
+carry an idempotency key and email a stable Message-ID for that case).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from tickwarden.db import Database
+from tickwarden.messages import AlertMessage, render
+from tickwarden.sanitize import sanitize_error
+from tickwarden.store.outbox import Channel, DeliveryContext
+from tickwarden.transports import default_transports
+from tickwarden.transports.base import Delivery, OutgoingMessage, Thread, Transport, TransportError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PassReport:
+    sent: int = 0
+    retried: int = 0
+    dead: int = 0
+    disabled_channels: int = 0
+
+
+def backoff_seconds(tries: int, row_id: int, *, base: float, cap: float) -> float:
+    """Return the delay before try number `tries + 1`: exponential, capped, with up to 25% jitter.
+
+    The jitter spreads retries of many rows that failed together; it is derived from
+    the row id and the try (a multiplicative hash), never from a random source, so a
+    simulated timeline is reproducible.
+    """
+    delay = min(cap, base * (2 ** min(tries, 30)))
+    spread = ((row_id * 2654435761 + tries * 40503) % 1024) / 1024
+    return min(cap, delay * (1 + 0.25 * spread))
+
+
+def delivery_key(ctx: DeliveryContext) -> str:
+    """The identity of one delivery (an outbox row), stable across its retries."""
+    return f"alert-{ctx.alert_id}.event-{ctx.event_id}.channel-{ctx.channel.id}"
+
+
+def alert_message(ctx: DeliveryContext, dashboard_url: str = "") -> AlertMessage:
+    """Build the message facts of one claimed delivery."""
+    data = ctx.event_data or {}
+    failure_count = data.get("failure_count", ctx.failure_count)
+    return AlertMessage(
+        alert_id=ctx.alert_id,
+        tenant=ctx.tenant,
+        workflow=ctx.workflow,
+        event=ctx.event_kind,
+        event_at=ctx.event_at,
+        severity=ctx.event_severity,
+        owner=ctx.event_owner,
+        status=ctx.alert_status,
+        current_severity=ctx.alert_severity,
+        current_owner=ctx.alert_owner,
+        failure_count=int(failure_count) if isinstance(failure_count, int) else ctx.failure_count,
+        first_failure_at=ctx.first_failure_at,
+        last_failure_at=ctx.last_failure_at,
+        opened_at=ctx.opened_at,
+        resolved_at=ctx.resolved_at,
+        downtime_seconds=ctx.downtime_seconds,
+        actor=ctx.actor,
+        note=ctx.note,
+        error=ctx.last_error,
+        error_category=ctx.last_error_category,
+        failed_step=ctx.failed_step,
+        log_tail=ctx.log_tail,
+        shadow=ctx.shadow,
+        dashboard_url=dashboard_url,
+    )
+
+
+class Notifier:
+    """Deliver the notification outbox; safe with any number of replicas."""
+
+    name = "notifier"
+
+    def __init__(
+        self,
+        db: Database,
+        replica_id: str,
+        transports: Mapping[str, Transport] | None = None,
+        *,
+        batch: int = 50,
+        max_tries: int = 8,
+        base_backoff: float = 30.0,
+        max_backoff: float = 3600.0,
+        lease_seconds: float = 300.0,
+        poll_seconds: float = 10.0,
+        rounds: int = 20,
+        dashboard_url: str = "",
+    ):
+        self.db = db
+        self.replica_id = replica_id
+        self.transports = dict(transports) if transports is not None else default_transports()
+        self.batch = batch
+        self.max_tries = max_tries
+        self.base_backoff = base_backoff
+        self.max_backoff = max_backoff
+        # A lease must outlast a whole batch of sends (each bounded by its transport's timeout).
+        self.lease = timedelta(seconds=lease_seconds)
+        self.poll = timedelta(seconds=poll_seconds)
+        self.rounds = rounds
+        self.dashboard_url = dashboard_url
+        self.last_pass = PassReport()
+
+    def run_once(self, now: datetime) -> datetime:
+        """Do one delivery pass at `now`; return when the next one is due."""
+        counts = {"sent": 0, "retried": 0, "dead": 0, "disabled_channels": 0}
+        with self.db.transaction() as store:
+            released = store.release_expired_outbox(now)
+        if released:
+            log.warning("released %d notification(s) whose sender stopped before confirming", len(released))
+        for _ in range(self.rounds):
+            with self.db.transaction() as store:
+                claimed = store.claim_outbox(self.replica_id, now, now + self.lease, self.batch, list(self.transports))
+                contexts = store.outbox_delivery_context([row.id for row in claimed]) if claimed else []
+            if not contexts:
+                break
+            # A channel that failed earlier in this batch is not tried again until its back-off ends.
+            failed_channels: dict[int, datetime] = {}
+            for ctx in contexts:
+                try:
+                    outcome = self._deliver(ctx, now, failed_channels)
+                except Exception:  # a fault on one row must not stop the pass; its lease will expire
+                    log.exception("notification %d could not be processed", ctx.outbox_id)
+                    continue
+                if outcome:
+                    counts[outcome] += 1
+        self.last_pass = PassReport(**counts)
+        with self.db.transaction() as store:
+            due = store.next_outbox_due()
+        wake = now + self.poll
+        if due is not None and due < wake:
+            wake = max(now, due)
+        return wake
+
+    def _deliver(self, ctx: DeliveryContext, now: datetime, failed_channels: dict[int, datetime]) -> str | None:
+        channel = ctx.channel
+        if not channel.enabled:
+            with self.db.transaction() as store:
+                store.mark_outbox_dead(ctx.outbox_id, self.replica_id,
+                                       f"channel disabled: {channel.disabled_reason or 'by an operator'}")
+            return "dead"
+        if channel.id in failed_channels:
+            with self.db.transaction() as store:
+                store.defer_outbox(ctx.outbox_id, self.replica_id, failed_channels[channel.id])
+            return None
+        transport = self.transports[channel.kind]
+        message = OutgoingMessage(
+            channel=channel,
+            rendered=render(alert_message(ctx, self.dashboard_url)),
+            key=delivery_key(ctx),
+            alert_id=ctx.alert_id,
+            thread=Thread(ctx.thread_key, ctx.parent_ref) if ctx.thread_key else None,
+            sent_at=now,
+        )
+        try:
+            delivery = transport.send(message)
+        except TransportError as exc:
+            if exc.permanent:
+                return self._disable(ctx, channel, exc.message, now)
+            return self._retry(ctx, exc.message, exc.retry_after, now, failed_channels)
+        except Exception as exc:  # a transport bug is treated like a transient fault: retried, then dead
+            log.exception("transport %s failed unexpectedly on notification %d", channel.kind, ctx.outbox_id)
+            return self._retry(ctx, f"unexpected {type(exc).__name__}: {exc}", None, now, failed_channels)
+        return self._record(ctx, delivery, now)
+
+    def _record(self, ctx: DeliveryContext, delivery: Delivery, now: datetime) -> str | None:
+        with self.db.transaction() as store:
+            if ctx.thread_key is None:
+                store.insert_notification_thread(
+                    alert_id=ctx.alert_id, channel_id=ctx.channel.id, tenant_id=ctx.alert_tenant_id,
+                    thread_key=delivery.thread_key, parent_ref=delivery.parent_ref, now=now,
+                )
+            if not store.mark_outbox_sent(ctx.outbox_id, self.replica_id, now):
+                # Our lease ran out and another replica took the row over; it will send again.
+                log.warning("notification %d was delivered after its lease expired", ctx.outbox_id)
+                return None
+        return "sent"
+
+    def _retry(self, ctx: DeliveryContext, error: str, retry_after: float | None, now: datetime,
+               failed_channels: dict[int, datetime]) -> str | None:
+        delay = backoff_seconds(ctx.tries, ctx.outbox_id, base=self.base_backoff, cap=self.max_backoff)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        next_at = now + timedelta(seconds=delay)
+        failed_channels[ctx.channel.id] = next_at
+        with self.db.transaction() as store:
+            status = store.mark_outbox_retry(ctx.outbox_id, self.replica_id, error=sanitize_error(error),
+                                             next_attempt_at=next_at, max_tries=self.max_tries)
+        if status == "dead":
+            log.warning("gave up on notification %d to %s after %d tries: %s",
+                        ctx.outbox_id, ctx.channel.label, ctx.tries + 1, sanitize_error(error))
+            return "dead"
+        return "retried" if status else None
+
+    def _disable(self, ctx: DeliveryContext, channel: Channel, error: str, now: datetime) -> str:
+        reason = sanitize_error(error)
+        with self.db.transaction() as store:
+            store.mark_outbox_dead(ctx.outbox_id, self.replica_id, reason)
+            store.disable_notification_channel(channel.id, reason, now)
+        log.error("disabled notification channel %s: %s", channel.label, reason)
+        return "disabled_channels"
+
+
+def send_test_message(channel: Channel, transport: Transport, now: datetime, *, dashboard_url: str = "") -> Delivery:
+    """Send a one-off test message through a channel's real transport (outside the outbox)."""
+    tenant = channel.tenant or "platform"
+    message = AlertMessage(
+        alert_id=0, tenant=tenant, workflow=f"channel-test-{channel.name}", event="test", event_at=now,
+        severity="warning", owner="engineering", status="open", current_severity="warning",
+        current_owner="engineering", failure_count=0, first_failure_at=None, last_failure_at=None,
+        opened_at=None, actor="tickwarden", dashboard_url=dashboard_url,
+    )
+    return transport.send(OutgoingMessage(
+        channel=channel, rendered=render(message), key=f"test.channel-{channel.id}.{int(now.timestamp())}",
+        alert_id=None, thread=None, sent_at=now,
+    ))

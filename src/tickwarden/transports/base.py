@@ -1,0 +1,95 @@
+"""The transport protocol, its one error type, and secret references.
+
+A transport turns an `OutgoingMessage` (a rendered message, the channel it goes to
+and the thread it belongs to, if any) into a `Delivery`: the provider's id for the
+message and the key of the thread later messages reply in. A failure is a
+`TransportError` that says whether retrying can help (`permanent=False`) or not.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from tickwarden.sanitize import sanitize_error
+
+if TYPE_CHECKING:
+    from tickwarden.messages import Rendered
+    from tickwarden.store.outbox import Channel
+
+
+class TransportError(Exception):
+    """A message could not be delivered.
+
+    `permanent` errors (bad credentials, unknown channel, 4xx) disable the channel;
+    others are retried with back-off, no earlier than `retry_after` seconds when the
+    provider asked for that.
+    """
+
+    def __init__(self, message: str, permanent: bool = False, *, retry_after: float | None = None):
+        super().__init__(sanitize_error(message))
+        self.permanent = permanent
+        self.retry_after = retry_after
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Thread:
+    """An existing conversation: the first message's key and what to update to show the state."""
+
+    key: str
+    parent_ref: str | None = None
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    channel: Channel
+    rendered: Rendered
+    # the delivery's identity, stable across retries (the outbox row): idempotency keys, Message-IDs
+    key: str
+    alert_id: int | None
+    thread: Thread | None
+    sent_at: datetime
+
+
+@dataclass(frozen=True)
+class Delivery:
+    message_id: str
+    thread_key: str
+    parent_ref: str | None = None
+
+
+@runtime_checkable
+class Transport(Protocol):
+    def send(self, message: OutgoingMessage) -> Delivery:
+        """Deliver one message; raise TransportError when it cannot be delivered."""
+
+
+def resolve_secret(ref: str | None, environ: dict[str, str] | None = None) -> str | None:
+    """Return the value a secret reference (`env:NAME`) points to; None when there is no reference.
+
+    A reference that cannot be resolved is a configuration error retrying will not
+    fix, so it is a permanent TransportError. The value itself is never in a message.
+    """
+    if not ref:
+        return None
+    scheme, sep, name = ref.partition(":")
+    if scheme != "env" or not sep or not name:
+        raise TransportError(f"secret reference {ref!r} is not of the form env:NAME", permanent=True)
+    value = (os.environ if environ is None else environ).get(name)
+    if not value:
+        raise TransportError(f"secret reference env:{name} is not set in the environment", permanent=True)
+    return value
+
+
+def config_value(channel: Channel, key: str, *, required: bool = True, default: object = None) -> object:
+    """Return a channel setting, or a permanent error naming the missing key."""
+    value = channel.config.get(key, default)
+    if required and (value is None or value == ""):
+        raise TransportError(f"channel {channel.label} has no {key!r} in its config", permanent=True)
+    return value

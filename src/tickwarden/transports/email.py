@@ -1,0 +1,81 @@
+"""Email over SMTP: one subject per alert, threaded by Message-ID, In-Reply-To and References.
+
+Every message of an alert on a channel carries the same subject. The first one's
+Message-ID is the thread key; each later one answers it with `In-Reply-To` and
+`References`, which is what Gmail, Outlook and Thunderbird group conversations by.
+Message-IDs are derived from the delivery's identity (the outbox row), so a retried
+send carries the same id and a receiving server may drop the duplicate.
+
+Channel config: `host` (required), `port` (default 25, or 465 with `ssl`), `from`
+(required), `to` (an address or a list, required), `starttls` (bool), `ssl` (bool),
+`username` (login, with the password from the channel's `secret_ref`), `timeout`.
+"""
+
+from __future__ import annotations
+
+import smtplib
+import socket
+from email.message import EmailMessage
+from email.utils import format_datetime
+
+from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, config_value, resolve_secret
+
+
+class EmailTransport:
+    """Send alert mail through an SMTP server."""
+
+    def __init__(self, *, timeout: float = 10.0):
+        self.timeout = timeout
+
+    def send(self, message: OutgoingMessage) -> Delivery:
+        channel = message.channel
+        host = str(config_value(channel, "host"))
+        use_ssl = bool(channel.config.get("ssl", False))
+        port = int(channel.config.get("port") or (465 if use_ssl else 25))
+        sender = str(config_value(channel, "from"))
+        recipients = config_value(channel, "to")
+        to = [recipients] if isinstance(recipients, str) else [str(r) for r in recipients]  # type: ignore[union-attr]
+        username = channel.config.get("username")
+        password = resolve_secret(channel.secret_ref) if username else None
+        timeout = float(channel.config.get("timeout") or self.timeout)
+
+        domain = sender.rpartition("@")[2] or "tickwarden.local"
+        message_id = f"<tickwarden.{message.key}@{domain}>"
+        mail = EmailMessage()
+        mail["Subject"] = message.rendered.subject
+        mail["From"] = sender
+        mail["To"] = ", ".join(to)
+        mail["Date"] = format_datetime(message.sent_at)
+        mail["Message-ID"] = message_id
+        if message.thread is not None:
+            mail["In-Reply-To"] = message.thread.key
+            mail["References"] = message.thread.key
+        if message.alert_id is not None:
+            mail["X-Tickwarden-Alert"] = str(message.alert_id)
+        mail.set_content(message.rendered.text)
+
+        try:
+            smtp_class = smtplib.SMTP_SSL if use_ssl else smtplib.SMTP
+            with smtp_class(host, port, timeout=timeout) as smtp:
+                if channel.config.get("starttls") and not use_ssl:
+                    smtp.starttls()
+                if username:
+                    smtp.login(str(username), password or "")
+                refused = smtp.send_message(mail, from_addr=sender, to_addrs=to)
+        except smtplib.SMTPAuthenticationError as exc:
+            raise TransportError(f"the SMTP server refused the login ({exc.smtp_code})", permanent=True) from None
+        except smtplib.SMTPRecipientsRefused as exc:
+            codes = sorted({code for code, _ in exc.recipients.values()})
+            raise TransportError(f"the SMTP server refused every recipient ({codes})",
+                                 permanent=all(c >= 500 for c in codes)) from None
+        except smtplib.SMTPResponseException as exc:
+            raise TransportError(f"the SMTP server answered {exc.smtp_code}",
+                                 permanent=500 <= exc.smtp_code < 600) from None
+        except smtplib.SMTPNotSupportedError as exc:
+            raise TransportError(f"the SMTP server does not support what the channel asks: {exc}", permanent=True) from None
+        except (smtplib.SMTPException, OSError, socket.timeout) as exc:
+            raise TransportError(f"the SMTP server is unreachable: {type(exc).__name__}", permanent=False) from None
+        if refused and len(refused) == len(to):
+            raise TransportError("the SMTP server refused every recipient", permanent=False)
+        thread_key = message.thread.key if message.thread is not None else message_id
+        return Delivery(message_id=message_id, thread_key=thread_key)

@@ -1,0 +1,170 @@
+"""Real local servers the transports talk to: a Slack Web API stand-in, a webhook
+receiver and an SMTP server (aiosmtpd). Each records what it received and can be
+told to fail, so tests see exactly what left tickwarden on the wire."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from dataclasses import dataclass, field
+from email import message_from_bytes
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+from aiosmtpd.controller import Controller
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Request:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict[str, Any]:
+        if self.headers.get("content-type", "").startswith("application/json"):
+            return json.loads(self.body or b"{}")
+        return {k: v[0] for k, v in parse_qs(self.body.decode()).items()}
+
+
+@dataclass
+class HTTPFake:
+    """A threaded HTTP server; `answer(request) -> (status, headers, body)` decides the reply."""
+
+    port: int = field(default_factory=free_port)
+    requests: list[Request] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def answer(self, request: Request) -> tuple[int, dict[str, str], bytes]:
+        raise NotImplementedError
+
+    def start(self) -> HTTPFake:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length") or 0)
+                request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, self.rfile.read(length))
+                with fake._lock:
+                    fake.requests.append(request)
+                    status, headers, body = fake.answer(request)
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+@dataclass
+class SlackFake(HTTPFake):
+    """Answers chat.postMessage and chat.update like Slack's Web API does."""
+
+    token: str = "xoxb-test-token"
+    fail_status: int | None = None          # answer every call with this HTTP status
+    fail_error: str | None = None           # answer every call with ok=false and this error
+    retry_after: int | None = None
+    posts: list[dict[str, Any]] = field(default_factory=list)
+    updates: list[dict[str, Any]] = field(default_factory=list)
+    _ts: int = 1000
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/api/"
+
+    def answer(self, request: Request) -> tuple[int, dict[str, str], bytes]:
+        headers = {"Content-Type": "application/json"}
+        if self.fail_status is not None:
+            if self.retry_after is not None:
+                headers["Retry-After"] = str(self.retry_after)
+            return self.fail_status, headers, b'{"ok": false, "error": "ratelimited"}' if self.fail_status == 429 else b"oops"
+        if request.headers.get("authorization") != f"Bearer {self.token}":
+            return 200, headers, b'{"ok": false, "error": "invalid_auth"}'
+        if self.fail_error is not None:
+            return 200, headers, json.dumps({"ok": False, "error": self.fail_error}).encode()
+        data = request.json()
+        if request.path.endswith("/chat.postMessage"):
+            self._ts += 1
+            ts = f"1764470000.{self._ts:06d}"
+            self.posts.append({**data, "ts": ts})
+            return 200, headers, json.dumps({"ok": True, "channel": "C0CUSTOMER", "ts": ts}).encode()
+        if request.path.endswith("/chat.update"):
+            self.updates.append(data)
+            return 200, headers, json.dumps({"ok": True, "channel": data.get("channel"), "ts": data.get("ts")}).encode()
+        return 200, headers, b'{"ok": false, "error": "unknown_method"}'
+
+
+@dataclass
+class WebhookFake(HTTPFake):
+    """A receiver that answers `status` (200 by default) and records every POST."""
+
+    status: int = 200
+
+    def answer(self, request: Request) -> tuple[int, dict[str, str], bytes]:
+        return self.status, {"Content-Type": "text/plain"}, b"ok" if self.status < 300 else b"no"
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.envelopes: list[tuple[str, list[str]]] = []
+        self.reject_with: str | None = None
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd hook
+        if self.reject_with:
+            return self.reject_with
+        self.messages.append(message_from_bytes(envelope.original_content or envelope.content))
+        self.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos)))
+        return "250 OK"
+
+
+class SMTPFake:
+    """An aiosmtpd server on 127.0.0.1 and a free port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.collector = _Collector()
+        self._controller: Controller | None = None
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.collector.messages
+
+    def start(self) -> SMTPFake:
+        self._controller = Controller(self.collector, hostname="127.0.0.1", port=self.port)
+        self._controller.start()
+        return self
+
+    def stop(self) -> None:
+        if self._controller is not None:
+            self._controller.stop()
+            self._controller = None
