@@ -1,0 +1,116 @@
+"""`tickwarden worker` executes attempts; `tickwarden envs` shows the warm environments."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from datetime import timedelta
+from typing import Annotated
+
+import typer
+
+from tickwarden.cli import app
+from tickwarden.cli.output import console, print_json
+from tickwarden.clock import WallClock
+from tickwarden.db import Database
+from tickwarden.errors import InvalidInput
+from tickwarden.loops import replica_id
+from tickwarden.worker import Worker
+
+log = logging.getLogger("tickwarden.worker")
+
+ERROR_BACKOFF_SECONDS = 5
+
+
+def run_workers(db: Database, workers: list[Worker], stop: threading.Event, clock: WallClock) -> None:
+    """Drive each worker's passes on the wall clock in its own thread until `stop` is set."""
+
+    def loop(worker: Worker) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    wake = worker.run_once(clock.now())
+                except Exception:  # the database blinked or a bug: log it and keep serving
+                    log.exception("worker %s: pass failed", worker.worker_id)
+                    wake = clock.now() + timedelta(seconds=ERROR_BACKOFF_SECONDS)
+                clock.sleep_until(wake, stop)
+        finally:
+            worker.environments.close(clock.now())
+
+    threads = [threading.Thread(target=loop, args=(w,), name=w.worker_id) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        # join in slices so the main thread keeps handling signals
+        while thread.is_alive():
+            thread.join(0.5)
+
+
+@app.command("worker")
+def worker_command(
+    worker_id: Annotated[str | None, typer.Option("--id", help="Worker identity (default: host, pid and a nonce).")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Attempts executed at once.")] = 1,
+    lease: Annotated[float, typer.Option("--lease", help="Lease length in seconds, renewed every third.")] = 30,
+    grace: Annotated[float, typer.Option("--grace", help="Seconds a stopping worker lets the current attempt finish.")] = 30,
+    poll: Annotated[float, typer.Option("--poll", help="Seconds between looks at an empty queue.")] = 1.0,
+) -> None:
+    """Execute queued attempts until SIGTERM (then finish or release the current ones)."""
+    if concurrency < 1 or lease < 1 or poll <= 0:
+        raise InvalidInput("--concurrency and --lease must be at least 1 and --poll positive.")
+    logging.getLogger("tickwarden").setLevel(logging.INFO)
+    base = worker_id or replica_id("worker")
+    clock = WallClock()
+    stop = threading.Event()
+    with Database(max_size=2 * concurrency + 2, application_name="tickwarden-worker") as db:
+        workers = [
+            Worker(db, base if concurrency == 1 else f"{base}/{i}", lease_seconds=lease, clock=clock, poll_seconds=poll)
+            for i in range(concurrency)
+        ]
+
+        def on_signal(signum: int, frame: object) -> None:
+            if stop.is_set():  # a second signal: give up on running attempts now
+                for w in workers:
+                    w.abort.set()
+                return
+            log.info("stopping: finishing current attempts (at most %s s)", grace)
+            stop.set()
+            timer = threading.Timer(grace, lambda: [w.abort.set() for w in workers])
+            timer.daemon = True
+            timer.start()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        log.info("worker %s started (concurrency %s, lease %s s)", base, concurrency, lease)
+        run_workers(db, workers, stop, clock)
+
+
+@app.command("envs")
+def envs_command(
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    include_stopped: Annotated[bool, typer.Option("--all", help="Include stopped and dead instances.")] = False,
+) -> None:
+    """Show environment processes: which tenant, which worker, warm or busy, runs served."""
+    with Database(max_size=1) as db, db.transaction() as store:
+        instances = store.list_environment_instances(include_stopped=include_stopped)
+    rows = [
+        {
+            "tenant": i.tenant, "environment": i.environment, "status": i.status, "pid": i.pid,
+            "worker": i.worker_id, "started_at": i.started_at, "last_used_at": i.last_used_at,
+            "stopped_at": i.stopped_at, "runs_served": i.runs_served, "idle_timeout_seconds": i.idle_timeout_seconds,
+        }
+        for i in instances
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print("no environment processes" + ("" if include_stopped else " running (use --all for history)"))
+        return
+    from rich.table import Table
+
+    table = Table("tenant", "environment", "status", "pid", "worker", "last used", "runs")
+    for r in rows:
+        table.add_row(r["tenant"], r["environment"], r["status"], str(r["pid"] or "-"), r["worker"],
+                      r["last_used_at"].strftime("%Y-%m-%d %H:%M:%SZ"), str(r["runs_served"]))
+    console.print(table)

@@ -1,0 +1,125 @@
+import json
+import os
+import signal
+import subprocess
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.dbutil import TEST_URL
+from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
+from tickwarden.clock import WallClock
+from tickwarden.db import Database
+from tickwarden.reaper import LeaseReaper
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / ".venv" / "bin" / "tickwarden"
+pytestmark = pytest.mark.slow
+
+
+def schema_url(schema: str) -> str:
+    return f"{TEST_URL}?options=-c%20search_path%3D{schema}"
+
+
+@pytest.fixture
+def cli_env(schema, tmp_path):
+    env = {**os.environ, "TICKWARDEN_DATABASE_URL": schema_url(schema), "TICKWARDEN_SECRET_KEY": SECRET,
+           "TICKWARDEN_DATA_DIR": str(tmp_path)}
+    env.pop("TICKWARDEN_SCHEMA", None)
+    return env
+
+
+@pytest.fixture
+def spawn(cli_env, tmp_path):
+    procs = []
+
+    def start(*args):
+        log = open(tmp_path / f"worker-{len(procs)}.log", "w")
+        proc = subprocess.Popen([str(BIN), "worker", "--poll", "0.2", *args], cwd=ROOT, env=cli_env,
+                                stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def wait_for(predicate, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def run_status(db, run_id):
+    with db.transaction() as store:
+        return store.get_run(run_id).status
+
+
+def test_the_database_url_can_select_the_schema(schema):
+    with Database(schema_url(schema), max_size=1) as db, db.connection() as conn:
+        assert conn.execute("SELECT current_schema()").fetchone()[0] == schema
+
+
+def test_a_killed_worker_loses_its_attempt_and_a_second_worker_runs_the_retry(db, spawn, tmp_path):
+    wall = WallClock()
+    marker = tmp_path / "started"
+    wf = make_runnable(db, wall.now(), [python_step("slow", "hang_once", params={"marker": str(marker)})], timeout=600)
+    run = queue_run(db, wf, wall.now() - timedelta(seconds=1), wall.now(), budget=2)
+    first = spawn("--id", "first", "--lease", "2")
+    wait_for(marker.exists, what="the step to start")
+    with db.transaction() as store:
+        [instance] = store.list_environment_instances()
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    # The environment process notices its worker is gone and exits too.
+    wait_for(lambda: not Path(f"/proc/{instance.pid}").exists()
+             or "Z" in Path(f"/proc/{instance.pid}/stat").read_text().split()[2], 10, "the orphan runner to exit")
+
+    reaper = LeaseReaper(db)
+    reaper.run_once(wall.now() + timedelta(seconds=3))
+    with db.transaction() as store:
+        [attempt] = store.list_attempts(run.id)
+        assert attempt.status == "lost" and store.get_run(run.id).status == "pending_retry"
+        store.queue_retries([run.id], wall.now())
+
+    second = spawn("--id", "second", "--lease", "2")
+    wait_for(lambda: run_status(db, run.id) == "succeeded", what="the retry to succeed")
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(20) == 0
+    with db.transaction() as store:
+        attempts = store.list_attempts(run.id)
+        finished = store.get_run(run.id)
+        instances = store.list_environment_instances(include_stopped=True)
+    assert [(a.number, a.status, a.worker_id) for a in attempts] == [(1, "lost", "first"), (2, "succeeded", "second")]
+    assert finished.recovered
+    assert {i.worker_id: i.status for i in instances}["second"] == "stopped"
+
+
+def test_two_worker_processes_never_run_the_same_attempt(db, spawn, cli_env):
+    wall = WallClock()
+    wf = make_runnable(db, wall.now(), [python_step("first", "noop")])
+    runs = [queue_run(db, wf, wall.now() - timedelta(minutes=i), wall.now()) for i in range(10)]
+    workers = [spawn("--id", f"w{i}") for i in range(2)]
+    wait_for(lambda: all(run_status(db, r.id) == "succeeded" for r in runs), 60, "every run to succeed")
+    for proc in workers:
+        proc.send_signal(signal.SIGTERM)
+    assert [proc.wait(20) for proc in workers] == [0, 0]
+    with db.connection() as conn:
+        per_run = conn.execute("SELECT run_id, count(*) FROM attempts GROUP BY run_id").fetchall()
+        steps = conn.execute("SELECT count(*) FROM attempt_steps").fetchone()[0]
+    assert sorted(n for _, n in per_run) == [1] * 10 and steps == 10
+
+    listed = subprocess.run([str(BIN), "envs", "--json", "--all"], cwd=ROOT, env=cli_env, capture_output=True,
+                            text=True, check=True)
+    rows = json.loads(listed.stdout)
+    assert rows and {r["status"] for r in rows} == {"stopped"} and {r["tenant"] for r in rows} == {"acme"}
+    assert sum(r["runs_served"] for r in rows) == 10
