@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from tickwarden.store.catalog import CatalogStore
 from tickwarden.store.execution import ExecutionStore
+from tickwarden.store.heartbeat import HeartbeatStore
 from tickwarden.store.ledger import LedgerStore, TickRequest
 from tickwarden.store.outbox import OutboxStore
+from tickwarden.store.trigger import TriggerStore
 
 
-class Store(CatalogStore, ExecutionStore, LedgerStore, OutboxStore):
+class Store(CatalogStore, ExecutionStore, LedgerStore, OutboxStore, TriggerStore, HeartbeatStore):
     """All store operations, bound to one connection and its transaction."""
 
 

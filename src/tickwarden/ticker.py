@@ -1,0 +1,147 @@
+"""The ticker: turn due trigger entries into runs, one run per tick across any number of replicas.
+
+One pass at `now`, in one transaction:
+
+1. Lock up to `batch` due entries (`next_fire_at <= now`, earliest first, through
+   the partial index) with `FOR UPDATE SKIP LOCKED`: concurrent tickers take
+   disjoint entries and never wait for each other.
+2. For each entry, list its fire times from `next_fire_at` up to `now`. A tick
+   older than the schedule's `starting_deadline_seconds` when first seen is not
+   run late: it is skipped (the deadline detector records it `missed`), and
+   scheduling continues with the ticks inside the deadline and then the next
+   future tick. Never a burst of stale runs, never a schedule that stops.
+3. Skip ticks that `suppressed(workflow_id, tick)` rejects (a simulated trigger
+   outage): they are treated exactly like ticks the trigger never saw.
+4. Insert one run per remaining tick with `create_tick_runs` (`ON CONFLICT DO
+   NOTHING` on (workflow, tick): a tick fired twice, by two replicas or after an
+   edit, is still one run), each with its retry budget (the profile's retries when
+   monitoring is on, else 0) and its deadline (`profile.run_deadline`).
+5. Advance every claimed entry to its first fire time after `now`.
+
+The next wake-up is the earliest `next_fire_at` of all entries, but no later than
+`max_sleep` ahead (so schedules written by another replica's reconciler are noticed
+even without a wake-up notification), and immediately when the batch was full.
+
+Fire times are computed per distinct (cron, zone, window) and shared by every
+entry with the same key: a fleet of 100,000 schedules has few distinct expressions
+and, at a given minute, fewer distinct windows still.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from tickwarden.cadence import CronSchedule
+from tickwarden.catalog import budget_for
+from tickwarden.db import Database
+from tickwarden.store.ledger import TickRequest
+from tickwarden.store.trigger import Advance, DueEntry
+
+log = logging.getLogger(__name__)
+
+Suppressed = Callable[[int, datetime], bool]
+ONE_MICROSECOND = timedelta(microseconds=1)
+# When the earliest entry is due but not ours to fire (locked by another replica, or
+# waiting for the reconciler), look again shortly instead of spinning.
+RETRY_SOON = timedelta(seconds=1)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The fire times of one (cron, zone) due at `now`: those to run, and the next one after `now`."""
+
+    fire: tuple[datetime, ...]
+    stale: int
+    next_fire_at: datetime | None
+
+
+class Ticker:
+    name = "ticker"
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        suppressed: Suppressed | None = None,
+        batch: int = 20000,
+        max_sleep: timedelta = timedelta(seconds=10),
+    ):
+        self.db = db
+        self.suppressed = suppressed
+        self.batch = batch
+        self.max_sleep = max_sleep
+        self.fired = 0
+        self.created = 0
+        self.stale = 0
+
+    def run_once(self, now: datetime) -> datetime:
+        """Fire every due tick of up to one batch of entries at `now`; return the next wake-up."""
+        windows: dict[tuple[str, str, datetime, int], Window] = {}
+        with self.db.transaction() as store:
+            due = store.trigger_claim_due(now, self.batch)
+            ticks: list[TickRequest] = []
+            advances: list[Advance] = []
+            for entry in due:
+                window = self._window(windows, entry, now)
+                self.stale += window.stale
+                last_fired = None
+                if window.fire:
+                    budget = budget_for(
+                        entry.cadence_seconds, entry.policy_overrides, entry.monitoring_enabled, entry.timeout_seconds
+                    )
+                    for tick in window.fire:
+                        if self.suppressed is not None and self.suppressed(entry.workflow_id, tick):
+                            continue
+                        ticks.append(TickRequest(entry.tenant_id, entry.workflow_id, tick, budget.retries,
+                                                 budget.deadline(tick)))
+                        last_fired = tick
+                advances.append(Advance(entry.schedule_id, window.next_fire_at, last_fired))
+            created = store.create_tick_runs(ticks, now) if ticks else []
+            store.trigger_advance_entries(advances, now)
+            earliest = store.trigger_earliest_fire() if len(due) < self.batch else None
+        self.fired += len(ticks)
+        self.created += len(created)
+        if len(due) >= self.batch:
+            return now
+        if earliest is None:
+            return now + self.max_sleep
+        if earliest <= now:
+            return now + RETRY_SOON
+        return min(earliest, now + self.max_sleep)
+
+    def _window(self, cache: dict[tuple[str, str, datetime, int], Window], entry: DueEntry, now: datetime) -> Window:
+        # Ticks before `now - deadline` are stale when first seen: start listing after them.
+        oldest_allowed = now - timedelta(seconds=entry.starting_deadline_seconds)
+        key = (entry.cron, entry.timezone, entry.next_fire_at, entry.starting_deadline_seconds)
+        window = cache.get(key)
+        if window is None:
+            window = compute_window(CronSchedule(entry.cron, entry.timezone), entry.next_fire_at, oldest_allowed, now)
+            cache[key] = window
+        return window
+
+
+def compute_window(schedule: CronSchedule, next_fire_at: datetime, oldest_allowed: datetime, now: datetime) -> Window:
+    """Return the ticks in [next_fire_at, now] to run (none older than `oldest_allowed`) and the next one.
+
+    Stale ticks are counted only when few (they are skipped without being listed
+    when an entry was asleep for long: a day-long outage of an every-minute schedule
+    costs one cron evaluation, not 1,440).
+    """
+    start = max(next_fire_at, oldest_allowed)
+    stale = 0
+    if next_fire_at < oldest_allowed:
+        for _ in schedule.fires_between(next_fire_at - ONE_MICROSECOND, oldest_allowed - ONE_MICROSECOND):
+            stale += 1
+            if stale >= 1000:
+                break
+    fire: list[datetime] = []
+    following = None
+    for tick in schedule.fire_times(start - ONE_MICROSECOND):
+        if tick > now:
+            following = tick
+            break
+        fire.append(tick)
+    return Window(fire=tuple(fire), stale=stale, next_fire_at=following)

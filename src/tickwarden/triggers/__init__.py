@@ -1,0 +1,75 @@
+"""Trigger backends: what turns active schedules into fired ticks.
+
+The database is the source of truth; a backend is the world the reconciler
+converges towards it, the way the seed's reconciler converges Kubernetes CronJobs
+with the schedules table. A backend answers three questions for the reconciler,
+inside the reconciler's transaction:
+
+- `drift(store, now, limit)`: which schedules need their trigger created or
+  rewritten (missing, or built from another `schedules.version`), and which
+  triggers must go (schedule paused, workflow archived);
+- `upsert(store, triggers, now)`: create or rewrite those triggers;
+- `delete(store, schedule_ids, now)`: remove those triggers.
+
+`needs_ticker` says whether tickwarden's own `Ticker` fires the ticks (the built-in
+backend) or something outside does (a Kubernetes CronJob per schedule).
+
+The Kubernetes CronJob seam (not shipped; what a backend would do):
+
+- `drift`: list the CronJobs labelled `tickwarden.io/schedule-id` in the
+  namespace, compare their `tickwarden.io/schedule-version` label with
+  `store.trigger_drift_upserts`-style rows of every active schedule (the backend
+  reads the desired side from the store, the actual side from the API server);
+- `upsert`: create or patch the CronJob: `spec.schedule = cron`,
+  `spec.timeZone = timezone`, `spec.startingDeadlineSeconds =
+  starting_deadline_seconds`, `concurrencyPolicy: Allow`, and a job template that
+  runs `tickwarden` to record the tick with `store.create_tick_runs` (the same
+  `ON CONFLICT DO NOTHING` insert, so a CronJob firing twice still makes one run);
+- `delete`: delete the CronJob; `needs_ticker = False`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+from tickwarden.store.trigger import DesiredTrigger
+
+if TYPE_CHECKING:
+    from tickwarden.store import Store
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The difference between the schedules and the backend: what to write and what to remove."""
+
+    upserts: list[DesiredTrigger] = field(default_factory=list)
+    deletes: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.upserts) + len(self.deletes)
+
+
+class TriggerBackend(Protocol):
+    name: str
+    needs_ticker: bool
+
+    def drift(self, store: Store, now: datetime, limit: int) -> Drift:
+        """Return up to `limit` upserts and `limit` deletes that converge the backend."""
+
+    def upsert(self, store: Store, triggers: Sequence[DesiredTrigger], now: datetime) -> int:
+        """Create or rewrite the triggers; return how many were written."""
+
+    def delete(self, store: Store, schedule_ids: Sequence[int], now: datetime) -> int:
+        """Remove the triggers of these schedules; return how many were removed."""
+
+
+def default_backend() -> TriggerBackend:
+    from tickwarden.triggers.builtin import BuiltinTriggerBackend
+
+    return BuiltinTriggerBackend()
+
+
+__all__ = ["DesiredTrigger", "Drift", "TriggerBackend", "default_backend"]
