@@ -402,3 +402,13 @@ $$;
 REVOKE EXECUTE ON FUNCTION tickwarden_enforce_tenant_isolation() FROM PUBLIC;
 
 SELECT tickwarden_enforce_tenant_isolation();
+
+-- 0004_tick_audits: the deadline detector's per-schedule watermark of checked ticks.
+CREATE TABLE tick_audits (
+    schedule_id       bigint PRIMARY KEY REFERENCES schedules (id) ON DELETE CASCADE,
+    schedule_version  integer NOT NULL,      -- an edit, pause or resume re-arms the watermark
+    checked_until     timestamptz NOT NULL,
+    next_check_at     timestamptz,           -- NULL: nothing to check (paused, or never fires again)
+    updated_at        timestamptz NOT NULL
+);
+CREATE INDEX tick_audits_due_idx ON tick_audits (next_check_at) WHERE next_check_at IS NOT NULL;

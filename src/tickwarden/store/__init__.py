@@ -11,11 +11,12 @@ from tickwarden.store.catalog import CatalogStore
 from tickwarden.store.execution import ExecutionStore
 from tickwarden.store.heartbeat import HeartbeatStore
 from tickwarden.store.ledger import LedgerStore, TickRequest
+from tickwarden.store.monitoring import MonitoringStore
 from tickwarden.store.outbox import OutboxStore
 from tickwarden.store.trigger import TriggerStore
 
 
-class Store(CatalogStore, ExecutionStore, LedgerStore, OutboxStore, TriggerStore, HeartbeatStore):
+class Store(CatalogStore, ExecutionStore, LedgerStore, OutboxStore, TriggerStore, HeartbeatStore, MonitoringStore):
     """All store operations, bound to one connection and its transaction."""
 
 

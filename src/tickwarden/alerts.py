@@ -1,0 +1,131 @@
+"""The alert state machine: one state per broken workflow, not one message per failure.
+
+::
+
+                    evaluator: failures ≥ alert_after
+                                   │
+                                   ▼  event `opened` (notifies)
+     ┌───────────────────── open(first_severity) ◄──┐ later confirmed failure:
+     │                        │    │    │           │ count, error, owner updated
+     │                        │    │    └───────────┘ event `failed` (history only)
+     │  escalation clock:     │    │
+     │  escalate_at ≤ now, or │    └── reassign (event `reassigned`, pins the owner)
+     │  failures ≥            │        note     (event `noted`, history only)
+     │  escalate_after        ▼
+     │            open(critical)  event `escalated` (notifies); only from warning
+     │                        │
+     └────────────┬───────────┘
+                  ▼  next success, scheduled or manual
+              resolved        event `resolved` (notifies): resolved_at,
+                              resolved_by_run_id, downtime = resolved_at − first_failure_at
+
+At open the alert captures what later decisions need, so that editing the
+schedule mid-incident changes nothing: first_severity from the profile, owner from
+`categories.owner_for(category of the failure)`, cadence, escalation multiplier,
+escalate_after and escalate_at = opened_at + multiplier × cadence, and shadow =
+tenant.shadow or workflow.shadow (a shadow alert is delivered to shadow channels
+only). The owner follows the newest failure's category until someone reassigns the
+alert by hand; from then on it stays where they put it.
+
+Every transition is one statement that changes the alert with a compare-and-set
+and writes its event row (`store/monitoring.sql`), and its events go to
+`store.enqueue_notifications` in the same transaction: a notification is never
+lost (the outbox row commits with the state) and never doubled (a replica whose
+compare-and-set matched nothing wrote no event; UNIQUE (event, channel) besides).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from tickwarden.db import Database
+from tickwarden.errors import Conflict, InvalidInput, NotFound
+from tickwarden.models import Alert, AlertEvent
+from tickwarden.sanitize import sanitize_error
+from tickwarden.store import Store
+
+if TYPE_CHECKING:
+    from tickwarden.evaluator import Decision, EvaluationReport
+
+OWNERS = ("engineering", "customer")
+MAX_NOTE = 1000
+
+
+def apply_decisions(store: Store, decisions: Sequence[Decision], now: datetime, report: EvaluationReport) -> None:
+    """Apply a batch of evaluator decisions set-based, in the caller's transaction.
+
+    1. Open the new alerts (ON CONFLICT on the one-open index: a racing opener wins once).
+    2. Record later failures on open alerts (compare-and-set on the count).
+    3. Escalate open warnings whose failures reached escalate_after, including
+       alerts opened in step 1 with enough failures already.
+    4. Resolve alerts whose workflow succeeded.
+    5. Fan every new event out to the outbox.
+    """
+    opened = store.open_alerts([d.open for d in decisions if d.open], now)
+    updated = store.record_alert_failures([d.update for d in decisions if d.update], now)
+    to_escalate = [d.escalate_alert_id for d in decisions if d.escalate_alert_id is not None]
+    to_escalate += [
+        t.alert_id
+        for t in opened
+        if t.severity == "warning" and t.failure_count is not None and t.escalate_after is not None
+        and t.failure_count >= t.escalate_after
+    ]
+    escalated = store.escalate_alerts(to_escalate, "failures", now)
+    resolved = store.resolve_alerts([d.resolve for d in decisions if d.resolve], now)
+    event_ids = [t.event_id for t in (*opened, *updated, *escalated, *resolved)]
+    store.enqueue_notifications(event_ids, now)
+    report.opened += [t.alert_id for t in opened]
+    report.updated += [t.alert_id for t in updated]
+    report.escalated += [t.alert_id for t in escalated]
+    report.resolved += [t.alert_id for t in resolved]
+    report.event_ids += event_ids
+
+
+def escalate_due(store: Store, now: datetime, limit: int = 500) -> list[int]:
+    """Promote open warnings that are due (by time or by failures); return their alert ids."""
+    escalated = store.escalate_due_alerts(now, limit)
+    store.enqueue_notifications([t.event_id for t in escalated], now)
+    return [t.alert_id for t in escalated]
+
+
+def reassign(db: Database, alert_id: int, owner: str, note: str | None, actor: str, now: datetime) -> Alert:
+    """Hand an open alert to `owner` with a note; the owner then stays until reassigned again."""
+    if owner not in OWNERS:
+        raise InvalidInput(f"Owner {owner!r} is not valid: use engineering or customer.")
+    clean_note = _clean_note(note) if note else None
+    with db.transaction() as store:
+        alert = store.lock_alert(alert_id)
+        if alert is None:
+            raise NotFound(f"There is no alert {alert_id}.")
+        if alert.status != "open":
+            raise Conflict(f"Alert {alert_id} is already resolved; only open alerts can be reassigned.")
+        event = store.reassign_alert(alert_id, owner, alert.owner, clean_note, _clean_actor(actor), now)
+        assert event is not None  # the row lock above makes the compare-and-set match
+        store.enqueue_notifications([event.id], now)
+        view = store.get_alert(alert_id)
+        assert view is not None
+        return view.alert
+
+
+def add_note(db: Database, alert_id: int, note: str, actor: str, now: datetime) -> AlertEvent:
+    """Append a note to an alert's history."""
+    clean = _clean_note(note)
+    if not clean:
+        raise InvalidInput("The note is empty.")
+    with db.transaction() as store:
+        event = store.add_alert_note(alert_id, clean, _clean_actor(actor), now)
+        if event is None:
+            raise NotFound(f"There is no alert {alert_id}.")
+        store.enqueue_notifications([event.id], now)
+        return event
+
+
+def _clean_note(note: str) -> str:
+    # Notes are typed by people and may be sent to channels: same minimisation as errors.
+    return sanitize_error(note, limit=MAX_NOTE).strip()
+
+
+def _clean_actor(actor: str) -> str:
+    return sanitize_error(actor or "tickwarden", limit=100) or "tickwarden"

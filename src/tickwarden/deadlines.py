@@ -1,0 +1,146 @@
+"""The deadline detector: a missing outcome is a failure too.
+
+Exception capture can only see code that reports an error; it cannot prove that
+every due tick ever ran. This loop compares what should exist with what does, and
+writes the verdict `missed` where an outcome is absent. From there a missed run
+follows the ordinary failure path (the same `evaluator.evaluate` as the poller):
+one alert per workflow, updated, never repeated per pass, because alerts are state.
+
+One pass:
+
+1. Overdue runs. Runs still queued, running or pending a retry past their
+   `deadline_at` (`profile.run_deadline`) get the verdict `missed` (category
+   `missed`), their queued attempts cancelled. A run whose attempt is running on an
+   expired lease is left to the lease reaper, which fails that attempt so that it
+   is retried within its budget.
+2. Ticks that never ran. Every active schedule has a watermark (`tick_audits`):
+   all its ticks up to `checked_until` have a run. The watermark starts when the
+   schedule was published or last changed, and never more than `lookback` ago.
+   Its `next_check_at` is the next tick after the watermark plus the grace
+   (`max(starting_deadline, 60 s)`: by then the trigger has recorded the tick or
+   never will). A pass takes only due watermarks (an index range scan, with
+   `FOR UPDATE SKIP LOCKED` so replicas take disjoint schedules), walks the cron
+   expression from the watermark to `now − grace`, inserts every walked tick as a
+   `missed` run with ON CONFLICT DO NOTHING on the one-run-per-tick index (ticks
+   that have a run are untouched), and advances the watermark. The cost is one
+   cron step per tick that became due since the last pass, whatever the fleet size,
+   plus one anti-join of schedules against watermarks to arm new or edited ones.
+3. Evaluate the workflows that got a `missed` verdict in 1 or 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from tickwarden import evaluator
+from tickwarden.cadence import CronSchedule, parse_schedule
+from tickwarden.db import Database
+from tickwarden.evaluator import EvaluationReport
+from tickwarden.sanitize import sanitize_error
+
+log = logging.getLogger(__name__)
+
+OVERDUE_ERROR = "no outcome by the run's deadline"
+NEVER_RAN_ERROR = "the tick never ran"
+MIN_GRACE_SECONDS = 60
+
+
+@dataclass
+class DeadlineResult:
+    overdue_runs: list[int] = field(default_factory=list)
+    missed_ticks: list[tuple[int, datetime]] = field(default_factory=list)  # (workflow, tick)
+    audited_schedules: int = 0
+    evaluation: EvaluationReport = field(default_factory=EvaluationReport)
+    full: bool = False
+
+
+@functools.lru_cache(maxsize=8192)
+def _schedule(cron: str, timezone: str) -> CronSchedule:
+    return parse_schedule(cron, timezone)
+
+
+class DeadlineDetector:
+    """Records missed verdicts for overdue runs and for ticks that never ran."""
+
+    name = "deadlines"
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        lookback: timedelta = timedelta(hours=24),
+        interval_seconds: float = 60,
+        batch_size: int = 500,
+        max_ticks_per_schedule: int = 500,
+    ):
+        self.db = db
+        self.lookback = lookback
+        self.interval = timedelta(seconds=interval_seconds)
+        self.batch_size = batch_size
+        self.max_ticks = max_ticks_per_schedule
+        self.last = DeadlineResult()
+
+    def detect(self, now: datetime) -> DeadlineResult:
+        """Do steps 1 to 3 of the module docstring once."""
+        result = DeadlineResult()
+        with self.db.transaction() as store:
+            closed = store.close_overdue_runs(now, self.batch_size, OVERDUE_ERROR)
+        result.overdue_runs = [run_id for run_id, _ in closed]
+        workflows = {workflow_id for _, workflow_id in closed}
+
+        with self.db.transaction() as store:
+            store.arm_tick_audits(now, now - self.lookback)
+        with self.db.transaction() as store:
+            audits = store.due_tick_audits(now, self.batch_size)
+            result.audited_schedules = len(audits)
+            advances: list[tuple[int, datetime, datetime | None]] = []
+            wanted: list[tuple[int, int, datetime]] = []
+            for audit in audits:
+                if audit.status != "active" or audit.archived:
+                    advances.append((audit.schedule_id, audit.checked_until, None))  # re-armed on resume
+                    continue
+                try:
+                    checked, next_check, ticks = self._walk(audit.cron, audit.timezone, audit.checked_until,
+                                                            audit.starting_deadline_seconds, now)
+                except Exception as exc:  # one bad expression must not stop the others
+                    log.error("tick audit of schedule %d failed: %s", audit.schedule_id,
+                              sanitize_error(f"{type(exc).__name__}: {exc}"))
+                    advances.append((audit.schedule_id, audit.checked_until, now + self.interval))
+                    continue
+                advances.append((audit.schedule_id, checked, next_check))
+                wanted += [(audit.tenant_id, audit.workflow_id, tick) for tick in ticks]
+            created = store.record_missed_ticks(wanted, NEVER_RAN_ERROR, now)
+            store.advance_tick_audits(advances, now)
+        result.missed_ticks = [(workflow_id, tick) for _, workflow_id, tick in created]
+        workflows |= {workflow_id for _, workflow_id, _ in created}
+
+        result.full = len(closed) >= self.batch_size or len(audits) >= self.batch_size
+        if workflows:
+            result.evaluation = evaluator.evaluate(self.db, workflows, now)
+        return result
+
+    def _walk(
+        self, cron: str, timezone: str, checked_until: datetime, starting_deadline: int, now: datetime
+    ) -> tuple[datetime, datetime | None, list[datetime]]:
+        """Return the new watermark, when to look again, and the ticks now past their grace."""
+        schedule = _schedule(cron, timezone)
+        grace = timedelta(seconds=max(starting_deadline, MIN_GRACE_SECONDS))
+        start = max(checked_until, now - self.lookback)
+        horizon = now - grace
+        ticks: list[datetime] = []
+        for fire in schedule.fires_between(start, horizon):
+            ticks.append(fire)
+            if len(ticks) >= self.max_ticks:
+                break
+        checked = ticks[-1] if len(ticks) >= self.max_ticks else max(start, horizon)
+        following = schedule.next_after(checked)
+        return checked, (following + grace if following else None), ticks
+
+    def run_once(self, now: datetime) -> datetime:
+        self.last = self.detect(now)
+        if self.last.full:
+            return now + timedelta(seconds=1)
+        return now + self.interval

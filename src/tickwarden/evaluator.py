@@ -1,0 +1,213 @@
+"""The evaluator: from a workflow's run history to "alert at this severity", "not yet" or "resolve".
+
+It never keeps a counter. For each workflow it recounts the consecutive confirmed
+failures (runs `failed` or `missed`, newest first by tick, stopping at the newest
+success: the same walk as `store.count_consecutive_failures`, done for a whole
+batch of workflows in one statement) and compares the count with the workflow's
+profile (`profile.derive_profile(cadence or 1 day, policy_overrides)`):
+
+1. monitoring disabled                           → nothing (not evaluated)
+2. no failure since the newest success           → resolve the open alert, if any
+3. failures < alert_after and no open alert      → not yet
+4. failures ≥ alert_after and no open alert      → open at the profile's first severity
+                                                   (and escalate at once when failures ≥ escalate_after)
+5. an open alert and more failures than recorded → record the failure on it (count, error, owner)
+6. an open warning and failures ≥ escalate_after → escalate (captured at open)
+
+Manual runs are runs like any other: a manual success resolves (rule 2), a manual
+failure only ever updates the one open alert (rules 5 and 6; the partial unique
+index alerts_one_open_idx makes a second open alert impossible).
+
+Replicas: `evaluate_workflows` takes a per-workflow advisory lock before it reads,
+so two evaluations of one workflow run one after the other and the second sees the
+first one's writes; every write is a compare-and-set besides (see `alerts`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tickwarden import alerts
+from tickwarden.categories import owner_for
+from tickwarden.db import Database
+from tickwarden.profile import Profile, derive_profile
+from tickwarden.sanitize import sanitize_error
+from tickwarden.store import Store
+from tickwarden.store.monitoring import EvaluationInput, FailureUpdate, OpenAlert
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CADENCE_SECONDS = 86400  # a workflow with no schedule (manual runs only) is treated as daily
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one workflow's alert state."""
+
+    workflow_id: int
+    verdict: str  # none | not_yet | alert | resolve
+    failures: int = 0
+    severity: str | None = None
+    open: OpenAlert | None = None
+    update: FailureUpdate | None = None
+    escalate_alert_id: int | None = None
+    resolve: tuple[int, int | None] | None = None
+
+
+@dataclass
+class EvaluationReport:
+    """What one evaluation did, for logs, tests and the benchmark."""
+
+    evaluated: int = 0
+    opened: list[int] = field(default_factory=list)
+    updated: list[int] = field(default_factory=list)
+    escalated: list[int] = field(default_factory=list)
+    resolved: list[int] = field(default_factory=list)
+    event_ids: list[int] = field(default_factory=list)
+    failed_workflows: list[int] = field(default_factory=list)
+
+    def merge(self, other: EvaluationReport) -> None:
+        self.evaluated += other.evaluated
+        self.opened += other.opened
+        self.updated += other.updated
+        self.escalated += other.escalated
+        self.resolved += other.resolved
+        self.event_ids += other.event_ids
+        self.failed_workflows += other.failed_workflows
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_profile(cadence_seconds: int, overrides_json: str) -> Profile:
+    return derive_profile(cadence_seconds, json.loads(overrides_json) or None)
+
+
+def profile_of(cadence_seconds: int | None, overrides: dict[str, Any] | None) -> Profile:
+    """Return the workflow's profile (cached: thousands of workflows share a handful)."""
+    return _cached_profile(cadence_seconds or DEFAULT_CADENCE_SECONDS, json.dumps(overrides or {}, sort_keys=True))
+
+
+def decide(inp: EvaluationInput, now: datetime) -> Decision:
+    """Apply the rules of the module docstring to one workflow's evaluation input."""
+    wid = inp.workflow_id
+    if not inp.monitoring_enabled:
+        return Decision(wid, "none")
+    if inp.failures == 0:
+        if inp.alert_id is not None and inp.success_run_id is not None:
+            return Decision(wid, "resolve", resolve=(inp.alert_id, inp.success_run_id))
+        return Decision(wid, "none")
+
+    profile = profile_of(inp.cadence_seconds, inp.policy_overrides)
+    owner = owner_for(inp.last_error_category)
+    error = sanitize_error(inp.last_error) if inp.last_error else None
+    last_failure_at = inp.last_failure_at or now
+    if inp.alert_id is None:
+        if inp.failures < profile.alert_after:
+            return Decision(wid, "not_yet", failures=inp.failures)
+        cadence = inp.cadence_seconds or DEFAULT_CADENCE_SECONDS
+        opening = OpenAlert(
+            tenant_id=inp.tenant_id,
+            workflow_id=wid,
+            severity=profile.first_severity,
+            owner=owner,
+            failure_count=inp.failures,
+            cadence_seconds=cadence,
+            escalation_multiplier=profile.escalation_multiplier,
+            escalate_after=profile.escalate_after,
+            escalate_at=profile.escalate_at(now, cadence),
+            shadow=inp.shadow,
+            first_failure_at=inp.first_failure_at or last_failure_at,
+            last_failure_at=last_failure_at,
+            run_id=inp.last_failure_run_id,
+            category=inp.last_error_category,
+            error=error,
+            failed_step=inp.last_failed_step,
+        )
+        return Decision(wid, "alert", failures=inp.failures, severity=profile.first_severity, open=opening)
+
+    update = None
+    if inp.failures > (inp.alert_failure_count or 0):
+        update = FailureUpdate(
+            alert_id=inp.alert_id,
+            failure_count=inp.failures,
+            last_failure_at=last_failure_at,
+            run_id=inp.last_failure_run_id,
+            category=inp.last_error_category,
+            error=error,
+            failed_step=inp.last_failed_step,
+            owner=inp.alert_owner if inp.owner_pinned and inp.alert_owner else owner,
+        )
+    escalate = inp.alert_severity == "warning" and inp.failures >= (inp.alert_escalate_after or profile.escalate_after)
+    severity = "critical" if escalate else inp.alert_severity
+    return Decision(
+        wid,
+        "alert",
+        failures=inp.failures,
+        severity=severity,
+        update=update,
+        escalate_alert_id=inp.alert_id if escalate else None,
+    )
+
+
+def evaluate_workflows(store: Store, workflow_ids: Iterable[int], now: datetime) -> EvaluationReport:
+    """Evaluate a batch of workflows inside the caller's transaction.
+
+    1. Lock the workflows' evaluation locks (ascending, so batches never deadlock).
+    2. Read every input in one statement.
+    3. Decide per workflow in Python (a fault in one workflow's settings is logged
+       and skips only that workflow).
+    4. Apply all decisions set-based and fan the events out to the outbox.
+    """
+    ids = sorted(set(workflow_ids))
+    report = EvaluationReport()
+    if not ids:
+        return report
+    store.lock_workflows_for_evaluation(ids)
+    decisions = []
+    for inp in store.evaluation_inputs(ids):
+        try:
+            decisions.append(decide(inp, now))
+        except Exception as exc:  # one workflow's bad settings must not stop the others
+            log.error("evaluation of workflow %d failed: %s", inp.workflow_id, _describe(exc))
+            report.failed_workflows.append(inp.workflow_id)
+    report.evaluated = len(decisions)
+    alerts.apply_decisions(store, decisions, now, report)
+    return report
+
+
+def evaluate(db: Database, workflow_ids: Iterable[int], now: datetime) -> EvaluationReport:
+    """Evaluate workflows in their own transaction; on a fault, retry one workflow at a time.
+
+    The fast path evaluates the whole batch in one transaction. If it fails, each
+    workflow is evaluated in its own transaction so that one broken workflow is
+    logged (one sanitized line) and the others still get their decisions.
+    """
+    ids = sorted(set(workflow_ids))
+    if not ids:
+        return EvaluationReport()
+    try:
+        with db.transaction() as store:
+            return evaluate_workflows(store, ids, now)
+    except Exception as exc:
+        if len(ids) == 1:
+            log.error("evaluation of workflow %d failed: %s", ids[0], _describe(exc))
+            return EvaluationReport(failed_workflows=ids)
+        log.warning("batch evaluation of %d workflows failed (%s); evaluating one by one", len(ids), _describe(exc))
+    report = EvaluationReport()
+    for wid in ids:
+        try:
+            with db.transaction() as store:
+                report.merge(evaluate_workflows(store, [wid], now))
+        except Exception as exc:
+            log.error("evaluation of workflow %d failed: %s", wid, _describe(exc))
+            report.failed_workflows.append(wid)
+    return report
+
+
+def _describe(exc: BaseException) -> str:
+    return sanitize_error(f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,39 @@
+"""The retry engine: an immediate next attempt of a run that still has budget for its tick.
+
+The budget is per tick, captured on the run from the profile when the tick was
+recorded; the worker (`finish_attempt`) and the lease reaper (`expire_leases`)
+already compare the attempt number with it and write `pending_retry` only while
+budget remains. The engine's job is to launch the next attempt of those runs, once,
+however many pollers saw them: `queue_retries` moves each run from pending_retry
+to queued with a compare-and-set and inserts attempt n+1 under UNIQUE (run, number).
+
+A run pending a retry whose error category can never succeed on retry (config,
+auth: `categories.NOT_RETRYABLE`) is given its verdict `failed` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tickwarden.categories import NOT_RETRYABLE
+from tickwarden.store import Store
+
+
+@dataclass
+class RetryOutcome:
+    launched: list[int] = field(default_factory=list)  # run ids with a new queued attempt
+    failed: list[tuple[int, int]] = field(default_factory=list)  # (run, workflow) failed for good
+
+
+def launch_retries(store: Store, run_ids: Sequence[int], now: datetime) -> RetryOutcome:
+    """Queue the next attempt of every given run still pending a retry, in the caller's transaction."""
+    outcome = RetryOutcome()
+    if not run_ids:
+        return outcome
+    outcome.failed = store.fail_unretryable(run_ids, sorted(NOT_RETRYABLE), now)
+    failed = {run_id for run_id, _ in outcome.failed}
+    remaining = [r for r in run_ids if r not in failed]
+    outcome.launched = [a.run_id for a in store.queue_retries(remaining, now)]
+    return outcome

@@ -1,0 +1,280 @@
+"""Monitoring operations: claiming outcomes, evaluation inputs, alert transitions, deadlines.
+
+Every alert transition is one statement that changes the alert and writes its event
+together (a compare-and-set, so replicas never write an event twice); callers hand
+the returned event ids to `enqueue_notifications` in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tickwarden.models import Alert, AlertEvent, from_row
+from tickwarden.store.base import StoreBase
+
+
+@dataclass(frozen=True)
+class ClaimedAttempt:
+    attempt_id: int
+    run_id: int
+    workflow_id: int
+    finished_at: datetime
+    run_status: str
+
+
+@dataclass(frozen=True)
+class EvaluationInput:
+    """What the evaluator knows about one workflow at one moment."""
+
+    workflow_id: int
+    tenant_id: int
+    monitoring_enabled: bool
+    policy_overrides: dict[str, Any]
+    shadow: bool
+    cadence_seconds: int | None
+    failures: int
+    first_failure_at: datetime | None
+    last_failure_run_id: int | None
+    last_failure_at: datetime | None
+    last_error_category: str | None
+    last_error: str | None
+    last_failed_step: str | None
+    success_run_id: int | None
+    success_at: datetime | None
+    alert_id: int | None
+    alert_severity: str | None
+    alert_owner: str | None
+    alert_failure_count: int | None
+    alert_escalate_after: int | None
+    owner_pinned: bool
+
+
+@dataclass(frozen=True)
+class OpenAlert:
+    """An alert to open (one row of a batch)."""
+
+    tenant_id: int
+    workflow_id: int
+    severity: str
+    owner: str
+    failure_count: int
+    cadence_seconds: int
+    escalation_multiplier: float
+    escalate_after: int
+    escalate_at: datetime
+    shadow: bool
+    first_failure_at: datetime
+    last_failure_at: datetime
+    run_id: int | None
+    category: str | None
+    error: str | None
+    failed_step: str | None
+
+
+@dataclass(frozen=True)
+class FailureUpdate:
+    """A later confirmed failure recorded on an open alert."""
+
+    alert_id: int
+    failure_count: int
+    last_failure_at: datetime
+    run_id: int | None
+    category: str | None
+    error: str | None
+    failed_step: str | None
+    owner: str
+
+
+@dataclass(frozen=True)
+class Transition:
+    """An alert that changed and the event written for it."""
+
+    alert_id: int
+    workflow_id: int
+    event_id: int
+    severity: str | None = None
+    failure_count: int | None = None
+    escalate_after: int | None = None
+
+
+@dataclass(frozen=True)
+class AlertView:
+    """An alert with the names a person reads."""
+
+    alert: Alert
+    tenant: str
+    workflow: str
+
+
+@dataclass(frozen=True)
+class TickAudit:
+    schedule_id: int
+    checked_until: datetime
+    tenant_id: int
+    workflow_id: int
+    cron: str
+    timezone: str
+    status: str
+    starting_deadline_seconds: int
+    archived: bool
+
+
+def _transition(row: dict[str, Any]) -> Transition:
+    return from_row(Transition, row)
+
+
+class MonitoringStore(StoreBase):
+    def claim_finished_attempts(self, now: datetime, limit: int) -> list[ClaimedAttempt]:
+        """Claim up to `limit` finished, unprocessed attempts, marking them processed."""
+        return [from_row(ClaimedAttempt, r) for r in self._rows("monitoring_claim_finished_attempts", {"now": now, "limit": limit})]
+
+    def fail_unretryable(self, run_ids: Sequence[int], categories: Sequence[str], now: datetime) -> list[tuple[int, int]]:
+        """Fail runs pending a retry whose category never succeeds on retry; return (run, workflow)."""
+        if not run_ids:
+            return []
+        rows = self._rows(
+            "monitoring_fail_unretryable", {"run_ids": list(run_ids), "categories": list(categories), "now": now}
+        )
+        return [(r["id"], r["workflow_id"]) for r in rows]
+
+    def lock_workflows_for_evaluation(self, workflow_ids: Sequence[int]) -> None:
+        """Hold each workflow's evaluation lock until the transaction ends."""
+        if workflow_ids:
+            self._rows("monitoring_lock_workflows", {"workflow_ids": sorted(set(workflow_ids))})
+
+    def evaluation_inputs(self, workflow_ids: Sequence[int]) -> list[EvaluationInput]:
+        if not workflow_ids:
+            return []
+        rows = self._rows("monitoring_evaluation_inputs", {"workflow_ids": list(workflow_ids)})
+        return [from_row(EvaluationInput, r) for r in rows]
+
+    def open_alerts(self, wanted: Sequence[OpenAlert], now: datetime) -> list[Transition]:
+        if not wanted:
+            return []
+        params = {
+            "tenant_ids": [w.tenant_id for w in wanted],
+            "workflow_ids": [w.workflow_id for w in wanted],
+            "severities": [w.severity for w in wanted],
+            "owners": [w.owner for w in wanted],
+            "failure_counts": [w.failure_count for w in wanted],
+            "cadences": [w.cadence_seconds for w in wanted],
+            "multipliers": [w.escalation_multiplier for w in wanted],
+            "escalate_afters": [w.escalate_after for w in wanted],
+            "escalate_ats": [w.escalate_at for w in wanted],
+            "shadows": [w.shadow for w in wanted],
+            "first_failure_ats": [w.first_failure_at for w in wanted],
+            "last_failure_ats": [w.last_failure_at for w in wanted],
+            "run_ids": [w.run_id for w in wanted],
+            "categories": [w.category for w in wanted],
+            "errors": [w.error for w in wanted],
+            "steps": [w.failed_step for w in wanted],
+            "now": now,
+        }
+        return [_transition(r) for r in self._rows("monitoring_open_alerts", params)]
+
+    def record_alert_failures(self, updates: Sequence[FailureUpdate], now: datetime) -> list[Transition]:
+        if not updates:
+            return []
+        params = {
+            "alert_ids": [u.alert_id for u in updates],
+            "failure_counts": [u.failure_count for u in updates],
+            "last_failure_ats": [u.last_failure_at for u in updates],
+            "run_ids": [u.run_id for u in updates],
+            "categories": [u.category for u in updates],
+            "errors": [u.error for u in updates],
+            "steps": [u.failed_step for u in updates],
+            "owners": [u.owner for u in updates],
+            "now": now,
+        }
+        return [_transition(r) for r in self._rows("monitoring_record_failures", params)]
+
+    def escalate_alerts(self, alert_ids: Sequence[int], reason: str, now: datetime) -> list[Transition]:
+        if not alert_ids:
+            return []
+        rows = self._rows("monitoring_escalate_alerts", {"alert_ids": list(alert_ids), "reason": reason, "now": now})
+        return [_transition(r) for r in rows]
+
+    def escalate_due_alerts(self, now: datetime, limit: int) -> list[Transition]:
+        return [_transition(r) for r in self._rows("monitoring_escalate_due", {"now": now, "limit": limit})]
+
+    def resolve_alerts(self, resolutions: Sequence[tuple[int, int | None]], now: datetime) -> list[Transition]:
+        """Resolve (alert id, resolving run id) pairs still open."""
+        if not resolutions:
+            return []
+        params = {"alert_ids": [a for a, _ in resolutions], "run_ids": [r for _, r in resolutions], "now": now}
+        return [_transition(r) for r in self._rows("monitoring_resolve_alerts", params)]
+
+    def lock_alert(self, alert_id: int) -> Alert | None:
+        row = self._row("monitoring_lock_alert", {"alert_id": alert_id})
+        return from_row(Alert, row) if row else None
+
+    def reassign_alert(
+        self, alert_id: int, owner: str, previous: str, note: str | None, actor: str, now: datetime
+    ) -> AlertEvent | None:
+        row = self._row(
+            "monitoring_reassign_alert",
+            {"alert_id": alert_id, "owner": owner, "previous": previous, "note": note, "actor": actor, "now": now},
+        )
+        return from_row(AlertEvent, row) if row else None
+
+    def add_alert_note(self, alert_id: int, note: str, actor: str, now: datetime) -> AlertEvent | None:
+        row = self._row("monitoring_add_note", {"alert_id": alert_id, "note": note, "actor": actor, "now": now})
+        return from_row(AlertEvent, row) if row else None
+
+    def get_alert(self, alert_id: int) -> AlertView | None:
+        row = self._row("monitoring_get_alert", {"alert_id": alert_id})
+        return AlertView(from_row(Alert, row), row["tenant"], row["workflow"]) if row else None
+
+    def list_alerts(self, *, tenant: str | None = None, open_only: bool = False, limit: int = 200) -> list[AlertView]:
+        rows = self._rows("monitoring_list_alerts", {"tenant": tenant, "open_only": open_only, "limit": limit})
+        return [AlertView(from_row(Alert, r), r["tenant"], r["workflow"]) for r in rows]
+
+    def list_alert_events(self, alert_id: int) -> list[AlertEvent]:
+        return [from_row(AlertEvent, r) for r in self._rows("monitoring_list_alert_events", {"alert_id": alert_id})]
+
+    def close_overdue_runs(self, now: datetime, limit: int, error: str) -> list[tuple[int, int]]:
+        """Give runs past their deadline the verdict missed; return (run, workflow)."""
+        rows = self._rows("monitoring_close_overdue_runs", {"now": now, "limit": limit, "error": error})
+        return [(r["run_id"], r["workflow_id"]) for r in rows]
+
+    def arm_tick_audits(self, now: datetime, lookback_start: datetime) -> int:
+        return self._execute("monitoring_arm_tick_audits", {"now": now, "lookback_start": lookback_start})
+
+    def due_tick_audits(self, now: datetime, limit: int) -> list[TickAudit]:
+        return [from_row(TickAudit, r) for r in self._rows("monitoring_due_tick_audits", {"now": now, "limit": limit})]
+
+    def advance_tick_audits(
+        self, advances: Sequence[tuple[int, datetime, datetime | None]], now: datetime
+    ) -> int:
+        if not advances:
+            return 0
+        return self._execute(
+            "monitoring_advance_tick_audits",
+            {
+                "schedule_ids": [a[0] for a in advances],
+                "checked_untils": [a[1] for a in advances],
+                "next_check_ats": [a[2] for a in advances],
+                "now": now,
+            },
+        )
+
+    def record_missed_ticks(
+        self, ticks: Sequence[tuple[int, int, datetime]], error: str, now: datetime
+    ) -> list[tuple[int, int, datetime]]:
+        """Insert (tenant, workflow, tick) as missed runs; return (run, workflow, tick) of those created."""
+        if not ticks:
+            return []
+        rows = self._rows(
+            "monitoring_record_missed_ticks",
+            {
+                "tenant_ids": [t[0] for t in ticks],
+                "workflow_ids": [t[1] for t in ticks],
+                "scheduled_fors": [t[2] for t in ticks],
+                "error": error,
+                "now": now,
+            },
+        )
+        return [(r["run_id"], r["workflow_id"], r["scheduled_for"]) for r in rows]

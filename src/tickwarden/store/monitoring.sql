@@ -1,0 +1,363 @@
+-- monitoring_claim_finished_attempts --
+-- Claim a batch of finished, unprocessed attempts and mark them processed in the same
+-- statement. SKIP LOCKED hands concurrent pollers disjoint batches; marking at claim
+-- time means a later fault is logged once instead of reprocessed forever. The run's
+-- status says what to do next (pending_retry: launch a retry; terminal: evaluate).
+WITH next AS (
+    SELECT id
+      FROM attempts
+     WHERE processed_at IS NULL
+       AND status IN ('succeeded', 'failed', 'lost', 'cancelled')
+       AND finished_at <= %(now)s
+     ORDER BY finished_at, id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE attempts a
+       SET processed_at = %(now)s
+      FROM next
+     WHERE a.id = next.id
+    RETURNING a.id, a.run_id, a.workflow_id, a.finished_at
+)
+SELECT claimed.id AS attempt_id, claimed.run_id, claimed.workflow_id, claimed.finished_at,
+       r.status AS run_status
+  FROM claimed
+  JOIN runs r ON r.id = claimed.run_id;
+
+-- monitoring_fail_unretryable --
+-- A run pending a retry whose error category can never succeed on retry (config,
+-- auth) gets its verdict now instead of another attempt. The worker normally
+-- writes these as failed already; this keeps the rule true whoever wrote the row.
+UPDATE runs
+   SET status = 'failed', finished_at = %(now)s
+ WHERE id = ANY(%(run_ids)s::bigint[])
+   AND status = 'pending_retry'
+   AND error_category = ANY(%(categories)s::text[])
+RETURNING id, workflow_id;
+
+-- monitoring_lock_workflows --
+-- Serialise evaluations of the same workflow across replicas for the rest of the
+-- transaction: the evaluator reads history after this, so each evaluation sees the
+-- writes of the one before it. Taken in ascending order, so two batches never deadlock.
+SELECT count(pg_advisory_xact_lock(7301, (s.id %% 2147483647)::integer)) AS locked
+  FROM (SELECT DISTINCT id FROM unnest(%(workflow_ids)s::bigint[]) AS u (id) ORDER BY id) s;
+
+-- monitoring_evaluation_inputs --
+-- Everything the evaluator needs for a set of workflows, in one statement: the
+-- workflow's settings and cadence, the consecutive confirmed failures since the
+-- newest success (the same walk as count_consecutive_failures: one probe of the
+-- success index, then only the streak), the newest failure of the streak, the
+-- newest success, and the open alert with whether someone reassigned it by hand.
+SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_overrides,
+       (w.shadow OR t.shadow) AS shadow,
+       s.cadence_seconds,
+       coalesce(streak.failures, 0) AS failures, streak.first_failure_at,
+       lf.id AS last_failure_run_id, lf.finished_at AS last_failure_at,
+       lf.error_category AS last_error_category, lf.error AS last_error, lf.failed_step AS last_failed_step,
+       ok.id AS success_run_id, ok.finished_at AS success_at,
+       a.id AS alert_id, a.severity AS alert_severity, a.owner AS alert_owner,
+       a.failure_count AS alert_failure_count, a.escalate_after AS alert_escalate_after,
+       (a.id IS NOT NULL AND EXISTS (
+            SELECT 1 FROM alert_events e WHERE e.alert_id = a.id AND e.kind = 'reassigned')) AS owner_pinned
+  FROM unnest(%(workflow_ids)s::bigint[]) AS u (id)
+  JOIN workflows w ON w.id = u.id
+  JOIN tenants t ON t.id = w.tenant_id
+  LEFT JOIN schedules s ON s.workflow_id = w.id
+  LEFT JOIN LATERAL (
+        SELECT r.id, r.scheduled_for, r.finished_at
+          FROM runs r
+         WHERE r.workflow_id = w.id AND r.status = 'succeeded'
+         ORDER BY r.scheduled_for DESC
+         LIMIT 1) ok ON true
+  LEFT JOIN LATERAL (
+        SELECT count(*) AS failures, min(r.finished_at) AS first_failure_at
+          FROM runs r
+         WHERE r.workflow_id = w.id AND r.status IN ('failed', 'missed')
+           AND r.scheduled_for > coalesce(ok.scheduled_for, '-infinity'::timestamptz)) streak ON true
+  LEFT JOIN LATERAL (
+        SELECT r.id, r.finished_at, r.error_category, r.error, r.failed_step
+          FROM runs r
+         WHERE r.workflow_id = w.id AND r.status IN ('failed', 'missed')
+           AND r.scheduled_for > coalesce(ok.scheduled_for, '-infinity'::timestamptz)
+         ORDER BY r.scheduled_for DESC, r.id DESC
+         LIMIT 1) lf ON true
+  LEFT JOIN alerts a ON a.workflow_id = w.id AND a.status = 'open';
+
+-- monitoring_open_alerts --
+-- Open one alert per listed workflow and write its `opened` event. The partial
+-- unique index on open alerts turns a second opener into nothing (and no event).
+WITH wanted AS (
+    SELECT *
+      FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(severities)s::text[],
+                  %(owners)s::text[], %(failure_counts)s::integer[], %(cadences)s::integer[],
+                  %(multipliers)s::double precision[], %(escalate_afters)s::integer[],
+                  %(escalate_ats)s::timestamptz[], %(shadows)s::boolean[],
+                  %(first_failure_ats)s::timestamptz[], %(last_failure_ats)s::timestamptz[],
+                  %(run_ids)s::bigint[], %(categories)s::text[], %(errors)s::text[], %(steps)s::text[])
+           AS w (tenant_id, workflow_id, severity, owner, failure_count, cadence_seconds, multiplier,
+                 escalate_after, escalate_at, shadow, first_failure_at, last_failure_at, run_id,
+                 category, error, step)
+), opened AS (
+    INSERT INTO alerts (tenant_id, workflow_id, status, first_severity, severity, owner, failure_count,
+                        cadence_seconds, escalation_multiplier, escalate_after, escalate_at, shadow,
+                        first_failure_at, last_failure_at, last_run_id, last_error_category, last_error,
+                        failed_step, opened_at)
+    SELECT tenant_id, workflow_id, 'open', severity, severity, owner, failure_count, cadence_seconds,
+           multiplier, escalate_after, escalate_at, shadow, first_failure_at, last_failure_at, run_id,
+           category, error, step, %(now)s
+      FROM wanted
+        ON CONFLICT (workflow_id) WHERE status = 'open' DO NOTHING
+    RETURNING *
+), events AS (
+    INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, data)
+    SELECT o.tenant_id, o.id, 'opened', %(now)s, o.severity, o.owner,
+           jsonb_build_object('failure_count', o.failure_count, 'run_id', o.last_run_id,
+                              'error_category', o.last_error_category)
+      FROM opened o
+     ORDER BY o.id
+    RETURNING id, alert_id
+)
+SELECT o.id AS alert_id, o.workflow_id, o.severity, o.failure_count, o.escalate_after, events.id AS event_id
+  FROM opened o JOIN events ON events.alert_id = o.id;
+
+-- monitoring_record_failures --
+-- Later confirmed failures update the open alert: count, newest failure and error,
+-- and the owner (which follows the newest failure's category until someone
+-- reassigns by hand). Compare-and-set on the count: only an evaluation that saw
+-- more failures than recorded writes, so replicas never write the same `failed`
+-- event twice. `failed` events are history; they do not notify.
+WITH wanted AS (
+    SELECT *
+      FROM unnest(%(alert_ids)s::bigint[], %(failure_counts)s::integer[], %(last_failure_ats)s::timestamptz[],
+                  %(run_ids)s::bigint[], %(categories)s::text[], %(errors)s::text[], %(steps)s::text[],
+                  %(owners)s::text[])
+           AS w (alert_id, failure_count, last_failure_at, run_id, category, error, step, owner)
+), updated AS (
+    UPDATE alerts a
+       SET failure_count = w.failure_count, last_failure_at = w.last_failure_at, last_run_id = w.run_id,
+           last_error_category = w.category, last_error = w.error, failed_step = w.step,
+           owner = CASE WHEN EXISTS (SELECT 1 FROM alert_events e
+                                      WHERE e.alert_id = a.id AND e.kind = 'reassigned')
+                        THEN a.owner ELSE w.owner END
+      FROM wanted w
+     WHERE a.id = w.alert_id AND a.status = 'open' AND a.failure_count < w.failure_count
+    RETURNING a.*
+), events AS (
+    INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, data)
+    SELECT u.tenant_id, u.id, 'failed', %(now)s, u.severity, u.owner,
+           jsonb_build_object('failure_count', u.failure_count, 'run_id', u.last_run_id,
+                              'error_category', u.last_error_category)
+      FROM updated u
+     ORDER BY u.id
+    RETURNING id, alert_id
+)
+SELECT u.id AS alert_id, u.workflow_id, u.severity, u.failure_count, u.escalate_after, events.id AS event_id
+  FROM updated u JOIN events ON events.alert_id = u.id;
+
+-- monitoring_escalate_alerts --
+-- Promote the listed open warnings to critical and write their `escalated` events.
+-- The compare-and-set on (open, warning) makes a second promoter a no-op.
+WITH updated AS (
+    UPDATE alerts a
+       SET severity = 'critical', escalated_at = %(now)s
+     WHERE a.id = ANY(%(alert_ids)s::bigint[]) AND a.status = 'open' AND a.severity = 'warning'
+    RETURNING a.*
+), events AS (
+    INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, data)
+    SELECT u.tenant_id, u.id, 'escalated', %(now)s, 'critical', u.owner,
+           jsonb_build_object('reason', %(reason)s::text, 'failure_count', u.failure_count)
+      FROM updated u
+     ORDER BY u.id
+    RETURNING id, alert_id
+)
+SELECT u.id AS alert_id, u.workflow_id, events.id AS event_id
+  FROM updated u JOIN events ON events.alert_id = u.id;
+
+-- monitoring_escalate_due --
+-- The escalation clock: promote open warnings whose escalate_at has passed (the
+-- cadence was captured at open) or whose failures reached escalate_after. The
+-- partial index alerts_open_warning_idx holds only open warnings; SKIP LOCKED and
+-- the (open, warning) compare-and-set keep replicas from promoting one twice.
+WITH due AS (
+    SELECT id,
+           CASE WHEN failure_count >= escalate_after THEN 'failures' ELSE 'time' END AS reason
+      FROM alerts
+     WHERE status = 'open' AND severity = 'warning'
+       AND (escalate_at <= %(now)s OR failure_count >= escalate_after)
+     ORDER BY escalate_at, id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), updated AS (
+    UPDATE alerts a
+       SET severity = 'critical', escalated_at = %(now)s
+      FROM due
+     WHERE a.id = due.id AND a.status = 'open' AND a.severity = 'warning'
+    RETURNING a.*, due.reason
+), events AS (
+    INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, data)
+    SELECT u.tenant_id, u.id, 'escalated', %(now)s, 'critical', u.owner,
+           jsonb_build_object('reason', u.reason, 'failure_count', u.failure_count)
+      FROM updated u
+     ORDER BY u.id
+    RETURNING id, alert_id
+)
+SELECT u.id AS alert_id, u.workflow_id, events.id AS event_id
+  FROM updated u JOIN events ON events.alert_id = u.id;
+
+-- monitoring_resolve_alerts --
+-- Resolve open alerts on the success that ended their streak, recording the
+-- downtime from the first failure; compare-and-set on status = 'open'.
+WITH wanted AS (
+    SELECT * FROM unnest(%(alert_ids)s::bigint[], %(run_ids)s::bigint[]) AS w (alert_id, run_id)
+), updated AS (
+    UPDATE alerts a
+       SET status = 'resolved', resolved_at = %(now)s, resolved_by_run_id = w.run_id,
+           downtime_seconds = greatest(0, floor(extract(epoch FROM (%(now)s - a.first_failure_at))))::integer
+      FROM wanted w
+     WHERE a.id = w.alert_id AND a.status = 'open'
+    RETURNING a.*
+), events AS (
+    INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, data)
+    SELECT u.tenant_id, u.id, 'resolved', %(now)s, u.severity, u.owner,
+           jsonb_build_object('run_id', u.resolved_by_run_id, 'downtime_seconds', u.downtime_seconds,
+                              'failure_count', u.failure_count)
+      FROM updated u
+     ORDER BY u.id
+    RETURNING id, alert_id
+)
+SELECT u.id AS alert_id, u.workflow_id, events.id AS event_id
+  FROM updated u JOIN events ON events.alert_id = u.id;
+
+-- monitoring_lock_alert --
+-- Lock one alert for a manual action (reassign, note).
+SELECT * FROM alerts WHERE id = %(alert_id)s FOR UPDATE;
+
+-- monitoring_reassign_alert --
+-- Hand an open alert to another owner. The `reassigned` event is what pins the
+-- owner from then on: later failures no longer move it.
+WITH updated AS (
+    UPDATE alerts SET owner = %(owner)s
+     WHERE id = %(alert_id)s AND status = 'open'
+    RETURNING *
+), event AS (
+    INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, actor, note, data)
+    SELECT u.tenant_id, u.id, 'reassigned', %(now)s, u.severity, u.owner, %(actor)s, %(note)s,
+           jsonb_build_object('from', %(previous)s::text, 'to', u.owner)
+      FROM updated u
+    RETURNING *
+)
+SELECT * FROM event;
+
+-- monitoring_add_note --
+-- Append a note to an alert's history (open or resolved).
+INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, actor, note)
+SELECT a.tenant_id, a.id, 'noted', %(now)s, a.severity, a.owner, %(actor)s, %(note)s
+  FROM alerts a
+ WHERE a.id = %(alert_id)s
+RETURNING *;
+
+-- monitoring_get_alert --
+SELECT a.*, t.name AS tenant, w.name AS workflow
+  FROM alerts a
+  JOIN tenants t ON t.id = a.tenant_id
+  JOIN workflows w ON w.id = a.workflow_id
+ WHERE a.id = %(alert_id)s;
+
+-- monitoring_list_alerts --
+-- Alerts newest first, optionally of one tenant and only open ones.
+SELECT a.*, t.name AS tenant, w.name AS workflow
+  FROM alerts a
+  JOIN tenants t ON t.id = a.tenant_id
+  JOIN workflows w ON w.id = a.workflow_id
+ WHERE (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
+   AND (NOT %(open_only)s OR a.status = 'open')
+ ORDER BY a.opened_at DESC, a.id DESC
+ LIMIT %(limit)s;
+
+-- monitoring_list_alert_events --
+SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
+
+-- monitoring_close_overdue_runs --
+-- Give runs still waiting for an outcome past their deadline the verdict `missed`
+-- (the same transition as close_run, for a batch). A run whose attempt is running
+-- on an expired lease is left to the lease reaper, which fails that attempt so it
+-- is retried; a run whose worker still holds a live lease past the deadline is
+-- missed all the same (the watchdog should have stopped it). SKIP LOCKED and the
+-- status compare-and-set keep replicas from closing a run twice.
+WITH overdue AS (
+    SELECT r.id
+      FROM runs r
+     WHERE r.status IN ('queued', 'running', 'pending_retry')
+       AND r.deadline_at <= %(now)s
+       AND NOT EXISTS (
+            SELECT 1 FROM attempts a
+             WHERE a.run_id = r.id AND a.status = 'running' AND a.lease_expires_at <= %(now)s)
+     ORDER BY r.deadline_at, r.id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), closed AS (
+    UPDATE runs r
+       SET status = 'missed', finished_at = %(now)s, error_category = 'missed',
+           error = %(error)s, failed_step = NULL, recovered = false
+      FROM overdue
+     WHERE r.id = overdue.id AND r.status IN ('queued', 'running', 'pending_retry')
+    RETURNING r.id, r.workflow_id
+), cancelled AS (
+    UPDATE attempts a
+       SET status = 'cancelled', finished_at = %(now)s, processed_at = %(now)s
+      FROM closed
+     WHERE a.run_id = closed.id AND a.status = 'queued'
+)
+SELECT id AS run_id, workflow_id FROM closed;
+
+-- monitoring_arm_tick_audits --
+-- Give every active schedule a watermark, and re-arm it when the schedule changed
+-- (edit, pause, resume: the version moved). The watermark never starts before the
+-- schedule was published or last edited, nor before the look-back window, so ticks
+-- nobody expected are never recorded missed.
+INSERT INTO tick_audits (schedule_id, schedule_version, checked_until, next_check_at, updated_at)
+SELECT s.id, s.version,
+       greatest(coalesce(s.published_at, s.created_at), s.updated_at, %(lookback_start)s::timestamptz),
+       %(now)s, %(now)s
+  FROM schedules s
+  LEFT JOIN tick_audits ta ON ta.schedule_id = s.id
+ WHERE s.status = 'active'
+   AND (ta.schedule_id IS NULL OR ta.schedule_version <> s.version)
+    ON CONFLICT (schedule_id) DO UPDATE
+   SET schedule_version = EXCLUDED.schedule_version,
+       checked_until = greatest(tick_audits.checked_until, EXCLUDED.checked_until),
+       next_check_at = EXCLUDED.next_check_at,
+       updated_at = EXCLUDED.updated_at;
+
+-- monitoring_due_tick_audits --
+-- Watermarks whose next tick has passed its grace, with their schedules. SKIP
+-- LOCKED hands replicas disjoint schedules; the lock is held until the missed runs
+-- and the new watermark are written in the same transaction.
+SELECT ta.schedule_id, ta.checked_until, s.tenant_id, s.workflow_id, s.cron, s.timezone, s.status,
+       s.starting_deadline_seconds, (w.archived_at IS NOT NULL) AS archived
+  FROM tick_audits ta
+  JOIN schedules s ON s.id = ta.schedule_id
+  JOIN workflows w ON w.id = s.workflow_id
+ WHERE ta.next_check_at <= %(now)s
+ ORDER BY ta.next_check_at, ta.schedule_id
+ LIMIT %(limit)s
+   FOR UPDATE OF ta SKIP LOCKED;
+
+-- monitoring_advance_tick_audits --
+-- Move the watermarks forward after their ticks were checked.
+UPDATE tick_audits ta
+   SET checked_until = u.checked_until, next_check_at = u.next_check_at, updated_at = %(now)s
+  FROM unnest(%(schedule_ids)s::bigint[], %(checked_untils)s::timestamptz[], %(next_check_ats)s::timestamptz[])
+       AS u (schedule_id, checked_until, next_check_at)
+ WHERE ta.schedule_id = u.schedule_id;
+
+-- monitoring_record_missed_ticks --
+-- Record ticks that never ran as missed runs. The one-run-per-tick index turns a
+-- tick the trigger recorded meanwhile (or another detector got to) into nothing.
+INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget, attempts_count,
+                  deadline_at, error_category, error, created_at, finished_at)
+SELECT tenant_id, workflow_id, scheduled_for, false, 'missed', 0, 0, %(now)s, 'missed', %(error)s, %(now)s, %(now)s
+  FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)s::timestamptz[])
+       AS u (tenant_id, workflow_id, scheduled_for)
+    ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
+RETURNING id AS run_id, workflow_id, scheduled_for;
