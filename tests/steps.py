@@ -47,3 +47,7 @@ def hang_once(params, inputs):
         marker.write_text("started")
         time.sleep(600)
     return {"second": True}
+
+
+def unserialisable(params, inputs):
+    return {1, 2}

@@ -1,0 +1,93 @@
+import threading
+from datetime import timedelta
+
+from tests.dbutil import TEST_URL
+from tests.helpers import create_run, make_workflow
+from tickwarden.db import Database
+from tickwarden.reaper import LeaseReaper
+
+
+def lease_all(db, now, lease=30):
+    with db.transaction() as store:
+        return store.lease_attempts("w1", now, lease, limit=1000)
+
+
+def test_it_marks_an_expired_lease_lost_and_the_run_pending_retry(db, clock):
+    wf = make_workflow(db, clock.now())
+    run = create_run(db, wf, clock.now(), clock.now(), budget=1)
+    lease_all(db, clock.now())
+    reaper = LeaseReaper(db)
+    assert reaper.run_once(clock.now() + timedelta(seconds=29)) == clock.now() + timedelta(seconds=39)
+    assert reaper.last_reaped == []
+    reaper.run_once(clock.now() + timedelta(seconds=31))
+    with db.transaction() as store:
+        [attempt] = store.list_attempts(run.id)
+        run = store.get_run(run.id)
+    assert attempt.status == "lost" and attempt.error_category == "lost"
+    assert run.status == "pending_retry" and run.finished_at is None
+
+
+def test_a_lost_attempt_without_budget_fails_the_run(db, clock):
+    wf = make_workflow(db, clock.now())
+    run = create_run(db, wf, clock.now(), clock.now(), budget=0)
+    lease_all(db, clock.now())
+    LeaseReaper(db).run_once(clock.now() + timedelta(minutes=5))
+    with db.transaction() as store:
+        run = store.get_run(run.id)
+    assert run.status == "failed" and run.error_category == "lost"
+
+
+def test_it_comes_back_at_once_while_batches_are_full(db, clock):
+    wf = make_workflow(db, clock.now())
+    for i in range(3):
+        create_run(db, wf, clock.now() - timedelta(days=i), clock.now())
+    lease_all(db, clock.now())
+    later = clock.now() + timedelta(minutes=1)
+    reaper = LeaseReaper(db, batch=2)
+    assert reaper.run_once(later) == later and len(reaper.last_reaped) == 2
+    assert reaper.run_once(later) > later and len(reaper.last_reaped) == 1
+
+
+def test_replicas_reap_each_attempt_once(db, clock, schema):
+    wf = make_workflow(db, clock.now())
+    for i in range(60):
+        create_run(db, wf, clock.now() - timedelta(hours=i), clock.now())
+    lease_all(db, clock.now())
+    later = clock.now() + timedelta(minutes=1)
+    replicas = [Database(TEST_URL, schema=schema, max_size=2) for _ in range(3)]
+    reapers = [LeaseReaper(r, batch=7) for r in replicas]
+    seen: list[int] = []
+    lock = threading.Lock()
+    gate = threading.Barrier(3)
+
+    def drive(reaper):
+        gate.wait()
+        while True:
+            wake = reaper.run_once(later)
+            with lock:
+                seen.extend(a.attempt_id for a in reaper.last_reaped)
+            if wake > later:
+                return
+
+    threads = [threading.Thread(target=drive, args=(r,)) for r in reapers]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for r in replicas:
+        r.close()
+    assert len(seen) == len(set(seen)) == 60
+    with db.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM attempts WHERE status = 'lost'").fetchone()[0] == 60
+
+
+def test_it_marks_instances_left_by_a_vanished_worker_dead(db, clock):
+    with db.transaction() as store:
+        t = store.upsert_tenant("acme", clock.now())
+        env = store.upsert_environment(t.id, "main", clock.now(), idle_timeout_seconds=60)
+        stale = store.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="gone", pid=1,
+                                                 status="warm", now=clock.now())
+        fresh = store.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="alive", pid=2,
+                                                 status="warm", now=clock.now() + timedelta(minutes=10))
+    LeaseReaper(db).run_once(clock.now() + timedelta(minutes=10))
+    with db.transaction() as store:
+        status = {i.id: i.status for i in store.list_environment_instances(include_stopped=True)}
+    assert status == {stale.id: "dead", fresh.id: "warm"}
