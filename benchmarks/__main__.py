@@ -3,7 +3,7 @@
 import runpy
 import sys
 
-BENCHMARKS = ["benchmarks.ledger"]
+BENCHMARKS = ["benchmarks.ledger", "benchmarks.worker"]
 
 if __name__ == "__main__":
     for name in BENCHMARKS:

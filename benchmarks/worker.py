@@ -1,0 +1,127 @@
+"""Worker benchmark: per-attempt overhead warm vs cold, and attempts per second.
+
+    python -m benchmarks.worker [--attempts 200] [--repeat 60] [--cold 8]
+
+1. Overhead of one attempt of a no-op python step on a warm environment: the whole
+   `run_once` (lease, load, authenticate, run in the environment process, record the
+   outcome and the step row), median of `repeat` attempts; the bare round trip to
+   the environment process beside it.
+2. The same attempt with a cold wake (the environment process started first), median
+   of `cold` attempts.
+3. Attempts per second through 1 and 4 workers (threads of one process, as
+   `tickwarden worker --concurrency 4`), each draining `attempts` queued no-op runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+from datetime import timedelta
+
+from benchmarks.common import BENCH_URL, bench_schema, report
+from tickwarden.clock import WallClock
+from tickwarden.db import Database
+from tickwarden.store import TickRequest
+from tickwarden.worker import Worker
+
+KEY = "bench-signing-key"
+NOOP = {"steps": [{"name": "noop", "kind": "python", "call": "tests.steps:noop", "depends_on": []}]}
+
+
+def setup(db: Database, clock: WallClock):
+    now = clock.now()
+    with db.transaction() as store:
+        tenant = store.upsert_tenant("bench", now)
+        user = store.upsert_user(tenant.id, "owner@bench.test", now)
+        env = store.upsert_environment(tenant.id, "main", now)
+        wf = store.upsert_workflow(tenant.id, "noop", now, environment_id=env.id, publisher_id=user.id, recipe=NOOP,
+                                   timeout_seconds=60)
+        store.upsert_schedule(tenant_id=tenant.id, workflow_id=wf.id, cron="* * * * *", timezone="UTC",
+                              cadence_seconds=60, now=now)
+    return wf
+
+
+_offset = [0]
+
+
+def queue(db: Database, wf, clock: WallClock, count: int) -> None:
+    now = clock.now()
+    ticks = []
+    for _ in range(count):
+        _offset[0] += 1
+        at = now - timedelta(days=3650) + timedelta(minutes=_offset[0])
+        ticks.append(TickRequest(wf.tenant_id, wf.id, at, 0, at + timedelta(days=7000)))
+    with db.transaction() as store:
+        store.create_tick_runs(ticks, now)
+
+
+def timed_attempt(worker: Worker, clock: WallClock) -> float:
+    t0 = time.perf_counter()
+    wake = worker.run_once(clock.now())
+    elapsed = (time.perf_counter() - t0) * 1000
+    assert wake <= clock.now(), "the attempt was not leased"
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--attempts", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=60)
+    parser.add_argument("--cold", type=int, default=8)
+    args = parser.parse_args()
+    clock = WallClock()
+    with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12) as db:
+        wf = setup(db, clock)
+        worker = Worker(db, "bench-1", clock=clock, secret_key=KEY)
+
+        cold = []
+        for _ in range(args.cold):
+            queue(db, wf, clock, 1)
+            worker.environments.close(clock.now())
+            cold.append(timed_attempt(worker, clock))
+
+        queue(db, wf, clock, args.repeat + 5)
+        for _ in range(5):  # warm up caches and prepared plans
+            timed_attempt(worker, clock)
+        warm = [timed_attempt(worker, clock) for _ in range(args.repeat)]
+        [instance] = worker.environments.live()
+        request = {"op": "run", "tenant_id": wf.tenant_id, "step": {"name": "noop", "kind": "python",
+                                                                    "call": "tests.steps:noop"}, "inputs": {}}
+        trips = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            instance.process.call(request, 10)
+            trips.append((time.perf_counter() - t0) * 1000)
+        worker.environments.close(clock.now())
+
+        rows = [
+            ("warm attempt, no-op step (median)", f"{statistics.median(warm):.1f} ms  (p90 {sorted(warm)[int(len(warm) * .9)]:.1f} ms)"),
+            ("  of which environment round trip", f"{statistics.median(trips):.2f} ms"),
+            ("cold wake + attempt (median)", f"{statistics.median(cold):.1f} ms"),
+        ]
+        for n in (1, 4):
+            queue(db, wf, clock, args.attempts)
+            workers = [Worker(db, f"bench-{n}-{i}", clock=clock, secret_key=KEY) for i in range(n)]
+            for w in workers:  # wake every environment first: throughput is measured warm
+                queue(db, wf, clock, 1)
+                w.run_once(clock.now())
+
+            def drain(w: Worker) -> None:
+                while w.run_once(clock.now()) <= clock.now():
+                    pass
+
+            threads = [threading.Thread(target=drain, args=(w,)) for w in workers]
+            t0 = time.perf_counter()
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            seconds = time.perf_counter() - t0
+            for w in workers:
+                w.environments.close(clock.now())
+            rows.append((f"throughput, {n} worker{'s' if n > 1 else ''}", f"{args.attempts / seconds:.0f} attempts/s"))
+        report("worker: per-attempt overhead and throughput (no-op recipe)", rows)
+
+
+if __name__ == "__main__":
+    main()
