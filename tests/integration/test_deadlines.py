@@ -1,0 +1,129 @@
+"""The deadline detector: overdue runs and ticks that never ran become `missed`, then alert once."""
+
+from datetime import timedelta
+
+from tests.integration.pipeline import DAILY, FIVE_MIN, OK, alerts_of, create_tick, events_of, fail, tick, workflow
+from tickwarden.deadlines import DeadlineDetector
+from tickwarden.poller import OutcomePoller
+
+
+def runs_of(db, wf):
+    with db.transaction() as store:
+        return list(reversed(store.list_runs(wf.id, limit=1000)))
+
+
+def test_a_run_stuck_queued_past_its_deadline_becomes_missed_and_alerts_once(db, clock):
+    wf = workflow(db, clock.now(), cadence=DAILY)
+    run = create_tick(db, wf, clock.set(clock.now().replace(hour=2, minute=0)) or clock.now(), clock.now())
+    detector = DeadlineDetector(db)
+    detector.run_once(run.deadline_at - timedelta(seconds=1))
+    assert detector.last.overdue_runs == []
+    clock.set(run.deadline_at)
+    for _ in range(5):
+        detector.run_once(clock.now())
+        clock.advance(60)
+    (missed,) = runs_of(db, wf)
+    assert (missed.status, missed.error_category) == ("missed", "missed")
+    with db.transaction() as store:
+        assert [a.status for a in store.list_attempts(run.id)] == ["cancelled"]
+    (alert,) = alerts_of(db, wf)
+    assert (alert.severity, alert.owner, alert.failure_count) == ("critical", "engineering", 1)
+    assert [e.kind for e in events_of(db, alert.id)] == ["opened"]
+    # the poller finds nothing to redo: the cancelled attempt was processed when it was cancelled
+    poller = OutcomePoller(db, "p1")
+    poller.run_once(clock.now())
+    assert poller.last.claimed == 0
+
+
+def test_a_run_whose_lease_expired_is_left_to_the_reaper(db, clock):
+    wf = workflow(db, clock.now(), cadence=DAILY)
+    run = create_tick(db, wf, clock.now(), clock.now())
+    with db.transaction() as store:
+        store.lease_attempts("w1", clock.now(), 60)
+    detector = DeadlineDetector(db)
+    detector.run_once(run.deadline_at + timedelta(seconds=1))
+    assert detector.last.overdue_runs == []
+    with db.transaction() as store:
+        store.expire_leases(run.deadline_at + timedelta(seconds=2))
+        assert store.get_run(run.id).status == "pending_retry"
+
+
+def test_a_run_past_its_deadline_with_a_live_lease_is_missed_and_its_late_result_changes_nothing(db, clock):
+    wf = workflow(db, clock.now(), cadence=DAILY)
+    run = create_tick(db, wf, clock.now(), clock.now())
+    with db.transaction() as store:
+        (attempt,) = store.lease_attempts("w1", clock.now(), 10**6)
+    DeadlineDetector(db).run_once(run.deadline_at)
+    with db.transaction() as store:
+        store.finish_attempt(attempt.id, "w1", OK, run.deadline_at + timedelta(seconds=5))
+        assert store.get_run(run.id).status == "missed"
+    OutcomePoller(db, "p1").run_once(run.deadline_at + timedelta(seconds=10))
+    (alert,) = alerts_of(db, wf)
+    assert alert.status == "open"
+
+
+def test_a_tick_with_no_run_during_a_trigger_outage_becomes_a_missed_run(db, clock):
+    wf = workflow(db, clock.now(), cadence=DAILY)  # published 01:55, fires at 02:00, starting deadline 300 s
+    detector = DeadlineDetector(db)
+    detector.run_once(clock.now())
+    tick_time = clock.now().replace(hour=2, minute=0)
+    detector.run_once(tick_time + timedelta(seconds=299))
+    assert runs_of(db, wf) == []
+    for step in range(5):
+        detector.run_once(tick_time + timedelta(seconds=301 + 60 * step))
+    (missed,) = runs_of(db, wf)
+    assert (missed.scheduled_for, missed.status, missed.attempts_count, missed.error) == (
+        tick_time, "missed", 0, "the tick never ran")
+    (alert,) = alerts_of(db, wf)
+    assert alert.owner == "engineering" and alert.last_error_category == "missed"
+    assert [e.kind for e in events_of(db, alert.id)] == ["opened"]
+
+
+def test_a_short_outage_between_fired_ticks_is_found(db, clock):
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="check")
+    poller, detector = OutcomePoller(db, "p1"), DeadlineDetector(db)
+    base = clock.now().replace(minute=0) + timedelta(hours=1)
+    detector.run_once(clock.now())
+    for i in range(12):  # 02:00 … 02:55, the 02:20 and 02:25 ticks never fire
+        scheduled = base + timedelta(minutes=5 * i)
+        if i not in (4, 5):
+            tick(db, poller, wf, scheduled, [OK], clock)
+        detector.run_once(clock.now())
+    detector.run_once(clock.advance(120))  # before the 03:00 tick's grace has passed
+    runs = runs_of(db, wf)
+    assert [r.status for r in runs].count("missed") == 2
+    assert {r.scheduled_for for r in runs if r.status == "missed"} == {base + timedelta(minutes=20), base + timedelta(minutes=25)}
+    assert len(runs) == 12
+    assert alerts_of(db, wf) == []  # two misses and then successes: below the threshold of three
+
+
+def test_ticks_before_publication_outside_the_lookback_or_while_paused_are_not_missed(db, clock):
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="check")
+    detector = DeadlineDetector(db, lookback=timedelta(hours=1))
+    detector.run_once(clock.now())
+    with db.transaction() as store:
+        store.set_schedule_status(wf.id, "paused", clock.now())
+    detector.run_once(clock.advance(3600))
+    assert runs_of(db, wf) == []
+    with db.transaction() as store:
+        store.set_schedule_status(wf.id, "active", clock.now())
+    resumed = clock.now()
+    detector.run_once(clock.advance(5 * 3600))  # the detector itself was down for five hours
+    runs = runs_of(db, wf)
+    assert runs and all(r.scheduled_for > resumed for r in runs)
+    assert all(r.scheduled_for > clock.now() - timedelta(hours=1) for r in runs)
+    assert len(runs) == 12 - 1  # ticks in the last hour whose grace (300 s) has passed
+    (alert,) = alerts_of(db, wf)
+    assert alert.failure_count == len(runs)
+
+
+def test_a_failed_run_and_a_missed_tick_count_in_one_streak(db, clock):
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="check")
+    poller, detector = OutcomePoller(db, "p1"), DeadlineDetector(db)
+    detector.run_once(clock.now())
+    base = clock.now().replace(minute=0) + timedelta(hours=1)
+    tick(db, poller, wf, base, [fail()], clock)
+    tick(db, poller, wf, base + timedelta(minutes=5), [fail()], clock)
+    detector.run_once(base + timedelta(minutes=10, seconds=301))  # the 03:10 tick never ran
+    (alert,) = alerts_of(db, wf)
+    assert alert.failure_count == 3 and alert.last_error_category == "missed"
