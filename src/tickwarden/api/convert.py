@@ -1,0 +1,146 @@
+"""Store dataclasses → response bodies (shared by the API routers and the dashboard)."""
+
+from __future__ import annotations
+
+from tickwarden import profile
+from tickwarden.api import schemas as s
+from tickwarden.errors import InvalidPolicy
+from tickwarden.models import Alert, AlertEvent, Attempt, Run
+from tickwarden.store.api import (
+    AlertView,
+    ChannelView,
+    EnvironmentInstance,
+    EnvironmentView,
+    FailingStep,
+    Outcome,
+    StepRecord,
+    WorkflowView,
+)
+
+
+def derived_profile(view: WorkflowView) -> profile.Profile | None:
+    """Return the workflow's profile, or None without a schedule (or with overrides no longer valid)."""
+    if view.cadence_seconds is None:
+        return None
+    try:
+        return profile.derive_profile(view.cadence_seconds, view.workflow.policy_overrides)
+    except InvalidPolicy:
+        return None
+
+
+def profile_out(derived: profile.Profile | None) -> s.ProfileOut | None:
+    return s.ProfileOut(**derived.as_dict()) if derived else None
+
+
+def workflow_out(view: WorkflowView) -> s.WorkflowOut:
+    return s.WorkflowOut(**_workflow_fields(view))
+
+
+def workflow_detail_out(view: WorkflowView, recent: list[Outcome]) -> s.WorkflowDetailOut:
+    return s.WorkflowDetailOut(
+        **_workflow_fields(view),
+        recipe=view.workflow.recipe,
+        recent=[s.OutcomeOut(run_id=o.id, scheduled_for=o.scheduled_for, status=o.status,
+                             recovered=o.recovered, manual=o.manual) for o in recent],
+    )
+
+
+def _workflow_fields(view: WorkflowView) -> dict:
+    w = view.workflow
+    schedule = None
+    if view.cron is not None:
+        schedule = s.ScheduleOut(cron=view.cron, timezone=view.timezone or "UTC", status=view.schedule_status or "active",
+                                 cadence_seconds=view.cadence_seconds or 0, version=view.schedule_version or 1,
+                                 published_at=view.published_at)
+    return dict(
+        id=w.id, tenant=view.tenant_name, name=w.name, description=w.description, environment=view.environment_name,
+        monitoring_enabled=w.monitoring_enabled, timeout_seconds=w.timeout_seconds,
+        policy_overrides=w.policy_overrides, shadow=w.shadow, schedule=schedule,
+        profile=profile_out(derived_profile(view)), created_at=w.created_at, updated_at=w.updated_at,
+    )
+
+
+def run_out(run: Run, tenant: str, workflow: str) -> s.RunOut:
+    return s.RunOut(**_run_fields(run, tenant, workflow))
+
+
+def _run_fields(run: Run, tenant: str, workflow: str) -> dict:
+    return dict(
+        id=run.id, tenant=tenant, workflow=workflow, scheduled_for=run.scheduled_for, manual=run.manual,
+        status=run.status, recovered=run.recovered, retry_budget=run.retry_budget, attempts_count=run.attempts_count,
+        deadline_at=run.deadline_at, error_category=run.error_category, error=run.error, failed_step=run.failed_step,
+        requested_by=run.requested_by, created_at=run.created_at, started_at=run.started_at,
+        finished_at=run.finished_at,
+    )
+
+
+def run_detail_out(run: Run, tenant: str, workflow: str, attempts: list[Attempt],
+                   steps: list[StepRecord]) -> s.RunDetailOut:
+    by_attempt: dict[int, list[s.StepOut]] = {}
+    for step in steps:
+        by_attempt.setdefault(step.attempt_id, []).append(s.StepOut(
+            step=step.step, position=step.position, status=step.status, started_at=step.started_at,
+            finished_at=step.finished_at, log=step.log, error=step.error))
+    return s.RunDetailOut(
+        **_run_fields(run, tenant, workflow),
+        attempts=[s.AttemptOut(
+            id=a.id, number=a.number, status=a.status, worker_id=a.worker_id, queued_at=a.queued_at,
+            started_at=a.started_at, finished_at=a.finished_at, retryable=a.retryable,
+            error_category=a.error_category, error=a.error, failed_step=a.failed_step, log_tail=a.log_tail,
+            steps=by_attempt.get(a.id, [])) for a in attempts],
+    )
+
+
+def alert_out(view: AlertView) -> s.AlertOut:
+    return s.AlertOut(**_alert_fields(view.alert, view.tenant_name, view.workflow_name))
+
+
+def _alert_fields(a: Alert, tenant: str, workflow: str) -> dict:
+    return dict(
+        id=a.id, tenant=tenant, workflow=workflow, status=a.status, first_severity=a.first_severity,
+        severity=a.severity, owner=a.owner, failure_count=a.failure_count, cadence_seconds=a.cadence_seconds,
+        escalate_at=a.escalate_at, shadow=a.shadow, first_failure_at=a.first_failure_at,
+        last_failure_at=a.last_failure_at, last_run_id=a.last_run_id, last_error_category=a.last_error_category,
+        last_error=a.last_error, failed_step=a.failed_step, opened_at=a.opened_at, escalated_at=a.escalated_at,
+        resolved_at=a.resolved_at, resolved_by_run_id=a.resolved_by_run_id, downtime_seconds=a.downtime_seconds,
+    )
+
+
+def event_out(e: AlertEvent) -> s.AlertEventOut:
+    return s.AlertEventOut(id=e.id, kind=e.kind, at=e.at, severity=e.severity, owner=e.owner, actor=e.actor,
+                           note=e.note, data=e.data)
+
+
+def alert_detail_out(view: AlertView, events: list[AlertEvent], failing: FailingStep | None) -> s.AlertDetailOut:
+    step = None
+    if failing is not None:
+        step = s.FailingStepOut(run_id=failing.run_id, attempt=failing.number, step=failing.step,
+                                error_category=failing.error_category, error=failing.error, log=failing.log)
+    return s.AlertDetailOut(**_alert_fields(view.alert, view.tenant_name, view.workflow_name),
+                            events=[event_out(e) for e in events], failing_step=step)
+
+
+def environment_out(view: EnvironmentView) -> s.EnvironmentOut:
+    return s.EnvironmentOut(**_environment_fields(view))
+
+
+def _environment_fields(view: EnvironmentView) -> dict:
+    e = view.environment
+    return dict(id=e.id, tenant=view.tenant_name, name=e.name, python=e.python,
+                idle_timeout_seconds=e.idle_timeout_seconds, settings=e.settings,
+                live_instances=view.live_instances, created_at=e.created_at, updated_at=e.updated_at)
+
+
+def environment_detail_out(view: EnvironmentView, instances: list[EnvironmentInstance]) -> s.EnvironmentDetailOut:
+    live = sum(1 for i in instances if i.status in ("starting", "warm", "busy"))
+    fields = _environment_fields(view) | {"live_instances": live}
+    return s.EnvironmentDetailOut(**fields, instances=[
+        s.EnvironmentInstanceOut(id=i.id, worker_id=i.worker_id, pid=i.pid, status=i.status, started_at=i.started_at,
+                                 last_used_at=i.last_used_at, stopped_at=i.stopped_at, runs_served=i.runs_served)
+        for i in instances])
+
+
+def channel_out(c: ChannelView) -> s.ChannelOut:
+    return s.ChannelOut(id=c.id, tenant=c.tenant_name, name=c.name, kind=c.kind, audience=c.audience, config=c.config,
+                        has_secret=c.secret_ref is not None, enabled=c.enabled, disabled_reason=c.disabled_reason,
+                        created_at=c.created_at)

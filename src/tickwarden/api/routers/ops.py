@@ -1,0 +1,41 @@
+"""Operations endpoints: liveness, readiness and Prometheus metrics (no token needed)."""
+
+from __future__ import annotations
+
+import psycopg
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from tickwarden import metrics
+from tickwarden.api.problems import problem_response
+from tickwarden.errors import TickwardenError
+from tickwarden.migrate import pending
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", summary="The process is up")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="The database is reachable and every migration is applied",
+            responses={503: {"description": "Not ready"}})
+def readyz(request: Request) -> JSONResponse:
+    db = request.app.state.db
+    try:
+        with db.connection() as conn, conn.transaction():
+            waiting = pending(conn)
+    except (psycopg.Error, TickwardenError):
+        return problem_response(503, "The database cannot be reached.", title="Not ready")
+    if waiting:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in waiting)
+        return problem_response(503, f"Migrations are pending: {names}; run 'tickwarden db upgrade'.",
+                                title="Not ready")
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+def prometheus(request: Request) -> Response:
+    return Response(metrics.render(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,27 @@
+"""Runs: one per tick (or manual run) with every attempt underneath and its sanitized logs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from tickwarden.api import convert
+from tickwarden.api import schemas as s
+from tickwarden.api.deps import MAX_ID, Scoped
+from tickwarden.api.problems import Problem
+
+router = APIRouter(tags=["runs"])
+
+RunId = Annotated[int, Path(ge=1, le=MAX_ID, description="Run id.")]
+
+
+@router.get("/api/runs/{run_id}", response_model=s.RunDetailOut, summary="Show a run with its attempts and step logs")
+def get_run(scope: Scoped, run_id: RunId) -> s.RunDetailOut:
+    with scope.store() as store:
+        view = store.api_get_run(run_id)
+        if view is None:
+            raise Problem(404, "Not found", f"No run {run_id}.")
+        attempts = store.list_attempts(run_id)
+        steps = store.api_list_run_steps(run_id)
+    return convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)

@@ -1,0 +1,166 @@
+"""Workflows and their schedules: list, detail, publish, pause, resume, run now, profile, runs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from tickwarden import cadence, catalog, profile, workflow_file
+from tickwarden.api import convert
+from tickwarden.api import schemas as s
+from tickwarden.api.deps import NAME_PATTERN, Scope, Scoped
+from tickwarden.api.problems import Problem
+from tickwarden.errors import TickwardenError
+from tickwarden.store.api import WorkflowView
+
+router = APIRouter(tags=["workflows"])
+
+TenantName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63, description="Tenant name.")]
+WorkflowName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63, description="Workflow name.")]
+TenantFilter = Annotated[str | None, Query(pattern=NAME_PATTERN, max_length=63)]
+Limit = Annotated[int, Query(ge=1, le=s.MAX_LIMIT)]
+Cursor = Annotated[str | None, Query(max_length=512)]
+RECENT_OUTCOMES = 20
+
+
+def find_workflow(scope: Scope, tenant: str, workflow: str) -> WorkflowView:
+    """Return a workflow visible to the caller; 404 otherwise (another tenant's workflow does not exist)."""
+    with scope.store() as store:
+        view = store.api_get_workflow(tenant, workflow)
+    if view is None:
+        raise Problem(404, "Not found", f"No workflow {tenant}/{workflow}.")
+    return view
+
+
+@router.get("/api/workflows", response_model=s.Page[s.WorkflowOut], summary="List workflows")
+def list_workflows(scope: Scoped, tenant: TenantFilter = None, limit: Limit = s.DEFAULT_LIMIT,
+                   cursor: Cursor = None) -> s.Page[s.WorkflowOut]:
+    after = s.decode_cursor(cursor, (str, str))
+    with scope.store() as store:
+        views = store.api_list_workflows(tenant=scope.visible_tenant(tenant),
+                                         after=(after[0], after[1]) if after else None, limit=limit + 1)
+    page = views[:limit]
+    next_cursor = s.encode_cursor([page[-1].tenant_name, page[-1].workflow.name]) if len(views) > limit else None
+    return s.Page[s.WorkflowOut](items=[convert.workflow_out(v) for v in page], next_cursor=next_cursor)
+
+
+@router.get("/api/tenants/{tenant}/workflows/{workflow}", response_model=s.WorkflowDetailOut,
+            summary="Show a workflow with its schedule, cadence, derived profile and recent outcomes")
+def get_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.WorkflowDetailOut:
+    with scope.store() as store:
+        view = store.api_get_workflow(tenant, workflow)
+        if view is None:
+            raise Problem(404, "Not found", f"No workflow {tenant}/{workflow}.")
+        recent = store.api_recent_outcomes([view.workflow.id], RECENT_OUTCOMES)[view.workflow.id]
+    return convert.workflow_detail_out(view, recent)
+
+
+@router.put("/api/tenants/{tenant}/workflows/{workflow}", response_model=s.WorkflowDetailOut,
+            summary="Publish a workflow: create or replace it and its schedule")
+def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, body: s.PublishIn) -> s.WorkflowDetailOut:
+    now = scope.clock.now()
+    try:
+        parsed = cadence.parse_schedule(body.cron, body.timezone)
+        cadence_seconds = cadence.cadence_of(parsed, now).interval_seconds
+        overrides = profile.parse_overrides(body.policy.model_dump(exclude_none=True))
+        profile.derive_profile(cadence_seconds, overrides)
+    except TickwardenError as exc:
+        raise Problem(422, "Invalid input", exc.message) from None
+    try:
+        recipe = workflow_file._check_steps("steps", list(body.steps))
+    except workflow_file._Invalid as exc:
+        raise Problem(422, "Invalid input", f"{exc.path}: {exc.message}.") from None
+    with scope.store() as store:
+        found = store.get_tenant_by_name(tenant)
+        if found is None:
+            raise Problem(404, "Not found", f"No tenant named {tenant!r}.")
+        environment = store.api_get_environment_by_name(tenant, body.environment)
+        if environment is None:
+            raise Problem(422, "Invalid input", f"Tenant {tenant!r} has no environment named {body.environment!r}.")
+        publisher = store.api_get_user_by_email(tenant, body.publisher)
+        if publisher is None or not publisher.active:
+            raise Problem(422, "Invalid input", f"Tenant {tenant!r} has no active user {body.publisher!r} to publish as.")
+        applied = store.apply_workflow(
+            found.id, workflow, now, description=body.description, environment_id=environment.id,
+            publisher_id=publisher.id, recipe=recipe, timeout_seconds=body.timeout_seconds,
+            monitoring_enabled=body.monitoring, policy_overrides=overrides.model_dump(exclude_none=True), shadow=False,
+        )
+        store.apply_schedule(
+            tenant_id=found.id, workflow_id=applied.id, cron=parsed.cron, timezone=parsed.timezone,
+            status="paused" if body.paused else "active", cadence_seconds=cadence_seconds,
+            starting_deadline_seconds=body.starting_deadline_seconds, now=now,
+        )
+        view = store.api_get_workflow(tenant, workflow)
+        assert view is not None
+        recent = store.api_recent_outcomes([view.workflow.id], RECENT_OUTCOMES)[view.workflow.id]
+    return convert.workflow_detail_out(view, recent)
+
+
+@router.post("/api/tenants/{tenant}/workflows/{workflow}/pause", response_model=s.WorkflowOut,
+             summary="Pause a workflow's schedule")
+def pause_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.WorkflowOut:
+    find_workflow(scope, tenant, workflow)
+    catalog.pause(scope.db, tenant, workflow, scope.clock.now())
+    return convert.workflow_out(find_workflow(scope, tenant, workflow))
+
+
+@router.post("/api/tenants/{tenant}/workflows/{workflow}/resume", response_model=s.WorkflowOut,
+             summary="Resume a paused schedule")
+def resume_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.WorkflowOut:
+    find_workflow(scope, tenant, workflow)
+    catalog.resume(scope.db, tenant, workflow, scope.clock.now())
+    return convert.workflow_out(find_workflow(scope, tenant, workflow))
+
+
+@router.post("/api/tenants/{tenant}/workflows/{workflow}/run-now", response_model=s.RunOut, status_code=202,
+             summary="Queue a manual run")
+def run_workflow_now(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.RunOut:
+    find_workflow(scope, tenant, workflow)
+    run = catalog.run_now(scope.db, tenant, workflow, scope.clock.now(), requested_by=scope.principal.actor)
+    return convert.run_out(run, tenant, workflow)
+
+
+@router.get("/api/tenants/{tenant}/workflows/{workflow}/profile", response_model=s.ProfileOut,
+            summary="Show the derived profile with its overrides")
+def get_profile(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.ProfileOut:
+    view = find_workflow(scope, tenant, workflow)
+    derived = convert.derived_profile(view)
+    if derived is None:
+        raise Problem(409, "Conflict", f"Workflow {tenant}/{workflow} has no schedule, so it has no cadence profile.")
+    return s.ProfileOut(**derived.as_dict())
+
+
+@router.put("/api/tenants/{tenant}/workflows/{workflow}/profile", response_model=s.ProfileOut,
+            summary="Replace the profile overrides; omitted fields return to the cadence's default")
+def set_profile(scope: Scoped, tenant: TenantName, workflow: WorkflowName, body: s.PolicyIn) -> s.ProfileOut:
+    now = scope.clock.now()
+    with scope.store() as store:
+        view = store.api_get_workflow(tenant, workflow)
+        if view is None:
+            raise Problem(404, "Not found", f"No workflow {tenant}/{workflow}.")
+        if view.cadence_seconds is None:
+            raise Problem(409, "Conflict", f"Workflow {tenant}/{workflow} has no schedule, so it has no cadence profile.")
+        overrides = body.model_dump(exclude_none=True)
+        try:
+            derived = profile.derive_profile(view.cadence_seconds, overrides)
+        except TickwardenError as exc:
+            raise Problem(422, "Invalid input", exc.message) from None
+        store.api_set_policy_overrides(view.workflow.id, overrides, now)
+    return s.ProfileOut(**derived.as_dict())
+
+
+@router.get("/api/tenants/{tenant}/workflows/{workflow}/runs", response_model=s.Page[s.RunOut],
+            summary="List a workflow's runs (one per tick), newest first")
+def list_runs(scope: Scoped, tenant: TenantName, workflow: WorkflowName, limit: Limit = s.DEFAULT_LIMIT,
+              cursor: Cursor = None) -> s.Page[s.RunOut]:
+    before = s.decode_cursor(cursor, (datetime, int))
+    with scope.store() as store:
+        view = store.api_get_workflow(tenant, workflow)
+        if view is None:
+            raise Problem(404, "Not found", f"No workflow {tenant}/{workflow}.")
+        runs = store.api_list_runs(view.workflow.id, (before[0], before[1]) if before else None, limit + 1)
+    page = runs[:limit]
+    next_cursor = s.encode_cursor([page[-1].scheduled_for, page[-1].id]) if len(runs) > limit else None
+    return s.Page[s.RunOut](items=[convert.run_out(r, tenant, workflow) for r in page], next_cursor=next_cursor)

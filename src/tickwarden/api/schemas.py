@@ -1,0 +1,324 @@
+"""Request and response bodies of the API, and the pagination cursor.
+
+Request bodies forbid unknown fields and reject NUL characters (PostgreSQL text
+cannot hold them), so bad input fails validation with a 4xx instead of reaching
+the database.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from tickwarden.api.problems import Problem
+from tickwarden.clock import isoformat_z, parse_utc
+from tickwarden.workflow_file import StepSpec
+
+T = TypeVar("T")
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("text must not contain NUL characters")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]
+
+
+class Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list; pass `next_cursor` back as `cursor` for the next page."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+def encode_cursor(values: list[Any]) -> str:
+    plain = [isoformat_z(v) if isinstance(v, datetime) else v for v in values]
+    return base64.urlsafe_b64encode(json.dumps(plain, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None, shape: tuple[type, ...]) -> list[Any] | None:
+    """Decode a cursor into values of the given types; 400 when it was not made by us."""
+    if cursor is None:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        values = json.loads(raw)
+        if not isinstance(values, list) or len(values) != len(shape):
+            raise ValueError
+        decoded: list[Any] = []
+        for value, kind in zip(values, shape):
+            if kind is datetime:
+                decoded.append(parse_utc(value))
+            elif kind is int:
+                if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+                    raise ValueError
+                decoded.append(value)
+            else:
+                if not isinstance(value, str) or "\x00" in value:
+                    raise ValueError
+                decoded.append(value)
+        return decoded
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, AttributeError):
+        raise Problem(400, "Bad request", "The cursor is not valid; pass the next_cursor of a previous page.") from None
+
+
+# -- responses ------------------------------------------------------------------
+
+
+class TenantOut(BaseModel):
+    id: int
+    name: str
+    display_name: str
+    shadow: bool
+
+
+class ProfileOut(BaseModel):
+    band: str
+    interval_seconds: int
+    retries: int
+    alert_after: int
+    first_severity: str
+    escalation_multiplier: float
+    escalate_after: int
+    overridden: list[str]
+
+
+class ScheduleOut(BaseModel):
+    cron: str
+    timezone: str
+    status: str
+    cadence_seconds: int
+    version: int
+    published_at: datetime | None
+
+
+class OutcomeOut(BaseModel):
+    run_id: int
+    scheduled_for: datetime
+    status: str
+    recovered: bool
+    manual: bool
+
+
+class WorkflowOut(BaseModel):
+    id: int
+    tenant: str
+    name: str
+    description: str
+    environment: str | None
+    monitoring_enabled: bool
+    timeout_seconds: int | None
+    policy_overrides: dict[str, Any]
+    shadow: bool
+    schedule: ScheduleOut | None
+    profile: ProfileOut | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class WorkflowDetailOut(WorkflowOut):
+    recipe: dict[str, Any]
+    recent: list[OutcomeOut]
+
+
+class RunOut(BaseModel):
+    id: int
+    tenant: str
+    workflow: str
+    scheduled_for: datetime
+    manual: bool
+    status: str
+    recovered: bool
+    retry_budget: int
+    attempts_count: int
+    deadline_at: datetime
+    error_category: str | None
+    error: str | None
+    failed_step: str | None
+    requested_by: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class StepOut(BaseModel):
+    step: str
+    position: int
+    status: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    log: str
+    error: str | None
+
+
+class AttemptOut(BaseModel):
+    id: int
+    number: int
+    status: str
+    worker_id: str | None
+    queued_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    retryable: bool | None
+    error_category: str | None
+    error: str | None
+    failed_step: str | None
+    log_tail: str | None
+    steps: list[StepOut]
+
+
+class RunDetailOut(RunOut):
+    attempts: list[AttemptOut]
+
+
+class AlertOut(BaseModel):
+    id: int
+    tenant: str
+    workflow: str
+    status: str
+    first_severity: str
+    severity: str
+    owner: str
+    failure_count: int
+    cadence_seconds: int
+    escalate_at: datetime
+    shadow: bool
+    first_failure_at: datetime
+    last_failure_at: datetime
+    last_run_id: int | None
+    last_error_category: str | None
+    last_error: str | None
+    failed_step: str | None
+    opened_at: datetime
+    escalated_at: datetime | None
+    resolved_at: datetime | None
+    resolved_by_run_id: int | None
+    downtime_seconds: int | None
+
+
+class AlertEventOut(BaseModel):
+    id: int
+    kind: str
+    at: datetime
+    severity: str
+    owner: str
+    actor: str
+    note: str | None
+    data: dict[str, Any]
+
+
+class FailingStepOut(BaseModel):
+    run_id: int
+    attempt: int
+    step: str | None
+    error_category: str | None
+    error: str | None
+    log: str
+
+
+class AlertDetailOut(AlertOut):
+    events: list[AlertEventOut]
+    failing_step: FailingStepOut | None
+
+
+class EnvironmentInstanceOut(BaseModel):
+    id: int
+    worker_id: str
+    pid: int | None
+    status: str
+    started_at: datetime
+    last_used_at: datetime
+    stopped_at: datetime | None
+    runs_served: int
+
+
+class EnvironmentOut(BaseModel):
+    id: int
+    tenant: str
+    name: str
+    python: str | None
+    idle_timeout_seconds: int
+    settings: dict[str, Any]
+    live_instances: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class EnvironmentDetailOut(EnvironmentOut):
+    instances: list[EnvironmentInstanceOut]
+
+
+class ChannelOut(BaseModel):
+    id: int
+    tenant: str | None
+    name: str
+    kind: str
+    audience: str
+    config: dict[str, Any]
+    has_secret: bool
+    enabled: bool
+    disabled_reason: str | None
+    created_at: datetime
+
+
+class TestSendOut(BaseModel):
+    channel_id: int
+    delivered: bool
+    detail: str
+
+
+class MeOut(BaseModel):
+    name: str
+    role: str
+    tenant: str | None
+
+
+# -- requests -------------------------------------------------------------------
+
+
+class PolicyIn(Input):
+    """Overrides of the derived profile; omitted fields keep the cadence's default."""
+
+    retries: Annotated[int, Field(ge=0, le=10)] | None = None
+    alert_after: Annotated[int, Field(ge=1, le=1000)] | None = None
+    first_severity: Literal["warning", "critical"] | None = None
+    escalation_multiplier: Annotated[float, Field(gt=0, le=10000)] | None = None
+    escalate_after: Annotated[int, Field(ge=1, le=10000)] | None = None
+
+
+class PublishIn(Input):
+    """A workflow and its schedule, created or replaced: publishing it."""
+
+    description: Annotated[Text, Field(max_length=2000)] = ""
+    environment: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]
+    publisher: Annotated[Text, Field(max_length=254)]
+    cron: Annotated[Text, Field(min_length=1, max_length=200)]
+    timezone: Annotated[Text, Field(min_length=1, max_length=64)] = "UTC"
+    paused: bool = False
+    starting_deadline_seconds: Annotated[int, Field(ge=1, le=86400)] = 300
+    timeout_seconds: Annotated[int, Field(ge=1, le=604800)] | None = None
+    monitoring: bool = True
+    policy: PolicyIn = Field(default_factory=PolicyIn)
+    steps: list[StepSpec] = Field(min_length=1, max_length=100)
+
+
+class ReassignIn(Input):
+    owner: Literal["engineering", "customer"]
+    note: Annotated[Text, Field(max_length=2000)] | None = None
+
+
+class NoteIn(Input):
+    note: Annotated[Text, Field(min_length=1, max_length=2000)]

@@ -1,0 +1,249 @@
+"""Dashboard pages: the cross-customer overview, a tenant's workflows, an alert, a run.
+
+Authentication uses the API's tokens: the login form (or `?token=` once) puts the
+token in an HttpOnly, SameSite=Strict cookie, so forms posted from another site
+never carry it. Every page reads through the same tenant context as the API, so a
+member sees only their tenant and the overview is the platform's alone.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from importlib import resources
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Form, Path, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from tickwarden import alerts
+from tickwarden.api import convert
+from tickwarden.api.deps import COOKIE_NAME, MAX_ID, NAME_PATTERN, Scope, authenticate
+from tickwarden.clock import isoformat_z
+from tickwarden.errors import TickwardenError
+from tickwarden.messages import format_duration
+from tickwarden.metrics import loop_statuses
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=str(resources.files("tickwarden").joinpath("templates")))
+STRIP_LENGTH = 24
+MAX_NOTE = 2000
+
+
+def _age(value: datetime | None, now: datetime) -> str:
+    if value is None:
+        return "—"
+    return format_duration(max(0, int((now - value).total_seconds())))
+
+
+templates.env.filters["utc"] = lambda v: (isoformat_z(v) or "—").replace("T", " ")
+templates.env.filters["duration"] = lambda v: "—" if v is None else format_duration(int(v))
+
+
+def _scope(request: Request) -> Scope | None:
+    token = request.cookies.get(COOKIE_NAME)
+    db, clock = request.app.state.db, request.app.state.clock
+    principal = authenticate(db, token, clock.now())
+    return Scope(db=db, clock=clock, principal=principal) if principal else None
+
+
+def _login_redirect(request: Request) -> RedirectResponse:
+    return RedirectResponse("/login?" + urlencode({"next": request.url.path}), status_code=303)
+
+
+def _safe_next(target: str | None) -> str:
+    # Only local paths: never redirect to another site after login.
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/dashboard"
+    return target
+
+
+def _render(request: Request, name: str, scope: Scope | None, status: int = 200, **context: Any) -> HTMLResponse:
+    now = request.app.state.clock.now()
+    return templates.TemplateResponse(
+        request, f"dashboard/{name}", {"me": scope.principal if scope else None, "now": now,
+                                       "age": lambda v: _age(v, now), **context},
+        status_code=status)
+
+
+def _not_found(request: Request, scope: Scope, what: str) -> HTMLResponse:
+    return _render(request, "message.html", scope, status=404, title="Not found", message=f"No {what}.")
+
+
+def _with_token(request: Request) -> Response | None:
+    """Turn `?token=` into the cookie and redirect to the same page without it."""
+    token = request.query_params.get("token")
+    if token is None:
+        return None
+    target = request.url.remove_query_params("token")
+    response = RedirectResponse(str(target.path) + (f"?{target.query}" if target.query else ""), status_code=303)
+    db, clock = request.app.state.db, request.app.state.clock
+    if authenticate(db, token, clock.now()) is not None:
+        _set_cookie(request, response, token)
+    return response
+
+
+def _set_cookie(request: Request, response: Response, token: str) -> None:
+    response.set_cookie(COOKIE_NAME, token, httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https", max_age=30 * 86400, path="/")
+
+
+@router.get("/")
+def root() -> RedirectResponse:
+    return RedirectResponse("/dashboard", status_code=303)
+
+
+@router.get("/login")
+def login_form(request: Request, next: Annotated[str | None, Query(max_length=500)] = None) -> HTMLResponse:
+    return _render(request, "login.html", None, next=_safe_next(next), error=None)
+
+
+@router.post("/login")
+def login(request: Request, token: Annotated[str, Form(max_length=200)] = "",
+          next: Annotated[str, Form(max_length=500)] = "/dashboard") -> Response:
+    db, clock = request.app.state.db, request.app.state.clock
+    if authenticate(db, token.strip(), clock.now()) is None:
+        return _render(request, "login.html", None, status=401, next=_safe_next(next),
+                       error="That token is unknown or revoked.")
+    response = RedirectResponse(_safe_next(next), status_code=303)
+    _set_cookie(request, response, token.strip())
+    return response
+
+
+@router.post("/logout")
+def logout() -> RedirectResponse:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE_NAME, path="/")
+    return response
+
+
+def _overview_context(scope: Scope) -> dict[str, Any]:
+    with scope.store() as store:
+        tenants = store.api_overview_tenants()
+        open_alerts = store.api_open_alerts()
+        heartbeats = store.api_loop_heartbeats()
+    loops = loop_statuses(heartbeats, scope.clock.now())
+    return {"tenants": tenants, "open_alerts": open_alerts, "loops": loops,
+            "stalled": [loop for loop in loops if loop.stalled]}
+
+
+@router.get("/dashboard")
+def overview(request: Request) -> Response:
+    if (redirect := _with_token(request)) is not None:
+        return redirect
+    scope = _scope(request)
+    if scope is None:
+        return _login_redirect(request)
+    if not scope.principal.platform:
+        return RedirectResponse(f"/dashboard/tenants/{scope.principal.tenant_name}", status_code=303)
+    return _render(request, "overview.html", scope, **_overview_context(scope))
+
+
+@router.get("/dashboard/partials/overview")
+def overview_live(request: Request) -> Response:
+    scope = _scope(request)
+    if scope is None or not scope.principal.platform:
+        return Response(status_code=401)
+    return _render(request, "_overview_live.html", scope, **_overview_context(scope))
+
+
+@router.get("/dashboard/tenants/{tenant}")
+def tenant_page(request: Request, tenant: Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]) -> Response:
+    if (redirect := _with_token(request)) is not None:
+        return redirect
+    scope = _scope(request)
+    if scope is None:
+        return _login_redirect(request)
+    with scope.store() as store:
+        found = store.get_tenant_by_name(tenant)
+        if found is None:
+            return _not_found(request, scope, f"tenant {tenant!r}")
+        views = store.api_list_workflows(tenant=tenant, after=None, limit=500)
+        strips = store.api_recent_outcomes([v.workflow.id for v in views], STRIP_LENGTH)
+        open_alerts = store.api_list_alerts(status="open", tenant=tenant, limit=200)
+    rows = [{"view": v, "profile": convert.derived_profile(v), "strip": list(reversed(strips[v.workflow.id]))}
+            for v in views]
+    alert_by_workflow = {a.alert.workflow_id: a for a in open_alerts}
+    return _render(request, "tenant.html", scope, tenant=found, rows=rows, alert_by_workflow=alert_by_workflow)
+
+
+def _alert_context(scope: Scope, alert_id: int) -> dict[str, Any] | None:
+    with scope.store() as store:
+        view = store.api_get_alert(alert_id)
+        if view is None:
+            return None
+        events = store.api_list_alert_events(alert_id)
+        failing = store.api_failing_step(alert_id)
+    return {"view": view, "alert": view.alert, "events": events, "failing": failing}
+
+
+@router.get("/dashboard/alerts/{alert_id}")
+def alert_page(request: Request, alert_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> Response:
+    if (redirect := _with_token(request)) is not None:
+        return redirect
+    scope = _scope(request)
+    if scope is None:
+        return _login_redirect(request)
+    context = _alert_context(scope, alert_id)
+    if context is None:
+        return _not_found(request, scope, f"alert {alert_id}")
+    return _render(request, "alert.html", scope, error=None, **context)
+
+
+def _alert_action(request: Request, alert_id: int, action: str, owner: str, note: str) -> Response:
+    scope = _scope(request)
+    if scope is None:
+        return _login_redirect(request)
+    context = _alert_context(scope, alert_id)
+    if context is None:
+        return _not_found(request, scope, f"alert {alert_id}")
+    error = None
+    if "\x00" in note or len(note) > MAX_NOTE:
+        error = f"A note is at most {MAX_NOTE} characters of text."
+    elif action == "reassign" and owner not in ("engineering", "customer"):
+        error = "Choose engineering or customer as the new owner."
+    elif action == "note" and not note.strip():
+        error = "The note is empty."
+    if error is None:
+        try:
+            now = scope.clock.now()
+            if action == "reassign":
+                alerts.reassign(scope.db, alert_id, owner, note.strip() or None, scope.principal.actor, now)
+            else:
+                alerts.add_note(scope.db, alert_id, note, scope.principal.actor, now)
+        except TickwardenError as exc:
+            error = exc.message
+    if error is not None:
+        return _render(request, "alert.html", scope, status=400, error=error, **_alert_context(scope, alert_id))
+    return RedirectResponse(f"/dashboard/alerts/{alert_id}", status_code=303)
+
+
+@router.post("/dashboard/alerts/{alert_id}/reassign")
+def reassign_form(request: Request, alert_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+                  owner: Annotated[str, Form(max_length=20)] = "",
+                  note: Annotated[str, Form(max_length=MAX_NOTE * 2)] = "") -> Response:
+    return _alert_action(request, alert_id, "reassign", owner, note)
+
+
+@router.post("/dashboard/alerts/{alert_id}/notes")
+def note_form(request: Request, alert_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+              note: Annotated[str, Form(max_length=MAX_NOTE * 2)] = "") -> Response:
+    return _alert_action(request, alert_id, "note", "", note)
+
+
+@router.get("/dashboard/runs/{run_id}")
+def run_page(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> Response:
+    if (redirect := _with_token(request)) is not None:
+        return redirect
+    scope = _scope(request)
+    if scope is None:
+        return _login_redirect(request)
+    with scope.store() as store:
+        view = store.api_get_run(run_id)
+        if view is None:
+            return _not_found(request, scope, f"run {run_id}")
+        attempts = store.list_attempts(run_id)
+        steps = store.api_list_run_steps(run_id)
+    detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
+    return _render(request, "run.html", scope, run=detail)

@@ -1,0 +1,379 @@
+"""Read paths and small writes of the API and dashboard, and the tenant context they run in.
+
+`enter_tenant_context` is what makes row-level security bite: it switches the
+transaction to the role `tickwarden_app` and names the tenant (or the platform)
+whose rows the rest of the transaction may see. Every other query here is written
+as if it saw every tenant; the database filters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from tickwarden.models import Alert, AlertEvent, Environment, Run, Tenant, User, Workflow, from_row
+from tickwarden.store.base import StoreBase
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    id: int
+    tenant_id: int | None
+    user_id: int | None
+    name: str
+    role: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+    tenant_name: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    """A workflow with its schedule and names, as the API shows it."""
+
+    workflow: Workflow
+    tenant_name: str
+    environment_name: str | None
+    cron: str | None
+    timezone: str | None
+    schedule_status: str | None
+    cadence_seconds: int | None
+    schedule_version: int | None
+    published_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    workflow_id: int
+    id: int
+    scheduled_for: datetime
+    status: str
+    recovered: bool
+    manual: bool
+
+
+@dataclass(frozen=True)
+class RunView:
+    run: Run
+    tenant_name: str
+    workflow_name: str
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    attempt_id: int
+    step: str
+    position: int
+    status: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    log: str
+    output: Any
+    error: str | None
+
+
+@dataclass(frozen=True)
+class AlertView:
+    alert: Alert
+    tenant_name: str
+    workflow_name: str
+
+
+@dataclass(frozen=True)
+class FailingStep:
+    attempt_id: int
+    number: int
+    run_id: int
+    step: str | None
+    log: str
+    error: str | None
+    error_category: str | None
+
+
+@dataclass(frozen=True)
+class EnvironmentView:
+    environment: Environment
+    tenant_name: str
+    live_instances: int = 0
+
+
+@dataclass(frozen=True)
+class EnvironmentInstance:
+    id: int
+    tenant_id: int
+    environment_id: int
+    worker_id: str
+    pid: int | None
+    status: str
+    started_at: datetime
+    last_used_at: datetime
+    stopped_at: datetime | None
+    runs_served: int
+
+
+@dataclass(frozen=True)
+class ChannelView:
+    id: int
+    tenant_id: int | None
+    name: str
+    kind: str
+    audience: str
+    config: dict[str, Any]
+    secret_ref: str | None
+    enabled: bool
+    disabled_reason: str | None
+    disabled_at: datetime | None
+    created_at: datetime
+    tenant_name: str | None = None
+
+
+@dataclass(frozen=True)
+class TenantOverview:
+    id: int
+    name: str
+    display_name: str
+    workflows: int
+    open_alerts: int
+    worst_severity: str
+    oldest_open_at: datetime | None
+    failures: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    replica_id: str
+    loop: str
+    last_pass_at: datetime
+    last_duration_ms: float
+    passes: int
+    last_error: str | None
+    next_pass_at: datetime | None
+
+
+@dataclass(frozen=True)
+class OperationsSnapshot:
+    """What /metrics reports, read in one transaction."""
+
+    runs_by_status: dict[str, int]
+    retries: int
+    open_alerts: dict[str, int]
+    oldest_unprocessed: datetime | None
+    outbox: dict[str, int]
+    heartbeats: list[Heartbeat]
+
+
+class ApiStore(StoreBase):
+    # -- tenant context -------------------------------------------------------------
+
+    def enter_tenant_context(self, tenant_id: int | None, *, platform: bool) -> None:
+        """Run the rest of this transaction as tickwarden_app, seeing one tenant or all of them."""
+        if not platform and tenant_id is None:
+            raise ValueError("a tenant context needs a tenant or the platform")
+        self._execute("api_enter_app_role")
+        self._execute(
+            "api_set_tenant_context",
+            {"tenant_id": "" if tenant_id is None else str(int(tenant_id)), "platform": "on" if platform else "off"},
+        )
+
+    # -- tokens ---------------------------------------------------------------------
+
+    def create_api_token(
+        self, *, tenant_id: int | None, role: str, name: str, token_hash: str, now: datetime, user_id: int | None = None
+    ) -> ApiToken:
+        row = self._row(
+            "api_create_token",
+            {"tenant_id": tenant_id, "user_id": user_id, "name": name, "role": role, "token_hash": token_hash, "now": now},
+        )
+        assert row is not None
+        return from_row(ApiToken, row)
+
+    def find_api_token(self, token_hash: str) -> ApiToken | None:
+        row = self._row("api_find_token", {"token_hash": token_hash})
+        return from_row(ApiToken, row) if row else None
+
+    def touch_api_token(self, token_id: int, now: datetime) -> None:
+        self._execute("api_touch_token", {"token_id": token_id, "now": now})
+
+    def list_api_tokens(self) -> list[ApiToken]:
+        return [from_row(ApiToken, row) for row in self._rows("api_list_tokens")]
+
+    def revoke_api_token(self, token_id: int, now: datetime) -> bool:
+        return self._row("api_revoke_token", {"token_id": token_id, "now": now}) is not None
+
+    # -- catalog --------------------------------------------------------------------
+
+    def api_list_tenants(self, after: str | None, limit: int) -> list[Tenant]:
+        return [from_row(Tenant, r) for r in self._rows("api_list_tenants", {"after": after, "limit": limit})]
+
+    def api_list_workflows(
+        self, *, tenant: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[WorkflowView]:
+        rows = self._rows(
+            "api_list_workflows",
+            {
+                "tenant": tenant,
+                "after_tenant": after[0] if after else None,
+                "after_name": after[1] if after else None,
+                "limit": limit,
+            },
+        )
+        return [_workflow_view(r) for r in rows]
+
+    def api_get_workflow(self, tenant: str, workflow: str) -> WorkflowView | None:
+        row = self._row("api_get_workflow", {"tenant": tenant, "workflow": workflow})
+        return _workflow_view(row) if row else None
+
+    def api_get_environment_by_name(self, tenant: str, environment: str) -> Environment | None:
+        row = self._row("api_get_environment_by_name", {"tenant": tenant, "environment": environment})
+        return from_row(Environment, row) if row else None
+
+    def api_get_user_by_email(self, tenant: str, email: str) -> User | None:
+        row = self._row("api_get_user_by_email", {"tenant": tenant, "email": email})
+        return from_row(User, row) if row else None
+
+    def api_set_policy_overrides(self, workflow_id: int, overrides: dict[str, Any], now: datetime) -> Workflow | None:
+        row = self._row(
+            "api_set_policy_overrides", {"workflow_id": workflow_id, "overrides": Jsonb(overrides), "now": now}
+        )
+        return from_row(Workflow, row) if row else None
+
+    def api_recent_outcomes(self, workflow_ids: Sequence[int], per_workflow: int) -> dict[int, list[Outcome]]:
+        found: dict[int, list[Outcome]] = {wid: [] for wid in workflow_ids}
+        if not workflow_ids:
+            return found
+        rows = self._rows("api_recent_outcomes", {"workflow_ids": list(workflow_ids), "per_workflow": per_workflow})
+        for row in rows:
+            found[row["workflow_id"]].append(from_row(Outcome, row))
+        return found
+
+    # -- runs -----------------------------------------------------------------------
+
+    def api_list_runs(self, workflow_id: int, before: tuple[datetime, int] | None, limit: int) -> list[Run]:
+        rows = self._rows(
+            "api_list_runs",
+            {
+                "workflow_id": workflow_id,
+                "before_at": before[0] if before else None,
+                "before_id": before[1] if before else None,
+                "limit": limit,
+            },
+        )
+        return [from_row(Run, r) for r in rows]
+
+    def api_get_run(self, run_id: int) -> RunView | None:
+        row = self._row("api_get_run", {"run_id": run_id})
+        if not row:
+            return None
+        return RunView(run=from_row(Run, row), tenant_name=row["tenant_name"], workflow_name=row["workflow_name"])
+
+    def api_list_run_steps(self, run_id: int) -> list[StepRecord]:
+        return [from_row(StepRecord, r) for r in self._rows("api_list_run_steps", {"run_id": run_id})]
+
+    # -- alerts ---------------------------------------------------------------------
+
+    def api_list_alerts(
+        self,
+        *,
+        status: str | None = None,
+        severity: str | None = None,
+        owner: str | None = None,
+        tenant: str | None = None,
+        workflow: str | None = None,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[AlertView]:
+        rows = self._rows(
+            "api_list_alerts",
+            {
+                "status": status,
+                "severity": severity,
+                "owner": owner,
+                "tenant": tenant,
+                "workflow": workflow,
+                "before_id": before_id,
+                "limit": limit,
+            },
+        )
+        return [_alert_view(r) for r in rows]
+
+    def api_get_alert(self, alert_id: int) -> AlertView | None:
+        row = self._row("api_get_alert", {"alert_id": alert_id})
+        return _alert_view(row) if row else None
+
+    def api_list_alert_events(self, alert_id: int) -> list[AlertEvent]:
+        return [from_row(AlertEvent, r) for r in self._rows("api_list_alert_events", {"alert_id": alert_id})]
+
+    def api_failing_step(self, alert_id: int) -> FailingStep | None:
+        row = self._row("api_failing_step", {"alert_id": alert_id})
+        return from_row(FailingStep, row) if row else None
+
+    def api_list_environments(self, *, tenant: str | None, after_id: int | None, limit: int) -> list[EnvironmentView]:
+        rows = self._rows("api_list_environments", {"tenant": tenant, "after_id": after_id, "limit": limit})
+        return [
+            EnvironmentView(from_row(Environment, r), r["tenant_name"], int(r["live_instances"])) for r in rows
+        ]
+
+    def api_get_environment(self, environment_id: int) -> EnvironmentView | None:
+        row = self._row("api_get_environment", {"environment_id": environment_id})
+        return EnvironmentView(from_row(Environment, row), row["tenant_name"]) if row else None
+
+    def api_list_environment_instances(self, environment_id: int) -> list[EnvironmentInstance]:
+        rows = self._rows("api_list_environment_instances", {"environment_id": environment_id})
+        return [from_row(EnvironmentInstance, r) for r in rows]
+
+    def api_list_channels(self, *, tenant: str | None, after_id: int | None, limit: int) -> list[ChannelView]:
+        rows = self._rows("api_list_channels", {"tenant": tenant, "after_id": after_id, "limit": limit})
+        return [from_row(ChannelView, r) for r in rows]
+
+    def api_get_channel(self, channel_id: int) -> ChannelView | None:
+        row = self._row("api_get_channel", {"channel_id": channel_id})
+        return from_row(ChannelView, row) if row else None
+
+    # -- overview and operations ----------------------------------------------------
+
+    def api_overview_tenants(self, limit: int = 500) -> list[TenantOverview]:
+        return [from_row(TenantOverview, r) for r in self._rows("api_overview_tenants", {"limit": limit})]
+
+    def api_open_alerts(self, limit: int = 500) -> list[AlertView]:
+        return [_alert_view(r) for r in self._rows("api_open_alerts", {"limit": limit})]
+
+    def api_loop_heartbeats(self) -> list[Heartbeat]:
+        return [from_row(Heartbeat, r) for r in self._rows("api_loop_heartbeats")]
+
+    def api_operations_snapshot(self) -> OperationsSnapshot:
+        lag = self._row("api_metrics_poll_lag")
+        retries = self._row("api_metrics_retries")
+        return OperationsSnapshot(
+            runs_by_status={r["status"]: int(r["n"]) for r in self._rows("api_metrics_runs")},
+            retries=int(retries["n"]) if retries else 0,
+            open_alerts={r["severity"]: int(r["n"]) for r in self._rows("api_metrics_open_alerts")},
+            oldest_unprocessed=lag["oldest"] if lag else None,
+            outbox={r["status"]: int(r["n"]) for r in self._rows("api_metrics_outbox")},
+            heartbeats=self.api_loop_heartbeats(),
+        )
+
+    def api_schema_versions(self) -> list[int]:
+        return [int(r["version"]) for r in self._rows("api_schema_versions")]
+
+
+def _workflow_view(row: dict[str, Any]) -> WorkflowView:
+    return WorkflowView(
+        workflow=from_row(Workflow, row),
+        tenant_name=row["tenant_name"],
+        environment_name=row["environment_name"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        schedule_status=row["schedule_status"],
+        cadence_seconds=row["cadence_seconds"],
+        schedule_version=row["schedule_version"],
+        published_at=row["published_at"],
+    )
+
+
+def _alert_view(row: dict[str, Any]) -> AlertView:
+    return AlertView(alert=from_row(Alert, row), tenant_name=row["tenant_name"], workflow_name=row["workflow_name"])

@@ -1,0 +1,208 @@
+"""The REST API against a real server (uvicorn on a free port) and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.apiutil import RecordingTransport, api, live_server, make_token, seed_tenant
+
+
+@pytest.fixture
+def fleet(db, clock):
+    acme = seed_tenant(db, clock.now(), "acme")
+    globex = seed_tenant(db, clock.now(), "globex")
+    acme.token = make_token(db, clock.now(), tenant="acme", name="alice")
+    globex.token = make_token(db, clock.now(), tenant="globex", name="gina")
+    platform = make_token(db, clock.now(), name="oncall")
+    return acme, globex, platform
+
+
+@pytest.fixture
+def recording():
+    return RecordingTransport()
+
+
+@pytest.fixture
+def server(db, clock, recording):
+    with live_server(db, clock, transports=lambda: {"recording": recording}) as base:
+        yield base
+
+
+def assert_problem(response, status, contains=""):
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    assert body["status"] == status and body["detail"].endswith(".")
+    assert contains in body["detail"], body["detail"]
+    return body
+
+
+def test_it_rejects_requests_without_a_valid_token(server, fleet):
+    assert_problem(api(server, None).get("/api/alerts"), 401, "Bearer")
+    assert_problem(api(server, "twk_not-a-real-token-at-all").get("/api/alerts"), 401, "unknown or revoked")
+
+
+def test_a_member_sees_only_its_tenant_and_the_platform_sees_all(server, fleet):
+    acme, globex, platform = fleet
+    with api(server, acme.token) as client:
+        assert client.get("/api/me").json() == {"name": "alice", "role": "member", "tenant": "acme"}
+        assert [t["name"] for t in client.get("/api/tenants").json()["items"]] == ["acme"]
+        assert {a["tenant"] for a in client.get("/api/alerts").json()["items"]} == {"acme"}
+    with api(server, platform) as client:
+        assert [t["name"] for t in client.get("/api/tenants").json()["items"]] == ["acme", "globex"]
+        assert {a["tenant"] for a in client.get("/api/alerts").json()["items"]} == {"acme", "globex"}
+
+
+def test_workflow_detail_shows_cadence_profile_and_recent_ticks(server, fleet):
+    acme, _, _ = fleet
+    body = api(server, acme.token).get("/api/tenants/acme/workflows/nightly").json()
+    assert body["schedule"]["cron"] == "0 2 * * *" and body["schedule"]["cadence_seconds"] == 86400
+    assert body["profile"]["band"] == "daily" and body["profile"]["first_severity"] == "critical"
+    assert [o["status"] for o in body["recent"]] == ["failed", "failed", "succeeded"]
+
+
+def test_profile_overrides_are_validated_and_applied(server, fleet):
+    acme, _, _ = fleet
+    with api(server, acme.token) as client:
+        changed = client.put("/api/tenants/acme/workflows/nightly/profile", json={"retries": 5, "alert_after": 2})
+        assert changed.status_code == 200 and changed.json()["retries"] == 5
+        assert changed.json()["overridden"] == ["alert_after", "retries"]
+        assert client.get("/api/tenants/acme/workflows/nightly/profile").json()["retries"] == 5
+        assert_problem(client.put("/api/tenants/acme/workflows/nightly/profile", json={"retries": -1}), 422, "retries")
+        assert_problem(client.put("/api/tenants/acme/workflows/nightly/profile", json={"colour": "red"}), 422,
+                       "Unknown field 'colour'")
+
+
+def test_pause_resume_and_run_now_act_on_the_schedule_and_ledger(server, fleet):
+    acme, _, _ = fleet
+    with api(server, acme.token) as client:
+        assert client.post("/api/tenants/acme/workflows/nightly/pause").json()["schedule"]["status"] == "paused"
+        assert client.post("/api/tenants/acme/workflows/nightly/resume").json()["schedule"]["status"] == "active"
+        run = client.post("/api/tenants/acme/workflows/nightly/run-now")
+        assert run.status_code == 202 and run.json()["manual"] and run.json()["requested_by"] == "acme:alice"
+        runs = client.get("/api/tenants/acme/workflows/nightly/runs", params={"limit": 2}).json()
+        assert runs["items"][0]["id"] == run.json()["id"] and runs["next_cursor"]
+        rest = client.get("/api/tenants/acme/workflows/nightly/runs",
+                          params={"limit": 2, "cursor": runs["next_cursor"]}).json()
+        assert len(rest["items"]) == 2 and rest["next_cursor"] is None
+
+
+def test_publishing_creates_a_workflow_with_its_schedule(server, fleet):
+    acme, _, _ = fleet
+    body = {"environment": "default", "publisher": "ops@acme.test", "cron": "*/5 * * * *",
+            "steps": [{"name": "check", "kind": "sql", "query": "select 1", "database": "env:WAREHOUSE"}]}
+    with api(server, acme.token) as client:
+        created = client.put("/api/tenants/acme/workflows/quality-check", json=body)
+        assert created.status_code == 200, created.text
+        assert created.json()["profile"]["band"] == "frequent" and created.json()["schedule"]["status"] == "active"
+        bad = client.put("/api/tenants/acme/workflows/quality-check", json={**body, "cron": "61 * * * *"})
+        assert_problem(bad, 422, "61 * * * *")
+        cyclic = [{"name": "a", "kind": "python", "call": "m:f", "depends_on": ["a"]}]
+        assert_problem(client.put("/api/tenants/acme/workflows/loop", json={**body, "steps": cyclic}), 422, "itself")
+
+
+def test_a_run_shows_its_attempts_with_sanitized_logs(server, fleet):
+    acme, _, _ = fleet
+    body = api(server, acme.token).get(f"/api/runs/{acme.run_ids[-1]}").json()
+    assert body["status"] == "failed" and body["attempts"][0]["error"] == "connection reset by peer"
+    assert body["attempts"][0]["steps"][0]["step"] == "load"
+
+
+def test_alerts_filter_and_show_history_and_the_failing_log(server, fleet):
+    acme, _, platform = fleet
+    with api(server, platform) as client:
+        assert client.get("/api/alerts", params={"severity": "warning"}).json()["items"] == []
+        only = client.get("/api/alerts", params={"tenant": "globex", "status": "open", "owner": "engineering"})
+        assert [a["tenant"] for a in only.json()["items"]] == ["globex"]
+        assert_problem(client.get("/api/alerts", params={"severity": "fatal"}), 422, "severity")
+        detail = client.get(f"/api/alerts/{acme.alert_id}").json()
+        assert [e["kind"] for e in detail["events"]] == ["opened"]
+        assert detail["failing_step"]["step"] == "load" and "acme-secret-log" in detail["failing_step"]["log"]
+
+
+def test_reassigning_with_a_note_records_the_handoff_and_notifies(server, fleet, db):
+    acme, _, _ = fleet
+    with api(server, acme.token) as client:
+        moved = client.post(f"/api/alerts/{acme.alert_id}/reassign", json={"owner": "customer", "note": "our schema change"})
+        assert moved.status_code == 200 and moved.json()["owner"] == "customer"
+        noted = client.post(f"/api/alerts/{acme.alert_id}/notes", json={"note": "fixing it now"})
+        assert noted.status_code == 201 and noted.json()["actor"] == "acme:alice"
+        kinds = [(e["kind"], e["note"]) for e in client.get(f"/api/alerts/{acme.alert_id}").json()["events"]]
+    assert kinds == [("opened", None), ("reassigned", "our schema change"), ("noted", "fixing it now")]
+    with db.connection() as conn:
+        queued = conn.execute("SELECT count(*) FROM notification_outbox WHERE alert_id = %s", (acme.alert_id,)).fetchone()
+    assert queued[0] == 1  # the reassignment reached acme's channel; a note does not notify
+
+
+def test_environments_and_channels_are_listed_and_a_test_message_is_sent(server, fleet, recording):
+    acme, globex, _ = fleet
+    with api(server, acme.token) as client:
+        envs = client.get("/api/environments").json()["items"]
+        assert [(e["tenant"], e["name"]) for e in envs] == [("acme", "default")]
+        assert client.get(f"/api/environments/{acme.environment_id}").json()["instances"] == []
+        channels = client.get("/api/channels").json()["items"]
+        assert [c["name"] for c in channels] == ["acme-alerts"]
+        sent = client.post(f"/api/channels/{acme.channel_id}/test")
+        assert sent.json() == {"channel_id": acme.channel_id, "delivered": True, "detail": "The test message was delivered."}
+        assert_problem(client.post(f"/api/channels/{globex.channel_id}/test"), 404)
+    assert len(recording.messages) == 1 and recording.messages[0].channel == "acme"
+
+
+@pytest.mark.parametrize(
+    "method,path,payload,status,contains",
+    [
+        ("post", "/api/alerts/{alert}/reassign", b"{not json", 400, "not valid JSON"),
+        ("post", "/api/alerts/{alert}/reassign", {"owner": 7}, 422, "owner"),
+        ("post", "/api/alerts/{alert}/reassign", {"owner": "customer", "extra": 1}, 422, "Unknown field 'extra'"),
+        ("post", "/api/alerts/{alert}/notes", {"note": "x" * 2001}, 422, "note"),
+        ("post", "/api/alerts/{alert}/notes", {"note": "nul \u0000 byte"}, 422, "NUL"),
+        ("post", "/api/alerts/{alert}/notes", {}, 422, "'note' is required"),
+        ("post", "/api/alerts/9223372036854775808/notes", {"note": "hi"}, 422, "alert_id"),
+        ("get", "/api/tenants/acme'%3B%20DROP%20TABLE%20runs%3B--/workflows/nightly", None, 422, "tenant"),
+        ("get", "/api/alerts?cursor=not-a-cursor", None, 400, "cursor"),
+        ("get", "/api/alerts?limit=100000", None, 422, "limit"),
+        ("get", "/api/nothing-here", None, 404, "nothing at"),
+        ("delete", "/api/alerts/{alert}", None, 405, "DELETE"),
+    ],
+)
+def test_bad_input_gets_a_clear_4xx_and_writes_nothing(server, fleet, db, method, path, payload, status, contains):
+    acme, _, _ = fleet
+    url = path.format(alert=acme.alert_id)
+    with api(server, acme.token) as client:
+        if isinstance(payload, bytes):
+            response = client.request(method, url, content=payload, headers={"content-type": "application/json"})
+        elif payload is not None:
+            response = client.request(method, url, content=json.dumps(payload), headers={"content-type": "application/json"})
+        else:
+            response = client.request(method, url)
+    assert_problem(response, status, contains)
+    with db.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM alert_events").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 6
+
+
+def test_huge_bodies_are_refused_with_413(server, fleet):
+    acme, _, _ = fleet
+    with api(server, acme.token) as client:
+        big = client.post(f"/api/alerts/{acme.alert_id}/notes", content=b"x" * (70 * 1024),
+                          headers={"content-type": "application/json"})
+        assert_problem(big, 413, "64 KiB")
+
+        def chunks():
+            for _ in range(80):
+                yield b"x" * 1024
+
+        streamed = client.post(f"/api/alerts/{acme.alert_id}/notes", content=chunks(),
+                               headers={"content-type": "application/json"})
+        assert_problem(streamed, 413, "64 KiB")
+
+
+def test_health_readiness_and_openapi(server, fleet):
+    with api(server, None) as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+        assert client.get("/readyz").json() == {"status": "ready"}
+        spec = client.get("/openapi.json").json()
+        assert "/api/alerts/{alert_id}/reassign" in spec["paths"]
+        assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
