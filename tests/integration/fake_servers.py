@@ -8,7 +8,7 @@ import json
 import socket
 import threading
 from dataclasses import dataclass, field
-from email import message_from_bytes
+from email import message_from_bytes, policy
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -75,7 +75,7 @@ class HTTPFake:
 
         ThreadingHTTPServer.allow_reuse_address = True
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -142,7 +142,7 @@ class _Collector:
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd hook
         if self.reject_with:
             return self.reject_with
-        self.messages.append(message_from_bytes(envelope.original_content or envelope.content))
+        self.messages.append(message_from_bytes(envelope.original_content or envelope.content, policy=policy.default))
         self.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos)))
         return "250 OK"
 

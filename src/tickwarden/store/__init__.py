@@ -7,16 +7,19 @@ catalog (tenants, workflows, schedules), ledger (runs and attempts), outbox
 
 from __future__ import annotations
 
+from tickwarden.store.api import ApiStore
 from tickwarden.store.catalog import CatalogStore
 from tickwarden.store.execution import ExecutionStore
 from tickwarden.store.heartbeat import HeartbeatStore
 from tickwarden.store.ledger import LedgerStore, TickRequest
 from tickwarden.store.monitoring import MonitoringStore
 from tickwarden.store.outbox import OutboxStore
+from tickwarden.store.simulation import SimulationStore
 from tickwarden.store.trigger import TriggerStore
 
 
-class Store(CatalogStore, ExecutionStore, LedgerStore, OutboxStore, TriggerStore, HeartbeatStore, MonitoringStore):
+class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
+            TriggerStore, HeartbeatStore):
     """All store operations, bound to one connection and its transaction."""
 
 
