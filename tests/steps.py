@@ -51,3 +51,9 @@ def hang_once(params, inputs):
 
 def unserialisable(params, inputs):
     return {1, 2}
+
+
+def environ(params, inputs):
+    import os
+
+    return sorted(os.environ)

@@ -166,6 +166,9 @@ class Worker:
                 result = self._run(attempt, heartbeat)
             except Aborted:
                 result = None
+            except Exception as exc:  # tickwarden's own failure: record it rather than wait for the reaper
+                log.exception("attempt %s: the worker failed", attempt.id)
+                result = _failed(_Failure("internal", f"the worker failed: {type(exc).__name__}"), [], [])
         if heartbeat.lost.is_set():
             return None
         if result is None:

@@ -123,3 +123,19 @@ def test_two_worker_processes_never_run_the_same_attempt(db, spawn, cli_env):
     rows = json.loads(listed.stdout)
     assert rows and {r["status"] for r in rows} == {"stopped"} and {r["tenant"] for r in rows} == {"acme"}
     assert sum(r["runs_served"] for r in rows) == 10
+
+
+def test_a_stopping_worker_releases_an_attempt_that_outlives_its_grace(db, spawn, tmp_path):
+    wall = WallClock()
+    marker = tmp_path / "started"
+    wf = make_runnable(db, wall.now(), [python_step("slow", "hang_once", params={"marker": str(marker)})], timeout=600)
+    run = queue_run(db, wf, wall.now() - timedelta(seconds=1), wall.now())
+    worker = spawn("--id", "leaving", "--grace", "0.5")
+    wait_for(marker.exists, what="the step to start")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    with db.transaction() as store:
+        [attempt] = store.list_attempts(run.id)
+        assert (attempt.status, attempt.worker_id) == ("queued", None)
+        assert store.get_run(run.id).status == "queued"
+        assert {i.status for i in store.list_environment_instances(include_stopped=True)} == {"dead"}

@@ -277,3 +277,29 @@ def test_concurrent_workers_never_lease_the_same_attempt(db, clock, workers):
     attempt_ids = [a for _, a in executed]
     assert len(attempt_ids) == len(set(attempt_ids)) == 12
     assert all(outcome(db, r.id)[0].status == "succeeded" for r in runs)
+
+
+def test_environment_processes_do_not_inherit_the_workers_secrets(db, clock, workers, monkeypatch):
+    monkeypatch.setenv("TICKWARDEN_DATABASE_URL", "postgresql://platform:hunter22@db/platform")
+    monkeypatch.setenv("TENANT_DB", "postgresql://acme:acme-pass@db/acme")
+    wf = make_runnable(db, clock.now(), [python_step("env", "environ")])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers().run_once(clock.now())
+    names = outcome(db, run.id)[2]["env"].output
+    assert "TICKWARDEN_DATABASE_URL" not in names and "TENANT_DB" not in names
+    assert "TICKWARDEN_TENANT_ID" in names and "PATH" in names
+
+
+def test_a_bug_in_the_worker_is_recorded_as_internal_instead_of_waiting_for_the_reaper(db, clock, workers,
+                                                                                       monkeypatch):
+    import tickwarden.worker as worker_module
+
+    def broken(raw):
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setattr(worker_module, "parse_recipe", broken)
+    wf = make_runnable(db, clock.now(), [python_step("first", "noop")])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers().run_once(clock.now())
+    run, attempt, _ = outcome(db, run.id)
+    assert attempt.status == "failed" and attempt.error_category == "internal" and run.status == "pending_retry"

@@ -25,6 +25,21 @@ from tickwarden.models import Environment
 log = logging.getLogger(__name__)
 
 
+# What a customer's process inherits from the worker: enough to run Python, nothing
+# else. The worker's own variables hold the platform's database URL, its signing key
+# and every tenant's secrets; a step reaches a secret only through its recipe's reference.
+INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH")
+
+
+def process_environment(tenant_id: int, extra: object = None) -> dict[str, str]:
+    """Return the environment variables of a new environment process."""
+    env = {k: os.environ[k] for k in INHERITED if k in os.environ}
+    if isinstance(extra, dict):
+        env.update({str(k): str(v) for k, v in extra.items() if not str(k).startswith("TICKWARDEN_")})
+    env["TICKWARDEN_TENANT_ID"] = str(tenant_id)
+    return env
+
+
 class IsolationError(Exception):
     """An environment was asked to serve a tenant it does not belong to."""
 
@@ -83,8 +98,9 @@ class EnvironmentPool:
 
     def _wake(self, environment: Environment, tenant_id: int, now: datetime) -> Instance:
         """Start a process: recorded `starting` first, so a slow or failed wake is visible."""
-        paths = environment.settings.get("paths") if isinstance(environment.settings, dict) else None
-        env = {**os.environ, "TICKWARDEN_TENANT_ID": str(tenant_id)}
+        settings = environment.settings if isinstance(environment.settings, dict) else {}
+        paths = settings.get("paths")
+        env = process_environment(tenant_id, settings.get("env"))
         with self.db.transaction() as store:
             row = store.start_environment_instance(
                 tenant_id=tenant_id, environment_id=environment.id, worker_id=self.worker_id,
