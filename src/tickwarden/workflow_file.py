@@ -276,7 +276,8 @@ def _no_duplicates(kind: str, keys: list[str], label: str = "tenant") -> None:
 
 def _check_secret_ref(where: str, ref: str | None) -> None:
     if ref is not None and not SECRET_REF.match(ref):
-        raise _Invalid(where, f"{ref!r} is not a secret reference such as 'env:NAME'")
+        # The value is not repeated: what was pasted here instead of a reference may be the secret itself.
+        raise _Invalid(where, "not a secret reference such as 'env:NAME' (the value is not shown)")
 
 
 def _check_schedule(where: str, schedule: ScheduleSpec, now: datetime) -> int:
