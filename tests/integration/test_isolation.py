@@ -1,0 +1,88 @@
+"""Another tenant's token gets nothing of theirs from any endpoint: 404 (or 403), never their data."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from tests.apiutil import api, live_server, make_token, seed_tenant
+from tickwarden.transports.recording import RecordingTransport
+
+# A valid body for every endpoint that takes one, so requests pass validation and reach authorization.
+BODIES = {
+    ("put", "/api/tenants/{tenant}/workflows/{workflow}"): {
+        "environment": "default", "publisher": "ops@acme.test", "cron": "0 3 * * *",
+        "steps": [{"name": "load", "kind": "python", "call": "pkg.mod:fn"}]},
+    ("put", "/api/tenants/{tenant}/workflows/{workflow}/profile"): {"retries": 7},
+    ("post", "/api/alerts/{alert_id}/reassign"): {"owner": "customer", "note": "hijack"},
+    ("post", "/api/alerts/{alert_id}/notes"): {"note": "hijack"},
+}
+SECRET = "acme-secret-log"
+
+
+def acme_snapshot(db, acme):
+    with db.connection() as conn:
+        return (
+            conn.execute("SELECT count(*) FROM alert_events WHERE tenant_id = %s", (acme.tenant_id,)).fetchone(),
+            conn.execute("SELECT owner FROM alerts WHERE id = %s", (acme.alert_id,)).fetchone(),
+            conn.execute("SELECT status, version FROM schedules WHERE tenant_id = %s", (acme.tenant_id,)).fetchall(),
+            conn.execute("SELECT count(*) FROM runs WHERE tenant_id = %s", (acme.tenant_id,)).fetchone(),
+            conn.execute("SELECT policy_overrides FROM workflows WHERE tenant_id = %s", (acme.tenant_id,)).fetchall(),
+            conn.execute("SELECT count(*) FROM workflows WHERE tenant_id = %s", (acme.tenant_id,)).fetchone(),
+        )
+
+
+def leaks(response: httpx.Response, acme) -> list[str]:
+    text = response.text
+    found = [word for word in (SECRET, "Acme Inc", "ops@acme.test", "acme-alerts") if word in text]
+    if re.search(r'"tenant":\s*"acme"', text):
+        found.append("tenant acme")
+    return found
+
+
+def test_every_endpoint_hides_another_tenants_objects(db, clock):
+    acme = seed_tenant(db, clock.now(), "acme")
+    globex = seed_tenant(db, clock.now(), "globex")
+    intruder = make_token(db, clock.now(), tenant="globex", name="mallory")
+    before = acme_snapshot(db, acme)
+    recording = RecordingTransport()
+    values = {"tenant": "acme", "workflow": "nightly", "run_id": acme.run_ids[-1], "alert_id": acme.alert_id,
+              "environment_id": acme.environment_id, "channel_id": acme.channel_id}
+    with live_server(db, clock, transports=lambda: {"recording": recording}) as base, api(base, intruder) as client:
+        spec = client.get("/openapi.json").json()
+        checked = 0
+        for path, methods in spec["paths"].items():
+            for method, operation in methods.items():
+                url = path.format(**values)
+                params = {p["name"] for p in operation.get("parameters", []) if p["in"] == "query"}
+                body = BODIES.get((method, path))
+                if "{" in path:
+                    assert body is not None or method in ("get", "post"), f"no body for {method} {path}"
+                    response = client.request(method, url, json=body)
+                    assert response.status_code in (403, 404), (method, path, response.status_code, response.text)
+                elif "tenant" in params:
+                    filtered = client.request(method, url, params={"tenant": "acme"})
+                    assert filtered.status_code == 404, (method, path, filtered.text)
+                    response = client.request(method, url)
+                    assert response.status_code == 200, (method, path, response.text)
+                    assert response.json()["items"], f"{path} should list globex's own objects"
+                else:
+                    response = client.request(method, url)
+                    assert response.status_code == 200, (method, path, response.text)
+                assert leaks(response, acme) == [], (method, path, response.text)
+                checked += 1
+        for page in (f"/dashboard/tenants/acme", f"/dashboard/alerts/{acme.alert_id}",
+                     f"/dashboard/runs/{acme.run_ids[-1]}"):
+            response = httpx.get(base + page, cookies={"tickwarden_token": intruder}, follow_redirects=False)
+            assert response.status_code == 404 and leaks(response, acme) == [], page
+        for form, data in ((f"/dashboard/alerts/{acme.alert_id}/reassign", {"owner": "customer"}),
+                           (f"/dashboard/alerts/{acme.alert_id}/notes", {"note": "hijack"})):
+            response = httpx.post(base + form, data=data, cookies={"tickwarden_token": intruder})
+            assert response.status_code == 404, form
+        overview = httpx.get(base + "/dashboard", cookies={"tickwarden_token": intruder}, follow_redirects=True)
+        assert overview.url.path == "/dashboard/tenants/globex" and leaks(overview, acme) == []
+    assert checked >= 20
+    assert acme_snapshot(db, acme) == before, "nothing of acme's may change"
+    assert recording.messages == []
+    assert globex.alert_id != acme.alert_id
