@@ -1,0 +1,83 @@
+import dataclasses
+from datetime import UTC, datetime
+
+import pytest
+
+from tickwarden.messages import AlertMessage, format_duration, render, slack_escape
+from tickwarden.transports.base import TransportError, resolve_secret
+
+T = datetime(2026, 11, 30, 2, 9, tzinfo=UTC)
+OPENED = AlertMessage(
+    alert_id=12, tenant="acme", workflow="nightly-pipeline", event="opened", event_at=T, severity="critical",
+    owner="engineering", status="open", current_severity="critical", current_owner="engineering", failure_count=1,
+    first_failure_at=T, last_failure_at=T, opened_at=T, error='relation "sales_daily" does not exist',
+    error_category="step_error", failed_step="join", log_tail="\n".join(f"line {i}" for i in range(100)),
+    dashboard_url="https://tw.example/",
+)
+
+
+def test_every_message_of_an_alert_has_the_same_subject():
+    subjects = {render(dataclasses.replace(OPENED, event=kind)).subject
+                for kind in ("opened", "escalated", "reassigned", "resolved")}
+    assert subjects == {"[tickwarden] acme/nightly-pipeline: alert #12"}
+
+
+def test_the_opening_message_carries_the_facts_and_a_bounded_tail():
+    rendered = render(OPENED)
+    for fact in ("CRITICAL alert opened", "acme", "nightly-pipeline", "engineering", "Failure count:  1",
+                 "2026-11-30T02:09:00Z", "sales_daily", "step join", "https://tw.example/alerts/12"):
+        assert fact in rendered.text, fact
+    assert "line 99" in rendered.text and "line 80" not in rendered.text
+    assert rendered.payload["log_tail"].count("\n") < 15
+
+
+def test_a_resolution_says_how_long_it_was_down_and_the_parent_shows_it():
+    rendered = render(dataclasses.replace(OPENED, event="resolved", status="resolved", resolved_at=T,
+                                          downtime_seconds=7 * 3600))
+    assert "after 7h 0m of downtime" in rendered.text and "Downtime:       7h 0m" in rendered.text
+    assert "RESOLVED (was CRITICAL)" in rendered.slack_parent_text
+    assert rendered.payload["alert"]["downtime_seconds"] == 25200 and rendered.payload["alert"]["status"] == "resolved"
+
+
+def test_a_reassignment_carries_the_owner_and_a_sanitized_note():
+    rendered = render(dataclasses.replace(OPENED, event="reassigned", owner="customer", actor="ana",
+                                          note="their token=abc123 expired"))
+    assert "Reassigned to customer" in rendered.text and "ana" in rendered.text
+    assert "token=[redacted] expired" in rendered.text and "abc123" not in rendered.slack_text
+
+
+def test_text_is_sanitized_again_at_render():
+    rendered = render(dataclasses.replace(OPENED, error="auth failed password=hunter2 for 'Jane Doe 1984'",
+                                          log_tail="Bearer abc.def.ghi\nuser jane@acme.example"))
+    everything = rendered.text + rendered.slack_text + str(rendered.slack_blocks) + str(rendered.payload)
+    for secret in ("hunter2", "Jane Doe", "abc.def.ghi", "jane@acme.example"):
+        assert secret not in everything
+
+
+def test_slack_markup_in_values_is_escaped():
+    rendered = render(dataclasses.replace(OPENED, error="x < y && <!channel>"))
+    assert "<!channel>" not in rendered.slack_text and "&lt;!channel&gt;" in rendered.slack_text
+    assert slack_escape("<a&b>") == "&lt;a&amp;b&gt;"
+
+
+def test_shadow_messages_say_so():
+    rendered = render(dataclasses.replace(OPENED, shadow=True))
+    assert rendered.subject.startswith("[tickwarden shadow]") and "shadow" in rendered.slack_text
+    assert rendered.payload["alert"]["shadow"] is True
+
+
+@pytest.mark.parametrize("seconds,text", [(0, "0s"), (59, "59s"), (200, "3m 20s"), (25200, "7h 0m"),
+                                          (90000, "1d 1h"), (None, "unknown")])
+def test_durations_read_like_people_say_them(seconds, text):
+    assert format_duration(seconds) == text
+
+
+def test_secret_references_resolve_from_the_environment_only():
+    assert resolve_secret("env:TOKEN", {"TOKEN": "v"}) == "v"
+    assert resolve_secret(None, {}) is None
+    with pytest.raises(TransportError) as missing:
+        resolve_secret("env:TOKEN", {})
+    assert missing.value.permanent and "env:TOKEN" in missing.value.message
+    with pytest.raises(TransportError) as malformed:
+        resolve_secret("vault:x", {})
+    assert malformed.value.permanent
