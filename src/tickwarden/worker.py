@@ -264,15 +264,16 @@ class Worker:
             try:
                 if limit <= 0:
                     raise WatchdogTimeout()
+                if step.kind == "sql":
+                    # The server cancels a little before the watchdog would kill the process,
+                    # so the process survives warm and the query does not outlive it.
+                    request["timeout_ms"] = max(int(max(limit - 0.25, limit * 0.75) * 1000), 1)
                 answer = instance.process.call(request, limit, should_abort)
             except WatchdogTimeout:
                 record.finished_at = self.clock.now()
                 record.status = "timeout"
-                whose = (f"step {step.name} exceeded its timeout of {step.timeout_seconds} s"
-                         if step.timeout_seconds and step.timeout_seconds < remaining
-                         else f"the workflow exceeded its timeout of {timeout} s")
-                record.error = whose
-                failure = failure or _Failure("timeout", whose, step.name)
+                record.error = self._timeout_message(step, remaining, timeout)
+                failure = failure or _Failure("timeout", record.error, step.name)
                 return self._finish_skips(records, recipe, position), failure, False
             except EnvironmentFailed as exc:
                 record.finished_at = self.clock.now()
@@ -287,6 +288,11 @@ class Worker:
                 record.output = _small(answer.get("output"), secret_values)
                 continue
             not_ok.add(step.name)
+            if answer.get("phase") == "timeout":  # the database cancelled the query at the same deadline
+                record.status = "timeout"
+                record.error = self._timeout_message(step, remaining, timeout)
+                failure = failure or _Failure("timeout", record.error, step.name)
+                return self._finish_skips(records, recipe, position), failure, True
             category = _category(answer)
             text = secrets.scrub(f"{answer.get('error_type')}: {answer.get('error')}", secret_values)
             record.error = sanitize_error(text)
@@ -294,6 +300,12 @@ class Worker:
             if answer.get("phase") == "isolation":
                 return self._finish_skips(records, recipe, position), failure, False
         return records, failure, True
+
+    @staticmethod
+    def _timeout_message(step: Step, remaining: float, timeout: int) -> str:
+        if step.timeout_seconds and step.timeout_seconds < remaining:
+            return f"step {step.name} exceeded its timeout of {step.timeout_seconds} s"
+        return f"the workflow exceeded its timeout of {timeout} s"
 
     @staticmethod
     def _finish_skips(records: list[StepRecord], recipe: Recipe, position: int) -> list[StepRecord]:

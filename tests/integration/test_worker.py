@@ -303,3 +303,29 @@ def test_a_bug_in_the_worker_is_recorded_as_internal_instead_of_waiting_for_the_
     workers().run_once(clock.now())
     run, attempt, _ = outcome(db, run.id)
     assert attempt.status == "failed" and attempt.error_category == "internal" and run.status == "pending_retry"
+
+
+def test_a_slow_sql_step_is_stopped_at_its_timeout_on_the_server_too(db, clock, workers, schema):
+    environ = {"TENANT_DB": TEST_URL + f"?options=-c%20search_path%3D{schema}"}
+    wf = make_runnable(db, clock.now(), [
+        {"name": "slow", "kind": "sql", "query": "SELECT pg_sleep(30)", "database": "env:TENANT_DB",
+         "timeout_seconds": 1},
+        {"name": "after", "kind": "sql", "query": "SELECT 1", "database": "env:TENANT_DB", "depends_on": ["slow"]},
+    ])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    started = time.monotonic()
+    workers(environ=environ).run_once(clock.now())
+    assert time.monotonic() - started < 5
+    run, attempt, steps = outcome(db, run.id)
+    assert attempt.error_category == "timeout" and attempt.failed_step == "slow"
+    assert steps["slow"].status == "timeout" and steps["after"].status == "skipped"
+
+    def sleeping():
+        with db.connection() as conn:
+            return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)'"
+                                " AND state = 'active'").fetchone()[0]
+
+    deadline = time.monotonic() + 2
+    while sleeping() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sleeping() == 0

@@ -7,10 +7,11 @@ private copy of stdout; the step's own prints and logging are captured per reque
 and returned as its log. It serves one tenant only and refuses requests of another,
 and it exits when its worker dies (its parent changes), so no orphan keeps running.
 
-Requests: {"op": "ping"} · {"op": "run", "tenant_id", "step", "inputs", "database_url"}
+Requests: {"op": "ping"} · {"op": "run", "tenant_id", "step", "inputs", "database_url", "timeout_ms"}
 · {"op": "shutdown"}. Answers: {"ok": true, ...} or {"ok": false, "error", "error_type",
 "phase"} where phase is `resolve` (the call could not be imported), `connect`
-(the database could not be reached), `output` (not JSON) or `step` (the step raised).
+(the database could not be reached), `timeout` (the server cancelled the query at
+its statement timeout), `output` (not JSON) or `step` (the step raised).
 """
 
 from __future__ import annotations
@@ -83,23 +84,32 @@ def _run_python(step: dict, inputs: dict) -> dict:
     return {"ok": True, "output": output, "log": _tail(buffer.getvalue())}
 
 
-def _run_sql(step: dict, url: str) -> dict:
+def _run_sql(step: dict, url: str, timeout_ms: int | None = None) -> dict:
     try:
         import psycopg
     except ImportError as exc:
         return {"ok": False, "phase": "resolve", "error_type": type(exc).__name__,
                 "error": "psycopg is not installed in this environment"}
+    received = time.monotonic()
     try:
-        conn = psycopg.connect(url, connect_timeout=10)
+        conn = psycopg.connect(url, connect_timeout=max(2, min(10, int((timeout_ms or 10000) / 1000))))
     except psycopg.Error as exc:
         return {"ok": False, "phase": "connect", "error_type": type(exc).__name__, "error": str(exc)}
     try:
         with conn:
             with conn.cursor() as cur:
+                if timeout_ms:
+                    # The watchdog kills this process at the timeout, but the server would
+                    # keep running the query; make the server give up by then too,
+                    # counting the time the connection took.
+                    left = max(int(timeout_ms - (time.monotonic() - received) * 1000), 1)
+                    cur.execute("SELECT set_config('statement_timeout', %s, false)", (str(left),))
                 cur.execute(step["query"])
                 columns = [c.name for c in cur.description or []][:5]
                 # Count rows without keeping them: values are customer data.
                 rows = sum(1 for _ in cur) if cur.description else max(cur.rowcount, 0)
+    except psycopg.errors.QueryCanceled as exc:
+        return {"ok": False, "phase": "timeout", "error_type": type(exc).__name__, "error": str(exc)}
     except psycopg.OperationalError as exc:
         return {"ok": False, "phase": "connect", "error_type": type(exc).__name__, "error": str(exc)}
     except psycopg.Error as exc:
@@ -126,7 +136,7 @@ def serve(tenant_id: int, requests, answers) -> None:
         elif op == "run":
             step = request["step"]
             if step.get("kind") == "sql":
-                answer = _run_sql(step, request.get("database_url") or "")
+                answer = _run_sql(step, request.get("database_url") or "", request.get("timeout_ms"))
             else:
                 answer = _run_python(step, request.get("inputs") or {})
         else:
