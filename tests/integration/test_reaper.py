@@ -87,7 +87,14 @@ def test_it_marks_instances_left_by_a_vanished_worker_dead(db, clock):
                                                  status="warm", now=clock.now())
         fresh = store.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="alive", pid=2,
                                                  status="warm", now=clock.now() + timedelta(minutes=10))
+        orphan = store.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="killed", pid=3,
+                                                  status="busy", now=clock.now())
+        working = store.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="w1", pid=4,
+                                                   status="busy", now=clock.now())
+    wf = make_workflow(db, clock.now())
+    create_run(db, wf, clock.now(), clock.now())
+    lease_all(db, clock.now(), lease=3600)  # w1 is still running a long attempt
     LeaseReaper(db).run_once(clock.now() + timedelta(minutes=10))
     with db.transaction() as store:
         status = {i.id: i.status for i in store.list_environment_instances(include_stopped=True)}
-    assert status == {stale.id: "dead", fresh.id: "warm"}
+    assert status == {stale.id: "dead", fresh.id: "warm", orphan.id: "dead", working.id: "busy"}

@@ -67,14 +67,17 @@ UPDATE environment_instances
 RETURNING *;
 
 -- abandon_environment_instances --
--- Instances still listed idle-but-live long after their idle timeout belong to a
--- worker that died without stopping them (its processes died with it): mark them dead.
+-- Instances still listed live long after their idle timeout belong to a worker that
+-- died without stopping them (their processes exit with it): mark them dead. A busy
+-- one is abandoned only when its worker holds no running attempt any more.
 UPDATE environment_instances i
    SET status = 'dead', stopped_at = %(now)s
   FROM environments e
  WHERE e.id = i.environment_id
-   AND i.status IN ('starting', 'warm')
+   AND i.status IN ('starting', 'warm', 'busy')
    AND i.last_used_at + make_interval(secs => e.idle_timeout_seconds + %(grace_seconds)s) <= %(now)s
+   AND (i.status <> 'busy' OR NOT EXISTS (
+           SELECT 1 FROM attempts a WHERE a.status = 'running' AND a.worker_id = i.worker_id))
 RETURNING i.id;
 
 -- list_environment_instances --
