@@ -12,7 +12,7 @@ import typer
 
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
-from tickwarden.clock import WallClock
+from tickwarden.clock import WallClock, ensure_utc
 from tickwarden.db import Database
 from tickwarden.errors import InvalidInput
 from tickwarden.loops import replica_id
@@ -112,5 +112,5 @@ def envs_command(
     table = Table("tenant", "environment", "status", "pid", "worker", "last used", "runs")
     for r in rows:
         table.add_row(r["tenant"], r["environment"], r["status"], str(r["pid"] or "-"), r["worker"],
-                      r["last_used_at"].strftime("%Y-%m-%d %H:%M:%SZ"), str(r["runs_served"]))
+                      ensure_utc(r["last_used_at"]).strftime("%Y-%m-%d %H:%M:%SZ"), str(r["runs_served"]))
     console.print(table)

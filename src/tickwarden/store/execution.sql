@@ -60,7 +60,8 @@ RETURNING *;
 UPDATE environment_instances
    SET status = %(status)s,
        pid = coalesce(%(pid)s, pid),
-       last_used_at = greatest(last_used_at, %(now)s),
+       last_used_at = CASE WHEN %(status)s IN ('busy', 'warm') THEN greatest(last_used_at, %(now)s)
+                           ELSE last_used_at END,
        runs_served = runs_served + %(served)s,
        stopped_at = CASE WHEN %(status)s IN ('stopped', 'dead') THEN %(now)s::timestamptz END
  WHERE id = %(instance_id)s AND status NOT IN ('stopped', 'dead')
