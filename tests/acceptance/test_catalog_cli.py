@@ -1,0 +1,80 @@
+"""The control plane on the command line: apply, run-now, pause, resume, runs, workflows (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.dbutil import TEST_URL
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / ".venv" / "bin" / "tickwarden"
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cli(schema, tmp_path):
+    env = {**os.environ, "TICKWARDEN_DATABASE_URL": f"{TEST_URL}?options=-c%20search_path%3D{schema}",
+           "TICKWARDEN_DATA_DIR": str(tmp_path)}
+    env.pop("TICKWARDEN_SCHEMA", None)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    return run
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], contains: str) -> None:
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert contains in lines[0], lines[0]
+
+
+def test_apply_then_run_now_then_runs_json(cli):
+    first = cli("apply", str(QUICKSTART), "--json")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["created"] == 6
+    again = cli("apply", str(QUICKSTART), "--json")
+    assert json.loads(again.stdout)["unchanged"] == 6 and json.loads(again.stdout)["created"] == 0
+    assert json.loads(cli("runs", "acme/quickstart", "--json").stdout) == []
+    queued = cli("run-now", "acme/quickstart", "--by", "ops@acme.test", "--json")
+    assert queued.returncode == 0, queued.stderr
+    runs = json.loads(cli("runs", "acme/quickstart", "--json", "--limit", "5").stdout)
+    assert len(runs) == 1
+    run = runs[0]
+    assert run["manual"] is True and run["status"] == "queued" and run["attempts"] == 1
+    assert set(run) >= {"scheduled_for", "manual", "status", "recovered", "attempts", "finished_at", "error"}
+    assert run["scheduled_for"].endswith("Z") and run["finished_at"] is None
+
+
+def test_pause_resume_and_workflows_json(cli):
+    assert cli("apply", str(QUICKSTART)).returncode == 0
+    paused = cli("pause", "acme/quickstart")
+    assert paused.returncode == 0 and "paused" in paused.stdout
+    listed = json.loads(cli("workflows", "acme", "--json").stdout)
+    assert [(w["workflow"], w["status"], w["cron"]) for w in listed] == [("quickstart", "paused", "* * * * *")]
+    assert cli("resume", "acme/quickstart").returncode == 0
+    assert json.loads(cli("workflows", "--json").stdout)[0]["status"] == "active"
+    table = cli("runs", "acme/quickstart")
+    assert table.returncode == 0 and "scheduled_for" in table.stdout
+
+
+def test_bad_input_is_one_line_on_stderr_and_exit_status_1(cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(QUICKSTART.read_text().replace("depends_on: [extract, check]", "depends_on: [extract, chek]"))
+    assert_one_line_error(cli("apply", str(bad)), "bad.yaml: workflows[0].steps[2].depends_on: unknown step 'chek'.")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("tenants: [\n")
+    assert_one_line_error(cli("apply", str(broken)), "broken.yaml: YAML syntax error")
+    assert_one_line_error(cli("apply", str(tmp_path / "missing.yaml")), "missing.yaml: no such file.")
+    assert cli("apply", str(QUICKSTART)).returncode == 0
+    assert_one_line_error(cli("runs", "acme"), "Expected TENANT/WORKFLOW")
+    assert_one_line_error(cli("run-now", "acme/nope"), "Tenant 'acme' has no workflow named 'nope'.")
+    assert_one_line_error(cli("pause", "initech/quickstart"), "No tenant named 'initech'.")
+    assert_one_line_error(cli("workflows", "initech"), "No tenant named 'initech'.")
