@@ -106,7 +106,8 @@ def test_a_killed_worker_loses_its_attempt_and_a_second_worker_runs_the_retry(db
 
 def test_two_worker_processes_never_run_the_same_attempt(db, spawn, cli_env):
     wall = WallClock()
-    wf = make_runnable(db, wall.now(), [python_step("first", "noop")])
+    # Each step takes a moment, so both workers are busy at once while the queue drains.
+    wf = make_runnable(db, wall.now(), [python_step("first", "hang", params={"seconds": 0.3})])
     runs = [queue_run(db, wf, wall.now() - timedelta(minutes=i), wall.now()) for i in range(10)]
     workers = [spawn("--id", f"w{i}") for i in range(2)]
     wait_for(lambda: all(run_status(db, r.id) == "succeeded" for r in runs), 60, "every run to succeed")
@@ -116,7 +117,9 @@ def test_two_worker_processes_never_run_the_same_attempt(db, spawn, cli_env):
     with db.connection() as conn:
         per_run = conn.execute("SELECT run_id, count(*) FROM attempts GROUP BY run_id").fetchall()
         steps = conn.execute("SELECT count(*) FROM attempt_steps").fetchone()[0]
+        by = dict(conn.execute("SELECT worker_id, count(*) FROM attempts GROUP BY worker_id").fetchall())
     assert sorted(n for _, n in per_run) == [1] * 10 and steps == 10
+    assert set(by) == {"w0", "w1"} and sum(by.values()) == 10
 
     listed = subprocess.run([str(BIN), "envs", "--json", "--all"], cwd=ROOT, env=cli_env, capture_output=True,
                             text=True, check=True)
