@@ -3,7 +3,7 @@
 import runpy
 import sys
 
-BENCHMARKS = ["benchmarks.ledger", "benchmarks.worker", "benchmarks.ticker"]
+BENCHMARKS = ["benchmarks.ledger", "benchmarks.worker", "benchmarks.ticker", "benchmarks.api"]
 
 if __name__ == "__main__":
     for name in BENCHMARKS:
