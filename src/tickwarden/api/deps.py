@@ -94,10 +94,6 @@ class Scope:
             store.enter_tenant_context(self.principal.tenant_id, platform=self.principal.platform)
             yield store
 
-    def require_platform(self) -> None:
-        if not self.principal.platform:
-            raise Problem(403, "Forbidden", "This action needs a platform token.")
-
     def visible_tenant(self, tenant: str | None) -> str | None:
         """Check a tenant filter: members may only name their own tenant."""
         if tenant is not None and not self.principal.platform and tenant != self.principal.tenant_name:
