@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from tests.apiutil import RecordingTransport, api, live_server, make_token, seed_tenant
@@ -206,3 +207,34 @@ def test_health_readiness_and_openapi(server, fleet):
         spec = client.get("/openapi.json").json()
         assert "/api/alerts/{alert_id}/reassign" in spec["paths"]
         assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_a_resolved_alert_cannot_be_reassigned(server, fleet, db, clock):
+    acme, _, _ = fleet
+    with db.connection() as conn, conn.transaction():
+        conn.execute("UPDATE alerts SET status = 'resolved', resolved_at = %s, downtime_seconds = 3600 WHERE id = %s",
+                     (clock.now(), acme.alert_id))
+    response = api(server, acme.token).post(f"/api/alerts/{acme.alert_id}/reassign", json={"owner": "customer"})
+    assert_problem(response, 409, "resolved")
+
+
+def test_notes_are_escaped_on_the_dashboard(server, fleet):
+    acme, _, _ = fleet
+    with api(server, acme.token) as client:
+        assert client.post(f"/api/alerts/{acme.alert_id}/notes", json={"note": "<script>alert(1)</script>"}).status_code == 201
+    page = httpx.get(f"{server}/dashboard/alerts/{acme.alert_id}", cookies={"tickwarden_token": acme.token})
+    assert page.status_code == 200 and "<script>alert(1)</script>" not in page.text
+    assert "&lt;script&gt;" in page.text
+
+
+def test_a_failing_transport_reads_as_not_delivered(db, clock, fleet):
+    acme, _, _ = fleet
+
+    class Broken:
+        def send(self, message):
+            raise RuntimeError("no route to https://hooks.example/abc?token=hunter2")
+
+    with live_server(db, clock, transports=lambda: {"recording": Broken()}) as base:
+        sent = api(base, acme.token).post(f"/api/channels/{acme.channel_id}/test")
+    assert sent.status_code == 200 and sent.json()["delivered"] is False
+    assert "hunter2" not in sent.json()["detail"] and "RuntimeError" in sent.json()["detail"]

@@ -6,6 +6,7 @@ from tickwarden import profile
 from tickwarden.api import schemas as s
 from tickwarden.errors import InvalidPolicy
 from tickwarden.models import Alert, AlertEvent, Attempt, Run
+from tickwarden.sanitize import redact
 from tickwarden.store.api import (
     AlertView,
     ChannelView,
@@ -16,6 +17,11 @@ from tickwarden.store.api import (
     StepRecord,
     WorkflowView,
 )
+
+
+def _clean(text: str | None) -> str | None:
+    """Redact again on the way out: logs were sanitized when stored, this guards rows written otherwise."""
+    return None if text is None else "\n".join(redact(line) for line in text.splitlines())
 
 
 def derived_profile(view: WorkflowView) -> profile.Profile | None:
@@ -80,13 +86,13 @@ def run_detail_out(run: Run, tenant: str, workflow: str, attempts: list[Attempt]
     for step in steps:
         by_attempt.setdefault(step.attempt_id, []).append(s.StepOut(
             step=step.step, position=step.position, status=step.status, started_at=step.started_at,
-            finished_at=step.finished_at, log=step.log, error=step.error))
+            finished_at=step.finished_at, log=_clean(step.log) or "", error=_clean(step.error)))
     return s.RunDetailOut(
         **_run_fields(run, tenant, workflow),
         attempts=[s.AttemptOut(
             id=a.id, number=a.number, status=a.status, worker_id=a.worker_id, queued_at=a.queued_at,
             started_at=a.started_at, finished_at=a.finished_at, retryable=a.retryable,
-            error_category=a.error_category, error=a.error, failed_step=a.failed_step, log_tail=a.log_tail,
+            error_category=a.error_category, error=_clean(a.error), failed_step=a.failed_step, log_tail=_clean(a.log_tail),
             steps=by_attempt.get(a.id, [])) for a in attempts],
     )
 
@@ -115,7 +121,7 @@ def alert_detail_out(view: AlertView, events: list[AlertEvent], failing: Failing
     step = None
     if failing is not None:
         step = s.FailingStepOut(run_id=failing.run_id, attempt=failing.number, step=failing.step,
-                                error_category=failing.error_category, error=failing.error, log=failing.log)
+                                error_category=failing.error_category, error=_clean(failing.error), log=_clean(failing.log) or "")
     return s.AlertDetailOut(**_alert_fields(view.alert, view.tenant_name, view.workflow_name),
                             events=[event_out(e) for e in events], failing_step=step)
 

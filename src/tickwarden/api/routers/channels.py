@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
@@ -15,6 +16,7 @@ from tickwarden.sanitize import sanitize_error
 from tickwarden.store.outbox import Channel
 from tickwarden.transports import TransportError
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["channels"])
 
 
@@ -54,5 +56,9 @@ def test_channel(scope: Scoped, request: Request,
         send_test_message(channel, transport, scope.clock.now(), dashboard_url=str(request.base_url).rstrip("/"))
     except TransportError as exc:
         return s.TestSendOut(channel_id=channel_id, delivered=False,
-                             detail=sanitize_error(f"The test message was not delivered: {exc}"))
+                             detail=sanitize_error(f"The test message was not delivered: {exc.message}"))
+    except Exception as exc:  # a broken channel setting must read as "not delivered", not as a server error
+        log.warning("test message on channel %s failed: %s", channel_id, type(exc).__name__)
+        return s.TestSendOut(channel_id=channel_id, delivered=False,
+                             detail=sanitize_error(f"The test message was not delivered: {type(exc).__name__}: {exc}"))
     return s.TestSendOut(channel_id=channel_id, delivered=True, detail="The test message was delivered.")
