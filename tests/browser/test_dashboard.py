@@ -114,3 +114,18 @@ def test_a_loop_that_stopped_everywhere_is_flagged_on_the_overview(page, server,
     assert "notifier" not in page.locator("#stalled-loops").inner_text()
     assert "running" in page.locator('#loops tr[data-loop="notifier"]').inner_text()
     shot(page, "stalled-loop")
+
+
+def test_the_overview_refreshes_its_live_part_without_a_reload(page, server, fleet, db, shot):
+    acme, _, platform = fleet
+    log_in(page, server, platform)
+    page.wait_for_selector("#open-alerts")
+    page.evaluate("window.__marker = 'same page'")
+    with db.connection() as conn, conn.transaction():
+        conn.execute("UPDATE alerts SET owner = 'customer' WHERE id = %s", (acme.alert_id,))
+    page.evaluate("htmx.trigger('#live', 'refresh')")
+    cell = page.locator(f'#open-alerts tr[data-alert="{acme.alert_id}"] td.owner')
+    page.wait_for_function(
+        f"""document.querySelector('#open-alerts tr[data-alert="{acme.alert_id}"] td.owner').innerText == 'customer'""")
+    assert cell.inner_text() == "customer" and page.evaluate("window.__marker") == "same page"
+    shot(page, "live-refresh")
