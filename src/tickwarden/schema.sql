@@ -334,6 +334,16 @@ CREATE INDEX notification_outbox_thread_idx ON notification_outbox (alert_id, ch
     WHERE status IN ('pending', 'failed', 'sending');
 CREATE INDEX notification_outbox_sending_idx ON notification_outbox (locked_until) WHERE status = 'sending';
 
+-- 0004_tick_audits: the deadline detector's per-schedule watermark of checked ticks.
+CREATE TABLE tick_audits (
+    schedule_id       bigint PRIMARY KEY REFERENCES schedules (id) ON DELETE CASCADE,
+    schedule_version  integer NOT NULL,      -- an edit, pause or resume re-arms the watermark
+    checked_until     timestamptz NOT NULL,
+    next_check_at     timestamptz,           -- NULL: nothing to check (paused, or never fires again)
+    updated_at        timestamptz NOT NULL
+);
+CREATE INDEX tick_audits_due_idx ON tick_audits (next_check_at) WHERE next_check_at IS NOT NULL;
+
 -- 0006 tenant isolation (keep this block LAST: it enables row-level security on every
 -- tenant table defined above; a migration adding a tenant table calls the function again).
 -- Roles are cluster-wide: create the application role once, whatever schema migrates first.
@@ -402,13 +412,3 @@ $$;
 REVOKE EXECUTE ON FUNCTION tickwarden_enforce_tenant_isolation() FROM PUBLIC;
 
 SELECT tickwarden_enforce_tenant_isolation();
-
--- 0004_tick_audits: the deadline detector's per-schedule watermark of checked ticks.
-CREATE TABLE tick_audits (
-    schedule_id       bigint PRIMARY KEY REFERENCES schedules (id) ON DELETE CASCADE,
-    schedule_version  integer NOT NULL,      -- an edit, pause or resume re-arms the watermark
-    checked_until     timestamptz NOT NULL,
-    next_check_at     timestamptz,           -- NULL: nothing to check (paused, or never fires again)
-    updated_at        timestamptz NOT NULL
-);
-CREATE INDEX tick_audits_due_idx ON tick_audits (next_check_at) WHERE next_check_at IS NOT NULL;
