@@ -9,16 +9,21 @@
 2. The same attempt with a cold wake (the environment process started first), median
    of `cold` attempts.
 3. Attempts per second through 1 and 4 workers (threads of one process, as
-   `tickwarden worker --concurrency 4`), each draining `attempts` queued no-op runs.
+   `tickwarden worker --concurrency 4`), each draining `attempts` queued no-op runs,
+   and through 4 `tickwarden worker` processes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import statistics
+import subprocess
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 from benchmarks.common import BENCH_URL, bench_schema, report
 from tickwarden.clock import WallClock
@@ -120,7 +125,36 @@ def main() -> None:
             for w in workers:
                 w.environments.close(clock.now())
             rows.append((f"throughput, {n} worker{'s' if n > 1 else ''}", f"{args.attempts / seconds:.0f} attempts/s"))
+        rows.append(("throughput, 4 worker processes", f"{through_processes(db, wf, clock, schema, args.attempts):.0f} attempts/s"))
         report("worker: per-attempt overhead and throughput (no-op recipe)", rows)
+
+
+def pending(db: Database) -> int:
+    with db.connection() as conn:
+        return conn.execute("SELECT count(*) FROM runs WHERE status <> 'succeeded'").fetchone()[0]
+
+
+def through_processes(db: Database, wf, clock: WallClock, schema: str, attempts: int, n: int = 4) -> float:
+    """Drain `attempts` runs with `n` real `tickwarden worker` processes, timed once they are warm."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TICKWARDEN_DATABASE_URL": BENCH_URL, "TICKWARDEN_SCHEMA": schema,
+           "TICKWARDEN_SECRET_KEY": KEY}
+    procs = [subprocess.Popen([str(root / ".venv" / "bin" / "tickwarden"), "worker", "--poll", "0.02", "--id", f"p{i}"],
+                              cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(n)]
+    try:
+        queue(db, wf, clock, 4 * n)  # wake every process's environment first
+        while pending(db):
+            time.sleep(0.05)
+        queue(db, wf, clock, attempts)
+        t0 = time.perf_counter()
+        while pending(db):
+            time.sleep(0.005)
+        return attempts / (time.perf_counter() - t0)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(30)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
+from tickwarden.store.execution import ExecutionContext, autocommit
 from tickwarden.profile import default_timeout_seconds
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
 from tickwarden.sanitize import sanitize_error, sanitize_log_tail
@@ -148,58 +149,66 @@ class Worker:
         self._environ = environ
         # Set by the owner to give up on the current attempt (a stopping worker past its grace).
         self.abort = threading.Event()
+        self._warm: Instance | None = None
 
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then lease and execute one attempt; return the next wake-up."""
         self.environments.stop_idle(now)
-        with self.db.transaction() as store:
+        with autocommit(self.db) as store:  # the lease is one statement; the context only reads
             leased = store.lease_attempts(self.worker_id, now, self.lease_seconds, limit=1)
+            context = store.execution_context(leased[0].workflow_id, now) if leased else None
         if not leased:
             return now + timedelta(seconds=self.poll_seconds)
-        self.execute(leased[0])
+        self.execute(leased[0], context)
         return self.clock.now()
 
-    def execute(self, attempt: Attempt) -> FinishedAttempt | None:
+    def execute(self, attempt: Attempt, context: ExecutionContext | None = None) -> FinishedAttempt | None:
         """Run a leased attempt and record its outcome; None when the result was abandoned."""
+        if context is None:
+            with self.db.transaction() as store:
+                context = store.execution_context(attempt.workflow_id, self.clock.now())
+        self._warm = None
         with Heartbeat(self, attempt) as heartbeat:
             try:
-                result = self._run(attempt, heartbeat)
+                result = self._run(attempt, context, heartbeat)
             except Aborted:
                 result = None
             except Exception as exc:  # tickwarden's own failure: record it rather than wait for the reaper
                 log.exception("attempt %s: the worker failed", attempt.id)
                 result = _failed(_Failure("internal", f"the worker failed: {type(exc).__name__}"), [], [])
-        if heartbeat.lost.is_set():
-            return None
-        if result is None:
+        warm, self._warm = self._warm, None
+        if heartbeat.lost.is_set() or result is None:
+            if warm is not None:
+                self.environments.release(warm, self.clock.now())
+            if result is not None:
+                return None
             with self.db.transaction() as store:
                 store.release_attempt(attempt.id, self.worker_id)
             log.info("attempt %s released back to the queue", attempt.id)
             return None
-        return self.record(attempt, result)
+        return self.record(attempt, result, warm)
 
-    def record(self, attempt: Attempt, result: Result) -> FinishedAttempt:
-        """Write the outcome and the step rows once; a second delivery changes nothing."""
+    def record(self, attempt: Attempt, result: Result, warm: Instance | None = None) -> FinishedAttempt:
+        """Write the outcome and the step rows once; a second delivery changes nothing.
+
+        The environment that served the attempt goes back to warm in the same transaction.
+        """
+        now = self.clock.now()
         with self.db.transaction() as store:
-            finished = store.finish_attempt(attempt.id, self.worker_id, result.outcome, self.clock.now())
+            finished = store.finish_attempt(attempt.id, self.worker_id, result.outcome, now)
             if finished.applied:
                 store.record_attempt_steps(attempt.id, attempt.tenant_id, [s.row() for s in result.steps])
+            if warm is not None:
+                self.environments.release(warm, now, store)
         return finished
 
     # -- execution -------------------------------------------------------------------------
 
-    def _run(self, attempt: Attempt, heartbeat: Heartbeat) -> Result:
+    def _run(self, attempt: Attempt, context: ExecutionContext | None, heartbeat: Heartbeat) -> Result:
         notes: list[str] = []
-        with self.db.transaction() as store:
-            workflow = store.get_workflow(attempt.workflow_id)
-            schedule = store.get_schedule_for_workflow(attempt.workflow_id)
-            publisher = store.get_user(workflow.publisher_id) if workflow and workflow.publisher_id else None
-            environment = None
-            if workflow is not None:
-                environment = (store.get_environment(workflow.environment_id) if workflow.environment_id
-                               else store.ensure_default_environment(workflow.tenant_id, self.clock.now()))
-        if workflow is None or environment is None:
+        if context is None or context.environment is None:
             return _failed(_Failure("config", "the workflow or its environment no longer exists"), [], notes)
+        workflow, publisher, environment = context.workflow, context.publisher, context.environment
         try:
             recipe = parse_recipe(workflow.recipe)
         except RecipeError as exc:
@@ -209,7 +218,7 @@ class Worker:
         except auth.AuthError as exc:
             return _failed(_Failure("auth", str(exc)), _all_skipped(recipe), notes)
         timeout = workflow.timeout_seconds or (
-            default_timeout_seconds(schedule.cadence_seconds) if schedule else DEFAULT_TIMEOUT_SECONDS)
+            default_timeout_seconds(context.cadence_seconds) if context.cadence_seconds else DEFAULT_TIMEOUT_SECONDS)
         # The watchdog measures real elapsed time, whatever clock the ledger uses.
         deadline = time.monotonic() + timeout
         try:
@@ -226,7 +235,7 @@ class Worker:
             steps, failure, healthy = self._run_steps(attempt, recipe, instance, deadline, timeout, heartbeat)
         finally:
             if healthy:
-                self.environments.release(instance, self.clock.now())
+                self._warm = instance  # marked warm when the outcome is recorded
             else:
                 self.environments.discard(instance, self.clock.now())
         if failure is not None:

@@ -259,9 +259,9 @@ def test_concurrent_workers_never_lease_the_same_attempt(db, clock, workers):
     executed: list[tuple[str, int]] = []
     original = Worker.execute
 
-    def spy(self, attempt):
+    def spy(self, attempt, *rest):
         executed.append((self.worker_id, attempt.id))
-        return original(self, attempt)
+        return original(self, attempt, *rest)
 
     Worker.execute = spy
     try:

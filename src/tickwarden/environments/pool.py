@@ -17,10 +17,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from tickwarden.db import Database
 from tickwarden.environments.process import EnvironmentFailed, EnvironmentProcess
 from tickwarden.models import Environment
+from tickwarden.store.execution import autocommit
+
+if TYPE_CHECKING:
+    from tickwarden.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -120,14 +125,17 @@ class EnvironmentPool:
                  environment.name, tenant_id, process.cold_start_ms, process.pid)
         return instance
 
-    def release(self, instance: Instance, now: datetime) -> None:
-        """Return a process to the warm pool after a run, or record it dead if it died."""
+    def release(self, instance: Instance, now: datetime, store: Store | None = None) -> None:
+        """Return a process to the warm pool after a run, or record it dead if it died.
+
+        `store`: record it in the caller's transaction (the worker's outcome) instead of a new one.
+        """
         instance.last_used_at = now
         if not instance.process.alive():
             self._retire(instance, "dead", now)
             return
         instance.runs_served += 1
-        self._mark(instance, "warm", now, served=1)
+        self._mark(instance, "warm", now, served=1, store=store)
 
     def discard(self, instance: Instance, now: datetime, status: str = "dead") -> None:
         """Kill a process (the watchdog fired, or it broke) and forget it."""
@@ -160,9 +168,12 @@ class EnvironmentPool:
             instance.process.kill()
         self._mark(instance, status, now)
 
-    def _mark(self, instance: Instance, status: str, now: datetime, served: int = 0) -> None:
-        with self.db.transaction() as store:
+    def _mark(self, instance: Instance, status: str, now: datetime, served: int = 0, store: Store | None = None) -> None:
+        if store is not None:
             store.update_environment_instance(instance.row_id, status, now, served=served)
+            return
+        with autocommit(self.db) as own:
+            own.update_environment_instance(instance.row_id, status, now, served=served)
 
 
 __all__ = ["EnvironmentFailed", "EnvironmentPool", "Instance", "IsolationError"]

@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from tickwarden.models import Environment, from_row
+from tickwarden.models import Environment, User, Workflow, from_row
 from tickwarden.store.base import StoreBase
+
+if TYPE_CHECKING:
+    from tickwarden.db import Database
+    from tickwarden.store import Store
+
+
+@contextlib.contextmanager
+def autocommit(db: Database) -> Iterator[Store]:
+    """Lend a store on which every statement commits on its own.
+
+    For operations that are one statement each (a lease, a status mark): a statement
+    is atomic by itself, and skipping BEGIN/COMMIT saves two round trips on the
+    worker's per-attempt path.
+    """
+    from tickwarden.store import Store
+
+    with db.connection() as conn:
+        conn.autocommit = True
+        try:
+            yield Store(conn)
+        finally:
+            conn.autocommit = False
 
 
 @dataclass(frozen=True)
@@ -44,7 +68,40 @@ class EnvironmentInstance:
     idle_timeout_seconds: int | None = None
 
 
+@dataclass(frozen=True)
+class ExecutionContext:
+    """What a worker needs to run an attempt: the workflow, its cadence, publisher and environment."""
+
+    workflow: Workflow
+    cadence_seconds: int | None
+    publisher: User | None
+    environment: Environment | None
+
+
+def _prefixed(row: dict[str, Any], prefix: str) -> dict[str, Any] | None:
+    found = {k[len(prefix):]: v for k, v in row.items() if k.startswith(prefix)}
+    return found if found.get("id") is not None else None
+
+
 class ExecutionStore(StoreBase):
+    def execution_context(self, workflow_id: int, now: datetime) -> ExecutionContext | None:
+        """Load a workflow with what running it needs; a workflow without environment gets `default`."""
+        row = self._row("execution_context", {"workflow_id": workflow_id})
+        if row is None:
+            return None
+        publisher = _prefixed(row, "publisher__")
+        environment = _prefixed(row, "environment__")
+        workflow = from_row(Workflow, row)
+        env = from_row(Environment, environment) if environment else None
+        if env is None and workflow.environment_id is None:
+            env = self.ensure_default_environment(workflow.tenant_id, now)
+        return ExecutionContext(
+            workflow=workflow,
+            cadence_seconds=row["schedule__cadence_seconds"],
+            publisher=from_row(User, publisher) if publisher else None,
+            environment=env,
+        )
+
     def ensure_default_environment(self, tenant_id: int, now: datetime) -> Environment:
         """Return the tenant's `default` environment, creating it once."""
         row = self._row("ensure_default_environment", {"tenant_id": tenant_id, "now": now})

@@ -90,3 +90,20 @@ SELECT i.*, t.name AS tenant, e.name AS environment, e.python, e.idle_timeout_se
  WHERE %(include_stopped)s OR i.status IN ('starting', 'warm', 'busy')
  ORDER BY (i.status IN ('starting', 'warm', 'busy')) DESC, i.started_at DESC, i.id DESC
  LIMIT %(limit)s;
+
+-- execution_context --
+-- Everything a worker needs to run an attempt of a workflow, in one probe: the
+-- workflow, its cadence, its publisher and its environment (prefixed columns).
+SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds,
+       u.id AS publisher__id, u.tenant_id AS publisher__tenant_id, u.email AS publisher__email,
+       u.display_name AS publisher__display_name, u.active AS publisher__active,
+       u.created_at AS publisher__created_at,
+       e.id AS environment__id, e.tenant_id AS environment__tenant_id, e.name AS environment__name,
+       e.python AS environment__python, e.idle_timeout_seconds AS environment__idle_timeout_seconds,
+       e.settings AS environment__settings, e.created_at AS environment__created_at,
+       e.updated_at AS environment__updated_at
+  FROM workflows w
+  LEFT JOIN schedules s ON s.workflow_id = w.id
+  LEFT JOIN users u ON u.id = w.publisher_id
+  LEFT JOIN environments e ON e.id = w.environment_id
+ WHERE w.id = %(workflow_id)s;
