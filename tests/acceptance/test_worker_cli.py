@@ -142,3 +142,32 @@ def test_a_stopping_worker_releases_an_attempt_that_outlives_its_grace(db, spawn
         assert (attempt.status, attempt.worker_id) == ("queued", None)
         assert store.get_run(run.id).status == "queued"
         assert {i.status for i in store.list_environment_instances(include_stopped=True)} == {"dead"}
+
+
+def test_a_worker_process_reuses_a_warm_environment_stops_it_when_idle_and_times_out_a_hanging_step(db, spawn):
+    wall = WallClock()
+    warm = make_runnable(db, wall.now(), [python_step("who", "pid")], name="warm", idle_timeout=2)
+    stuck = make_runnable(db, wall.now(), [python_step("stuck", "hang", timeout=1)], name="stuck", tenant="globex")
+    runs = [queue_run(db, warm, wall.now() - timedelta(minutes=i), wall.now()) for i in (2, 1)]
+    hanging = queue_run(db, stuck, wall.now() - timedelta(minutes=1), wall.now(), budget=0)
+    worker = spawn("--id", "solo")
+    wait_for(lambda: all(run_status(db, r.id) in ("succeeded", "failed") for r in [*runs, hanging]), 30, "the runs")
+    with db.transaction() as store:
+        pids = set()
+        for r in runs:
+            [attempt] = store.list_attempts(r.id)
+            pids.add(store.list_attempt_steps(attempt.id)[0].output["pid"])
+        [timed_out] = store.list_attempts(hanging.id)
+    assert len(pids) == 1
+    assert timed_out.error_category == "timeout" and timed_out.failed_step == "stuck"
+
+    def warm_stopped():
+        with db.transaction() as store:
+            rows = store.list_environment_instances(include_stopped=True)
+        return [i for i in rows if i.tenant == "acme" and i.status == "stopped" and i.runs_served == 2]
+
+    wait_for(warm_stopped, 15, "the idle environment to stop")
+    with pytest.raises(ProcessLookupError):  # the worker stopped and reaped the idle process
+        os.kill(pids.pop(), 0)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
