@@ -330,15 +330,3 @@ def test_a_slow_sql_step_is_stopped_at_its_timeout_on_the_server_too(db, clock, 
         time.sleep(0.05)
     assert sleeping() == 0
 
-
-def test_the_shipped_steps_summarize_upstream_sql_row_counts(db, clock, workers, schema):
-    environ = {"TENANT_DB": TEST_URL + f"?options=-c%20search_path%3D{schema}"}
-    wf = make_runnable(db, clock.now(), [
-        {"name": "tenants", "kind": "sql", "query": "SELECT id FROM tenants", "database": "env:TENANT_DB"},
-        {"name": "total", "kind": "python", "call": "tickwarden.environments.steps:summarize",
-         "params": {"min_rows": 1}, "depends_on": ["tenants"]},
-    ])
-    run = queue_run(db, wf, clock.now(), clock.now())
-    workers(environ=environ).run_once(clock.now())
-    run, attempt, steps = outcome(db, run.id)
-    assert run.status == "succeeded" and steps["total"].output == {"rows": 1}
