@@ -162,6 +162,10 @@ class Worker:
         self.execute(leased[0], context)
         return self.clock.now()
 
+    def close(self, now: datetime) -> None:
+        """Stop this worker's environment processes (call once its loop has stopped)."""
+        self.environments.close(now)
+
     def execute(self, attempt: Attempt, context: ExecutionContext | None = None) -> FinishedAttempt | None:
         """Run a leased attempt and record its outcome; None when the result was abandoned."""
         if context is None:

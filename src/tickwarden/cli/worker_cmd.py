@@ -36,7 +36,7 @@ def run_workers(db: Database, workers: list[Worker], stop: threading.Event, cloc
                     wake = clock.now() + timedelta(seconds=ERROR_BACKOFF_SECONDS)
                 clock.sleep_until(wake, stop)
         finally:
-            worker.environments.close(clock.now())
+            worker.close(clock.now())
 
     threads = [threading.Thread(target=loop, args=(w,), name=w.worker_id) for w in workers]
     for thread in threads:
