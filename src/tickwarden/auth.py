@@ -6,7 +6,8 @@ the injected clock, and that the user still exists in that tenant and is active.
 A deactivated or missing publisher is a permanent `auth` failure, never retried.
 
 The signing key is `TICKWARDEN_SECRET_KEY`; without it, a key generated once into
-the data directory (every worker of one installation must share the same key).
+the data directory. A worker verifies the credentials it issues, so per-machine keys
+work; share one key when another component must verify them too.
 """
 
 from __future__ import annotations
