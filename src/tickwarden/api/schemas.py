@@ -78,6 +78,30 @@ def decode_cursor(cursor: str | None, shape: tuple[type, ...]) -> list[Any] | No
 # -- responses ------------------------------------------------------------------
 
 
+class ProblemOut(BaseModel):
+    """An RFC 7807 problem: every error the API returns."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+
+
+def _problem(description: str) -> dict[str, Any]:
+    schema = {"$ref": "#/components/schemas/ProblemOut"}
+    return {"model": ProblemOut, "description": description, "content": {"application/problem+json": {"schema": schema}}}
+
+
+# Declared on every router so the OpenAPI document shows the real error bodies.
+PROBLEMS: dict[int | str, dict[str, Any]] = {
+    400: _problem("Malformed JSON, a cursor not issued by the API, or a value the database cannot hold."),
+    401: _problem("No token, or an unknown or revoked one."),
+    404: _problem("No such object, or another tenant's."),
+    413: _problem("The request body exceeds 64 KiB."),
+    422: _problem("A field is missing, unknown, of the wrong type or out of range."),
+}
+
+
 class TenantOut(BaseModel):
     id: int
     name: str

@@ -12,7 +12,7 @@ from tickwarden.api import schemas as s
 from tickwarden.api.deps import MAX_ID, NAME_PATTERN, Scope, Scoped
 from tickwarden.api.problems import Problem
 
-router = APIRouter(tags=["alerts"])
+router = APIRouter(tags=["alerts"], responses=s.PROBLEMS)
 
 AlertId = Annotated[int, Path(ge=1, le=MAX_ID, description="Alert id.")]
 

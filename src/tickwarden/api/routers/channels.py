@@ -17,7 +17,7 @@ from tickwarden.store.outbox import Channel
 from tickwarden.transports import TransportError
 
 log = logging.getLogger(__name__)
-router = APIRouter(tags=["channels"])
+router = APIRouter(tags=["channels"], responses=s.PROBLEMS)
 
 
 @router.get("/api/channels", response_model=s.Page[s.ChannelOut], summary="List notification channels")

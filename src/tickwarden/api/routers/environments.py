@@ -11,7 +11,7 @@ from tickwarden.api import schemas as s
 from tickwarden.api.deps import MAX_ID, NAME_PATTERN, Scoped
 from tickwarden.api.problems import Problem
 
-router = APIRouter(tags=["environments"])
+router = APIRouter(tags=["environments"], responses=s.PROBLEMS)
 
 
 @router.get("/api/environments", response_model=s.Page[s.EnvironmentOut], summary="List environments")

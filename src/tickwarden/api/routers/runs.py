@@ -11,7 +11,7 @@ from tickwarden.api import schemas as s
 from tickwarden.api.deps import MAX_ID, Scoped
 from tickwarden.api.problems import Problem
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], responses=s.PROBLEMS)
 
 RunId = Annotated[int, Path(ge=1, le=MAX_ID, description="Run id.")]
 

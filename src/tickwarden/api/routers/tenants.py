@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from tickwarden.api import schemas as s
 from tickwarden.api.deps import Scoped
 
-router = APIRouter(tags=["tenants"])
+router = APIRouter(tags=["tenants"], responses=s.PROBLEMS)
 
 
 @router.get("/api/me", response_model=s.MeOut, summary="Show the caller's token name, role and tenant")

@@ -15,7 +15,7 @@ from tickwarden.api.problems import Problem
 from tickwarden.errors import TickwardenError
 from tickwarden.store.api import WorkflowView
 
-router = APIRouter(tags=["workflows"])
+router = APIRouter(tags=["workflows"], responses=s.PROBLEMS)
 
 TenantName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63, description="Tenant name.")]
 WorkflowName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63, description="Workflow name.")]
