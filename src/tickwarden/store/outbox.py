@@ -226,6 +226,10 @@ class OutboxStore(StoreBase):
              "thread_key": thread_key, "parent_ref": parent_ref, "now": now},
         )
 
+    def relax_commit(self) -> None:
+        """Do not wait for the WAL flush when this transaction commits (see outbox_relaxed_commit)."""
+        self._execute("outbox_relaxed_commit")
+
     def mark_outbox_sent(self, outbox_id: int, replica_id: str, now: datetime) -> bool:
         return self._execute("mark_outbox_sent", {"id": outbox_id, "replica_id": replica_id, "now": now}) == 1
 
