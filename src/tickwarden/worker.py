@@ -234,7 +234,7 @@ class Worker:
             notes.append(f"woke environment {environment.name} in {instance.process.cold_start_ms:.0f} ms")
         else:
             notes.append(f"environment {environment.name} was warm (pid {instance.pid})")
-        healthy = True
+        healthy = False  # until the steps return normally: an exception leaves the process suspect
         try:
             steps, failure, healthy = self._run_steps(attempt, recipe, instance, deadline, timeout, heartbeat)
         finally:
@@ -291,7 +291,7 @@ class Worker:
             except EnvironmentFailed as exc:
                 record.finished_at = self.clock.now()
                 record.error = sanitize_error(secrets.scrub(str(exc), secret_values))
-                failure = failure or _Failure("environment", f"step {step.name}: {exc}", step.name)
+                failure = failure or _Failure("environment", f"step {step.name}: {record.error}", step.name)
                 return self._finish_skips(records, recipe, position), failure, False
             record.finished_at = self.clock.now()
             record.log = _step_log(answer.get("log") or "", secret_values)
