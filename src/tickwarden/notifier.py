@@ -156,7 +156,7 @@ class Notifier:
                     counts[outcome] += 1
         self.last_pass = PassReport(**counts)
         with self.db.transaction() as store:
-            due = store.next_outbox_due()
+            due = store.next_outbox_due(list(self.transports))
         wake = now + self.poll
         if due is not None and due < wake:
             wake = max(now, due)

@@ -145,3 +145,22 @@ def test_three_replicas_deliver_every_event_once_per_channel_with_threads_intact
         assert len({m.thread_key for m in messages}) == 1
         events = [int(m.message.key.split(".")[1].removeprefix("event-")) for m in messages]
         assert events == sorted(events)  # in event order
+
+
+def test_the_next_wake_up_is_when_the_head_of_a_blocked_thread_is_due(db, clock):
+    add_channel(db, clock.now(), tenant="acme", name="rec", kind="recording", audience="customer")
+
+    class Down:
+        def send(self, message):
+            raise TransportError("connection refused", permanent=False)
+
+    alert = open_alert(db, clock.now())
+    n = Notifier(db, "n1", {"recording": Down()}, base_backoff=60, poll_seconds=600)
+    n.run_once(clock.now())
+    add_event(db, alert, "escalated", clock.advance(5))  # due now, but waits behind the opening message
+    wake = n.run_once(clock.now())
+    head = outbox(db)[0]
+    assert wake == head["next_attempt_at"] > clock.now()
+    # a replica without a transport for the kind neither claims the rows nor wakes for them
+    other = Notifier(db, "n2", {"slack": Down()}, poll_seconds=600)
+    assert other.run_once(clock.now()) == clock.now() + timedelta(seconds=600)

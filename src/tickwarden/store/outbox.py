@@ -251,8 +251,8 @@ class OutboxStore(StoreBase):
     def mark_outbox_dead(self, outbox_id: int, replica_id: str, error: str) -> bool:
         return self._execute("mark_outbox_dead", {"id": outbox_id, "replica_id": replica_id, "error": error}) == 1
 
-    def next_outbox_due(self) -> datetime | None:
-        row = self._row("next_outbox_due")
+    def next_outbox_due(self, kinds: Sequence[str]) -> datetime | None:
+        row = self._row("next_outbox_due", {"kinds": list(kinds)})
         return row["due"] if row else None
 
     def outbox_status_counts(self) -> dict[str, int]:

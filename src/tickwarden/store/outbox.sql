@@ -190,8 +190,20 @@ UPDATE notification_outbox
 RETURNING id;
 
 -- next_outbox_due --
--- When the earliest waiting delivery becomes due (the notifier's next wake-up).
-SELECT min(next_attempt_at) AS due FROM notification_outbox WHERE status IN ('pending', 'failed');
+-- When the earliest claimable delivery becomes due (the notifier's next wake-up).
+-- Only the head of each thread's queue counts: a reply waiting behind an undelivered
+-- first message is due when that message is, not at its own (past) time, which
+-- would otherwise wake the loop over and over for nothing.
+SELECT min(o.next_attempt_at) AS due
+  FROM notification_outbox o
+ WHERE o.status IN ('pending', 'failed')
+   AND EXISTS (SELECT 1 FROM notification_channels c
+                WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
+   AND NOT EXISTS (
+       SELECT 1 FROM notification_outbox p
+        WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
+          AND p.status IN ('pending', 'failed', 'sending')
+          AND p.event_id < o.event_id);
 
 -- outbox_status_counts --
 -- Delivery rows by status, with the oldest waiting row's creation time.
