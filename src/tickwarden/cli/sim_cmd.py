@@ -19,6 +19,13 @@ from tickwarden.simulate.report import render_text, to_json
 DEMO_SCENARIOS = ("seed-transient-fault.yaml", "seed-genuine-defect.yaml")
 
 
+def quiet_loops() -> None:
+    """Keep the loops' operational warnings (a lost lease, a retried delivery) out of a simulation's output."""
+    import logging
+
+    logging.getLogger("tickwarden").setLevel(logging.ERROR)
+
+
 @app.command("simulate")
 def simulate_command(
     scenario: Annotated[Path, typer.Argument(help="A scenario file (see docs/simulation.md).")],
@@ -28,6 +35,7 @@ def simulate_command(
     ] = "tickwarden",
 ) -> None:
     """Run the real pipeline on a virtual clock over a scenario and print its timeline."""
+    quiet_loops()
     spec = load_scenario(scenario)
     outcome = run_policy(spec, policy)
     if as_json:
@@ -43,6 +51,7 @@ def shipped_scenario(name: str) -> Path:
 @app.command("demo")
 def demo_command() -> None:
     """Replay seed 000's two nights (transient fault, genuine defect) and compare with one message per failure."""
+    quiet_loops()
     panels = []
     verdicts = []
     for name in DEMO_SCENARIOS:
@@ -74,6 +83,7 @@ def backtest_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Replay recorded history under a policy or proposed overrides and compare with the current policy."""
+    quiet_loops()
     from tickwarden.cli.profile_cmd import parse_settings
     from tickwarden.db import Database
     from tickwarden.errors import InvalidInput

@@ -53,7 +53,7 @@ ORDER = {
 }
 WORKER_ID = "simulated-worker"
 LEASE_SECONDS = 60
-WORKER_POLL_SECONDS = 15
+WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
 
 
 @dataclass(frozen=True)
@@ -172,11 +172,14 @@ class SimulatedWorker:
         self.queue = queue
         self.workflows = workflows
         self.in_flight: dict[int, datetime] = {}  # attempt id -> when it stops heartbeating
+        self.on_busy: Callable[[datetime], None] = lambda now: None  # wakes the heartbeat
 
     def run_once(self, now: datetime) -> datetime:
         with self.db.transaction() as store:
             leased = store.lease_attempts(WORKER_ID, now, LEASE_SECONDS, limit=10_000)
-            ticks = {a.run_id: store.get_run(a.run_id) for a in leased}
+            ticks = store.sim_runs_by_id([a.run_id for a in leased]) if leased else {}
+        if leased and not self.in_flight:
+            self.on_busy(now)
         for attempt in leased:
             run = ticks[attempt.run_id]
             assert run is not None
@@ -195,13 +198,17 @@ class SimulatedWorker:
 
         return end
 
-    def heartbeat(self, now: datetime) -> datetime:
-        """Renew the lease of every attempt still alive, as the real worker's heartbeat does."""
+    def heartbeat(self, now: datetime) -> datetime | None:
+        """Renew the lease of every attempt still alive, as the real worker's heartbeat does.
+
+        Returns None when nothing is in flight: the next lease wakes the heartbeat again.
+        """
         alive = [attempt_id for attempt_id, stops in self.in_flight.items() if stops > now]
         if alive:
             with self.db.transaction() as store:
-                for attempt_id in alive:
-                    store.renew_lease(attempt_id, WORKER_ID, now, LEASE_SECONDS)
+                store.sim_renew_leases(alive, WORKER_ID, now, LEASE_SECONDS)
+        if not self.in_flight:
+            return None
         return now + timedelta(seconds=LEASE_SECONDS / 3)
 
 
@@ -355,7 +362,7 @@ class Simulation:
         self._schedule = schedule
         for loop in loops:
             schedule(loop.name, self.scenario.start)
-        self.queue.wake("heartbeat", self.scenario.start, self._heartbeat(worker))
+        self._heartbeat(worker)
         for key, at in self.scenario.manual_runs:
             self.queue.at(at, ORDER["world"], self._manual(db, key, setup))
 
@@ -369,8 +376,11 @@ class Simulation:
     def _heartbeat(self, worker: SimulatedWorker) -> Callable[[datetime], None]:
         def beat(now: datetime) -> None:
             following = worker.heartbeat(now)
-            self.queue.wake("heartbeat", following, beat)
+            if following is not None:
+                self.queue.wake("heartbeat", following, beat)
 
+        # a lease taken while idle starts the heartbeat one period later
+        worker.on_busy = lambda now: self.queue.wake("heartbeat", now + timedelta(seconds=LEASE_SECONDS / 3), beat)
         return beat
 
     def _manual(self, db: Database, key: str, setup: SimulationSetup) -> Callable[[datetime], None]:

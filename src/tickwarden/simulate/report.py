@@ -124,8 +124,10 @@ def timeline(outcome: SimulationOutcome) -> list[Line]:
         threshold = thresholds.get(wf, 1)
         if streak[wf] < threshold:
             note = f"{streak[wf]} of {threshold} → nothing"
+        elif streak[wf] == threshold:
+            note = f"{streak[wf]} of {threshold} confirmed → alert"
         else:
-            note = f"confirmed failure {streak[wf]}"
+            note = f"confirmed failure {streak[wf]}, alert already open"
         lines.append(Line(a["finished_at"], 0, wf, f"{wf}: {tick} fails ({error}) — {note}", quiet_failure=streak[wf] > threshold))
     for r in outcome.runs:
         if r["status"] == "missed":

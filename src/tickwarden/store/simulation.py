@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
+from tickwarden.models import Run, from_row
 from tickwarden.store.base import StoreBase
 
 
@@ -23,6 +25,21 @@ class SimulationStore(StoreBase):
 
     def sim_notifications(self) -> list[dict[str, Any]]:
         return self._rows("sim_notifications")
+
+    def sim_runs_by_id(self, run_ids: Sequence[int]) -> dict[int, Run]:
+        rows = self._rows("sim_runs_by_id", {"run_ids": list(run_ids)})
+        return {row["id"]: from_row(Run, row) for row in rows}
+
+    def sim_renew_leases(self, attempt_ids: Sequence[int], worker_id: str, now: datetime, lease_seconds: float) -> int:
+        return self._execute(
+            "sim_renew_leases",
+            {
+                "attempt_ids": list(attempt_ids),
+                "worker_id": worker_id,
+                "now": now,
+                "lease_expires_at": now + timedelta(seconds=lease_seconds),
+            },
+        )
 
     def sim_history(self) -> list[dict[str, Any]]:
         return self._rows("sim_history")

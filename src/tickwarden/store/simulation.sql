@@ -67,3 +67,13 @@ SELECT t.name AS tenant, w.name AS workflow, s.cron, s.timezone, r.scheduled_for
   JOIN schedules s ON s.workflow_id = a.workflow_id
  WHERE NOT r.manual AND a.status IN ('succeeded', 'failed', 'lost') AND a.started_at IS NOT NULL
  ORDER BY r.scheduled_for, a.id;
+
+-- sim_runs_by_id --
+-- The runs of a batch of leased attempts, in one probe.
+SELECT * FROM runs WHERE id = ANY(%(run_ids)s::bigint[]);
+
+-- sim_renew_leases --
+-- The simulated worker's heartbeat: extend every lease it still holds in one statement.
+UPDATE attempts
+   SET heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
+ WHERE id = ANY(%(attempt_ids)s::bigint[]) AND status = 'running' AND worker_id = %(worker_id)s;

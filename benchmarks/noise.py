@@ -1,0 +1,238 @@
+"""Noise benchmark: messages, threads, recall, false alarms and detection delay, per policy.
+
+    python -m benchmarks.noise [--workflows 1000] [--days 30] [--seed 7] [--policies all]
+
+A seeded synthetic fleet across cadences (every 10 minutes to weekly) lives through a
+period with incidents of five kinds:
+
+| kind            | what happens                                              | genuine? |
+|-----------------|-----------------------------------------------------------|----------|
+| blip            | a connection fault of 2–20 seconds                        | no       |
+| crash           | the worker dies during one attempt                        | no       |
+| outage          | a connection fault of 2–6 hours                           | yes      |
+| defect          | a step error for 1–12 hours, then a fix and a manual run  | yes      |
+| trigger outage  | the trigger fires nothing for 1–4 hours                   | yes      |
+
+A genuine incident counts only when it touches at least one tick. It is *detected* when
+the policy opens an alert (or sends a message) for its workflow between its start and
+its end plus two cadences plus an hour. An alert or message about a workflow with no
+genuine incident under way is a *false alarm*: it is about failures that would have
+recovered by themselves. Each policy is simulated through the real pipeline on its own
+fresh schema (see docs/simulation.md); all policies see the very same scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from tickwarden.cadence import cadence_of, parse_schedule
+from tickwarden.clock import isoformat_z, parse_utc
+from tickwarden.simulate import POLICIES, parse_scenario, run_policy
+from tickwarden.simulate.engine import SimulationOutcome
+
+START = parse_utc("2026-11-01T00:00:00Z")
+
+# (class, weight, cron template, duration seconds)
+CADENCES = [
+    ("10 min", 3, "{m10}-59/10 * * * *", 40),
+    ("30 min", 7, "{m30}-59/30 * * * *", 60),
+    ("hourly", 25, "{m} * * * *", 120),
+    ("6-hourly", 15, "{m} */6 * * *", 300),
+    ("daily", 35, "{m} {h} * * *", 600),
+    ("weekly", 15, "{m} {h} * * {d}", 900),
+]
+
+
+@dataclass(frozen=True)
+class Incident:
+    workflow: str
+    kind: str
+    start: datetime
+    end: datetime
+    genuine: bool
+
+
+def build(workflows: int, days: int, seed: int) -> tuple[dict[str, Any], list[Incident], dict[str, str]]:
+    """Return a scenario mapping, its incidents and each workflow's cadence class."""
+    rng = random.Random(seed)
+    end = START + timedelta(days=days)
+    tenants = [f"t{i:02d}" for i in range(max(1, workflows // 20))]
+    specs, classes, incidents = [], {}, []
+    faults, manual_runs, outages = [], [], []
+    weights = [c[1] for c in CADENCES]
+    for index in range(workflows):
+        label, _, template, duration = rng.choices(CADENCES, weights)[0]
+        cron = template.format(m=rng.randrange(60), m10=rng.randrange(10), m30=rng.randrange(30),
+                               h=rng.randrange(24), d=rng.randrange(7))
+        tenant = tenants[index % len(tenants)]
+        name = f"wf{index:04d}"
+        key = f"{tenant}/{name}"
+        specs.append({"tenant": tenant, "name": name, "cron": cron, "duration": duration})
+        classes[key] = label
+        # incidents: a few transient ones for everyone, a genuine one for some
+        for _ in range(rng.randrange(0, 4)):
+            at = START + timedelta(seconds=rng.randrange(int((end - START).total_seconds()) - 3600))
+            if rng.random() < 0.7:
+                length = timedelta(seconds=rng.randrange(2, 21))
+                faults.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(at + length),
+                               "error": "could not connect to warehouse: connection reset by peer"})
+                incidents.append(Incident(key, "blip", at, at + length, False))
+            else:
+                length = timedelta(seconds=rng.randrange(5, 60))
+                faults.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(at + length),
+                               "error": "worker process killed", "mode": "crash"})
+                incidents.append(Incident(key, "crash", at, at + length, False))
+        roll = rng.random()
+        at = START + timedelta(seconds=rng.randrange(int((end - START).total_seconds()) - 14 * 3600))
+        if roll < 0.08:
+            length = timedelta(hours=rng.uniform(2, 6))
+            faults.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(at + length),
+                           "error": "could not connect to warehouse: connection refused"})
+            incidents.append(Incident(key, "outage", at, at + length, True))
+        elif roll < 0.16:
+            length = timedelta(hours=rng.uniform(1, 12))
+            fixed = at + length
+            faults.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(fixed),
+                           "error": "KeyError: 'customer_id' in recipe join_orders"})
+            manual_runs.append({"workflow": key, "at": isoformat_z(fixed + timedelta(minutes=1))})
+            incidents.append(Incident(key, "defect", at, fixed, True))
+        elif roll < 0.20:
+            length = timedelta(hours=rng.uniform(1, 4))
+            outages.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(at + length)})
+            incidents.append(Incident(key, "trigger outage", at, at + length, True))
+    scenario = {
+        "name": f"noise: {workflows} workflows over {days} days (seed {seed})",
+        "start": isoformat_z(START),
+        "end": isoformat_z(end),
+        "tenants": tenants,
+        "workflows": specs,
+        "faults": faults,
+        "manual_runs": manual_runs,
+        "trigger_outages": outages,
+    }
+    return scenario, incidents, classes
+
+
+def touches_a_tick(incident: Incident, cron: str, duration: float) -> bool:
+    schedule = parse_schedule(cron)
+    lead = timedelta(seconds=duration)
+    for tick in schedule.fires_between(incident.start - lead, incident.end):
+        if tick < incident.end and tick + lead > incident.start:
+            return True
+    return False
+
+
+def score(outcome: SimulationOutcome, incidents: list[Incident], classes: dict[str, str],
+          cadences: dict[str, int]) -> dict[str, Any]:
+    openings: dict[str, list[datetime]] = defaultdict(list)
+    for alert in outcome.alerts:
+        openings[f"{alert['tenant']}/{alert['workflow']}"].append(alert["opened_at"])
+    genuine = [i for i in incidents if i.genuine]
+    windows: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+    for incident in genuine:
+        slack = timedelta(seconds=2 * cadences[incident.workflow]) + timedelta(hours=1)
+        windows[incident.workflow].append((incident.start, incident.end + slack))
+    detected, delays = 0, defaultdict(list)
+    for incident in genuine:
+        start, stop = next(w for w in windows[incident.workflow] if w[0] == incident.start)
+        hits = [t for t in openings[incident.workflow] if start <= t <= stop]
+        # an alert already open when the incident began also covers it
+        if not hits:
+            hits = [a["opened_at"] for a in outcome.alerts
+                    if f"{a['tenant']}/{a['workflow']}" == incident.workflow and a["opened_at"] <= start
+                    and (a["resolved_at"] is None or a["resolved_at"] >= start)]
+            if hits:
+                hits = [start]
+        if hits:
+            detected += 1
+            delays[classes[incident.workflow]].append((min(hits) - incident.start).total_seconds() / 60)
+    false_alarms = 0
+    for workflow, times in openings.items():
+        for t in times:
+            if not any(a <= t <= b for a, b in windows.get(workflow, ())):
+                false_alarms += 1
+    threads = {(n["channel"], n["thread"]) for n in outcome.notifications}
+    return {
+        "messages": len(outcome.notifications),
+        "threads": len(threads),
+        "alerts": len(outcome.alerts),
+        "genuine": len(genuine),
+        "detected": detected,
+        "false_alarms": false_alarms,
+        "delays": {label: sorted(values) for label, values in delays.items()},
+    }
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workflows", type=int, default=1000)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    args = parser.parse_args()
+
+    raw, incidents, classes = build(args.workflows, args.days, args.seed)
+    scenario = parse_scenario(raw, source="noise")
+    cadences = {spec.key: cadence_of(parse_schedule(spec.cron), START).interval_seconds for spec in scenario.workflows}
+    durations = {spec.key: spec.duration for spec in scenario.workflows}
+    crons = {spec.key: spec.cron for spec in scenario.workflows}
+    incidents = [i for i in incidents if touches_a_tick(i, crons[i.workflow], durations[i.workflow])]
+    kinds = defaultdict(int)
+    for incident in incidents:
+        kinds[incident.kind] += 1
+    print(f"{scenario.name}: {dict(kinds)}; genuine incidents touching a tick: {sum(i.genuine for i in incidents)}",
+          flush=True)
+
+    results = {}
+    for name in args.policies.split(","):
+        t0 = time.perf_counter()
+        outcome = run_policy(scenario, name)
+        wall = time.perf_counter() - t0
+        results[name] = score(outcome, incidents, classes, cadences)
+        results[name]["wall"] = wall
+        results[name]["runs"] = len(outcome.runs)
+        print(f"  simulated {name}: {len(outcome.runs):,} runs in {wall:.0f} s", flush=True)
+
+    print()
+    header = f"{'policy':<14}{'messages':>10}{'threads':>9}{'alerts':>8}{'recall':>12}{'false alarms':>14}"
+    print(header)
+    for name, r in results.items():
+        recall = f"{r['detected']}/{r['genuine']}"
+        print(f"{name:<14}{r['messages']:>10,}{r['threads']:>9,}{r['alerts']:>8,}{recall:>12}{r['false_alarms']:>14,}")
+    print("\ndetection delay in minutes, median / p95, per cadence class")
+    labels = [c[0] for c in CADENCES]
+    print(f"{'policy':<14}" + "".join(f"{label:>16}" for label in labels))
+    for name, r in results.items():
+        cells = []
+        for label in labels:
+            values = r["delays"].get(label, [])
+            cells.append(f"{statistics.median(values):.0f} / {_pct(values, 0.95):.0f}" if values else "—")
+        print(f"{name:<14}" + "".join(f"{cell:>16}" for cell in cells))
+    if "tickwarden" in results:
+        ours = results["tickwarden"]["messages"]
+        print("\nmessages relative to tickwarden:")
+        for name, r in results.items():
+            if name != "tickwarden":
+                ratio = r["messages"] / ours if ours else float("inf")
+                print(f"  {name}: {r['messages']:,} vs {ours:,} → {ratio:.1f}× more")
+        if results["tickwarden"]["detected"] != results["tickwarden"]["genuine"]:
+            print("tickwarden missed a genuine incident", file=sys.stderr)
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

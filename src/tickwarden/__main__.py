@@ -1,0 +1,3 @@
+from tickwarden.cli import main
+
+main()
