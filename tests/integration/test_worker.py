@@ -330,3 +330,18 @@ def test_a_slow_sql_step_is_stopped_at_its_timeout_on_the_server_too(db, clock, 
         time.sleep(0.05)
     assert sleeping() == 0
 
+
+
+def test_a_worker_keeps_at_most_max_live_environments_warm(db, clock, workers):
+    from tickwarden.environments import EnvironmentPool
+
+    acme = make_runnable(db, clock.now(), [python_step("who", "pid")], tenant="acme")
+    globex = make_runnable(db, clock.now(), [python_step("who", "pid")], tenant="globex")
+    worker = workers(environments=EnvironmentPool(db, "w1", max_live=1))
+    for i, wf in enumerate((acme, globex)):
+        queue_run(db, wf, clock.now() - timedelta(days=i), clock.now())
+        worker.run_once(clock.advance(1))
+    assert [i.tenant_id for i in worker.environments.live()] == [globex.tenant_id]
+    with db.transaction() as store:
+        statuses = {i.tenant: i.status for i in store.list_environment_instances(include_stopped=True)}
+    assert statuses == {"acme": "stopped", "globex": "warm"}

@@ -14,6 +14,8 @@ from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock, ensure_utc
 from tickwarden.db import Database
+from tickwarden.environments import EnvironmentPool
+from tickwarden.environments.pool import MAX_LIVE
 from tickwarden.errors import InvalidInput
 from tickwarden.loops import replica_id
 from tickwarden.worker import Worker
@@ -54,18 +56,22 @@ def worker_command(
     lease: Annotated[float, typer.Option("--lease", help="Lease length in seconds, renewed every third.")] = 30,
     grace: Annotated[float, typer.Option("--grace", help="Seconds a stopping worker lets the current attempt finish.")] = 30,
     poll: Annotated[float, typer.Option("--poll", help="Seconds between looks at an empty queue.")] = 1.0,
+    max_environments: Annotated[int, typer.Option("--max-environments",
+                                                  help="Warm environment processes kept per worker.")] = MAX_LIVE,
 ) -> None:
     """Execute queued attempts until SIGTERM (then finish or release the current ones)."""
-    if concurrency < 1 or lease < 1 or poll <= 0:
-        raise InvalidInput("--concurrency and --lease must be at least 1 and --poll positive.")
+    if concurrency < 1 or lease < 1 or poll <= 0 or max_environments < 1:
+        raise InvalidInput("--concurrency, --lease and --max-environments must be at least 1 and --poll positive.")
     logging.getLogger("tickwarden").setLevel(logging.INFO)
     base = worker_id or replica_id("worker")
     clock = WallClock()
     stop = threading.Event()
     with Database(max_size=2 * concurrency + 2, application_name="tickwarden-worker") as db:
+        ids = [base] if concurrency == 1 else [f"{base}/{i}" for i in range(concurrency)]
         workers = [
-            Worker(db, base if concurrency == 1 else f"{base}/{i}", lease_seconds=lease, clock=clock, poll_seconds=poll)
-            for i in range(concurrency)
+            Worker(db, wid, lease_seconds=lease, clock=clock, poll_seconds=poll,
+                   environments=EnvironmentPool(db, wid, max_live=max_environments))
+            for wid in ids
         ]
 
         def on_signal(signum: int, frame: object) -> None:

@@ -45,6 +45,9 @@ def process_environment(tenant_id: int, extra: object = None) -> dict[str, str]:
     return env
 
 
+MAX_LIVE = 16
+
+
 class IsolationError(Exception):
     """An environment was asked to serve a tenant it does not belong to."""
 
@@ -68,9 +71,11 @@ class Instance:
 class EnvironmentPool:
     """The environment processes of one worker."""
 
-    def __init__(self, db: Database, worker_id: str, *, spawn: Callable[..., EnvironmentProcess] = EnvironmentProcess):
+    def __init__(self, db: Database, worker_id: str, *, max_live: int = MAX_LIVE,
+                 spawn: Callable[..., EnvironmentProcess] = EnvironmentProcess):
         self.db = db
         self.worker_id = worker_id
+        self.max_live = max_live
         self._spawn = spawn
         self._live: dict[tuple[int, int], Instance] = {}
 
@@ -102,7 +107,14 @@ class EnvironmentPool:
         return self._wake(environment, tenant_id, now), True
 
     def _wake(self, environment: Environment, tenant_id: int, now: datetime) -> Instance:
-        """Start a process: recorded `starting` first, so a slow or failed wake is visible."""
+        """Start a process: recorded `starting` first, so a slow or failed wake is visible.
+
+        At `max_live` processes, the least recently used one is stopped first: a worker
+        serving many tenants keeps a bounded number warm, not one per tenant ever seen.
+        """
+        while len(self._live) >= self.max_live:
+            oldest = min(self._live.values(), key=lambda i: i.last_used_at)
+            self._retire(oldest, "stopped", now)
         settings = environment.settings if isinstance(environment.settings, dict) else {}
         paths = settings.get("paths")
         env = process_environment(tenant_id, settings.get("env"))
