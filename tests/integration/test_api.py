@@ -203,3 +203,31 @@ def test_a_failing_transport_reads_as_not_delivered(db, clock, fleet):
         sent = api(base, acme.token).post(f"/api/channels/{acme.channel_id}/test")
     assert sent.status_code == 200 and sent.json()["delivered"] is False
     assert "hunter2" not in sent.json()["detail"] and "RuntimeError" in sent.json()["detail"]
+
+
+def test_two_api_replicas_act_on_one_alert_at_once_without_losing_or_doubling(db, clock, fleet):
+    from concurrent.futures import ThreadPoolExecutor
+
+    acme, _, platform = fleet
+    with live_server(db, clock) as first, live_server(db, clock) as second:
+        def act(i):
+            base = (first, second)[i % 2]
+            with api(base, acme.token if i % 3 else platform) as client:
+                if i % 4 == 0:
+                    return client.post(f"/api/alerts/{acme.alert_id}/reassign",
+                                       json={"owner": ("customer", "engineering")[i // 4 % 2]}).status_code
+                return client.post(f"/api/alerts/{acme.alert_id}/notes", json={"note": f"note {i}"}).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(act, range(24)))
+        events = api(first, platform).get(f"/api/alerts/{acme.alert_id}").json()["events"]
+    assert all(status in (200, 201) for status in statuses), statuses
+    notes = sorted(e["note"] for e in events if e["kind"] == "noted")
+    assert notes == sorted(f"note {i}" for i in range(24) if i % 4)
+    handoffs = [e for e in events if e["kind"] == "reassigned"]
+    # each handoff starts from the owner the previous one left: compare-and-set under a row lock
+    owner = "engineering"
+    for event in handoffs:
+        assert event["data"].get("from") == owner
+        owner = event["owner"]
+    assert len(handoffs) == 6

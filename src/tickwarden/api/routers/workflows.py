@@ -69,6 +69,7 @@ def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, 
     except TickwardenError as exc:
         raise Problem(422, "Invalid input", exc.message) from None
     try:
+        # The workflow file's own step checks (names, kinds, dependencies, cycles), so both paths agree.
         recipe = workflow_file._check_steps("steps", list(body.steps))
     except workflow_file._Invalid as exc:
         raise Problem(422, "Invalid input", f"{exc.path}: {exc.message}.") from None
@@ -79,13 +80,15 @@ def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, 
         environment = store.api_get_environment_by_name(tenant, body.environment)
         if environment is None:
             raise Problem(422, "Invalid input", f"Tenant {tenant!r} has no environment named {body.environment!r}.")
+        existing = store.api_get_workflow(tenant, workflow)
         publisher = store.api_get_user_by_email(tenant, body.publisher)
         if publisher is None or not publisher.active:
             raise Problem(422, "Invalid input", f"Tenant {tenant!r} has no active user {body.publisher!r} to publish as.")
         applied = store.apply_workflow(
             found.id, workflow, now, description=body.description, environment_id=environment.id,
             publisher_id=publisher.id, recipe=recipe, timeout_seconds=body.timeout_seconds,
-            monitoring_enabled=body.monitoring, policy_overrides=overrides.model_dump(exclude_none=True), shadow=False,
+            monitoring_enabled=body.monitoring, policy_overrides=overrides.model_dump(exclude_none=True),
+            shadow=existing.workflow.shadow if existing else False,  # shadow mode is set by workflow files only
         )
         store.apply_schedule(
             tenant_id=found.id, workflow_id=applied.id, cron=parsed.cron, timezone=parsed.timezone,
