@@ -112,7 +112,7 @@ class Notifier:
         max_tries: int = 8,
         base_backoff: float = 30.0,
         max_backoff: float = 3600.0,
-        lease_seconds: float = 300.0,
+        lease_seconds: float = 600.0,
         poll_seconds: float = 10.0,
         rounds: int = 20,
         dashboard_url: str = "",

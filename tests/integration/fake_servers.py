@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult
 
 
 def free_port() -> int:
@@ -148,19 +149,31 @@ class _Collector:
 
 
 class SMTPFake:
-    """An aiosmtpd server on 127.0.0.1 and a free port."""
+    """An aiosmtpd server on 127.0.0.1 and a free port; with `login`, AUTH is required."""
 
-    def __init__(self) -> None:
+    def __init__(self, login: tuple[str, str] | None = None) -> None:
         self.port = free_port()
         self.collector = _Collector()
+        self.login = login
+        self.logins: list[str] = []
         self._controller: Controller | None = None
+
+    def _authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any) -> AuthResult:
+        user = auth_data.login.decode()
+        self.logins.append(user)
+        ok = self.login is not None and (user, auth_data.password.decode()) == self.login
+        return AuthResult(success=ok, handled=False)
 
     @property
     def messages(self) -> list[Message]:
         return self.collector.messages
 
     def start(self) -> SMTPFake:
-        self._controller = Controller(self.collector, hostname="127.0.0.1", port=self.port)
+        options: dict[str, Any] = {}
+        if self.login is not None:
+            options = {"authenticator": self._authenticate, "auth_require_tls": False, "auth_required": True,
+                       "auth_exclude_mechanism": ["LOGIN"]}  # smtplib then tries PLAIN only
+        self._controller = Controller(self.collector, hostname="127.0.0.1", port=self.port, **options)
         self._controller.start()
         return self
 

@@ -77,3 +77,35 @@ def test_a_refused_mail_is_permanent_and_disables_the_channel(db, clock, smtp):
     row = channel_row(db, channel.id)
     assert not row["enabled"] and "554" in row["disabled_reason"]
     assert outbox(db)[0]["status"] == "dead"
+
+
+def test_it_logs_in_with_the_password_from_the_secret_reference(db, clock, monkeypatch):
+    monkeypatch.setenv("TW_TEST_SMTP_PASSWORD", "s3cret-smtp")
+    server = SMTPFake(login=("tickwarden", "s3cret-smtp")).start()
+    try:
+        add_channel(db, clock.now(), tenant="acme", name="mail", kind="email", audience="customer",
+                    config={"host": "127.0.0.1", "port": server.port, "from": "tw@ops.example",
+                            "to": "oncall@acme.example", "username": "tickwarden"},
+                    secret_ref="env:TW_TEST_SMTP_PASSWORD")
+        open_alert(db, clock.now())
+        notifier(db).run_once(clock.now())
+        assert server.logins == ["tickwarden"] and len(server.messages) == 1
+        assert "s3cret-smtp" not in server.messages[0].as_string()
+    finally:
+        server.stop()
+
+
+def test_a_wrong_password_disables_the_channel(db, clock, monkeypatch):
+    monkeypatch.setenv("TW_TEST_SMTP_PASSWORD", "wrong")
+    server = SMTPFake(login=("tickwarden", "s3cret-smtp")).start()
+    try:
+        channel = add_channel(db, clock.now(), tenant="acme", name="mail", kind="email", audience="customer",
+                              config={"host": "127.0.0.1", "port": server.port, "from": "tw@ops.example",
+                                      "to": "oncall@acme.example", "username": "tickwarden"},
+                              secret_ref="env:TW_TEST_SMTP_PASSWORD")
+        open_alert(db, clock.now())
+        notifier(db).run_once(clock.now())
+        row = channel_row(db, channel.id)
+        assert not row["enabled"] and "refused the login" in row["disabled_reason"] and server.messages == []
+    finally:
+        server.stop()

@@ -61,7 +61,8 @@ class EmailTransport:
                     smtp.starttls()
                 if username:
                     smtp.login(str(username), password or "")
-                refused = smtp.send_message(mail, from_addr=sender, to_addrs=to)
+                # raises SMTPRecipientsRefused when nobody accepted it; a partial refusal still delivered
+                smtp.send_message(mail, from_addr=sender, to_addrs=to)
         except smtplib.SMTPAuthenticationError as exc:
             raise TransportError(f"the SMTP server refused the login ({exc.smtp_code})", permanent=True) from None
         except smtplib.SMTPRecipientsRefused as exc:
@@ -75,7 +76,5 @@ class EmailTransport:
             raise TransportError(f"the SMTP server does not support what the channel asks: {exc}", permanent=True) from None
         except (smtplib.SMTPException, OSError, socket.timeout) as exc:
             raise TransportError(f"the SMTP server is unreachable: {type(exc).__name__}", permanent=False) from None
-        if refused and len(refused) == len(to):
-            raise TransportError("the SMTP server refused every recipient", permanent=False)
         thread_key = message.thread.key if message.thread is not None else message_id
         return Delivery(message_id=message_id, thread_key=thread_key)
