@@ -185,7 +185,7 @@ class EnvironmentPool:
             store.update_environment_instance(instance.row_id, status, now, served=served)
             return
         with autocommit(self.db) as own:
-            own.update_environment_instance(instance.row_id, status, now, served=served)
+            own.update_environment_instance(instance.row_id, status, now, served=served, relaxed=True)
 
 
 __all__ = ["EnvironmentFailed", "EnvironmentPool", "Instance", "IsolationError"]

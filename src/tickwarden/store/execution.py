@@ -19,20 +19,28 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def autocommit(db: Database) -> Iterator[Store]:
+def autocommit(db: Database, *, relaxed: bool = False) -> Iterator[Store]:
     """Lend a store on which every statement commits on its own.
 
     For operations that are one statement each (a lease, a status mark): a statement
     is atomic by itself, and skipping BEGIN/COMMIT saves two round trips on the
-    worker's per-attempt path.
+    worker's per-attempt path. `relaxed` commits without waiting for the WAL flush:
+    only for writes whose loss in a database crash is harmless (a lease lost that way
+    puts the attempt back in the queue, and the worker holding it finds its lease
+    gone at the next heartbeat, exactly as after an expiry).
     """
     from tickwarden.store import Store
 
     with db.connection() as conn:
         conn.autocommit = True
+        store = Store(conn)
         try:
-            yield Store(conn)
+            if relaxed:
+                store.relax_commit()
+            yield store
         finally:
+            if relaxed and not conn.closed:
+                store.restore_commit()
             conn.autocommit = False
 
 
@@ -84,6 +92,12 @@ def _prefixed(row: dict[str, Any], prefix: str) -> dict[str, Any] | None:
 
 
 class ExecutionStore(StoreBase):
+    def relax_commit(self) -> None:
+        self._execute("relax_commit")
+
+    def restore_commit(self) -> None:
+        self._execute("restore_commit")
+
     def execution_context(self, workflow_id: int, now: datetime) -> ExecutionContext | None:
         """Load a workflow with what running it needs; a workflow without environment gets `default`."""
         row = self._row("execution_context", {"workflow_id": workflow_id})
@@ -135,11 +149,14 @@ class ExecutionStore(StoreBase):
         return from_row(EnvironmentInstance, row)
 
     def update_environment_instance(
-        self, instance_id: int, status: str, now: datetime, *, pid: int | None = None, served: int = 0
+        self, instance_id: int, status: str, now: datetime, *, pid: int | None = None, served: int = 0,
+        relaxed: bool = False,
     ) -> EnvironmentInstance | None:
+        """Move an instance to `status`; `relaxed` only on a statement that is its own transaction."""
         row = self._row(
             "update_environment_instance",
-            {"instance_id": instance_id, "status": status, "now": now, "pid": pid, "served": served},
+            {"instance_id": instance_id, "status": status, "now": now, "pid": pid, "served": served,
+             "relaxed": relaxed},
         )
         return from_row(EnvironmentInstance, row) if row else None
 

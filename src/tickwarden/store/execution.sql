@@ -57,6 +57,10 @@ RETURNING *;
 
 -- update_environment_instance --
 -- Move an instance to a new status; a stopped or dead instance never comes back.
+-- With `relaxed`, the statement's own transaction commits without waiting for the
+-- WAL flush: an instance mark lost in a crash is harmless (the process died with
+-- the machine, and the reaper retires the row), and the worker saves a disk flush
+-- per attempt. Never relaxed inside a transaction that records an outcome.
 UPDATE environment_instances
    SET status = %(status)s,
        pid = coalesce(%(pid)s, pid),
@@ -65,6 +69,7 @@ UPDATE environment_instances
        runs_served = runs_served + %(served)s,
        stopped_at = CASE WHEN %(status)s IN ('stopped', 'dead') THEN %(now)s::timestamptz END
  WHERE id = %(instance_id)s AND status NOT IN ('stopped', 'dead')
+   AND (NOT %(relaxed)s OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
 RETURNING *;
 
 -- abandon_environment_instances --
@@ -107,3 +112,11 @@ SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds,
   LEFT JOIN users u ON u.id = w.publisher_id
   LEFT JOIN environments e ON e.id = w.environment_id
  WHERE w.id = %(workflow_id)s;
+
+-- relax_commit --
+-- Let this session's commits return before the WAL is flushed (see store.execution.autocommit).
+SET synchronous_commit = off;
+
+-- restore_commit --
+-- Back to the server's durable default before the connection returns to the pool.
+RESET synchronous_commit;
