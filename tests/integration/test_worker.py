@@ -5,6 +5,7 @@ import pytest
 
 from tests.dbutil import TEST_URL
 from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
+from tickwarden.db import Database
 from tickwarden.models import AttemptOutcome
 from tickwarden.worker import Result, Worker
 
@@ -345,3 +346,18 @@ def test_a_worker_keeps_at_most_max_live_environments_warm(db, clock, workers):
     with db.transaction() as store:
         statuses = {i.tenant: i.status for i in store.list_environment_instances(include_stopped=True)}
     assert statuses == {"acme": "stopped", "globex": "warm"}
+
+
+def test_pooled_connections_come_back_with_durable_commits(db, clock, schema):
+    single = Database(TEST_URL, schema=schema, min_size=1, max_size=1)
+    worker = Worker(single, "w1", clock=clock, secret_key=SECRET)
+    try:
+        wf = make_runnable(db, clock.now(), [python_step("first", "noop")])
+        queue_run(db, wf, clock.now(), clock.now())
+        worker.run_once(clock.now())
+        with single.connection() as conn:
+            assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+            assert conn.autocommit is False
+    finally:
+        worker.close(clock.now())
+        single.close()
