@@ -2,9 +2,9 @@
 
 Instance states, as recorded in `environment_instances`:
 
-    starting ──► warm ◄──► busy
-                  │          └──► dead     (the process died, or the watchdog killed it)
-                  └──► stopped             (idle timeout, or the worker shut down)
+    starting ──► busy ◄──► warm ──► stopped   (idle timeout, evicted, or the worker shut down)
+       │           │          │
+       └───────────┴──────────┴──► dead      (failed to start, died, or the watchdog killed it)
 
 Processes are keyed by (tenant, environment): a process serves one tenant only,
 and the key, the runner's own check and `acquire`'s assertion all enforce it.
