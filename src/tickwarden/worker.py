@@ -192,7 +192,13 @@ class Worker:
                 store.release_attempt(attempt.id, self.worker_id)
             log.info("attempt %s released back to the queue", attempt.id)
             return None
-        return self.record(attempt, result, warm)
+        finished = self.record(attempt, result, warm)
+        outcome = result.outcome
+        log.info("attempt %s (run %s, workflow %s): %s%s%s", attempt.id, attempt.run_id,
+                 context.workflow.name if context else attempt.workflow_id, outcome.status,
+                 f" [{outcome.error_category}] {outcome.error}" if outcome.status != "succeeded" else "",
+                 "" if finished.applied else " (already recorded: ignored)")
+        return finished
 
     def record(self, attempt: Attempt, result: Result, warm: Instance | None = None) -> FinishedAttempt:
         """Write the outcome and the step rows once; a second delivery changes nothing.
