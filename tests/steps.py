@@ -57,3 +57,9 @@ def environ(params, inputs):
     import os
 
     return sorted(os.environ)
+
+
+def interpreter(params, inputs):
+    import sys
+
+    return {"executable": sys.executable, "has_tickwarden": "tickwarden" in sys.modules}

@@ -361,3 +361,20 @@ def test_pooled_connections_come_back_with_durable_commits(db, clock, schema):
     finally:
         worker.close(clock.now())
         single.close()
+
+
+def test_an_environment_runs_its_own_interpreter(db, clock, workers):
+    import sys
+
+    base = sys._base_executable  # the interpreter under the venv: no tickwarden, no psycopg
+    wf = make_runnable(db, clock.now(), [
+        python_step("which", "interpreter"),
+        {"name": "query", "kind": "sql", "query": "SELECT 1", "database": "env:ANY_DB"},
+    ])
+    with db.transaction() as store:
+        store.upsert_environment(wf.tenant_id, "main", clock.now(), python=base)
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers(environ={"ANY_DB": TEST_URL}).run_once(clock.now())
+    run, attempt, steps = outcome(db, run.id)
+    assert steps["which"].output == {"executable": base, "has_tickwarden": False}
+    assert attempt.error_category == "config" and "psycopg is not installed" in attempt.error
