@@ -104,12 +104,15 @@ def test_a_killed_worker_loses_its_attempt_and_a_second_worker_runs_the_retry(db
     assert {i.worker_id: i.status for i in instances}["second"] == "stopped"
 
 
-def test_two_worker_processes_never_run_the_same_attempt(db, spawn, cli_env):
+def test_two_worker_processes_never_run_the_same_attempt(db, spawn, cli_env, tmp_path):
     wall = WallClock()
-    # Each step takes a moment, so both workers are busy at once while the queue drains.
+    # Each step takes a moment, and both workers are up before the queue fills, so both
+    # are busy at once while it drains.
     wf = make_runnable(db, wall.now(), [python_step("first", "hang", params={"seconds": 0.3})])
-    runs = [queue_run(db, wf, wall.now() - timedelta(minutes=i), wall.now()) for i in range(10)]
     workers = [spawn("--id", f"w{i}") for i in range(2)]
+    logs = [tmp_path / f"worker-{i}.log" for i in range(2)]
+    wait_for(lambda: all("started" in log.read_text() for log in logs), 30, "both workers to start")
+    runs = [queue_run(db, wf, wall.now() - timedelta(minutes=i), wall.now()) for i in range(10)]
     wait_for(lambda: all(run_status(db, r.id) == "succeeded" for r in runs), 60, "every run to succeed")
     for proc in workers:
         proc.send_signal(signal.SIGTERM)
