@@ -46,7 +46,7 @@ def test_a_token_created_on_the_command_line_works_against_the_served_api(env):
     bad = cli(env, "tokens", "create", "--name", "nobody")
     assert bad.returncode == 1 and bad.stderr.strip() == "tickwarden: Give exactly one of --tenant TENANT or --platform."
     port = free_port()
-    server = subprocess.Popen([str(BIN), "serve", "--no-loops", "--port", str(port)], cwd=ROOT, env=env,
+    server = subprocess.Popen([str(BIN), "serve", "--port", str(port)], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         base = f"http://127.0.0.1:{port}"
@@ -64,7 +64,11 @@ def test_a_token_created_on_the_command_line_works_against_the_served_api(env):
                                                                        "tenant": "acme"}
         workflows = httpx.get(base + "/api/workflows", headers=headers).json()["items"]
         assert [w["name"] for w in workflows] == ["quickstart"]
-        assert "tickwarden_open_alerts" in httpx.get(base + "/metrics").text
+        # the service's loops record heartbeats; the metrics show each of them running
+        while "tickwarden_loop_stalled{" not in (text := httpx.get(base + "/metrics").text):
+            assert time.monotonic() < deadline + 30, "no loop recorded a pass"
+            time.sleep(0.2)
+        assert "tickwarden_open_alerts" in text and "tickwarden_loops_stalled 0.0" in text
         token_id = next(t["id"] for t in listed if t["name"] == "alice")
         assert cli(env, "tokens", "revoke", str(token_id)).returncode == 0
         assert httpx.get(base + "/api/me", headers=headers).status_code == 401
