@@ -89,6 +89,7 @@ def test_a_member_sees_its_workflows_with_cadence_profile_and_tick_strip(page, s
     strip = row.locator(".strip a")
     assert strip.count() == 3
     assert [strip.nth(i).get_attribute("class") for i in range(3)] == ["succeeded", "failed", "failed"]
+    assert page.locator(f'#recent-alerts tr[data-alert="{acme.alert_id}"]').inner_text().count("open for") == 1
     shot(page, "tenant")
     strip.nth(2).click()
     page.wait_for_selector("#attempts")

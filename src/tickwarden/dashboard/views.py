@@ -28,6 +28,7 @@ from tickwarden.metrics import loop_statuses
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(resources.files("tickwarden").joinpath("templates")))
 STRIP_LENGTH = 24
+RECENT_ALERTS = 20
 MAX_NOTE = 2000
 
 
@@ -162,10 +163,12 @@ def tenant_page(request: Request, tenant: Annotated[str, Path(pattern=NAME_PATTE
         views = store.api_list_workflows(tenant=tenant, after=None, limit=500)
         strips = store.api_recent_outcomes([v.workflow.id for v in views], STRIP_LENGTH)
         open_alerts = store.api_list_alerts(status="open", tenant=tenant, limit=200)
+        recent_alerts = store.api_list_alerts(tenant=tenant, limit=RECENT_ALERTS)
     rows = [{"view": v, "profile": convert.derived_profile(v), "strip": list(reversed(strips[v.workflow.id]))}
             for v in views]
     alert_by_workflow = {a.alert.workflow_id: a for a in open_alerts}
-    return _render(request, "tenant.html", scope, tenant=found, rows=rows, alert_by_workflow=alert_by_workflow)
+    return _render(request, "tenant.html", scope, tenant=found, rows=rows, alert_by_workflow=alert_by_workflow,
+                   recent_alerts=recent_alerts)
 
 
 def _alert_context(scope: Scope, alert_id: int) -> dict[str, Any] | None:
