@@ -10,12 +10,15 @@ period with incidents of five kinds:
 | blip            | a connection fault of 2–20 seconds                        | no       |
 | crash           | the worker dies during one attempt                        | no       |
 | outage          | a connection fault of 2–6 hours                           | yes      |
-| defect          | a step error for 1–12 hours, then a fix and a manual run  | yes      |
-| trigger outage  | the trigger fires nothing for 1–4 hours                   | yes      |
+| defect          | a step error for 2–12 hours, then a fix and a manual run  | yes      |
+| trigger outage  | the trigger fires nothing for 2–6 hours                   | yes      |
 
-A genuine incident counts only when it touches at least one tick. It is *detected* when
-the policy opens an alert (or sends a message) for its workflow between its start and
-its end plus two cadences plus an hour. An alert or message about a workflow with no
+Genuine incidents last at least two hours, so that they fail at least two consecutive
+ticks of any workflow running hourly or more often (one failed tick of such a workflow
+is what its next tick retries). An incident counts only when it touches at least one
+tick. It is *detected* when the policy opens an alert (or sends a message) for its
+workflow between its start and its end plus two cadences plus an hour; the detection
+delay is measured from the first tick it touched, when the failure became observable. An alert or message about a workflow with no
 genuine incident under way is a *false alarm*: it is about failures that would have
 recovered by themselves. Each policy is simulated through the real pipeline on its own
 fresh schema (see docs/simulation.md); all policies see the very same scenario.
@@ -98,14 +101,14 @@ def build(workflows: int, days: int, seed: int) -> tuple[dict[str, Any], list[In
                            "error": "could not connect to warehouse: connection refused"})
             incidents.append(Incident(key, "outage", at, at + length, True))
         elif roll < 0.16:
-            length = timedelta(hours=rng.uniform(1, 12))
+            length = timedelta(hours=rng.uniform(2, 12))
             fixed = at + length
             faults.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(fixed),
                            "error": "KeyError: 'customer_id' in recipe join_orders"})
             manual_runs.append({"workflow": key, "at": isoformat_z(fixed + timedelta(minutes=1))})
             incidents.append(Incident(key, "defect", at, fixed, True))
         elif roll < 0.20:
-            length = timedelta(hours=rng.uniform(1, 4))
+            length = timedelta(hours=rng.uniform(2, 6))
             outages.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(at + length)})
             incidents.append(Incident(key, "trigger outage", at, at + length, True))
     scenario = {
@@ -121,17 +124,18 @@ def build(workflows: int, days: int, seed: int) -> tuple[dict[str, Any], list[In
     return scenario, incidents, classes
 
 
-def touches_a_tick(incident: Incident, cron: str, duration: float) -> bool:
+def first_touched_tick(incident: Incident, cron: str, duration: float) -> datetime | None:
+    """Return the first tick whose run the incident affects, or None."""
     schedule = parse_schedule(cron)
-    lead = timedelta(seconds=duration)
-    for tick in schedule.fires_between(incident.start - lead, incident.end):
-        if tick < incident.end and tick + lead > incident.start:
-            return True
-    return False
+    lead = timedelta(seconds=0 if incident.kind == "trigger outage" else duration)
+    for tick in schedule.fires_between(incident.start - lead - timedelta(seconds=1), incident.end):
+        if tick < incident.end and tick + lead >= incident.start:
+            return tick
+    return None
 
 
 def score(outcome: SimulationOutcome, incidents: list[Incident], classes: dict[str, str],
-          cadences: dict[str, int]) -> dict[str, Any]:
+          cadences: dict[str, int], observable: dict[Incident, datetime]) -> dict[str, Any]:
     openings: dict[str, list[datetime]] = defaultdict(list)
     for alert in outcome.alerts:
         openings[f"{alert['tenant']}/{alert['workflow']}"].append(alert["opened_at"])
@@ -140,7 +144,7 @@ def score(outcome: SimulationOutcome, incidents: list[Incident], classes: dict[s
     for incident in genuine:
         slack = timedelta(seconds=2 * cadences[incident.workflow]) + timedelta(hours=1)
         windows[incident.workflow].append((incident.start, incident.end + slack))
-    detected, delays = 0, defaultdict(list)
+    detected, delays, missed = 0, defaultdict(list), []
     for incident in genuine:
         start, stop = next(w for w in windows[incident.workflow] if w[0] == incident.start)
         hits = [t for t in openings[incident.workflow] if start <= t <= stop]
@@ -151,9 +155,12 @@ def score(outcome: SimulationOutcome, incidents: list[Incident], classes: dict[s
                     and (a["resolved_at"] is None or a["resolved_at"] >= start)]
             if hits:
                 hits = [start]
+        if not hits:
+            missed.append(f"{incident.kind} of {incident.workflow} at {isoformat_z(incident.start)}")
         if hits:
             detected += 1
-            delays[classes[incident.workflow]].append((min(hits) - incident.start).total_seconds() / 60)
+            seen = observable[incident]
+            delays[classes[incident.workflow]].append(max(0.0, (min(hits) - seen).total_seconds() / 60))
     false_alarms = 0
     for workflow, times in openings.items():
         for t in times:
@@ -166,6 +173,7 @@ def score(outcome: SimulationOutcome, incidents: list[Incident], classes: dict[s
         "alerts": len(outcome.alerts),
         "genuine": len(genuine),
         "detected": detected,
+        "missed": missed,
         "false_alarms": false_alarms,
         "delays": {label: sorted(values) for label, values in delays.items()},
     }
@@ -190,7 +198,8 @@ def main() -> None:
     cadences = {spec.key: cadence_of(parse_schedule(spec.cron), START).interval_seconds for spec in scenario.workflows}
     durations = {spec.key: spec.duration for spec in scenario.workflows}
     crons = {spec.key: spec.cron for spec in scenario.workflows}
-    incidents = [i for i in incidents if touches_a_tick(i, crons[i.workflow], durations[i.workflow])]
+    observable = {i: first_touched_tick(i, crons[i.workflow], durations[i.workflow]) for i in incidents}
+    incidents = [i for i in incidents if observable[i] is not None]
     kinds = defaultdict(int)
     for incident in incidents:
         kinds[incident.kind] += 1
@@ -202,7 +211,7 @@ def main() -> None:
         t0 = time.perf_counter()
         outcome = run_policy(scenario, name)
         wall = time.perf_counter() - t0
-        results[name] = score(outcome, incidents, classes, cadences)
+        results[name] = score(outcome, incidents, classes, cadences, observable)  # type: ignore[arg-type]
         results[name]["wall"] = wall
         results[name]["runs"] = len(outcome.runs)
         print(f"  simulated {name}: {len(outcome.runs):,} runs in {wall:.0f} s", flush=True)
@@ -229,8 +238,9 @@ def main() -> None:
             if name != "tickwarden":
                 ratio = r["messages"] / ours if ours else float("inf")
                 print(f"  {name}: {r['messages']:,} vs {ours:,} → {ratio:.1f}× more")
-        if results["tickwarden"]["detected"] != results["tickwarden"]["genuine"]:
-            print("tickwarden missed a genuine incident", file=sys.stderr)
+        missed = results["tickwarden"]["missed"]
+        if missed:
+            print(f"tickwarden missed {len(missed)} genuine incident(s): {missed}", file=sys.stderr)
             sys.exit(1)
 
 
