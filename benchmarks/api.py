@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import httpx
 
