@@ -180,32 +180,42 @@ def evaluate_workflows(store: Store, workflow_ids: Iterable[int], now: datetime)
     return report
 
 
-def evaluate(db: Database, workflow_ids: Iterable[int], now: datetime) -> EvaluationReport:
-    """Evaluate workflows in their own transaction; on a fault, retry one workflow at a time.
+def evaluate_batch(store: Store, workflow_ids: Iterable[int], now: datetime) -> tuple[EvaluationReport, list[int]]:
+    """Evaluate a batch under a savepoint of the caller's transaction; return the report and what to redo.
 
-    The fast path evaluates the whole batch in one transaction. If it fails, each
-    workflow is evaluated in its own transaction so that one broken workflow is
-    logged (one sanitized line) and the others still get their decisions.
+    A fault rolls back only the savepoint, so the caller's own work (the poller's
+    claim) still commits; the workflows are returned to be evaluated one by one.
     """
     ids = sorted(set(workflow_ids))
     if not ids:
-        return EvaluationReport()
+        return EvaluationReport(), []
     try:
-        with db.transaction() as store:
-            return evaluate_workflows(store, ids, now)
+        with store.conn.transaction():
+            return evaluate_workflows(store, ids, now), []
     except Exception as exc:
-        if len(ids) == 1:
-            log.error("evaluation of workflow %d failed: %s", ids[0], _describe(exc))
-            return EvaluationReport(failed_workflows=ids)
-        log.warning("batch evaluation of %d workflows failed (%s); evaluating one by one", len(ids), _describe(exc))
+        log.warning("batch evaluation of %d workflow(s) failed (%s); evaluating one by one", len(ids), _describe(exc))
+        return EvaluationReport(), ids
+
+
+def evaluate_each(db: Database, workflow_ids: Iterable[int], now: datetime) -> EvaluationReport:
+    """Evaluate each workflow in its own transaction; a fault is logged (one sanitized line) and skipped."""
     report = EvaluationReport()
-    for wid in ids:
+    for wid in sorted(set(workflow_ids)):
         try:
             with db.transaction() as store:
                 report.merge(evaluate_workflows(store, [wid], now))
         except Exception as exc:
             log.error("evaluation of workflow %d failed: %s", wid, _describe(exc))
             report.failed_workflows.append(wid)
+    return report
+
+
+def evaluate(db: Database, workflow_ids: Iterable[int], now: datetime) -> EvaluationReport:
+    """Evaluate workflows in one transaction; on a fault, one workflow at a time."""
+    with db.transaction() as store:
+        report, redo = evaluate_batch(store, workflow_ids, now)
+    if redo:
+        report.merge(evaluate_each(db, redo, now))
     return report
 
 

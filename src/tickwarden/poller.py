@@ -8,9 +8,12 @@ One pass:
    logged once and never reprocessed forever (the next run is evaluated afresh).
 2. In the same transaction, hand runs now `pending_retry` to the retry engine
    (one statement for the batch) and commit.
-3. Evaluate the workflows of runs with a verdict (succeeded, failed, missed), once
-   per workflow per batch, set-based (`evaluator.evaluate`: one transaction for the
-   batch, and one per workflow if that fails).
+3. Evaluate, in the same transaction under a savepoint, the workflows of runs with
+   a verdict, once per workflow per batch, set-based: every failure (failed,
+   missed), and a success only when its workflow has an open alert to resolve (a
+   success cannot open an alert, so the rest need no decision). If the batch
+   evaluation faults, the savepoint is rolled back, the claim still commits, and
+   the workflows are evaluated one per transaction, each fault logged once.
 4. Wake again after `interval_seconds`, or after one second when the batch was
    full (more is waiting).
 """
@@ -27,12 +30,13 @@ from tickwarden.evaluator import EvaluationReport
 
 log = logging.getLogger(__name__)
 
-VERDICTS = ("succeeded", "failed", "missed")
+FAILURES = ("failed", "missed")
 
 
 @dataclass
 class PollResult:
     claimed: int = 0
+    finished_at: list[datetime] = field(default_factory=list)  # of each claimed attempt: decision latency
     retried: list[int] = field(default_factory=list)
     evaluation: EvaluationReport = field(default_factory=EvaluationReport)
 
@@ -57,13 +61,21 @@ class OutcomePoller:
         with self.db.transaction() as store:
             claimed = store.claim_finished_attempts(now, self.batch_size)
             result.claimed = len(claimed)
+            result.finished_at = [c.finished_at for c in claimed]
             pending = sorted({c.run_id for c in claimed if c.run_status == "pending_retry"})
             outcome = retries.launch_retries(store, pending, now)
-        result.retried = outcome.launched
-        workflows = {c.workflow_id for c in claimed if c.run_status in VERDICTS}
-        workflows |= {workflow_id for _, workflow_id in outcome.failed}
-        if workflows:
-            result.evaluation = evaluator.evaluate(self.db, workflows, now)
+            result.retried = outcome.launched
+            # A failure always needs a decision; a success only when it may resolve an open
+            # alert (with no alert open, a success cannot open one: failures since it are none).
+            workflows = {
+                c.workflow_id
+                for c in claimed
+                if c.run_status in FAILURES or (c.run_status == "succeeded" and c.alert_open)
+            }
+            workflows |= {workflow_id for _, workflow_id in outcome.failed}
+            result.evaluation, redo = evaluator.evaluate_batch(store, workflows, now)
+        if redo:
+            result.evaluation.merge(evaluator.evaluate_each(self.db, redo, now))
         return result
 
     def run_once(self, now: datetime) -> datetime:

@@ -23,6 +23,7 @@ class ClaimedAttempt:
     workflow_id: int
     finished_at: datetime
     run_status: str
+    alert_open: bool
 
 
 @dataclass(frozen=True)
@@ -123,13 +124,14 @@ class TickAudit:
 
 
 def _transition(row: dict[str, Any]) -> Transition:
-    return from_row(Transition, row)
+    return Transition(**row)  # the statements return exactly these columns
 
 
 class MonitoringStore(StoreBase):
     def claim_finished_attempts(self, now: datetime, limit: int) -> list[ClaimedAttempt]:
         """Claim up to `limit` finished, unprocessed attempts, marking them processed."""
-        return [from_row(ClaimedAttempt, r) for r in self._rows("monitoring_claim_finished_attempts", {"now": now, "limit": limit})]
+        rows = self._rows("monitoring_claim_finished_attempts", {"now": now, "limit": limit})
+        return [ClaimedAttempt(**r) for r in rows]  # hot path: the columns are exactly the fields
 
     def fail_unretryable(self, run_ids: Sequence[int], categories: Sequence[str], now: datetime) -> list[tuple[int, int]]:
         """Fail runs pending a retry whose category never succeeds on retry; return (run, workflow)."""
@@ -149,7 +151,7 @@ class MonitoringStore(StoreBase):
         if not workflow_ids:
             return []
         rows = self._rows("monitoring_evaluation_inputs", {"workflow_ids": list(workflow_ids)})
-        return [from_row(EvaluationInput, r) for r in rows]
+        return [EvaluationInput(**r) for r in rows]  # hot path: the columns are exactly the fields
 
     def open_alerts(self, wanted: Sequence[OpenAlert], now: datetime) -> list[Transition]:
         if not wanted:

@@ -2,7 +2,8 @@
 -- Claim a batch of finished, unprocessed attempts and mark them processed in the same
 -- statement. SKIP LOCKED hands concurrent pollers disjoint batches; marking at claim
 -- time means a later fault is logged once instead of reprocessed forever. The run's
--- status says what to do next (pending_retry: launch a retry; terminal: evaluate).
+-- status says what to do next (pending_retry: launch a retry; terminal: evaluate),
+-- and alert_open whether a success has anything to resolve.
 WITH next AS (
     SELECT id
       FROM attempts
@@ -20,7 +21,8 @@ WITH next AS (
     RETURNING a.id, a.run_id, a.workflow_id, a.finished_at
 )
 SELECT claimed.id AS attempt_id, claimed.run_id, claimed.workflow_id, claimed.finished_at,
-       r.status AS run_status
+       r.status AS run_status,
+       EXISTS (SELECT 1 FROM alerts a WHERE a.workflow_id = claimed.workflow_id AND a.status = 'open') AS alert_open
   FROM claimed
   JOIN runs r ON r.id = claimed.run_id;
 
@@ -51,7 +53,7 @@ SELECT count(pg_advisory_xact_lock(7301, (s.id %% 2147483647)::integer)) AS lock
 SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_overrides,
        (w.shadow OR t.shadow) AS shadow,
        s.cadence_seconds,
-       coalesce(streak.failures, 0) AS failures, streak.first_failure_at,
+       coalesce(lf.failures, 0) AS failures, lf.first_failure_at,
        lf.id AS last_failure_run_id, lf.finished_at AS last_failure_at,
        lf.error_category AS last_error_category, lf.error AS last_error, lf.failed_step AS last_failed_step,
        ok.id AS success_run_id, ok.finished_at AS success_at,
@@ -69,13 +71,11 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
          WHERE r.workflow_id = w.id AND r.status = 'succeeded'
          ORDER BY r.scheduled_for DESC
          LIMIT 1) ok ON true
+  -- the newest failure of the streak, with the streak's length and start (window
+  -- aggregates see every row of the streak before LIMIT keeps the newest)
   LEFT JOIN LATERAL (
-        SELECT count(*) AS failures, min(r.finished_at) AS first_failure_at
-          FROM runs r
-         WHERE r.workflow_id = w.id AND r.status IN ('failed', 'missed')
-           AND r.scheduled_for > coalesce(ok.scheduled_for, '-infinity'::timestamptz)) streak ON true
-  LEFT JOIN LATERAL (
-        SELECT r.id, r.finished_at, r.error_category, r.error, r.failed_step
+        SELECT r.id, r.finished_at, r.error_category, r.error, r.failed_step,
+               count(*) OVER () AS failures, min(r.finished_at) OVER () AS first_failure_at
           FROM runs r
          WHERE r.workflow_id = w.id AND r.status IN ('failed', 'missed')
            AND r.scheduled_for > coalesce(ok.scheduled_for, '-infinity'::timestamptz)

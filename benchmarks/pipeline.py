@@ -1,0 +1,265 @@
+"""Outcome pipeline benchmark: claim → retry/verdict → evaluate → alert state, 1 and 2 replicas.
+
+    python -m benchmarks.pipeline [--workflows 10000] [--history 100] [--outcomes 20]
+                                  [--batch 500] [--latency-seconds 20] [--interval 2]
+
+1. Bulk-load (generate_series) a ledger of workflows × history finished runs,
+   each with its processed attempt: 1,000,000 runs by default, mixed cadences
+   (5 min, hourly, daily).
+2. Add `outcomes` new finished, unprocessed attempts per workflow (200,000 by
+   default): 70 % successes, 20 % confirmed failures, 10 % pending a retry; every
+   tenth workflow fails throughout, so alerts open, count up, escalate and resolve.
+3. Throughput: 1 and then 2 poller processes (`OutcomePoller.poll`, the real
+   code) drain them; outcomes per second = outcomes / wall time of the drain.
+   The outcomes are reset between the two runs (same ledger).
+4. Latency: a producer process finishes attempts on the wall clock at a steady
+   rate while 2 poller processes run their loop with `--interval`; the latency of
+   an attempt is from its finished_at to the commit of its evaluation. Reported
+   as p50/p99 beside the interval (the bound to meet is interval + 1 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import time
+from datetime import timedelta
+
+from benchmarks.common import BENCH_URL, EPOCH, bench_schema, connect, report
+
+CADENCE_SQL = "(ARRAY[300, 3600, 86400])[1 + w %% 3]"  # %% : every statement has parameters
+
+
+def load_ledger(schema: str, workflows: int, history: int) -> float:
+    """Load tenants, workflows, schedules and `workflows × history` finished runs; return seconds."""
+    t0 = time.perf_counter()
+    with connect(schema) as conn:
+        conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('bench', 'bench', %s)", (EPOCH,))
+        conn.execute(
+            "INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+            " SELECT 1, 'wf-' || w, %(e)s, %(e)s FROM generate_series(1, %(n)s) w", {"e": EPOCH, "n": workflows})
+        conn.execute(
+            f"""INSERT INTO schedules (tenant_id, workflow_id, cron, timezone, status, cadence_seconds,
+                                      published_at, created_at, updated_at)
+               SELECT 1, w, (ARRAY['*/5 * * * *', '0 * * * *', '0 2 * * *'])[1 + w %% 3], 'UTC', 'active',
+                      {CADENCE_SQL}, %(e)s, %(e)s, %(e)s
+                 FROM generate_series(1, %(n)s) w""", {"e": EPOCH, "n": workflows})
+        conn.execute(
+            f"""INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
+                                 deadline_at, created_at, started_at, finished_at, error_category, error)
+               SELECT 1, w, t, s, 0, 1, t, t, t, t + interval '1 minute',
+                      CASE WHEN s = 'failed' THEN 'step_error' END, CASE WHEN s = 'failed' THEN 'boom' END
+                 FROM generate_series(1, %(n)s) w, generate_series(1, %(h)s) k,
+                      LATERAL (SELECT %(e)s::timestamptz + k * {CADENCE_SQL} * interval '1 second' AS t,
+                                      CASE WHEN k < %(h)s AND (w * 7 + k) %% 13 = 0 THEN 'failed'
+                                           ELSE 'succeeded' END AS s) x""",
+            {"e": EPOCH, "n": workflows, "h": history})
+        conn.execute(
+            """INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at, started_at,
+                                     finished_at, retryable, error_category, error, processed_at)
+               SELECT tenant_id, workflow_id, id, 1, status, created_at, started_at, finished_at, true,
+                      error_category, error, finished_at
+                 FROM runs""")
+        conn.commit()
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE tenants, workflows, schedules, runs, attempts")
+    return time.perf_counter() - t0
+
+
+def load_outcomes(schema: str, workflows: int, history: int, outcomes: int) -> int:
+    """(Re)create the unprocessed outcomes: `outcomes` new runs per workflow with a finished attempt."""
+    with connect(schema) as conn:
+        conn.execute("DELETE FROM notification_outbox")
+        conn.execute("DELETE FROM alerts")
+        conn.execute("DELETE FROM runs WHERE scheduled_for > %(e)s::timestamptz + %(h)s * "
+                     f"(ARRAY[300, 3600, 86400])[1 + workflow_id %% 3] * interval '1 second'",
+                     {"e": EPOCH, "h": history})
+        conn.execute(
+            f"""INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
+                                 deadline_at, created_at, started_at, finished_at, error_category, error)
+               SELECT 1, w, t, s, 2, 1, t + interval '1 day', t, t,
+                      CASE WHEN s <> 'pending_retry' THEN t + interval '1 minute' END,
+                      CASE WHEN s <> 'succeeded' THEN c END, CASE WHEN s <> 'succeeded' THEN 'boom' END
+                 FROM generate_series(1, %(n)s) w, generate_series(1, %(o)s) j,
+                      LATERAL (SELECT %(e)s::timestamptz + (%(h)s + j) * {CADENCE_SQL} * interval '1 second' AS t,
+                                      CASE WHEN w %% 10 = 0 THEN 'failed'
+                                           WHEN (w * 31 + j * 17) %% 10 IN (1, 2) THEN 'failed'
+                                           WHEN (w * 31 + j * 17) %% 10 = 3 THEN 'pending_retry'
+                                           ELSE 'succeeded' END AS s,
+                                      (ARRAY['step_error', 'connection', 'timeout'])[1 + (w + j) %% 3] AS c) x""",
+            {"e": EPOCH, "n": workflows, "h": history, "o": outcomes})
+        inserted = conn.execute(
+            """INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at, started_at,
+                                     finished_at, retryable, error_category, error)
+               SELECT tenant_id, workflow_id, id, 1, CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END,
+                      created_at, started_at, coalesce(finished_at, started_at + interval '1 minute'), true,
+                      error_category, error
+                 FROM runs WHERE scheduled_for > %(e)s::timestamptz + %(h)s * """
+            f"""(ARRAY[300, 3600, 86400])[1 + workflow_id %% 3] * interval '1 second'""",
+            {"e": EPOCH, "h": history}).rowcount
+        conn.commit()
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE runs, attempts, alerts")
+    return inserted
+
+
+def _drain(args: tuple[str, int, int, mp.synchronize.Barrier, mp.Queue]) -> None:
+    schema, replica, batch, barrier, out = args
+    from tickwarden.clock import WallClock
+    from tickwarden.db import Database
+    from tickwarden.poller import OutcomePoller
+
+    clock = WallClock()
+    db = Database(BENCH_URL, schema=schema, min_size=1, max_size=2)
+    poller = OutcomePoller(db, f"bench-{replica}", batch_size=batch)
+    barrier.wait()
+    t0 = time.perf_counter()
+    claimed = opened = events = 0
+    while True:
+        result = poller.poll(clock.now())
+        if result.claimed == 0:
+            break
+        claimed += result.claimed
+        opened += len(result.evaluation.opened)
+        events += len(result.evaluation.event_ids)
+    out.put((t0, time.perf_counter(), claimed, opened, events))
+    db.close()
+
+
+def throughput(schema: str, replicas: int, batch: int) -> tuple[float, int, int, int]:
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(replicas), ctx.Queue()
+    procs = [ctx.Process(target=_drain, args=((schema, r, batch, barrier, out),)) for r in range(replicas)]
+    for p in procs:
+        p.start()
+    results = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    start, end = min(r[0] for r in results), max(r[1] for r in results)
+    claimed = sum(r[2] for r in results)
+    return claimed / (end - start), claimed, sum(r[3] for r in results), sum(r[4] for r in results)
+
+
+def _produce(args: tuple[str, float, int, int, mp.Event]) -> None:
+    """Finish `rate` attempts per second on the wall clock (new runs of existing workflows)."""
+    schema, seconds, rate, workflows, stop = args
+    from tickwarden.clock import WallClock
+
+    clock = WallClock()
+    step = 0.1
+    per_step = max(1, int(rate * step))
+    with connect(schema) as conn:
+        t_end = time.perf_counter() + seconds
+        n = 0
+        while time.perf_counter() < t_end:
+            now = clock.now()
+            conn.execute(
+                """WITH r AS (
+                       INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,
+                                         attempts_count, deadline_at, created_at, started_at, finished_at,
+                                         error_category, error)
+                       SELECT 1, 1 + (%(n)s + g) %% %(w)s, %(now)s, true,
+                              CASE WHEN g %% 5 = 0 THEN 'failed' ELSE 'succeeded' END, 0, 1,
+                              %(now)s, %(now)s, %(now)s, %(now)s,
+                              CASE WHEN g %% 5 = 0 THEN 'step_error' END, CASE WHEN g %% 5 = 0 THEN 'boom' END
+                         FROM generate_series(1, %(k)s) g
+                       RETURNING *)
+                   INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at, started_at,
+                                         finished_at, retryable, error_category, error)
+                   SELECT tenant_id, workflow_id, id, 1, status, created_at, started_at, finished_at, true,
+                          error_category, error FROM r""",
+                {"n": n, "w": workflows, "k": per_step, "now": now})
+            conn.commit()
+            n += per_step
+            time.sleep(max(0.0, step - 0.002))
+    stop.set()
+
+
+def _serve(args: tuple[str, int, float, mp.Event, mp.Queue]) -> None:
+    schema, replica, interval, stop, out = args
+    from tickwarden.clock import WallClock
+    from tickwarden.db import Database
+    from tickwarden.poller import OutcomePoller
+
+    clock = WallClock()
+    db = Database(BENCH_URL, schema=schema, min_size=1, max_size=2)
+    poller = OutcomePoller(db, f"serve-{replica}", interval_seconds=interval)
+    latencies: list[float] = []
+    idle_after_stop = 0
+    while idle_after_stop < 2:
+        wake = poller.run_once(clock.now())
+        decided = clock.now()
+        latencies += [(decided - f).total_seconds() for f in poller.last.finished_at]
+        if stop.is_set() and poller.last.claimed == 0:
+            idle_after_stop += 1
+        clock.sleep_until(wake)
+    out.put(latencies)
+    db.close()
+
+
+def latency(schema: str, replicas: int, seconds: float, rate: int, interval: float, workflows: int) -> list[float]:
+    ctx = mp.get_context("spawn")
+    stop, out = ctx.Event(), ctx.Queue()
+    servers = [ctx.Process(target=_serve, args=((schema, r, interval, stop, out),)) for r in range(replicas)]
+    for p in servers:
+        p.start()
+    producer = ctx.Process(target=_produce, args=((schema, seconds, rate, workflows, stop),))
+    producer.start()
+    producer.join()
+    samples: list[float] = []
+    for _ in servers:
+        samples += out.get()
+    for p in servers:
+        p.join()
+    return samples
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workflows", type=int, default=10_000)
+    parser.add_argument("--history", type=int, default=100)
+    parser.add_argument("--outcomes", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--latency-seconds", type=float, default=20)
+    parser.add_argument("--latency-rate", type=int, default=2000)
+    parser.add_argument("--interval", type=float, default=2.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    with bench_schema("benchpipe") as schema:
+        load = load_ledger(schema, args.workflows, args.history)
+        rows = [("ledger", f"{args.workflows * args.history:,} runs, {args.workflows:,} workflows (loaded in {load:.0f} s)")]
+        for replicas in (1, 2):
+            rates = []
+            for _ in range(args.repeat):
+                n = load_outcomes(schema, args.workflows, args.history, args.outcomes)
+                rate, claimed, opened, events = throughput(schema, replicas, args.batch)
+                assert claimed == n, (claimed, n)
+                rates.append(rate)
+            rows.append((f"{replicas} replica(s), batch {args.batch}",
+                         f"{statistics.median(rates):,.0f} outcomes/s median of {args.repeat} "
+                         f"({', '.join(f'{r:,.0f}' for r in rates)}); {n:,} outcomes, "
+                         f"{opened:,} alerts opened, {events:,} alert events"))
+        report("outcome pipeline throughput (claim → retry/verdict → evaluate → alert state)", rows)
+
+        samples = latency(schema, 2, args.latency_seconds, args.latency_rate, args.interval, args.workflows)
+        report(
+            f"decision latency, 2 replicas, {args.latency_rate:,} outcomes/s arriving, poll interval {args.interval:g} s",
+            [
+                ("outcomes measured", f"{len(samples):,}"),
+                ("p50", f"{pct(samples, 0.50):.3f} s"),
+                ("p99", f"{pct(samples, 0.99):.3f} s"),
+                ("max", f"{max(samples):.3f} s"),
+                ("bound (interval + 1 s)", f"{args.interval + 1:.3f} s"),
+            ],
+        )
+
+
+if __name__ == "__main__":
+    main()
