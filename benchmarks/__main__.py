@@ -3,7 +3,7 @@
 import runpy
 import sys
 
-BENCHMARKS = ["benchmarks.ledger", "benchmarks.worker", "benchmarks.ticker", "benchmarks.api", "benchmarks.notifier"]
+BENCHMARKS = ["benchmarks.ledger", "benchmarks.worker", "benchmarks.ticker", "benchmarks.pipeline", "benchmarks.api", "benchmarks.notifier"]
 
 if __name__ == "__main__":
     for name in BENCHMARKS:
