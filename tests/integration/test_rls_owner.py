@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+import httpx
 import psycopg
 import pytest
 from psycopg import sql
@@ -69,3 +70,11 @@ def test_api_requests_on_an_owner_connection_see_only_the_callers_tenant(owned_s
             assert client.get(f"/api/alerts/{globex.alert_id}").status_code == 200
             moved = client.post(f"/api/alerts/{globex.alert_id}/reassign", json={"owner": "customer"})
             assert moved.status_code == 200 and moved.json()["owner"] == "customer"
+
+
+def test_readiness_fails_when_the_owner_connection_lacks_the_platform_context(owned_schema, clock):
+    with Database(owner_url(owned_schema, platform=False)) as db, live_server(db, clock) as base:
+        response = httpx.get(base + "/readyz")
+    assert response.status_code == 503 and "tickwarden.platform=on" in response.json()["detail"]
+    with Database(owner_url(owned_schema, platform=True)) as db, live_server(db, clock) as base:
+        assert httpx.get(base + "/readyz").json() == {"status": "ready"}

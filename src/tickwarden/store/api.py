@@ -357,6 +357,11 @@ class ApiStore(StoreBase):
             heartbeats=self.api_loop_heartbeats(),
         )
 
+    def sees_every_tenant(self) -> bool:
+        """True when this connection, outside a tenant context, sees every tenant (what the loops need)."""
+        row = self._row("api_connection_context")
+        return bool(row and (row["bypasses_rls"] or row["platform"]))
+
     def api_schema_versions(self) -> list[int]:
         return [int(r["version"]) for r in self._rows("api_schema_versions")]
 

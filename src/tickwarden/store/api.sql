@@ -256,3 +256,10 @@ SELECT version FROM schema_migrations ORDER BY version;
 -- One visible user of a tenant by e-mail: the publisher named when publishing over the API.
 SELECT u.* FROM users u JOIN tenants t ON t.id = u.tenant_id
  WHERE t.name = %(tenant)s AND u.email = %(email)s;
+
+-- api_connection_context --
+-- Whether this connection sees every tenant outside API requests: a superuser or
+-- BYPASSRLS role does; any other role needs tickwarden.platform=on in its options.
+SELECT r.rolsuper OR r.rolbypassrls AS bypasses_rls,
+       coalesce(current_setting('tickwarden.platform', true), '') = 'on' AS platform
+  FROM pg_roles r WHERE r.rolname = current_user;

@@ -25,13 +25,19 @@ def healthz() -> dict[str, str]:
 def readyz(request: Request) -> JSONResponse:
     db = request.app.state.db
     try:
-        with db.connection() as conn, conn.transaction():
-            waiting = pending(conn)
+        with db.transaction() as store:
+            waiting = pending(store.conn)
+            platform = store.sees_every_tenant()
     except (psycopg.Error, TickwardenError):
         return problem_response(503, "The database cannot be reached.", title="Not ready")
     if waiting:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in waiting)
         return problem_response(503, f"Migrations are pending: {names}; run 'tickwarden db upgrade'.",
+                                title="Not ready")
+    if not platform:
+        # Forced row-level security would hide every tenant from the background loops.
+        return problem_response(503, "The database connection runs without the platform context, so background "
+                                     "loops would see no tenant; add '-c tickwarden.platform=on' to its options.",
                                 title="Not ready")
     return JSONResponse({"status": "ready"})
 
