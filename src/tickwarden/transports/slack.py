@@ -29,8 +29,10 @@ DEFAULT_BASE_URL = "https://slack.com/api/"
 PERMANENT_ERRORS = frozenset({
     "invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired", "no_permission",
     "missing_scope", "channel_not_found", "not_in_channel", "is_archived", "restricted_action",
-    "team_access_not_granted", "ekm_access_denied", "invalid_arguments", "invalid_blocks", "msg_too_long",
+    "team_access_not_granted", "ekm_access_denied",
 })
+# Errors about one message (invalid_blocks, msg_too_long, …) are not here on purpose:
+# they say nothing about the channel, so they are retried and end as one dead row.
 # The parent message is gone or cannot be edited: replies still work, so carry on.
 PARENT_GONE_ERRORS = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
 
