@@ -231,3 +231,22 @@ def test_two_api_replicas_act_on_one_alert_at_once_without_losing_or_doubling(db
         assert event["data"].get("from") == owner
         owner = event["owner"]
     assert len(handoffs) == 6
+
+
+def test_dashboard_login_sets_an_httponly_cookie_and_never_redirects_off_site(server, fleet):
+    acme, _, _ = fleet
+    with httpx.Client(base_url=server) as client:
+        assert client.get("/dashboard").headers["location"].startswith("/login")
+        refused = client.post("/login", data={"token": "twk_wrong_wrong_wrong_wrong", "next": "/dashboard"})
+        assert refused.status_code == 401 and "unknown or revoked" in refused.text
+        accepted = client.post("/login", data={"token": acme.token, "next": "//evil.example/x"})
+        assert accepted.status_code == 303 and accepted.headers["location"] == "/dashboard"
+        cookie = accepted.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie
+        assert client.get("/dashboard").headers["location"] == "/dashboard/tenants/acme"
+        assert client.post("/logout").status_code == 303
+        assert client.get("/dashboard").headers["location"].startswith("/login")
+    with httpx.Client(base_url=server) as client:
+        once = client.get(f"/dashboard/tenants/acme?token={acme.token}")
+        assert once.status_code == 303 and once.headers["location"] == "/dashboard/tenants/acme"
+        assert client.get("/dashboard/tenants/acme").status_code == 200
