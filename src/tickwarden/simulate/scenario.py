@@ -138,7 +138,9 @@ def parse_scenario(raw: Any, *, source: str = "scenario", default_name: str = "s
 
 
 def _describe(exc: ValidationError) -> str:
-    error = exc.errors()[0]
+    errors = exc.errors()
+    # an unknown key usually explains the rest (a typo of a required one): name it first
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     where = _path(error["loc"])
     if error["type"] == "extra_forbidden":
         return f"unknown key {where!r}."
