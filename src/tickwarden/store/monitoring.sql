@@ -14,17 +14,17 @@ WITH next AS (
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 ), claimed AS (
+    -- id = ANY(ARRAY(…)) and the scalar subqueries below keep every lookup an
+    -- index probe; a join here tempts the planner into hashing the whole ledger.
     UPDATE attempts a
        SET processed_at = %(now)s
-      FROM next
-     WHERE a.id = next.id
+     WHERE a.id = ANY (ARRAY(SELECT id FROM next))
     RETURNING a.id, a.run_id, a.workflow_id, a.finished_at
 )
 SELECT claimed.id AS attempt_id, claimed.run_id, claimed.workflow_id, claimed.finished_at,
-       r.status AS run_status,
+       (SELECT r.status FROM runs r WHERE r.id = claimed.run_id) AS run_status,
        EXISTS (SELECT 1 FROM alerts a WHERE a.workflow_id = claimed.workflow_id AND a.status = 'open') AS alert_open
-  FROM claimed
-  JOIN runs r ON r.id = claimed.run_id;
+  FROM claimed;
 
 -- monitoring_fail_unretryable --
 -- A run pending a retry whose error category can never succeed on retry (config,
