@@ -222,7 +222,7 @@ def main() -> None:
     parser.add_argument("--outcomes", type=int, default=20)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--latency-seconds", type=float, default=20)
-    parser.add_argument("--latency-rate", type=int, default=2000)
+    parser.add_argument("--latency-rate", type=int, default=500)
     parser.add_argument("--interval", type=float, default=2.0)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()

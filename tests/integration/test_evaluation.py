@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.integration.pipeline import DAILY, FIVE_MIN, OK, alerts_of, events_of, fail, manual_run, drive, tick, workflow
+from tests.integration.pipeline import DAILY, FIVE_MIN, OK, alerts_of, drive, events_of, fail, manual_run, tick, workflow
 from tickwarden.poller import OutcomePoller
 
 
@@ -240,3 +240,33 @@ def test_a_full_batch_asks_to_wake_sooner(db, clock):
     assert small.run_once(now) == now + timedelta(seconds=30)
     (alert,) = alerts_of(db, wf)
     assert alert.failure_count == 3
+
+
+def test_a_database_fault_in_evaluation_keeps_the_claim_and_the_next_outcome_is_evaluated_afresh(db, schema, clock):
+    from tests.dbutil import TEST_URL
+    from tests.integration.pipeline import attempt_once, create_tick
+    from tickwarden.db import Database
+
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="check", policy={"alert_after": 2})
+    single = Database(TEST_URL, schema=schema, min_size=1, max_size=1)
+    try:
+        with single.connection() as conn:  # the poller's only connection gives up on a lock quickly
+            conn.execute("SET lock_timeout = '200ms'")
+        poller = OutcomePoller(single, "p1")
+        blocker = db.connect(autocommit=True)  # someone holds the workflow's evaluation lock
+        blocker.execute("SELECT pg_advisory_lock(7301, %s)", (wf.id,))
+        base = clock.now()
+        for i in range(2):
+            attempt_once(db, create_tick(db, wf, base + timedelta(minutes=5 * i), clock.now()), fail(), clock.advance(1))
+        poller.run_once(clock.advance(5))
+        assert poller.last.claimed == 2 and poller.last.evaluation.failed_workflows == [wf.id]
+        assert alerts_of(db, wf) == []
+        blocker.close()
+        poller.run_once(clock.advance(30))
+        assert poller.last.claimed == 0  # nothing is reprocessed
+        attempt_once(db, create_tick(db, wf, base + timedelta(minutes=10), clock.now()), fail(), clock.advance(1))
+        poller.run_once(clock.advance(5))
+        (alert,) = alerts_of(db, wf)
+        assert alert.failure_count == 3  # recounted from history, the earlier failures included
+    finally:
+        single.close()
