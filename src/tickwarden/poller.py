@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 
 from tickwarden import evaluator, retries
 from tickwarden.db import Database
+from tickwarden.categories import is_retryable
 from tickwarden.evaluator import EvaluationReport
 
 log = logging.getLogger(__name__)
@@ -62,8 +63,13 @@ class OutcomePoller:
             claimed = store.claim_finished_attempts(now, self.batch_size)
             result.claimed = len(claimed)
             result.finished_at = [c.finished_at for c in claimed]
-            pending = sorted({c.run_id for c in claimed if c.run_status == "pending_retry"})
-            outcome = retries.launch_retries(store, pending, now)
+            pending = [c for c in claimed if c.run_status == "pending_retry"]
+            outcome = retries.launch_retries(
+                store,
+                sorted({c.run_id for c in pending}),
+                now,
+                check_retryable=any(not is_retryable(c.run_error_category or "") for c in pending),
+            )
             result.retried = outcome.launched
             # A failure always needs a decision; a success only when it may resolve an open
             # alert (with no alert open, a success cannot open one: failures since it are none).

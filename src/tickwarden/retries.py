@@ -27,12 +27,17 @@ class RetryOutcome:
     failed: list[tuple[int, int]] = field(default_factory=list)  # (run, workflow) failed for good
 
 
-def launch_retries(store: Store, run_ids: Sequence[int], now: datetime) -> RetryOutcome:
-    """Queue the next attempt of every given run still pending a retry, in the caller's transaction."""
+def launch_retries(store: Store, run_ids: Sequence[int], now: datetime, *, check_retryable: bool = True) -> RetryOutcome:
+    """Queue the next attempt of every given run still pending a retry, in the caller's transaction.
+
+    `check_retryable=False` skips the look for non-retryable categories when the
+    caller already knows there is none (the poller reads each run's category at claim).
+    """
     outcome = RetryOutcome()
     if not run_ids:
         return outcome
-    outcome.failed = store.fail_unretryable(run_ids, sorted(NOT_RETRYABLE), now)
+    if check_retryable:
+        outcome.failed = store.fail_unretryable(run_ids, sorted(NOT_RETRYABLE), now)
     failed = {run_id for run_id, _ in outcome.failed}
     remaining = [r for r in run_ids if r not in failed]
     outcome.launched = [a.run_id for a in store.queue_retries(remaining, now)]

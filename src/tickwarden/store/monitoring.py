@@ -23,6 +23,7 @@ class ClaimedAttempt:
     workflow_id: int
     finished_at: datetime
     run_status: str
+    run_error_category: str | None
     alert_open: bool
 
 

@@ -14,7 +14,7 @@ WITH next AS (
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 ), claimed AS (
-    -- id = ANY(ARRAY(…)) and the scalar subqueries below keep every lookup an
+    -- id = ANY(ARRAY(…)) and the lateral lookups below keep every lookup an
     -- index probe; a join here tempts the planner into hashing the whole ledger.
     UPDATE attempts a
        SET processed_at = %(now)s
@@ -22,9 +22,10 @@ WITH next AS (
     RETURNING a.id, a.run_id, a.workflow_id, a.finished_at
 )
 SELECT claimed.id AS attempt_id, claimed.run_id, claimed.workflow_id, claimed.finished_at,
-       (SELECT r.status FROM runs r WHERE r.id = claimed.run_id) AS run_status,
+       r.status AS run_status, r.error_category AS run_error_category,
        EXISTS (SELECT 1 FROM alerts a WHERE a.workflow_id = claimed.workflow_id AND a.status = 'open') AS alert_open
-  FROM claimed;
+  FROM claimed
+  CROSS JOIN LATERAL (SELECT status, error_category FROM runs WHERE runs.id = claimed.run_id) r;
 
 -- monitoring_fail_unretryable --
 -- A run pending a retry whose error category can never succeed on retry (config,
