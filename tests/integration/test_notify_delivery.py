@@ -42,6 +42,8 @@ def test_a_shadow_alert_reaches_only_shadow_channels(db, clock):
     heard = [(m.channel, m.alert_id, m.reply) for m in recorder.messages]
     assert sorted(heard) == sorted([("acme-shadow", shadow_alert, False), ("acme-shadow", shadow_alert, True),
                                     ("acme", live_alert, False), ("platform", live_alert, False)])
+    assert {m.thread_key for m in recorder.messages} == {  # deterministic: <channel>-<alert id>
+        f"acme-shadow-{shadow_alert}", f"acme-{live_alert}", f"platform-{live_alert}"}
     shadow_text = [m.message.rendered for m in recorder.messages if m.alert_id == shadow_alert]
     assert all(r.subject.startswith("[tickwarden shadow]") for r in shadow_text)
 

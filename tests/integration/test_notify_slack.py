@@ -150,3 +150,39 @@ def test_it_gives_up_after_max_tries_and_the_row_stays_visible(db, clock, slack)
     assert row["status"] == "dead" and row["tries"] == 3 and "502" in row["last_error"]
     assert channel_row(db, channel.id)["enabled"]  # transient trouble never disables a channel
     assert len(slack.requests) == 3
+
+
+def test_three_replicas_keep_every_slack_thread_whole(db, clock, slack, schema):
+    import threading
+
+    from tests.dbutil import TEST_URL
+    from tickwarden.db import Database
+
+    slack_channel(db, clock, slack)
+    databases = [Database(TEST_URL, schema=schema, min_size=1, max_size=2) for _ in range(3)]
+    replicas = [Notifier(d, f"r{i}", {"slack": SlackTransport(timeout=5)}, batch=2) for i, d in enumerate(databases)]
+    try:
+        alerts = [open_alert(db, clock.now(), workflow=f"wf{i}") for i in range(6)]
+        for step in range(12):
+            now = clock.advance(5)
+            if step == 2:
+                for alert in alerts:
+                    add_event(db, alert, "escalated", now)
+            if step == 4:
+                for alert in alerts:
+                    add_event(db, alert, "resolved", now)
+            threads = [threading.Thread(target=r.run_once, args=(now,)) for r in replicas]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        for d in databases:
+            d.close()
+    assert len(slack.posts) == 18 and {r["status"] for r in outbox(db)} == {"sent"}
+    parents = [p for p in slack.posts if "thread_ts" not in p]
+    assert len(parents) == 6  # one thread per alert, never a second first message
+    for parent in parents:
+        replies = [p for p in slack.posts if p.get("thread_ts") == parent["ts"]]
+        assert len(replies) == 2 and "Escalated" in replies[0]["text"] and "Resolved" in replies[1]["text"]
+    assert len(slack.updates) == 12
