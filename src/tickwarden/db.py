@@ -144,10 +144,7 @@ class Database:
         self.url = url or database_url()
         schema = schema or os.environ.get(SCHEMA_ENV) or None
         self.schema = validate_schema_name(schema) if schema else None
-        options = f"-c search_path={self.schema}" if self.schema else None
-        kwargs: dict[str, object] = {"application_name": application_name}
-        if options:
-            kwargs["options"] = options
+        kwargs: dict[str, object] = {"application_name": application_name, "options": self._options()}
         self._kwargs = kwargs
         self._check_reachable()
         self.pool = ConnectionPool(
@@ -159,6 +156,24 @@ class Database:
             open=True,
             name=application_name,
         )
+
+    def _options(self) -> str:
+        """Return the server options of every connection: the URL's own, plus ours.
+
+        Connections start in the platform's row-security context (`tickwarden.platform`
+        on) because background loops work across tenants; an API request narrows its
+        own transaction to one tenant with `SET LOCAL`. A schema, when given, leads
+        the search path.
+        """
+        try:
+            existing = str(conninfo_to_dict(self.url).get("options") or "")
+        except psycopg.ProgrammingError:
+            raise InvalidInput("TICKWARDEN_DATABASE_URL is not a valid PostgreSQL URL.") from None
+        parts = [existing] if existing else []
+        parts.append("-c tickwarden.platform=on")
+        if self.schema:
+            parts.append(f"-c search_path={self.schema}")
+        return " ".join(parts)
 
     def _check_reachable(self) -> None:
         try:
