@@ -148,6 +148,8 @@ def apply_file(db: Database, path: str | Path, now: datetime) -> ApplyReport:
                 cadence_seconds=planned.cadence_seconds,
                 starting_deadline_seconds=spec.schedule.starting_deadline_seconds, now=now,
             ))
+        if report.created or report.updated:
+            store.notify_wake("reconciler")  # schedule changes take effect now, not at the next poll
     return report
 
 
@@ -199,6 +201,8 @@ def _set_status(db: Database, tenant: str, workflow: str, status: str, now: date
         if found.archived_at is not None:
             raise Conflict(f"Workflow {tenant}/{workflow} is archived; apply its file again to restore it.")
         changed = store.set_schedule_status(found.id, status, now)
+        if changed:
+            store.notify_wake("reconciler")
         return changed or schedule
 
 

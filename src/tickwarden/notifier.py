@@ -113,7 +113,7 @@ class Notifier:
         base_backoff: float = 30.0,
         max_backoff: float = 3600.0,
         lease_seconds: float = 600.0,
-        poll_seconds: float = 10.0,
+        poll_seconds: float = 30.0,
         rounds: int = 20,
         dashboard_url: str = "",
     ):

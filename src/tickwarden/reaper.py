@@ -18,7 +18,7 @@ from tickwarden.models import FinishedAttempt
 
 log = logging.getLogger(__name__)
 
-INTERVAL_SECONDS = 10
+INTERVAL_SECONDS = 15
 BATCH = 500
 
 

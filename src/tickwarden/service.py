@@ -56,16 +56,35 @@ class ServiceOptions:
 
     ticker_batch: int = 20000
     reconciler_batch: int = 5000
+    dashboard_url: str = ""  # the public address notifications link alerts to
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = None) -> list[Loop]:
-    """Return the loops one replica runs: the trigger's reconciler and ticker."""
+    """Return every loop one control-plane replica runs, in pipeline order.
+
+    The trigger (reconciler, ticker), the lease reaper, the outcome poller (retry
+    engine and evaluator), the deadline detector, the escalation clock and the
+    notifier. Workers run beside them as their own processes (`serve --workers N`).
+    """
+    from tickwarden.deadlines import DeadlineDetector
+    from tickwarden.escalation import EscalationClock
+    from tickwarden.notifier import Notifier
+    from tickwarden.poller import OutcomePoller
+    from tickwarden.reaper import LeaseReaper
     from tickwarden.reconciler import Reconciler
     from tickwarden.ticker import Ticker
 
     options = options or ServiceOptions()
-    return [Reconciler(db, batch=options.reconciler_batch), Ticker(db, batch=options.ticker_batch)]
+    return [
+        Reconciler(db, batch=options.reconciler_batch),
+        Ticker(db, batch=options.ticker_batch),
+        LeaseReaper(db),
+        OutcomePoller(db, replica_id),
+        DeadlineDetector(db),
+        EscalationClock(db),
+        Notifier(db, replica_id, dashboard_url=options.dashboard_url),
+    ]
 
 
 class Service:

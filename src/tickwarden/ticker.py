@@ -80,7 +80,7 @@ class Ticker:
         *,
         suppressed: Suppressed | None = None,
         batch: int = 20000,
-        max_sleep: timedelta = timedelta(seconds=10),
+        max_sleep: timedelta = timedelta(seconds=60),
     ):
         self.db = db
         self.suppressed = suppressed

@@ -4,7 +4,7 @@ from datetime import timedelta
 from tests.dbutil import TEST_URL
 from tests.helpers import create_run, make_workflow
 from tickwarden.db import Database
-from tickwarden.reaper import LeaseReaper
+from tickwarden.reaper import INTERVAL_SECONDS, LeaseReaper
 
 
 def lease_all(db, now, lease=30):
@@ -17,7 +17,7 @@ def test_it_marks_an_expired_lease_lost_and_the_run_pending_retry(db, clock):
     run = create_run(db, wf, clock.now(), clock.now(), budget=1)
     lease_all(db, clock.now())
     reaper = LeaseReaper(db)
-    assert reaper.run_once(clock.now() + timedelta(seconds=29)) == clock.now() + timedelta(seconds=39)
+    assert reaper.run_once(clock.now() + timedelta(seconds=29)) == clock.now() + timedelta(seconds=29 + INTERVAL_SECONDS)
     assert reaper.last_reaped == []
     reaper.run_once(clock.now() + timedelta(seconds=31))
     with db.transaction() as store:

@@ -21,7 +21,7 @@ from tickwarden.db import Database, describe_url
 from tickwarden.errors import InvalidInput
 from tickwarden.loops import replica_id as new_replica_id
 from tickwarden.migrate import upgrade
-from tickwarden.service import Service, build_loops
+from tickwarden.service import Service, ServiceOptions, build_loops
 
 log = logging.getLogger("tickwarden.serve")
 
@@ -118,6 +118,9 @@ def serve_command(
     host: Annotated[str, typer.Option("--host", help="Address the API listens on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port the API listens on.")] = 8080,
     replica: Annotated[str | None, typer.Option("--replica-id", help="This replica's identity in heartbeats.")] = None,
+    public_url: Annotated[
+        str, typer.Option("--public-url", help="The dashboard's public address, linked from notifications.")
+    ] = "",
 ) -> None:
     """Run one control-plane replica: migrate, then the loops, N workers and the API until SIGTERM."""
     if workers < 0:
@@ -131,7 +134,7 @@ def serve_command(
             applied = upgrade(conn, clock.now())
         for migration in applied:
             log.info("applied migration %04d_%s", migration.version, migration.name)
-        loops = [] if no_loops else build_loops(db, replica)
+        loops = [] if no_loops else build_loops(db, replica, ServiceOptions(dashboard_url=public_url.rstrip("/")))
         service = Service(db, loops, clock, replica)
         supervisor = WorkerSupervisor(workers)
         with_api = not no_api and api_available()

@@ -45,9 +45,9 @@ ORDER = {
     "ticker": 2,
     "worker": 3,
     "lease-reaper": 4,
-    "outcome-poller": 5,
-    "deadline-detector": 6,
-    "escalation-clock": 7,
+    "poller": 5,
+    "deadlines": 6,
+    "escalation": 7,
     "notifier": 8,
     "heartbeat": 9,
 }
@@ -341,13 +341,15 @@ class Simulation:
             Notifier(db, "simulated-control-plane", {"recording": RecordingTransport()}),
         ]
         by_name = {loop.name: loop for loop in loops}
+        unknown = set(by_name) - set(ORDER)
+        assert not unknown, f"loops without a place in the event order: {unknown}"
         # Passes that can queue attempts or alert events wake their consumers at once, as
         # LISTEN/NOTIFY does in the service; polling on each loop's own interval still runs.
         wakes = {
             "ticker": ("worker",),
-            "outcome-poller": ("worker", "notifier"),
-            "deadline-detector": ("notifier",),
-            "escalation-clock": ("notifier",),
+            "poller": ("worker", "notifier"),
+            "deadlines": ("notifier",),
+            "escalation": ("notifier",),
         }
 
         def schedule(name: str, when: datetime) -> None:

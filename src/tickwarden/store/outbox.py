@@ -155,7 +155,11 @@ class OutboxStore(StoreBase):
         """Write the outbox rows for these events (idempotent); return how many were new."""
         if not event_ids:
             return 0
-        return len(self._rows("enqueue_notifications", {"event_ids": list(event_ids), "now": now}))
+        written = len(self._rows("enqueue_notifications", {"event_ids": list(event_ids), "now": now}))
+        if written:
+            # delivered at commit: notifiers deliver now instead of at their next poll
+            self._rows("outbox_wake_notifier")
+        return written
 
     # channels
 

@@ -1,3 +1,7 @@
+-- outbox_wake_notifier --
+-- Wake sleeping notifiers early (delivered at commit); their polling keeps delivery correct.
+SELECT pg_notify('tickwarden_wake', 'notifier');
+
 -- enqueue_notifications --
 -- Fan alert events out to one outbox row per channel, in the caller's transaction.
 -- Events that notify: opened, escalated, reassigned, resolved. A customer channel
