@@ -52,6 +52,9 @@ ORDER = {
     "heartbeat": 9,
 }
 WORKER_ID = "simulated-worker"
+# The control plane comes up this long after the scenario starts, so that its passes
+# are not in lockstep with the round times faults are usually written at.
+CONTROL_PLANE_OFFSET = timedelta(seconds=15)
 LEASE_SECONDS = 60
 WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
 
@@ -363,7 +366,8 @@ class Simulation:
 
         self._schedule = schedule
         for loop in loops:
-            schedule(loop.name, self.scenario.start)
+            first = self.scenario.start if loop is worker else self.scenario.start + CONTROL_PLANE_OFFSET
+            schedule(loop.name, first)
         self._heartbeat(worker)
         for key, at in self.scenario.manual_runs:
             self.queue.at(at, ORDER["world"], self._manual(db, key, setup))
