@@ -1,5 +1,6 @@
 # tickwarden: `make demo` runs the demo on the embedded database, `make test` runs every test.
-# Both create the virtual environment and install what they need on first use.
+# Both create the virtual environment and install what they need on first use; `make test`
+# also installs Debian's Chromium for the dashboard's browser tests when it is missing.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -20,6 +21,7 @@ demo: $(STAMP)
 	$(BIN)/tickwarden demo
 
 test: $(STAMP)
+	PYTHON=$(BIN)/python sh scripts/install-browser.sh
 	$(BIN)/python -m pytest -n 2 --dist loadfile -q
 
 bench: $(STAMP)

@@ -1,9 +1,13 @@
-"""Run every benchmark in turn: `python -m benchmarks` (or `make bench`)."""
+"""Run every benchmark in turn: `python -m benchmarks` (or `make bench`).
+
+The noise benchmark is its own command, since a month of a thousand workflows under five
+policies takes long: `python -m benchmarks.noise`.
+"""
 
 import runpy
 import sys
 
-BENCHMARKS = ["benchmarks.ledger", "benchmarks.worker", "benchmarks.ticker", "benchmarks.pipeline", "benchmarks.api", "benchmarks.notifier"]
+BENCHMARKS = ["benchmarks.ledger", "benchmarks.worker", "benchmarks.ticker", "benchmarks.pipeline", "benchmarks.api", "benchmarks.notifier", "benchmarks.simulate"]
 
 if __name__ == "__main__":
     for name in BENCHMARKS:
