@@ -25,7 +25,8 @@ from prometheus_client.registry import Collector
 
 from tickwarden.clock import Clock
 from tickwarden.db import Database
-from tickwarden.store.api import Heartbeat, OperationsSnapshot
+from tickwarden.models import Heartbeat
+from tickwarden.store.api import OperationsSnapshot
 
 DEFAULT_INTERVAL = timedelta(seconds=60)
 MIN_GRACE = timedelta(seconds=60)

@@ -197,3 +197,59 @@ class AlertEvent:
     actor: str
     note: str | None
     data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Channel:
+    """A notification channel; `tenant` is the tenant's name where a query joins it."""
+
+    id: int
+    tenant_id: int | None
+    name: str
+    kind: str
+    audience: str
+    config: dict[str, Any]
+    secret_ref: str | None
+    enabled: bool
+    disabled_reason: str | None
+    disabled_at: datetime | None
+    created_at: datetime
+    tenant: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The channel as people name it: `tenant/name`, or `platform/name` for the platform's own."""
+        return f"{self.tenant or 'platform'}/{self.name}"
+
+
+@dataclass(frozen=True)
+class EnvironmentInstance:
+    """A running (or stopped) environment process of one worker."""
+
+    id: int
+    tenant_id: int
+    environment_id: int
+    worker_id: str
+    pid: int | None
+    status: str
+    started_at: datetime
+    last_used_at: datetime
+    stopped_at: datetime | None
+    runs_served: int
+    tenant: str | None = None
+    environment: str | None = None
+    python: str | None = None
+    idle_timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """One replica's record of one loop's latest pass."""
+
+    replica_id: str
+    loop: str
+    last_pass_at: datetime
+    last_duration_ms: float
+    passes: int
+    last_error: str | None
+    next_pass_at: datetime | None

@@ -52,7 +52,8 @@ class HTTPFake:
         return f"http://127.0.0.1:{self.port}"
 
     def answer(self, request: Request) -> tuple[int, dict[str, str], bytes]:
-        raise NotImplementedError
+        """Answer one request; each fake server says how."""
+        return 501, {"Content-Type": "text/plain"}, b"this fake answers nothing"
 
     def start(self) -> HTTPFake:
         fake = self

@@ -1,7 +1,7 @@
 from datetime import UTC, datetime, timedelta
 
 from tickwarden.metrics import loop_statuses
-from tickwarden.store.api import Heartbeat
+from tickwarden.models import Heartbeat
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 from tickwarden import profile
 from tickwarden.api import schemas as s
 from tickwarden.errors import InvalidPolicy
-from tickwarden.models import Alert, AlertEvent, Attempt, Run
+from tickwarden.models import Alert, AlertEvent, Attempt, Channel, EnvironmentInstance, Run
 from tickwarden.sanitize import redact
 from tickwarden.store.api import (
     AlertView,
-    ChannelView,
-    EnvironmentInstance,
     EnvironmentView,
     FailingStep,
     Outcome,
@@ -146,7 +144,7 @@ def environment_detail_out(view: EnvironmentView, instances: list[EnvironmentIns
         for i in instances])
 
 
-def channel_out(c: ChannelView) -> s.ChannelOut:
-    return s.ChannelOut(id=c.id, tenant=c.tenant_name, name=c.name, kind=c.kind, audience=c.audience, config=c.config,
+def channel_out(c: Channel) -> s.ChannelOut:
+    return s.ChannelOut(id=c.id, tenant=c.tenant, name=c.name, kind=c.kind, audience=c.audience, config=c.config,
                         has_secret=c.secret_ref is not None, enabled=c.enabled, disabled_reason=c.disabled_reason,
                         created_at=c.created_at)

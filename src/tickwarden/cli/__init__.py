@@ -42,7 +42,16 @@ def main() -> None:
         sys.exit(130)
     except Exception as exc:  # click's usage errors and anything unforeseen: one line, no traceback
         import click
+        import psycopg
 
+        if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
+            print("tickwarden: this database has no tickwarden schema yet; run `tickwarden db upgrade` first.",
+                  file=sys.stderr)
+            sys.exit(1)
+        if isinstance(exc, psycopg.OperationalError):
+            print("tickwarden: the database connection failed; check TICKWARDEN_DATABASE_URL and that the server is up.",
+                  file=sys.stderr)
+            sys.exit(1)
         if isinstance(exc, click.ClickException):
             exc.show()
             sys.exit(exc.exit_code)

@@ -15,7 +15,19 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from tickwarden.models import Alert, AlertEvent, Environment, Run, Tenant, User, Workflow, from_row
+from tickwarden.models import (
+    Alert,
+    AlertEvent,
+    Channel,
+    Environment,
+    EnvironmentInstance,
+    Heartbeat,
+    Run,
+    Tenant,
+    User,
+    Workflow,
+    from_row,
+)
 from tickwarden.store.base import StoreBase
 
 
@@ -103,36 +115,6 @@ class EnvironmentView:
 
 
 @dataclass(frozen=True)
-class EnvironmentInstance:
-    id: int
-    tenant_id: int
-    environment_id: int
-    worker_id: str
-    pid: int | None
-    status: str
-    started_at: datetime
-    last_used_at: datetime
-    stopped_at: datetime | None
-    runs_served: int
-
-
-@dataclass(frozen=True)
-class ChannelView:
-    id: int
-    tenant_id: int | None
-    name: str
-    kind: str
-    audience: str
-    config: dict[str, Any]
-    secret_ref: str | None
-    enabled: bool
-    disabled_reason: str | None
-    disabled_at: datetime | None
-    created_at: datetime
-    tenant_name: str | None = None
-
-
-@dataclass(frozen=True)
 class TenantOverview:
     id: int
     name: str
@@ -142,17 +124,6 @@ class TenantOverview:
     worst_severity: str
     oldest_open_at: datetime | None
     failures: int
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    replica_id: str
-    loop: str
-    last_pass_at: datetime
-    last_duration_ms: float
-    passes: int
-    last_error: str | None
-    next_pass_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -326,13 +297,13 @@ class ApiStore(StoreBase):
         rows = self._rows("api_list_environment_instances", {"environment_id": environment_id})
         return [from_row(EnvironmentInstance, r) for r in rows]
 
-    def api_list_channels(self, *, tenant: str | None, after_id: int | None, limit: int) -> list[ChannelView]:
+    def api_list_channels(self, *, tenant: str | None, after_id: int | None, limit: int) -> list[Channel]:
         rows = self._rows("api_list_channels", {"tenant": tenant, "after_id": after_id, "limit": limit})
-        return [from_row(ChannelView, r) for r in rows]
+        return [from_row(Channel, r) for r in rows]
 
-    def api_get_channel(self, channel_id: int) -> ChannelView | None:
+    def api_get_channel(self, channel_id: int) -> Channel | None:
         row = self._row("api_get_channel", {"channel_id": channel_id})
-        return from_row(ChannelView, row) if row else None
+        return from_row(Channel, row) if row else None
 
     # -- overview and operations ----------------------------------------------------
 

@@ -182,7 +182,7 @@ SELECT * FROM environment_instances WHERE environment_id = %(environment_id)s
 
 -- api_list_channels --
 -- Visible notification channels, by id after the cursor.
-SELECT c.*, t.name AS tenant_name
+SELECT c.*, t.name AS tenant
   FROM notification_channels c
   LEFT JOIN tenants t ON t.id = c.tenant_id
  WHERE (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
@@ -192,7 +192,7 @@ SELECT c.*, t.name AS tenant_name
 
 -- api_get_channel --
 -- One visible notification channel.
-SELECT c.*, t.name AS tenant_name
+SELECT c.*, t.name AS tenant
   FROM notification_channels c
   LEFT JOIN tenants t ON t.id = c.tenant_id
  WHERE c.id = %(channel_id)s;

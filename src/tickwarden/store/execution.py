@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from tickwarden.models import Environment, User, Workflow, from_row
+from tickwarden.models import Environment, EnvironmentInstance, User, Workflow, from_row
 from tickwarden.store.base import StoreBase
 
 if TYPE_CHECKING:
@@ -56,24 +56,6 @@ class AttemptStep:
     log: str
     output: Any
     error: str | None
-
-
-@dataclass(frozen=True)
-class EnvironmentInstance:
-    id: int
-    tenant_id: int
-    environment_id: int
-    worker_id: str
-    pid: int | None
-    status: str
-    started_at: datetime
-    last_used_at: datetime
-    stopped_at: datetime | None
-    runs_served: int
-    tenant: str | None = None
-    environment: str | None = None
-    python: str | None = None
-    idle_timeout_seconds: int | None = None
 
 
 @dataclass(frozen=True)

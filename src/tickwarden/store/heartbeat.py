@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
-from tickwarden.models import from_row
+from tickwarden.models import Heartbeat, from_row
 from tickwarden.store.base import StoreBase
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    replica_id: str
-    loop: str
-    last_pass_at: datetime
-    last_duration_ms: float
-    passes: int
-    last_error: str | None
-    next_pass_at: datetime | None
 
 
 class HeartbeatStore(StoreBase):

@@ -17,33 +17,12 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from tickwarden.models import from_row
+from tickwarden.models import Channel, from_row
 from tickwarden.store.base import StoreBase
 
 NOTIFYING_EVENTS = ("opened", "escalated", "reassigned", "resolved")
 CHANNEL_KINDS = ("slack", "email", "webhook", "recording")
 AUDIENCES = ("customer", "engineering", "shadow")
-
-
-@dataclass(frozen=True)
-class Channel:
-    id: int
-    tenant_id: int | None
-    name: str
-    kind: str
-    audience: str
-    config: dict[str, Any]
-    secret_ref: str | None
-    enabled: bool
-    disabled_reason: str | None
-    disabled_at: datetime | None
-    created_at: datetime
-    tenant: str | None = None
-
-    @property
-    def label(self) -> str:
-        """The channel as people name it: `tenant/name`, or `platform/name` for the platform's own."""
-        return f"{self.tenant or 'platform'}/{self.name}"
 
 
 @dataclass(frozen=True)

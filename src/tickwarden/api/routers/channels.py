@@ -13,7 +13,6 @@ from tickwarden.api.deps import MAX_ID, NAME_PATTERN, Scoped
 from tickwarden.api.problems import Problem
 from tickwarden.notifier import send_test_message
 from tickwarden.sanitize import sanitize_error
-from tickwarden.store.outbox import Channel
 from tickwarden.transports import TransportError
 
 log = logging.getLogger(__name__)
@@ -48,10 +47,7 @@ def test_channel(scope: Scoped, request: Request,
     transport = transports.get(found.kind)
     if transport is None:
         raise Problem(409, "Conflict", f"No transport is configured for channels of kind {found.kind!r}.")
-    channel = Channel(id=found.id, tenant_id=found.tenant_id, name=found.name, kind=found.kind,
-                      audience=found.audience, config=found.config, secret_ref=found.secret_ref,
-                      enabled=found.enabled, disabled_reason=found.disabled_reason, disabled_at=found.disabled_at,
-                      created_at=found.created_at, tenant=found.tenant_name)
+    channel = found
     try:
         send_test_message(channel, transport, scope.clock.now(), dashboard_url=str(request.base_url).rstrip("/"))
     except TransportError as exc:
