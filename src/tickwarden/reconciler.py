@@ -26,7 +26,7 @@ from tickwarden.triggers import TriggerBackend, default_backend
 
 log = logging.getLogger(__name__)
 
-INTERVAL = timedelta(seconds=30)  # catalog changes also wake it through NOTIFY
+INTERVAL = timedelta(minutes=5)  # catalog changes wake it at once through NOTIFY; polling is the safety net
 
 
 class Reconciler:
