@@ -83,10 +83,15 @@ def test_a_notification_wakes_a_sleeping_loop_early(db):
     service = Service(db, [sleepy], WallClock(), "replica-1", listen=True)
     service.start()
     wait_for(lambda: sleepy.calls == 1)
-    time.sleep(0.5)   # let the listener connect; a notification sent before LISTEN is simply not seen
-    with db.transaction() as store:
-        store.notify_wake("sleepy")
-    wait_for(lambda: sleepy.calls == 2, timeout=5)
+    # A notification sent before the listener has connected is simply not seen, and how
+    # long connecting takes depends on the machine: keep notifying until one lands. The
+    # loop would otherwise sleep for an hour.
+    deadline = time.monotonic() + 20
+    while sleepy.calls < 2:
+        assert time.monotonic() < deadline, "no notification woke the loop"
+        with db.transaction() as store:
+            store.notify_wake("sleepy")
+        time.sleep(0.2)
     service.stop()
 
 
