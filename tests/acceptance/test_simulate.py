@@ -148,3 +148,14 @@ def test_bad_scenarios_exit_non_zero_with_one_sentence(tmp_path, text, fragment)
 def test_an_unknown_policy_is_refused():
     done = tickwarden("simulate", str(HERE / "baselines.yaml"), "--policy", "yolo")
     assert done.returncode == 1 and "Unknown policy 'yolo'" in done.stderr
+
+
+def test_the_demo_prints_both_nights_side_by_side_with_their_counts():
+    done = tickwarden("demo")
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if "nightly transient fault" in line)
+    assert "nightly genuine defect" in header  # one row: the two nights side by side
+    flat = " ".join(done.stdout.split())
+    assert "nightly transient fault: tickwarden sent 0 notification(s) in 0 thread(s) about 0 alert(s)" in flat
+    assert "nightly genuine defect: tickwarden sent 10 notification(s) in 4 thread(s) about 2 alert(s)" in flat
+    assert "one message per failure would have sent 170 (85 per channel)" in flat

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.columns import Columns
-from rich.panel import Panel
+from rich import box
+from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from tickwarden.cli import app
@@ -52,7 +53,8 @@ def shipped_scenario(name: str) -> Path:
 def demo_command() -> None:
     """Replay seed 000's two nights (transient fault, genuine defect) and compare with one message per failure."""
     quiet_loops()
-    panels = []
+    table = Table(show_lines=False, expand=True, box=box.SIMPLE_HEAVY)
+    timelines = []
     verdicts = []
     for name in DEMO_SCENARIOS:
         scenario = load_scenario(shipped_scenario(name))
@@ -60,15 +62,18 @@ def demo_command() -> None:
         ours = run_policy(scenario, "tickwarden")
         old = run_policy(scenario, "naive")
         threads = {(n["channel"], n["thread"]) for n in ours.notifications}
-        panels.append(Panel(Text(render_text(ours, limit=None)), title=scenario.name, expand=True))
+        table.add_column(scenario.name, ratio=1, overflow="fold")
+        timelines.append(Text(render_text(ours, limit=None)))
         verdicts.append(
             f"{scenario.name}: tickwarden sent {len(ours.notifications)} notification(s) in {len(threads)} thread(s) "
             f"about {len(ours.alerts)} alert(s); one message per failure would have sent {len(old.notifications)} "
             f"({len(old.notifications) // 2} per channel)."
         )
-    console.print(Columns(panels, equal=True, expand=True))
+    table.add_row(*timelines)
+    wide = Console(highlight=False, width=max(console.width, 160))
+    wide.print(table)
     for line in verdicts:
-        console.print(line)
+        wide.print(line)
 
 
 @app.command("backtest")

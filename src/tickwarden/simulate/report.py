@@ -105,20 +105,20 @@ def timeline(outcome: SimulationOutcome) -> list[Line]:
         run = runs_by_id[a["run_id"]]
         tick = "manual run" if a["manual"] else f"{_hhmm(a['scheduled_for'])} tick"
         if a["number"] > 1:
-            lines.append(Line(a["queued_at"], 1, wf, f"{wf}: retry {a['number'] - 1} of the {tick} launches"))
+            lines.append(Line(a["queued_at"], 2 * a["number"], wf, f"{wf}: retry {a['number'] - 1} of the {tick} launches"))
         if a["finished_at"] is None or a["status"] == "cancelled":
             continue
         final = a["number"] == last_attempt[a["run_id"]] and run["status"] in ("succeeded", "failed")
         if a["status"] == "succeeded":
             if run["recovered"]:
-                lines.append(Line(a["finished_at"], 0, wf, f"{wf}: retry succeeds → {tick} recovered, no alert"))
+                lines.append(Line(a["finished_at"], 2 * a["number"] + 1, wf, f"{wf}: retry succeeds → {tick} recovered, no alert"))
             elif streak[wf]:
-                lines.append(Line(a["finished_at"], 0, wf, f"{wf}: {tick} succeeds"))
+                lines.append(Line(a["finished_at"], 2 * a["number"] + 1, wf, f"{wf}: {tick} succeeds"))
             streak[wf] = 0
             continue
         error = a["error"] or a["status"]
         if not final:
-            lines.append(Line(a["finished_at"], 0, wf, f"{wf}: attempt {a['number']} of the {tick} fails ({error}) → pending retry"))
+            lines.append(Line(a["finished_at"], 2 * a["number"] + 1, wf, f"{wf}: attempt {a['number']} of the {tick} fails ({error}) → pending retry"))
             continue
         streak[wf] += 1
         threshold = thresholds.get(wf, 1)
@@ -128,7 +128,7 @@ def timeline(outcome: SimulationOutcome) -> list[Line]:
             note = f"{streak[wf]} of {threshold} confirmed → alert"
         else:
             note = f"confirmed failure {streak[wf]}, alert already open"
-        lines.append(Line(a["finished_at"], 0, wf, f"{wf}: {tick} fails ({error}) — {note}", quiet_failure=streak[wf] > threshold))
+        lines.append(Line(a["finished_at"], 2 * a["number"] + 1, wf, f"{wf}: {tick} fails ({error}) — {note}", quiet_failure=streak[wf] > threshold))
     for r in outcome.runs:
         if r["status"] == "missed":
             lines.append(Line(r["finished_at"], 0, r["workflow"], f"{r['workflow']}: {_hhmm(r['scheduled_for'])} tick missed ({r['error'] or 'no outcome'})"))
@@ -145,12 +145,12 @@ def timeline(outcome: SimulationOutcome) -> list[Line]:
             text = f"ALERT #{e['alert_id']} {wf}: reassigned to {e['owner']}"
         else:
             continue
-        lines.append(Line(e["at"], 2, wf, text))
+        lines.append(Line(e["at"], 1000, wf, text))
     sent: dict[tuple[datetime, int, str], list[str]] = defaultdict(list)
     for n in outcome.notifications:
         sent[(n["at"], n["alert"], n["event"])].append(n["channel"])
     for (at, alert, event), channels in sent.items():
-        lines.append(Line(at, 3, "", f"   ✉ alert #{alert} {event}: 1 message each to {', '.join(sorted(channels))}"))
+        lines.append(Line(at, 1001, "", f"   ✉ alert #{alert} {event}: 1 message each to {', '.join(sorted(channels))}"))
     lines.sort(key=lambda line: (line.at, line.order))
     return _compress(lines)
 
