@@ -7,6 +7,9 @@
    the same workflow's older runs, half other workflows'), median of many calls.
 2. Runs created per second (ticks in batches of 100 per transaction, and one per
    transaction) and attempts leased per second, with 1 and 4 concurrent clients.
+3. The peer beside it, in the same run: a raw `FOR UPDATE SKIP LOCKED` claim of 100
+   rows per transaction on a bare job table (no ledger, no run rows to move), with 1
+   and 4 clients — the ceiling any Postgres queue reaches on this machine.
 """
 
 from __future__ import annotations
@@ -108,6 +111,38 @@ def _lease_worker(args: tuple[str, int, float, int]) -> int:
     return leased
 
 
+def _raw_claim_worker(args: tuple[str, float]) -> int:
+    schema, seconds = args
+    claimed = 0
+    with connect(schema) as conn:
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            with conn.transaction():
+                rows = conn.execute(
+                    "UPDATE peer_jobs SET status = 'done' WHERE id IN ("
+                    " SELECT id FROM peer_jobs WHERE status = 'todo' ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED)"
+                    " RETURNING id"
+                ).fetchall()
+            if not rows:
+                break
+            claimed += len(rows)
+    return claimed
+
+
+def raw_claim(clients: int, seconds: float, rows: int = 2_000_000) -> float:
+    """Rows per second a bare SKIP LOCKED claim of 100 rows per transaction reaches."""
+    with bench_schema("benchpeer") as schema:
+        with connect(schema) as conn:
+            conn.execute("CREATE TABLE peer_jobs (id bigint PRIMARY KEY, status text NOT NULL)")
+            conn.execute("INSERT INTO peer_jobs SELECT g, 'todo' FROM generate_series(1, %s) g", (rows,))
+            conn.execute("CREATE INDEX ON peer_jobs (id) WHERE status = 'todo'")
+            conn.execute("ANALYZE peer_jobs")
+        with mp.get_context("spawn").Pool(clients) as pool:
+            t0 = time.perf_counter()
+            claimed = sum(pool.map(_raw_claim_worker, [(schema, seconds)] * clients))
+            return claimed / (time.perf_counter() - t0)
+
+
 def throughput(clients: int, seconds: float, batch: int) -> tuple[float, float, float]:
     with bench_schema("benchtp") as schema:
         with connect(schema) as conn:
@@ -161,6 +196,10 @@ def main() -> None:
                 rows.append((f"{clients} client(s), lease 1 per txn", f"{lease1:,.0f} attempts/s"))
                 rows.append((f"{clients} client(s), lease 10 per txn", f"{lease10:,.0f} attempts/s"))
     report("run creation and lease throughput", rows)
+    report(
+        "peer: raw SKIP LOCKED claim, 100 rows per transaction",
+        [(f"{clients} client(s)", f"{raw_claim(clients, args.seconds):,.0f} rows/s") for clients in (1, 4)],
+    )
 
 
 if __name__ == "__main__":
