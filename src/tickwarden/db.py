@@ -28,6 +28,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from tickwarden.errors import DatabaseUnavailable, InvalidInput
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    from tickwarden.migrate import Migration
     from tickwarden.store import Store
 
 log = logging.getLogger(__name__)
@@ -204,6 +207,13 @@ class Database:
         with self.connection() as conn:
             with conn.transaction():
                 yield Store(conn)
+
+    def migrate(self, now: datetime) -> list[Migration]:
+        """Apply pending migrations (a no-op when the schema is current); return those applied."""
+        from tickwarden.migrate import upgrade
+
+        with self.connection() as conn:
+            return upgrade(conn, now)
 
     def close(self) -> None:
         self.pool.close()

@@ -20,7 +20,10 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _db() -> Database:
-    return Database(min_size=1, max_size=2)
+    """Open the database, bringing its schema up to date first (apply is often the first command run)."""
+    db = Database(min_size=1, max_size=2)
+    db.migrate(WallClock().now())
+    return db
 
 
 @app.command("apply")

@@ -67,6 +67,7 @@ def worker_command(
     clock = WallClock()
     stop = threading.Event()
     with Database(max_size=2 * concurrency + 2, application_name="tickwarden-worker") as db:
+        db.migrate(clock.now())
         ids = [base] if concurrency == 1 else [f"{base}/{i}" for i in range(concurrency)]
         workers = [
             Worker(db, wid, lease_seconds=lease, clock=clock, poll_seconds=poll,
