@@ -192,6 +192,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--policies", default=",".join(POLICIES))
     args = parser.parse_args()
+    import logging
+
+    logging.getLogger("tickwarden").setLevel(logging.ERROR)  # lost leases are part of the scenario
 
     raw, incidents, classes = build(args.workflows, args.days, args.seed)
     scenario = parse_scenario(raw, source="noise")

@@ -1,0 +1,60 @@
+"""Control-plane memory: one replica's loops over a fleet of 100,000 schedules.
+
+    python -m benchmarks.memory [--schedules 100000] [--minutes 3]
+
+Fills a fresh schema with a mixed fleet (the ticker benchmark's), then drives every
+loop of `tickwarden serve` (`service.build_loops`) pass by pass on a virtual clock,
+minute after minute, as the service would on the wall clock. Prints the process's
+peak resident memory before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import resource
+import time
+from datetime import timedelta
+
+from benchmarks.common import BENCH_URL, bench_schema
+from benchmarks.ticker import START, fill
+from tickwarden.db import Database
+from tickwarden.service import build_loops
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schedules", type=int, default=100_000)
+    parser.add_argument("--minutes", type=int, default=3)
+    args = parser.parse_args()
+    logging.getLogger("tickwarden").setLevel(logging.ERROR)
+    with bench_schema("benchmem") as schema:
+        fill(schema, args.schedules, mixed=True)
+        before = peak_mb()
+        with Database(BENCH_URL, schema=schema, max_size=4) as db:
+            loops = build_loops(db, "memory-bench")
+            due = {loop.name: START for loop in loops}
+            end = START + timedelta(minutes=args.minutes)
+            t0 = time.perf_counter()
+            passes = 0
+            while True:
+                name, at = min(due.items(), key=lambda item: item[1])
+                if at > end:
+                    break
+                following = next(loop for loop in loops if loop.name == name).run_once(at)
+                due[name] = max(following, at + timedelta(milliseconds=1))
+                passes += 1
+            wall = time.perf_counter() - t0
+        after = peak_mb()
+    print(f"\n== control-plane memory, {args.schedules:,} schedules, {args.minutes} virtual minutes")
+    print(f"  passes of every loop    {passes:,} in {wall:.0f} s")
+    print(f"  peak RSS before loops   {before:.0f} MB")
+    print(f"  peak RSS after loops    {after:.0f} MB  (target < 200 MB)")
+
+
+if __name__ == "__main__":
+    main()
