@@ -192,17 +192,34 @@ def test_the_database_rejects_impossible_states(db, clock, statement):
             store.conn.execute(statement)
 
 
-def test_the_consecutive_failure_count_uses_the_indexes(db, clock):
-    workflow = make_workflow(db, clock.now())
+def test_the_consecutive_failure_count_walks_only_the_streak_through_the_indexes(db, clock):
+    workflow = make_workflow(db, clock.now(), cron="* * * * *", cadence_seconds=60)
     with db.transaction() as store:
-        store.conn.execute("SET LOCAL enable_seqscan = off")
+        # a long history of the same workflow (every third run failed), then a success and a streak of 5
+        store.conn.execute(
+            """
+            INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
+                              deadline_at, created_at, finished_at)
+            SELECT %(t)s, %(w)s, %(t0)s + g * interval '1 minute',
+                   CASE WHEN g = 60000 THEN 'succeeded' WHEN g %% 3 = 0 THEN 'failed' ELSE 'succeeded' END,
+                   0, 1, %(t0)s, %(t0)s, %(t0)s
+              FROM generate_series(1, 60000) g
+            UNION ALL
+            SELECT %(t)s, %(w)s, %(t0)s + (60000 + g) * interval '1 minute', 'failed', 0, 1, %(t0)s, %(t0)s, %(t0)s
+              FROM generate_series(1, 5) g
+            """,
+            {"t": workflow.tenant_id, "w": workflow.id, "t0": clock.now()},
+        )
+        store.conn.execute("ANALYZE runs")
+    with db.transaction() as store:
+        assert store.count_consecutive_failures(workflow.id) == 5
         from tickwarden.store.queries import queries
 
-        plan = "\n".join(
-            row[0]
-            for row in store.conn.execute(
-                "EXPLAIN " + queries()["count_consecutive_failures"].replace("%(workflow_id)s", str(workflow.id))
-            )
-        )
-    assert "runs_workflow_success_idx" in plan
-    assert "runs_workflow_recent_idx" in plan or "runs_one_per_tick_idx" in plan
+        def plan(name: str, params: dict) -> str:
+            return "\n".join(row[0] for row in store.conn.execute("EXPLAIN " + queries()[name], params))
+
+        newest = plan("newest_success", {"workflow_id": workflow.id})
+        since = store.conn.execute(queries()["newest_success"], {"workflow_id": workflow.id}).fetchone()[0]
+        streak = plan("count_failures_since", {"workflow_id": workflow.id, "since": since})
+    assert "runs_workflow_success_idx" in newest and "Seq Scan" not in newest
+    assert "runs_workflow_recent_idx" in streak and "Seq Scan" not in streak

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from psycopg.types.json import Jsonb
 
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, Run, from_row
 from tickwarden.store.base import StoreBase
+
+# Before any success: every confirmed failure of the workflow belongs to the streak.
+NEVER = datetime(1, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -158,8 +161,14 @@ class LedgerStore(StoreBase):
         return from_row(Run, row) if row else None
 
     def count_consecutive_failures(self, workflow_id: int) -> int:
-        """Count confirmed failures (failed or missed) since the workflow's newest success."""
-        row = self._row("count_consecutive_failures", {"workflow_id": workflow_id})
+        """Count confirmed failures (failed or missed) since the workflow's newest success.
+
+        1. Find the newest success (an index probe).
+        2. Count the confirmed failures scheduled after it, walking only the streak.
+        """
+        success = self._row("newest_success", {"workflow_id": workflow_id})
+        since = success["scheduled_for"] if success else NEVER
+        row = self._row("count_failures_since", {"workflow_id": workflow_id, "since": since})
         return int(row["failures"]) if row else 0
 
     def get_run(self, run_id: int) -> Run | None:
