@@ -3,12 +3,13 @@
     python -m benchmarks.noise [--workflows 1000] [--days 30] [--seed 7] [--policies all]
 
 A seeded synthetic fleet across cadences (every 10 minutes to weekly) lives through a
-period with incidents of five kinds:
+period with incidents of five kinds (transient ones up to one a workflow every two days,
+each placed inside a run so that it is observable; a genuine one for a fifth of them):
 
 | kind            | what happens                                              | genuine? |
 |-----------------|-----------------------------------------------------------|----------|
-| blip            | a connection fault of 2–20 seconds                        | no       |
-| crash           | the worker dies during one attempt                        | no       |
+| blip            | a connection fault of 2–20 seconds inside a run           | no       |
+| crash           | the worker dies part-way through one attempt              | no       |
 | outage          | a connection fault of 2–6 hours                           | yes      |
 | defect          | a step error for 2–12 hours, then a fix and a manual run  | yes      |
 | trigger outage  | the trigger fires nothing for 2–6 hours                   | yes      |
@@ -80,16 +81,20 @@ def build(workflows: int, days: int, seed: int) -> tuple[dict[str, Any], list[In
         key = f"{tenant}/{name}"
         specs.append({"tenant": tenant, "name": name, "cron": cron, "duration": duration})
         classes[key] = label
-        # incidents: a few transient ones for everyone, a genuine one for some
-        for _ in range(rng.randrange(0, 4)):
-            at = START + timedelta(seconds=rng.randrange(int((end - START).total_seconds()) - 3600))
+        # transient incidents land inside a run, where they are observable: a blip or a crash
+        # part-way through a random tick's execution
+        schedule = parse_schedule(cron)
+        ticks = list(schedule.fires_between(START, end - timedelta(hours=1)))
+        for _ in range(rng.randrange(0, max(2, days // 2) + 1) if ticks else 0):
+            tick = rng.choice(ticks)
+            at = tick + timedelta(seconds=rng.uniform(0, duration * 0.8))
             if rng.random() < 0.7:
                 length = timedelta(seconds=rng.randrange(2, 21))
                 faults.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(at + length),
                                "error": "could not connect to warehouse: connection reset by peer"})
                 incidents.append(Incident(key, "blip", at, at + length, False))
             else:
-                length = timedelta(seconds=rng.randrange(5, 60))
+                length = timedelta(seconds=5)
                 faults.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(at + length),
                                "error": "worker process killed", "mode": "crash"})
                 incidents.append(Incident(key, "crash", at, at + length, False))
