@@ -253,3 +253,19 @@ class Heartbeat:
     passes: int
     last_error: str | None
     next_pass_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AttemptStep:
+    """What one step of an attempt did."""
+
+    attempt_id: int
+    step: str
+    position: int
+    status: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    log: str
+    output: Any
+    error: str | None
+    tenant_id: int | None = None

@@ -5,14 +5,13 @@ from __future__ import annotations
 from tickwarden import profile
 from tickwarden.api import schemas as s
 from tickwarden.errors import InvalidPolicy
-from tickwarden.models import Alert, AlertEvent, Attempt, Channel, EnvironmentInstance, Run
+from tickwarden.models import Alert, AlertEvent, Attempt, AttemptStep, Channel, EnvironmentInstance, Run
 from tickwarden.sanitize import redact
 from tickwarden.store.api import (
     AlertView,
     EnvironmentView,
     FailingStep,
     Outcome,
-    StepRecord,
     WorkflowView,
 )
 
@@ -79,7 +78,7 @@ def _run_fields(run: Run, tenant: str, workflow: str) -> dict:
 
 
 def run_detail_out(run: Run, tenant: str, workflow: str, attempts: list[Attempt],
-                   steps: list[StepRecord]) -> s.RunDetailOut:
+                   steps: list[AttemptStep]) -> s.RunDetailOut:
     by_attempt: dict[int, list[s.StepOut]] = {}
     for step in steps:
         by_attempt.setdefault(step.attempt_id, []).append(s.StepOut(

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 from tickwarden.models import (
     Alert,
     AlertEvent,
+    AttemptStep,
     Channel,
     Environment,
     EnvironmentInstance,
@@ -74,19 +75,6 @@ class RunView:
     run: Run
     tenant_name: str
     workflow_name: str
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    attempt_id: int
-    step: str
-    position: int
-    status: str
-    started_at: datetime | None
-    finished_at: datetime | None
-    log: str
-    output: Any
-    error: str | None
 
 
 @dataclass(frozen=True)
@@ -242,8 +230,8 @@ class ApiStore(StoreBase):
             return None
         return RunView(run=from_row(Run, row), tenant_name=row["tenant_name"], workflow_name=row["workflow_name"])
 
-    def api_list_run_steps(self, run_id: int) -> list[StepRecord]:
-        return [from_row(StepRecord, r) for r in self._rows("api_list_run_steps", {"run_id": run_id})]
+    def api_list_run_steps(self, run_id: int) -> list[AttemptStep]:
+        return [from_row(AttemptStep, r) for r in self._rows("api_list_run_steps", {"run_id": run_id})]
 
     # -- alerts ---------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from tickwarden.models import Environment, EnvironmentInstance, User, Workflow, from_row
+from tickwarden.models import AttemptStep, Environment, EnvironmentInstance, User, Workflow, from_row
 from tickwarden.store.base import StoreBase
 
 if TYPE_CHECKING:
@@ -42,20 +42,6 @@ def autocommit(db: Database, *, relaxed: bool = False) -> Iterator[Store]:
             if relaxed and not conn.closed:
                 store.restore_commit()
             conn.autocommit = False
-
-
-@dataclass(frozen=True)
-class AttemptStep:
-    attempt_id: int
-    tenant_id: int
-    step: str
-    position: int
-    status: str
-    started_at: datetime | None
-    finished_at: datetime | None
-    log: str
-    output: Any
-    error: str | None
 
 
 @dataclass(frozen=True)
