@@ -47,11 +47,8 @@ class WorkflowSummary:
 
 class CatalogStore(StoreBase):
     def upsert_tenant(self, name: str, now: datetime, *, display_name: str | None = None, shadow: bool = False) -> Tenant:
-        row = self._row(
-            "upsert_tenant", {"name": name, "display_name": display_name or name, "shadow": shadow, "now": now}
-        )
-        assert row is not None
-        return from_row(Tenant, row)
+        """Create or update a tenant (the same statement `apply` uses)."""
+        return self.apply_tenant(name, display_name or name, shadow, now).row
 
     def get_tenant_by_name(self, name: str) -> Tenant | None:
         row = self._row("get_tenant_by_name", {"name": name})
@@ -67,12 +64,8 @@ class CatalogStore(StoreBase):
     def upsert_user(
         self, tenant_id: int, email: str, now: datetime, *, display_name: str | None = None, active: bool = True
     ) -> User:
-        row = self._row(
-            "upsert_user",
-            {"tenant_id": tenant_id, "email": email, "display_name": display_name or email, "active": active, "now": now},
-        )
-        assert row is not None
-        return from_row(User, row)
+        """Create or update a publisher (the same statement `apply` uses)."""
+        return self.apply_user(tenant_id, email, display_name or email, active, now).row
 
     def get_user(self, user_id: int) -> User | None:
         row = self._row("get_user", {"user_id": user_id})
@@ -121,24 +114,13 @@ class CatalogStore(StoreBase):
         policy_overrides: dict[str, Any] | None = None,
         shadow: bool = False,
     ) -> Workflow:
-        row = self._row(
-            "upsert_workflow",
-            {
-                "tenant_id": tenant_id,
-                "name": name,
-                "description": description,
-                "environment_id": environment_id,
-                "publisher_id": publisher_id,
-                "recipe": Jsonb(recipe or {"steps": []}),
-                "timeout_seconds": timeout_seconds,
-                "monitoring_enabled": monitoring_enabled,
-                "policy_overrides": Jsonb(policy_overrides or {}),
-                "shadow": shadow,
-                "now": now,
-            },
-        )
-        assert row is not None
-        return from_row(Workflow, row)
+        """Create or update a workflow (the same statement `apply` uses)."""
+        return self.apply_workflow(
+            tenant_id, name, now, description=description, environment_id=environment_id,  # type: ignore[arg-type]
+            publisher_id=publisher_id, recipe=recipe or {"steps": []},  # type: ignore[arg-type]
+            timeout_seconds=timeout_seconds, monitoring_enabled=monitoring_enabled,
+            policy_overrides=policy_overrides or {}, shadow=shadow,
+        ).row
 
     def get_workflow(self, workflow_id: int) -> Workflow | None:
         row = self._row("get_workflow", {"workflow_id": workflow_id})
@@ -163,21 +145,11 @@ class CatalogStore(StoreBase):
         status: str = "active",
         starting_deadline_seconds: int = 300,
     ) -> Schedule:
-        row = self._row(
-            "upsert_schedule",
-            {
-                "tenant_id": tenant_id,
-                "workflow_id": workflow_id,
-                "cron": cron,
-                "timezone": timezone,
-                "status": status,
-                "cadence_seconds": cadence_seconds,
-                "starting_deadline_seconds": starting_deadline_seconds,
-                "now": now,
-            },
-        )
-        assert row is not None
-        return from_row(Schedule, row)
+        """Attach or edit a workflow's schedule (the same statement `apply` uses)."""
+        return self.apply_schedule(
+            tenant_id=tenant_id, workflow_id=workflow_id, cron=cron, timezone=timezone, status=status,
+            cadence_seconds=cadence_seconds, starting_deadline_seconds=starting_deadline_seconds, now=now,
+        ).row
 
     def get_schedule_for_workflow(self, workflow_id: int) -> Schedule | None:
         row = self._row("get_schedule_for_workflow", {"workflow_id": workflow_id})

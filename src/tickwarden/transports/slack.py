@@ -80,7 +80,7 @@ class SlackTransport:
 
 
 class _ParentGone(Exception):
-    pass
+    """The thread's parent message no longer exists in Slack."""
 
 
 def _call(method: Any, **kwargs: Any) -> dict[str, Any]:
