@@ -208,6 +208,24 @@ class Database:
             with conn.transaction():
                 yield Store(conn)
 
+    @contextlib.contextmanager
+    def probe(self) -> Iterator[Store]:
+        """Hand out a store whose statements each commit on their own, for a read-only look.
+
+        A loop checks with one such statement whether its pass has anything to do
+        before it opens a transaction: an idle pass then costs one round trip instead
+        of a BEGIN, its statements and a COMMIT. Never for writes that must go together.
+        """
+        from tickwarden.store import Store
+
+        with self.connection() as conn:
+            conn.autocommit = True
+            try:
+                yield Store(conn)
+            finally:
+                if not conn.closed:  # a broken connection is discarded by the pool
+                    conn.autocommit = False
+
     def migrate(self, now: datetime) -> list[Migration]:
         """Apply pending migrations (a no-op when the schema is current); return those applied."""
         from tickwarden.migrate import upgrade

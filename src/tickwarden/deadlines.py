@@ -88,11 +88,10 @@ class DeadlineDetector:
         result = DeadlineResult()
         with self.db.transaction() as store:
             closed = store.close_overdue_runs(now, self.batch_size, OVERDUE_ERROR)
+            store.arm_tick_audits(now, now - self.lookback)
         result.overdue_runs = [run_id for run_id, _ in closed]
         workflows = {workflow_id for _, workflow_id in closed}
 
-        with self.db.transaction() as store:
-            store.arm_tick_audits(now, now - self.lookback)
         with self.db.transaction() as store:
             audits = store.due_tick_audits(now, self.batch_size)
             result.audited_schedules = len(audits)

@@ -134,15 +134,27 @@ class Notifier:
     def run_once(self, now: datetime) -> datetime:
         """Do one delivery pass at `now`; return when the next one is due."""
         counts = {"sent": 0, "retried": 0, "dead": 0, "disabled_channels": 0}
-        with self.db.transaction() as store:
-            released = store.release_expired_outbox(now)
-        if released:
-            log.warning("released %d notification(s) whose sender stopped before confirming", len(released))
-        for _ in range(self.rounds):
+        kinds = list(self.transports)
+        wake = now + self.poll
+        with self.db.probe() as store:
+            stale, due = store.outbox_waiting(kinds, now)
+        if not stale and (due is None or due > now):  # the usual pass: one read-only statement
+            self.last_pass = PassReport(**counts)
+            return min(wake, due) if due is not None else wake
+        idle = False
+        for round_ in range(self.rounds):
             with self.db.transaction() as store:
-                claimed = store.claim_outbox(self.replica_id, now, now + self.lease, self.batch, list(self.transports))
+                if round_ == 0:
+                    released = store.release_expired_outbox(now)
+                    if released:
+                        log.warning("released %d notification(s) whose sender stopped before confirming",
+                                    len(released))
+                claimed = store.claim_outbox(self.replica_id, now, now + self.lease, self.batch, kinds)
                 contexts = store.outbox_delivery_context([row.id for row in claimed]) if claimed else []
-            if not contexts:
+                if not contexts:  # another replica took them, or this round emptied the queue
+                    idle = True
+                    due = store.next_outbox_due(kinds)
+            if idle:
                 break
             # A channel that failed earlier in this batch is not tried again until its back-off ends.
             failed_channels: dict[int, datetime] = {}
@@ -155,9 +167,9 @@ class Notifier:
                 if outcome:
                     counts[outcome] += 1
         self.last_pass = PassReport(**counts)
-        with self.db.transaction() as store:
-            due = store.next_outbox_due(list(self.transports))
-        wake = now + self.poll
+        if not idle:
+            with self.db.transaction() as store:
+                due = store.next_outbox_due(kinds)
         if due is not None and due < wake:
             wake = max(now, due)
         return wake

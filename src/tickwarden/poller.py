@@ -2,6 +2,8 @@
 
 One pass:
 
+0. Look, in one read-only statement, whether any finished attempt is unprocessed;
+   when none is, the pass is over.
 1. Claim a batch of finished, unprocessed attempts (`FOR UPDATE SKIP LOCKED`
    feeding `UPDATE … SET processed_at RETURNING`): replicas get disjoint batches,
    and an attempt is marked processed at claim time, so a fault further down is
@@ -59,6 +61,9 @@ class OutcomePoller:
     def poll(self, now: datetime) -> PollResult:
         """Process one batch and say what happened."""
         result = PollResult()
+        with self.db.probe() as store:
+            if not store.finished_attempts_waiting(now):
+                return result  # the usual idle pass: one read-only statement
         with self.db.transaction() as store:
             claimed = store.claim_finished_attempts(now, self.batch_size)
             result.claimed = len(claimed)

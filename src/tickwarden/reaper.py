@@ -5,7 +5,8 @@ its run down the same failure path as any failed attempt (pending_retry while th
 tick has budget, failed otherwise), all in `store.expire_leases`. The statement
 locks with SKIP LOCKED and compare-and-sets on `running`, so any number of reaper
 replicas may pass at once and each attempt is reaped once. The same pass marks
-dead the environment instances their vanished worker left listed as live.
+dead the environment instances their vanished worker left listed as live. A pass
+first looks, in one read-only statement, whether there is anything to reap at all.
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ class LeaseReaper:
 
     def run_once(self, now: datetime) -> datetime:
         """Reap expired leases at `now`; come back at once while a full batch was found."""
+        with self.db.probe() as store:
+            waiting = store.reaper_waiting(now)
+        if not waiting:  # the usual pass: one read-only statement
+            self.last_reaped = []
+            return now + self.interval
         with self.db.transaction() as store:
             reaped = store.expire_leases(now, limit=self.batch)
-        with self.db.transaction() as store:
             store.abandon_environment_instances(now)
         self.last_reaped = reaped
         for item in reaped:

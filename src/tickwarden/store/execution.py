@@ -132,6 +132,11 @@ class ExecutionStore(StoreBase):
         """Mark dead the idle instances whose worker vanished without stopping them."""
         return len(self._rows("abandon_environment_instances", {"now": now, "grace_seconds": grace_seconds}))
 
+    def reaper_waiting(self, now: datetime, grace_seconds: int = 300) -> bool:
+        """Whether a lease reaper pass would find an expired lease or an abandoned instance."""
+        row = self._row("reaper_waiting", {"now": now, "grace_seconds": grace_seconds})
+        return bool(row and row["found"])
+
     def list_environment_instances(self, *, include_stopped: bool = False, limit: int = 200) -> list[EnvironmentInstance]:
         rows = self._rows("list_environment_instances", {"include_stopped": include_stopped, "limit": limit})
         return [from_row(EnvironmentInstance, r) for r in rows]

@@ -120,3 +120,17 @@ SET synchronous_commit = off;
 -- restore_commit --
 -- Back to the server's durable default before the connection returns to the pool.
 RESET synchronous_commit;
+
+-- reaper_waiting --
+-- The lease reaper's idle check, read only: has a running attempt's lease expired
+-- (expire_leases), or is an instance left listed live (abandon_environment_instances)?
+SELECT EXISTS (SELECT 1 FROM attempts WHERE status = 'running' AND lease_expires_at <= %(now)s)
+    OR EXISTS (
+    SELECT 1
+      FROM environment_instances i
+      JOIN environments e ON e.id = i.environment_id
+     WHERE i.status IN ('starting', 'warm', 'busy')
+       AND i.last_used_at + make_interval(secs => e.idle_timeout_seconds + %(grace_seconds)s) <= %(now)s
+       AND (i.status <> 'busy' OR NOT EXISTS (
+               SELECT 1 FROM attempts a WHERE a.status = 'running' AND a.worker_id = i.worker_id))
+) AS found;

@@ -129,6 +129,16 @@ def _transition(row: dict[str, Any]) -> Transition:
 
 
 class MonitoringStore(StoreBase):
+    def finished_attempts_waiting(self, now: datetime) -> bool:
+        """Whether any finished attempt is still unprocessed."""
+        row = self._row("monitoring_finished_waiting", {"now": now})
+        return bool(row and row["found"])
+
+    def escalations_waiting(self, now: datetime) -> bool:
+        """Whether any open warning is due to escalate."""
+        row = self._row("monitoring_escalation_waiting", {"now": now})
+        return bool(row and row["found"])
+
     def claim_finished_attempts(self, now: datetime, limit: int) -> list[ClaimedAttempt]:
         """Claim up to `limit` finished, unprocessed attempts, marking them processed."""
         rows = self._rows("monitoring_claim_finished_attempts", {"now": now, "limit": limit})

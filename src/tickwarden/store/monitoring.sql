@@ -362,3 +362,21 @@ SELECT tenant_id, workflow_id, scheduled_for, false, 'missed', 0, 0, %(now)s, 'm
        AS u (tenant_id, workflow_id, scheduled_for)
     ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
 RETURNING id AS run_id, workflow_id, scheduled_for;
+
+-- monitoring_finished_waiting --
+-- The poller's idle check: is any finished attempt still unprocessed? (A probe of the
+-- partial index attempts_unprocessed_idx.)
+SELECT EXISTS (
+    SELECT 1 FROM attempts
+     WHERE processed_at IS NULL
+       AND status IN ('succeeded', 'failed', 'lost', 'cancelled')
+       AND finished_at <= %(now)s
+) AS found;
+
+-- monitoring_escalation_waiting --
+-- The escalation clock's idle check: the condition of monitoring_escalate_due, read only.
+SELECT EXISTS (
+    SELECT 1 FROM alerts
+     WHERE status = 'open' AND severity = 'warning'
+       AND (escalate_at <= %(now)s OR failure_count >= escalate_after)
+) AS found;

@@ -234,6 +234,12 @@ class OutboxStore(StoreBase):
     def mark_outbox_dead(self, outbox_id: int, replica_id: str, error: str) -> bool:
         return self._execute("mark_outbox_dead", {"id": outbox_id, "replica_id": replica_id, "error": error}) == 1
 
+    def outbox_waiting(self, kinds: Sequence[str], now: datetime) -> tuple[bool, datetime | None]:
+        """Return whether a sender's claim has gone stale, and when the earliest delivery is due."""
+        row = self._row("outbox_waiting", {"kinds": list(kinds), "now": now})
+        assert row is not None
+        return bool(row["stale"]), row["due"]
+
     def next_outbox_due(self, kinds: Sequence[str]) -> datetime | None:
         row = self._row("next_outbox_due", {"kinds": list(kinds)})
         return row["due"] if row else None

@@ -248,3 +248,18 @@ SELECT o.id, o.sent_at, o.alert_id, o.event_id, e.kind AS event, e.severity, e.a
 -- deliveries (they are then sent again after their lease, which the idempotency
 -- key and stable Message-ID cover), while each delivery stops paying an fsync.
 SET LOCAL synchronous_commit TO OFF;
+
+-- outbox_waiting --
+-- The notifier's idle check in one statement: is a sender's claim stale, and when is
+-- the earliest claimable delivery due (the condition of next_outbox_due)?
+SELECT EXISTS (SELECT 1 FROM notification_outbox WHERE status = 'sending' AND locked_until <= %(now)s) AS stale,
+       (SELECT min(o.next_attempt_at)
+          FROM notification_outbox o
+         WHERE o.status IN ('pending', 'failed')
+           AND EXISTS (SELECT 1 FROM notification_channels c
+                        WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
+           AND NOT EXISTS (
+               SELECT 1 FROM notification_outbox p
+                WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
+                  AND p.status IN ('pending', 'failed', 'sending')
+                  AND p.event_id < o.event_id)) AS due;
