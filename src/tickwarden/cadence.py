@@ -14,6 +14,7 @@ so one long weekend gap does not make a weekday job look weekly, and a DST day's
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -111,8 +112,12 @@ def parse_schedule(cron: str, timezone: str = "UTC") -> CronSchedule:
     return schedule
 
 
+@functools.lru_cache(maxsize=4096)
 def cadence_of(schedule: CronSchedule, now: datetime) -> Cadence:
-    """Summarise the interval between consecutive fire times after `now`."""
+    """Summarise the interval between consecutive fire times after `now`.
+
+    Cached: a fleet repeats a few expressions, and the walk over a year of fires is long.
+    """
     fires: list[datetime] = []
     limit = ensure_utc(now) + HORIZON
     for fire in schedule.fire_times(now):

@@ -34,6 +34,8 @@ from tickwarden.migrate import upgrade
 from tickwarden.models import Attempt, AttemptOutcome
 from tickwarden.profile import default_timeout_seconds, derive_profile, run_deadline
 from tickwarden.sanitize import sanitize_error
+from tickwarden.store.ledger import finish_params
+from tickwarden.store.simulation import renew_params
 from tickwarden.simulate.scenario import Fault, Scenario
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,12 @@ ORDER = {
     "notifier": 8,
     "heartbeat": 9,
 }
+# Passes that read what the worker writes (attempt outcomes, lease renewals) and so
+# must see the worker's buffered writes first. The others read neither: the ticker
+# inserts runs by tick, the worker's lease takes queued attempts (which outcomes and
+# renewals never create), the reconciler reads the catalog, and the notifier reads
+# alert events and the attempts of runs the poller already judged (so flushed).
+SEES_WORKER = frozenset({"lease-reaper", "poller", "deadlines", "escalation"})
 WORKER_ID = "simulated-worker"
 # The control plane comes up this long after the scenario starts, so that its passes
 # are not in lockstep with the round times faults are usually written at.
@@ -165,7 +173,14 @@ class EventQueue:
 
 
 class SimulatedWorker:
-    """Leases attempts through the real ledger and ends them as the outcome model says."""
+    """Leases attempts through the real ledger and ends them as the outcome model says.
+
+    What the worker writes (an attempt's outcome, a heartbeat's lease renewal) is
+    buffered with the time it happened and written, in order and in one transaction,
+    just before the next pass that could read it (`flush`). Nothing reads the ledger
+    in between, so the ledger every pass sees is the one it would have seen had each
+    write gone out at once; the simulation just makes fewer round trips.
+    """
 
     name = "worker"
 
@@ -176,8 +191,20 @@ class SimulatedWorker:
         self.workflows = workflows
         self.in_flight: dict[int, datetime] = {}  # attempt id -> when it stops heartbeating
         self.on_busy: Callable[[datetime], None] = lambda now: None  # wakes the heartbeat
+        self.pending: list[tuple[str, dict[str, Any]]] = []
+
+    def flush(self) -> None:
+        """Write what the worker did since the last flush."""
+        if self.pending:
+            writes, self.pending = self.pending, []
+            with self.db.transaction() as store:
+                store.sim_worker_writes(writes)
 
     def run_once(self, now: datetime) -> datetime:
+        following = now + timedelta(seconds=WORKER_POLL_SECONDS)
+        with self.db.probe() as store:
+            if not store.attempts_queued(now):
+                return following  # as an idle worker's poll: one read-only statement
         with self.db.transaction() as store:
             leased = store.lease_attempts(WORKER_ID, now, LEASE_SECONDS, limit=10_000)
             ticks = store.sim_runs_by_id([a.run_id for a in leased]) if leased else {}
@@ -189,15 +216,14 @@ class SimulatedWorker:
             plan = self.model.plan(self.workflows[attempt.workflow_id], attempt, run.scheduled_for, now)
             self.in_flight[attempt.id] = plan.at
             self.queue.at(plan.at, ORDER["world"], self._ender(attempt, plan))
-        return now + timedelta(seconds=WORKER_POLL_SECONDS)
+        return following
 
     def _ender(self, attempt: Attempt, plan: Plan) -> Callable[[datetime], None]:
         def end(now: datetime) -> None:
             self.in_flight.pop(attempt.id, None)
             if plan.outcome is None:
                 return  # the worker died here: nothing is written, the lease will expire
-            with self.db.transaction() as store:
-                store.finish_attempt(attempt.id, WORKER_ID, plan.outcome, now)
+            self.pending.append(("finish_attempt", finish_params(attempt.id, WORKER_ID, plan.outcome, now)))
 
         return end
 
@@ -208,8 +234,7 @@ class SimulatedWorker:
         """
         alive = [attempt_id for attempt_id, stops in self.in_flight.items() if stops > now]
         if alive:
-            with self.db.transaction() as store:
-                store.sim_renew_leases(alive, WORKER_ID, now, LEASE_SECONDS)
+            self.pending.append(("sim_renew_leases", renew_params(alive, WORKER_ID, now, LEASE_SECONDS)))
         if not self.in_flight:
             return None
         return now + timedelta(seconds=LEASE_SECONDS / 3)
@@ -246,6 +271,7 @@ class Simulation:
         self.queue = EventQueue()
         self.db: Database | None = None
         self._schedule: Callable[[str, datetime], None] = lambda name, when: None
+        self._flush: Callable[[], None] = lambda: None
 
     # -- schema -----------------------------------------------------------------------------------
 
@@ -273,11 +299,10 @@ class Simulation:
                 tenants[name] = tenant
                 store.sim_create_channel(tenant.id, name, "customer", now)
             for spec in self.scenario.workflows:
-                schedule = parse_schedule(spec.cron, spec.timezone)
-                cadence = cadence_of(schedule, now)
+                interval = cadence_of(parse_schedule(spec.cron, spec.timezone), now).interval_seconds
                 policy = dict(self.overrides) if self.replace_policy else {**spec.policy, **self.overrides}
-                derive_profile(cadence.interval_seconds, policy)  # validated before anything runs
-                timeout = default_timeout_seconds(cadence.interval_seconds)
+                derive_profile(interval, policy)  # validated before anything runs
+                timeout = default_timeout_seconds(interval)
                 workflow = store.upsert_workflow(
                     tenants[spec.tenant].id, spec.name, now, timeout_seconds=timeout, policy_overrides=policy
                 )
@@ -286,11 +311,13 @@ class Simulation:
                     workflow_id=workflow.id,
                     cron=spec.cron,
                     timezone=spec.timezone,
-                    cadence_seconds=cadence.interval_seconds,
+                    cadence_seconds=interval,
                     now=now,
                 )
                 ids[spec.key] = workflow.id
                 timeouts[spec.key] = timeout
+        with db.transaction() as store:
+            store.sim_analyze()
         return SimulationSetup(ids, {v: k for k, v in ids.items()}, timeouts)
 
     # -- the run ------------------------------------------------------------------------------------
@@ -346,25 +373,31 @@ class Simulation:
         by_name = {loop.name: loop for loop in loops}
         unknown = set(by_name) - set(ORDER)
         assert not unknown, f"loops without a place in the event order: {unknown}"
-        # Passes that can queue attempts or alert events wake their consumers at once, as
+        # A pass that queued attempts or notifications wakes their consumers at once, as
         # LISTEN/NOTIFY does in the service; polling on each loop's own interval still runs.
-        wakes = {
-            "ticker": ("worker",),
-            "poller": ("worker", "notifier"),
-            "deadlines": ("notifier",),
-            "escalation": ("notifier",),
+        wakes: dict[str, Callable[[Any], tuple[str, ...]]] = {
+            "ticker": lambda ticker: ("worker",) if ticker.last_pass and ticker.last_pass.created else (),
+            "poller": lambda poller: (("worker",) if poller.last.retried else ())
+            + (("notifier",) if poller.last.evaluation.event_ids else ()),
+            "deadlines": lambda deadlines: ("notifier",) if deadlines.last.evaluation.event_ids else (),
+            "escalation": lambda escalation: ("notifier",) if escalation.last else (),
         }
 
         def schedule(name: str, when: datetime) -> None:
             self.queue.wake(name, when, lambda now, name=name: step(name, now))
 
         def step(name: str, now: datetime) -> None:
-            following = by_name[name].run_once(now)
+            if name in SEES_WORKER:
+                worker.flush()  # the pass sees what the worker did before it
+            loop = by_name[name]
+            following = loop.run_once(now)
             schedule(name, max(following, now + timedelta(milliseconds=1)))
-            for consumer in wakes.get(name, ()):
+            woken = wakes.get(name)
+            for consumer in woken(loop) if woken else ():
                 schedule(consumer, now)
 
         self._schedule = schedule
+        self._flush = worker.flush
         for loop in loops:
             first = self.scenario.start if loop is worker else self.scenario.start + CONTROL_PLANE_OFFSET
             schedule(loop.name, first)
@@ -378,6 +411,7 @@ class Simulation:
                 break
             self.clock.set(event.at)
             event.action(event.at)
+        worker.flush()
 
     def _heartbeat(self, worker: SimulatedWorker) -> Callable[[datetime], None]:
         def beat(now: datetime) -> None:
@@ -394,6 +428,7 @@ class Simulation:
             from tickwarden.catalog import run_now
 
             tenant, workflow = key.split("/", 1)
+            self._flush()
             run_now(db, tenant, workflow, now, requested_by="scenario")
             self._schedule("worker", now)
 

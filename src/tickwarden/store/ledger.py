@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from psycopg.types.json import Jsonb
 
@@ -108,28 +109,17 @@ class LedgerStore(StoreBase):
 
     def finish_attempt(self, attempt_id: int, worker_id: str, outcome: AttemptOutcome, now: datetime) -> FinishedAttempt:
         """Record an attempt's outcome and move its run; applied once however often delivered."""
-        if outcome.status not in ("succeeded", "failed"):
-            raise ValueError(f"an attempt finishes as succeeded or failed, not {outcome.status!r}")
-        row = self._row(
-            "finish_attempt",
-            {
-                "attempt_id": attempt_id,
-                "worker_id": worker_id,
-                "status": outcome.status,
-                "error_category": outcome.error_category,
-                "error": outcome.error,
-                "failed_step": outcome.failed_step,
-                "retryable": outcome.retryable,
-                "log_tail": outcome.log_tail,
-                "outputs": Jsonb(outcome.outputs),
-                "now": now,
-            },
-        )
+        row = self._row("finish_attempt", finish_params(attempt_id, worker_id, outcome, now))
         if row is None:
             return FinishedAttempt(applied=False, attempt_id=attempt_id)
         return FinishedAttempt(
             applied=True, attempt_id=attempt_id, run_id=row["run_id"], number=row["number"], run_status=row["run_status"]
         )
+
+    def attempts_queued(self, now: datetime) -> bool:
+        """Whether any attempt is queued and due."""
+        row = self._row("attempts_queued", {"now": now})
+        return bool(row and row["found"])
 
     def expire_leases(self, now: datetime, limit: int = 500) -> list[FinishedAttempt]:
         """Mark attempts with an expired lease lost and move their runs; return them."""
@@ -189,3 +179,21 @@ class LedgerStore(StoreBase):
 
     def list_attempts(self, run_id: int) -> list[Attempt]:
         return [from_row(Attempt, row) for row in self._rows("list_attempts", {"run_id": run_id})]
+
+
+def finish_params(attempt_id: int, worker_id: str, outcome: AttemptOutcome, now: datetime) -> dict[str, Any]:
+    """The parameters of the `finish_attempt` statement (shared with the simulator's batched writes)."""
+    if outcome.status not in ("succeeded", "failed"):
+        raise ValueError(f"an attempt finishes as succeeded or failed, not {outcome.status!r}")
+    return {
+        "attempt_id": attempt_id,
+        "worker_id": worker_id,
+        "status": outcome.status,
+        "error_category": outcome.error_category,
+        "error": outcome.error,
+        "failed_step": outcome.failed_step,
+        "retryable": outcome.retryable,
+        "log_tail": outcome.log_tail,
+        "outputs": Jsonb(outcome.outputs),
+        "now": now,
+    }

@@ -6,8 +6,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg import sql
+
 from tickwarden.models import Run, from_row
 from tickwarden.store.base import StoreBase
+from tickwarden.store.queries import queries
 
 
 class SimulationStore(StoreBase):
@@ -30,16 +33,27 @@ class SimulationStore(StoreBase):
         rows = self._rows("sim_runs_by_id", {"run_ids": list(run_ids)})
         return {row["id"]: from_row(Run, row) for row in rows}
 
-    def sim_renew_leases(self, attempt_ids: Sequence[int], worker_id: str, now: datetime, lease_seconds: float) -> int:
-        return self._execute(
-            "sim_renew_leases",
-            {
-                "attempt_ids": list(attempt_ids),
-                "worker_id": worker_id,
-                "now": now,
-                "lease_expires_at": now + timedelta(seconds=lease_seconds),
-            },
-        )
+    def sim_worker_writes(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Apply the simulated worker's buffered writes (`finish_attempt`, `sim_renew_leases`) in order.
+
+        The statements are the worker's own, with the parameters and times they had when
+        they happened; they are pipelined because nothing reads between them.
+        """
+        if not writes:
+            return
+        with self.conn.pipeline():
+            for name, params in writes:
+                self.conn.execute(queries()[name], params)
+
+    def sim_analyze(self) -> None:
+        """Refresh the planner's statistics of this schema's tables once the catalog is loaded.
+
+        A simulation's tables start empty; without this the planner keeps the plans of
+        empty tables until autovacuum comes round, which a short run never sees.
+        """
+        tables = [row["tablename"] for row in self._rows("sim_tables")]
+        if tables:
+            self.conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
 
     def sim_history(self) -> list[dict[str, Any]]:
         return self._rows("sim_history")
@@ -50,3 +64,12 @@ class SimulationStore(StoreBase):
         )
         assert row is not None
         return int(row["id"])
+
+
+def renew_params(attempt_ids: Sequence[int], worker_id: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
+    return {
+        "attempt_ids": list(attempt_ids),
+        "worker_id": worker_id,
+        "now": now,
+        "lease_expires_at": now + timedelta(seconds=lease_seconds),
+    }

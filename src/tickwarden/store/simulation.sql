@@ -77,3 +77,7 @@ SELECT * FROM runs WHERE id = ANY(%(run_ids)s::bigint[]);
 UPDATE attempts
    SET heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
  WHERE id = ANY(%(attempt_ids)s::bigint[]) AND status = 'running' AND worker_id = %(worker_id)s;
+
+-- sim_tables --
+-- The tables of the simulation's own schema (first on its search path).
+SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename;

@@ -1,0 +1,62 @@
+"""The simulator's engine: the worker's buffered writes reach the ledger before any pass reads them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from tickwarden.simulate import Simulation, parse_scenario
+from tests.dbutil import TEST_URL
+
+START = datetime.fromisoformat("2026-11-30T00:00:00+00:00")
+
+
+def scenario(duration: int, faults: list[dict] | None = None, hours: float = 1, cron: str = "*/15 * * * *") -> dict:
+    return {
+        "name": "engine",
+        "start": "2026-11-30T00:00:00Z",
+        "end": (START + timedelta(hours=hours)).isoformat().replace("+00:00", "Z"),
+        "tenants": ["acme"],
+        "workflows": [{"tenant": "acme", "name": "sync", "cron": cron, "duration": duration}],
+        "faults": faults or [],
+    }
+
+
+def run(raw: dict):
+    return Simulation(parse_scenario(raw, source="test"), url=TEST_URL).run()
+
+
+def test_an_attempt_that_outlives_its_lease_is_kept_alive_by_its_heartbeats():
+    # 200 s is more than three 60-second leases: only renewals written before each
+    # reaper pass keep the reaper from taking the attempt as lost.
+    outcome = run(scenario(duration=200))
+    ended = [a for a in outcome.attempts if a["finished_at"] is not None]
+    assert len(ended) >= 3
+    assert [(a["number"], a["status"]) for a in ended] == [(1, "succeeded")] * len(ended)
+    assert all(a["finished_at"] - a["started_at"] == timedelta(seconds=200) for a in ended)
+    assert outcome.alerts == []
+
+
+def test_a_crashed_worker_is_reaped_once_its_lease_runs_out_and_the_tick_is_retried():
+    crash = {"workflow": "acme/sync", "start": "2026-11-30T01:00:10Z", "end": "2026-11-30T01:00:11Z",
+             "mode": "crash", "error": "killed"}
+    outcome = run(scenario(duration=30, faults=[crash], hours=2, cron="0 * * * *"))  # hourly: one retry
+    tick = [a for a in outcome.attempts if a["scheduled_for"] == START + timedelta(hours=1)]
+    assert [(a["number"], a["status"]) for a in tick] == [(1, "lost"), (2, "succeeded")]
+    lost = tick[0]
+    # the last renewal was at most 20 s before the crash; the lease is 60 s; the reaper passes every 15 s
+    expired_by = START + timedelta(hours=1, seconds=10 + 60)
+    assert expired_by - timedelta(seconds=20) < lost["finished_at"] <= expired_by + timedelta(seconds=15)
+
+
+def test_an_outcome_is_judged_by_the_first_poller_pass_after_it():
+    fault = {"workflow": "acme/sync", "start": "2026-11-30T00:00:00Z", "end": "2026-11-30T01:30:00Z",
+             "error": "table analytics.orders is stale", "retryable": False}
+    outcome = run(scenario(duration=30, faults=[fault], hours=2))
+    failed = [a for a in outcome.attempts if a["status"] == "failed"]
+    assert failed, "the fault fails the ticks inside it"
+    opened = outcome.alerts[0]["opened_at"]
+    # the poller's passes are at 15 s + k·30 s; an alert opens on one of them, never between
+    assert (opened - (START + timedelta(seconds=15))).total_seconds() % 30 == 0
+    # and no later than one poll interval after the failure that confirmed it
+    confirming = [a["finished_at"] for a in failed if a["finished_at"] <= opened]
+    assert opened - max(confirming) <= timedelta(seconds=30)
