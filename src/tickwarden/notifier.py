@@ -153,7 +153,7 @@ class Notifier:
                 contexts = store.outbox_delivery_context([row.id for row in claimed]) if claimed else []
                 if not contexts:  # another replica took them, or this round emptied the queue
                     idle = True
-                    due = store.next_outbox_due(kinds)
+                    due = store.outbox_waiting(kinds, now)[1]
             if idle:
                 break
             # A channel that failed earlier in this batch is not tried again until its back-off ends.
@@ -169,7 +169,7 @@ class Notifier:
         self.last_pass = PassReport(**counts)
         if not idle:
             with self.db.transaction() as store:
-                due = store.next_outbox_due(kinds)
+                due = store.outbox_waiting(kinds, now)[1]
         if due is not None and due < wake:
             wake = max(now, due)
         return wake

@@ -240,10 +240,6 @@ class OutboxStore(StoreBase):
         assert row is not None
         return bool(row["stale"]), row["due"]
 
-    def next_outbox_due(self, kinds: Sequence[str]) -> datetime | None:
-        row = self._row("next_outbox_due", {"kinds": list(kinds)})
-        return row["due"] if row else None
-
     def outbox_status_counts(self) -> dict[str, int]:
         counts = {status: 0 for status in ("pending", "sending", "failed", "dead", "sent")}
         for row in self._rows("outbox_status_counts"):

@@ -193,22 +193,6 @@ UPDATE notification_outbox
  WHERE channel_id = %(channel_id)s AND status IN ('pending', 'failed')
 RETURNING id;
 
--- next_outbox_due --
--- When the earliest claimable delivery becomes due (the notifier's next wake-up).
--- Only the head of each thread's queue counts: a reply waiting behind an undelivered
--- first message is due when that message is, not at its own (past) time, which
--- would otherwise wake the loop over and over for nothing.
-SELECT min(o.next_attempt_at) AS due
-  FROM notification_outbox o
- WHERE o.status IN ('pending', 'failed')
-   AND EXISTS (SELECT 1 FROM notification_channels c
-                WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
-   AND NOT EXISTS (
-       SELECT 1 FROM notification_outbox p
-        WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
-          AND p.status IN ('pending', 'failed', 'sending')
-          AND p.event_id < o.event_id);
-
 -- outbox_status_counts --
 -- Delivery rows by status, with the oldest waiting row's creation time.
 SELECT status, count(*) AS n, min(created_at) AS oldest
@@ -250,8 +234,11 @@ SELECT o.id, o.sent_at, o.alert_id, o.event_id, e.kind AS event, e.severity, e.a
 SET LOCAL synchronous_commit TO OFF;
 
 -- outbox_waiting --
--- The notifier's idle check in one statement: is a sender's claim stale, and when is
--- the earliest claimable delivery due (the condition of next_outbox_due)?
+-- The notifier's look in one statement: is a sender's claim stale, and when does the
+-- earliest claimable delivery become due (its next wake-up)? Only the head of each
+-- thread's queue counts: a reply waiting behind an undelivered first message is due
+-- when that message is, not at its own (past) time, which would otherwise wake the
+-- loop over and over for nothing.
 SELECT EXISTS (SELECT 1 FROM notification_outbox WHERE status = 'sending' AND locked_until <= %(now)s) AS stale,
        (SELECT min(o.next_attempt_at)
           FROM notification_outbox o
