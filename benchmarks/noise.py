@@ -39,8 +39,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from benchmarks.common import BENCH_URL
 from tickwarden.cadence import cadence_of, parse_schedule
 from tickwarden.clock import isoformat_z, parse_utc
+from tickwarden.db import describe_url
 from tickwarden.simulate import POLICIES, parse_scenario, run_policy
 from tickwarden.simulate.engine import SimulationOutcome
 
@@ -202,7 +204,7 @@ def _simulate(name: str) -> dict[str, Any]:
     """Simulate one policy (in a worker process) and score it there: outcomes stay where they are."""
     scenario, incidents, classes, cadences, observable = _CONTEXT
     t0 = time.perf_counter()
-    outcome = run_policy(scenario, name)
+    outcome = run_policy(scenario, name, url=BENCH_URL)
     result = score(outcome, incidents, classes, cadences, observable)
     result["wall"] = time.perf_counter() - t0
     result["runs"] = len(outcome.runs)
@@ -238,8 +240,8 @@ def main() -> None:
     kinds = defaultdict(int)
     for incident in incidents:
         kinds[incident.kind] += 1
-    print(f"{scenario.name}: {dict(kinds)}; genuine incidents touching a tick: {sum(i.genuine for i in incidents)}",
-          flush=True)
+    print(f"{scenario.name} on {describe_url(BENCH_URL)}: {dict(kinds)}; "
+          f"genuine incidents touching a tick: {sum(i.genuine for i in incidents)}", flush=True)
 
     names = args.policies.split(",")
     unknown = [name for name in names if name not in POLICIES]

@@ -12,8 +12,10 @@ import argparse
 import logging
 import time
 
+from benchmarks.common import BENCH_URL
 from benchmarks.noise import START, build
 from tickwarden.clock import isoformat_z
+from tickwarden.db import describe_url
 from tickwarden.simulate import parse_scenario, run_policy
 
 
@@ -34,11 +36,11 @@ def main() -> None:
     scenario = parse_scenario(raw, source="simulate-benchmark")
     t0 = time.perf_counter()
     cpu0 = time.process_time()
-    outcome = run_policy(scenario, "tickwarden")
+    outcome = run_policy(scenario, "tickwarden", url=BENCH_URL)
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     virtual = args.hours * 3600
-    print(f"\n== simulate: {args.workflows} workflows over {args.hours} virtual hours")
+    print(f"\n== simulate: {args.workflows} workflows over {args.hours} virtual hours ({describe_url(BENCH_URL)})")
     print(f"  runs                 {len(outcome.runs):,}")
     print(f"  alerts / messages    {len(outcome.alerts):,} / {len(outcome.notifications):,}")
     print(f"  wall time            {wall:.1f} s  (client CPU {cpu:.1f} s)")
