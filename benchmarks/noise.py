@@ -47,6 +47,7 @@ from tickwarden.simulate import POLICIES, parse_scenario, run_policy
 from tickwarden.simulate.engine import SimulationOutcome
 
 START = parse_utc("2026-11-01T00:00:00Z")
+DETAILS = 12  # items of each list that --details prints per policy
 
 # (class, weight, cron template, duration seconds)
 CADENCES = [
@@ -176,8 +177,12 @@ def score(outcome: SimulationOutcome, incidents: list[Incident], classes: dict[s
             if not any(a <= t <= b for a, b in windows.get(workflow, ())):
                 false_alarms.append(f"{workflow} at {isoformat_z(t)}")
     threads = {(n["channel"], n["thread"]) for n in outcome.notifications}
+    by_event: dict[str, int] = defaultdict(int)
+    for notification in outcome.notifications:
+        by_event[notification["event"]] += 1
     return {
         "messages": len(outcome.notifications),
+        "by_event": dict(sorted(by_event.items())),
         "threads": len(threads),
         "alerts": len(outcome.alerts),
         "genuine": len(genuine),
@@ -256,17 +261,22 @@ def main() -> None:
                   f"{result['messages']:,} messages, recall {result['detected']}/{result['genuine']}, "
                   f"{result['false_alarms']} false alarm(s)", flush=True)
             if args.details:
-                for alarm in result["false_alarm_list"]:
-                    print(f"    false alarm: {alarm}")
-                for miss in result["missed"]:
-                    print(f"    missed: {miss}")
+                for label, items in (("false alarm", result["false_alarm_list"]), ("missed", result["missed"])):
+                    for item in items[:DETAILS]:
+                        print(f"    {label}: {item}")
+                    if len(items) > DETAILS:
+                        print(f"    … and {len(items) - DETAILS:,} more of these")
 
     print()
-    header = f"{'policy':<14}{'messages':>10}{'threads':>9}{'alerts':>8}{'recall':>12}{'false alarms':>14}"
+    header = (f"{'policy':<14}{'messages':>10}{'threads':>9}{'alerts':>8}{'recall':>12}{'false alarms':>14}"
+              f"{'msgs/detected':>15}  messages by event")
     print(header)
     for name, r in results.items():
         recall = f"{r['detected']}/{r['genuine']}"
-        print(f"{name:<14}{r['messages']:>10,}{r['threads']:>9,}{r['alerts']:>8,}{recall:>12}{r['false_alarms']:>14,}")
+        per = f"{r['messages'] / r['detected']:.1f}" if r["detected"] else "—"
+        events = ", ".join(f"{kind} {count:,}" for kind, count in r["by_event"].items())
+        print(f"{name:<14}{r['messages']:>10,}{r['threads']:>9,}{r['alerts']:>8,}{recall:>12}{r['false_alarms']:>14,}"
+              f"{per:>15}  {events}")
     print("\ndetection delay in minutes, median / p95, per cadence class")
     labels = [c[0] for c in CADENCES]
     print(f"{'policy':<14}" + "".join(f"{label:>16}" for label in labels))
