@@ -54,11 +54,12 @@ ORDER = {
     "heartbeat": 9,
 }
 # Passes that read what the worker writes (attempt outcomes, lease renewals) and so
-# must see the worker's buffered writes first. The others read neither: the ticker
-# inserts runs by tick, the worker's lease takes queued attempts (which outcomes and
-# renewals never create), the reconciler reads the catalog, and the notifier reads
-# alert events and the attempts of runs the poller already judged (so flushed).
-SEES_WORKER = frozenset({"lease-reaper", "poller", "deadlines", "escalation"})
+# must see the worker's buffered writes first (the lease reaper: see SimulatedWorker).
+# The others read neither: the ticker inserts runs by tick, the worker's lease takes
+# queued attempts (which outcomes and renewals never create), the reconciler reads the
+# catalog, the escalation clock reads alerts, and the notifier reads alert events and
+# the attempts of runs the poller already judged (so written).
+SEES_WORKER = frozenset({"poller", "deadlines"})
 WORKER_ID = "simulated-worker"
 # The control plane comes up this long after the scenario starts, so that its passes
 # are not in lockstep with the round times faults are usually written at.
@@ -176,10 +177,18 @@ class SimulatedWorker:
     """Leases attempts through the real ledger and ends them as the outcome model says.
 
     What the worker writes (an attempt's outcome, a heartbeat's lease renewal) is
-    buffered with the time it happened and written, in order and in one transaction,
-    just before the next pass that could read it (`flush`). Nothing reads the ledger
-    in between, so the ledger every pass sees is the one it would have seen had each
-    write gone out at once; the simulation just makes fewer round trips.
+    buffered with the time it happened and written, in order and in one pipelined
+    transaction, just before the next pass that reads it (`flush_for`). Nothing reads
+    the ledger in between, so every pass sees the ledger it would have seen had each
+    write gone out at once; the simulation just makes fewer round trips:
+
+    - the poller, the deadline detector and a manual run always see every write;
+    - the lease reaper acts only on expired leases, so it needs the writes only when
+      an attempt with writes pending shows a lease in the ledger that has run out by
+      now (otherwise neither what the ledger shows nor what is pending makes it act);
+    - the other passes read neither attempts nor runs;
+    - of several renewals of one attempt in a batch only the last is written: the
+      later one overwrites everything the earlier one set.
     """
 
     name = "worker"
@@ -191,14 +200,41 @@ class SimulatedWorker:
         self.workflows = workflows
         self.in_flight: dict[int, datetime] = {}  # attempt id -> when it stops heartbeating
         self.on_busy: Callable[[datetime], None] = lambda now: None  # wakes the heartbeat
-        self.pending: list[tuple[str, dict[str, Any]]] = []
+        self.pending: list[tuple[datetime, str, Any]] = []  # (when, "finish" | "renew", what)
+        self.dirty: set[int] = set()  # attempts with writes pending
+        self.written_lease: dict[int, datetime] = {}  # attempt id -> lease expiry the ledger shows
+
+    def flush_for(self, reader: str, now: datetime) -> None:
+        """Write what the worker did since the last flush, if pass `reader` could see it."""
+        if reader in SEES_WORKER or (
+            reader == "lease-reaper" and any(self.written_lease.get(a, now) <= now for a in self.dirty)
+        ):
+            self.flush()
 
     def flush(self) -> None:
         """Write what the worker did since the last flush."""
-        if self.pending:
-            writes, self.pending = self.pending, []
-            with self.db.transaction() as store:
-                store.sim_worker_writes(writes)
+        if not self.pending:
+            return
+        writes, self.pending, self.dirty = self.pending, [], set()
+        last_renewal: dict[int, datetime] = {}
+        for at, kind, what in writes:
+            if kind == "renew":
+                for attempt_id in what:
+                    last_renewal[attempt_id] = at
+        statements: list[tuple[str, dict[str, Any]]] = []
+        for at, kind, what in writes:
+            if kind == "finish":
+                statements.append(("finish_attempt", what))
+                self.written_lease.pop(what["attempt_id"], None)
+                continue
+            alive = [attempt_id for attempt_id in what if last_renewal[attempt_id] == at]
+            if alive:
+                statements.append(("sim_renew_leases", renew_params(alive, WORKER_ID, at, LEASE_SECONDS)))
+                for attempt_id in alive:
+                    if attempt_id in self.written_lease:
+                        self.written_lease[attempt_id] = at + timedelta(seconds=LEASE_SECONDS)
+        with self.db.transaction() as store:
+            store.sim_worker_writes(statements)
 
     def run_once(self, now: datetime) -> datetime:
         following = now + timedelta(seconds=WORKER_POLL_SECONDS)
@@ -215,6 +251,7 @@ class SimulatedWorker:
             assert run is not None
             plan = self.model.plan(self.workflows[attempt.workflow_id], attempt, run.scheduled_for, now)
             self.in_flight[attempt.id] = plan.at
+            self.written_lease[attempt.id] = now + timedelta(seconds=LEASE_SECONDS)
             self.queue.at(plan.at, ORDER["world"], self._ender(attempt, plan))
         return following
 
@@ -223,7 +260,8 @@ class SimulatedWorker:
             self.in_flight.pop(attempt.id, None)
             if plan.outcome is None:
                 return  # the worker died here: nothing is written, the lease will expire
-            self.pending.append(("finish_attempt", finish_params(attempt.id, WORKER_ID, plan.outcome, now)))
+            self.pending.append((now, "finish", finish_params(attempt.id, WORKER_ID, plan.outcome, now)))
+            self.dirty.add(attempt.id)
 
         return end
 
@@ -234,7 +272,8 @@ class SimulatedWorker:
         """
         alive = [attempt_id for attempt_id, stops in self.in_flight.items() if stops > now]
         if alive:
-            self.pending.append(("sim_renew_leases", renew_params(alive, WORKER_ID, now, LEASE_SECONDS)))
+            self.pending.append((now, "renew", alive))
+            self.dirty.update(alive)
         if not self.in_flight:
             return None
         return now + timedelta(seconds=LEASE_SECONDS / 3)
@@ -387,8 +426,7 @@ class Simulation:
             self.queue.wake(name, when, lambda now, name=name: step(name, now))
 
         def step(name: str, now: datetime) -> None:
-            if name in SEES_WORKER:
-                worker.flush()  # the pass sees what the worker did before it
+            worker.flush_for(name, now)  # the pass sees what the worker did before it
             loop = by_name[name]
             following = loop.run_once(now)
             schedule(name, max(following, now + timedelta(milliseconds=1)))
