@@ -223,3 +223,30 @@ def test_the_consecutive_failure_count_walks_only_the_streak_through_the_indexes
         streak = plan("count_failures_since", {"workflow_id": workflow.id, "since": since})
     assert "runs_workflow_success_idx" in newest and "Seq Scan" not in newest
     assert "runs_workflow_recent_idx" in streak and "Seq Scan" not in streak
+
+
+def test_a_batch_of_outcomes_is_recorded_in_one_statement_each_attempt_once(db, clock):
+    workflow = make_workflow(db, clock.now())
+    runs = [create_run(db, workflow, clock.now() - timedelta(days=i), clock.now(), budget=1) for i in range(3)]
+    with db.transaction() as store:
+        leased = sorted(store.lease_attempts("w1", clock.now(), 60, limit=10), key=lambda a: a.run_id)
+    by_run = {a.run_id: a for a in leased}
+    ok, failed, foreign = (by_run[r.id] for r in runs)
+    with db.transaction() as store:  # another worker's attempt is not ours to finish
+        store.conn.execute("UPDATE attempts SET worker_id = 'w2' WHERE id = %s", (foreign.id,))
+    t1, t2 = clock.now() + timedelta(seconds=10), clock.now() + timedelta(seconds=20)
+    with db.transaction() as store:
+        results = store.finish_attempts("w1", [(ok.id, OK, t1), (failed.id, FAIL, t2), (foreign.id, OK, t2)])
+        again = store.finish_attempts("w1", [(ok.id, FAIL, t2)])
+    assert [(r.attempt_id, r.applied, r.run_status) for r in results] == [
+        (ok.id, True, "succeeded"), (failed.id, True, "pending_retry"), (foreign.id, False, None)]
+    assert [r.applied for r in again] == [False]
+    with db.transaction() as store:
+        done = {r.id: store.get_run(r.id) for r in runs}
+        attempts = {a.id: store.get_attempt(a.id) for a in leased}
+    assert (done[runs[0].id].status, done[runs[0].id].finished_at) == ("succeeded", t1)
+    assert (done[runs[1].id].status, done[runs[1].id].finished_at) == ("pending_retry", None)
+    assert done[runs[2].id].status == "running" and attempts[foreign.id].status == "running"
+    assert (attempts[failed.id].finished_at, attempts[failed.id].error_category) == (t2, "step_error")
+    with db.transaction() as store:
+        assert store.finish_attempts("w1", []) == []

@@ -177,8 +177,8 @@ class SimulatedWorker:
     """Leases attempts through the real ledger and ends them as the outcome model says.
 
     What the worker writes (an attempt's outcome, a heartbeat's lease renewal) is
-    buffered with the time it happened and written, in order and in one pipelined
-    transaction, just before the next pass that reads it (`flush_for`). Nothing reads
+    buffered with the time it happened and written, in one pipelined transaction, just
+    before the next pass that reads it (`flush_for`). Nothing reads
     the ledger in between, so every pass sees the ledger it would have seen had each
     write gone out at once; the simulation just makes fewer round trips:
 
@@ -188,7 +188,8 @@ class SimulatedWorker:
       now (otherwise neither what the ledger shows nor what is pending makes it act);
     - the other passes read neither attempts nor runs;
     - of several renewals of one attempt in a batch only the last is written: the
-      later one overwrites everything the earlier one set.
+      later one overwrites everything the earlier one set;
+    - the outcomes of a batch are written by one `finish_attempts` statement.
     """
 
     name = "worker"
@@ -221,18 +222,24 @@ class SimulatedWorker:
             if kind == "renew":
                 for attempt_id in what:
                     last_renewal[attempt_id] = at
+        # Renewals first, then every outcome in one statement: an attempt is renewed only
+        # while it runs, so its renewals all precede its outcome, and distinct attempts'
+        # writes touch distinct rows (a batch never holds two attempts of one run: a
+        # retry is queued only once the poller has seen the earlier outcome, written).
         statements: list[tuple[str, dict[str, Any]]] = []
         for at, kind, what in writes:
-            if kind == "finish":
-                statements.append(("finish_attempt", what))
-                self.written_lease.pop(what["attempt_id"], None)
-                continue
-            alive = [attempt_id for attempt_id in what if last_renewal[attempt_id] == at]
-            if alive:
-                statements.append(("sim_renew_leases", renew_params(alive, WORKER_ID, at, LEASE_SECONDS)))
-                for attempt_id in alive:
-                    if attempt_id in self.written_lease:
-                        self.written_lease[attempt_id] = at + timedelta(seconds=LEASE_SECONDS)
+            if kind == "renew":
+                alive = [attempt_id for attempt_id in what if last_renewal[attempt_id] == at]
+                if alive:
+                    statements.append(("sim_renew_leases", renew_params(alive, WORKER_ID, at, LEASE_SECONDS)))
+                    for attempt_id in alive:
+                        if attempt_id in self.written_lease:
+                            self.written_lease[attempt_id] = at + timedelta(seconds=LEASE_SECONDS)
+        finished = [what for _, kind, what in writes if kind == "finish"]
+        if finished:
+            statements.append(("finish_attempts", finish_params(WORKER_ID, finished)))
+            for attempt_id, _, _ in finished:
+                self.written_lease.pop(attempt_id, None)
         with self.db.transaction() as store:
             store.sim_worker_writes(statements)
 
@@ -260,7 +267,7 @@ class SimulatedWorker:
             self.in_flight.pop(attempt.id, None)
             if plan.outcome is None:
                 return  # the worker died here: nothing is written, the lease will expire
-            self.pending.append((now, "finish", finish_params(attempt.id, WORKER_ID, plan.outcome, now)))
+            self.pending.append((now, "finish", (attempt.id, plan.outcome, now)))
             self.dirty.add(attempt.id)
 
         return end

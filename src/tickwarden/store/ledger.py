@@ -109,12 +109,24 @@ class LedgerStore(StoreBase):
 
     def finish_attempt(self, attempt_id: int, worker_id: str, outcome: AttemptOutcome, now: datetime) -> FinishedAttempt:
         """Record an attempt's outcome and move its run; applied once however often delivered."""
-        row = self._row("finish_attempt", finish_params(attempt_id, worker_id, outcome, now))
-        if row is None:
-            return FinishedAttempt(applied=False, attempt_id=attempt_id)
-        return FinishedAttempt(
-            applied=True, attempt_id=attempt_id, run_id=row["run_id"], number=row["number"], run_status=row["run_status"]
-        )
+        return self.finish_attempts(worker_id, [(attempt_id, outcome, now)])[0]
+
+    def finish_attempts(
+        self, worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, datetime]]
+    ) -> list[FinishedAttempt]:
+        """Record the outcomes of several attempts of distinct runs in one statement, in order given."""
+        if not finished:
+            return []
+        rows = {r["attempt_id"]: r for r in self._rows("finish_attempts", finish_params(worker_id, finished))}
+        results = []
+        for attempt_id, _, _ in finished:
+            row = rows.get(attempt_id)
+            if row is None:
+                results.append(FinishedAttempt(applied=False, attempt_id=attempt_id))
+            else:
+                results.append(FinishedAttempt(applied=True, attempt_id=attempt_id, run_id=row["run_id"],
+                                               number=row["number"], run_status=row["run_status"]))
+        return results
 
     def attempts_queued(self, now: datetime) -> bool:
         """Whether any attempt is queued and due."""
@@ -181,19 +193,20 @@ class LedgerStore(StoreBase):
         return [from_row(Attempt, row) for row in self._rows("list_attempts", {"run_id": run_id})]
 
 
-def finish_params(attempt_id: int, worker_id: str, outcome: AttemptOutcome, now: datetime) -> dict[str, Any]:
-    """The parameters of the `finish_attempt` statement (shared with the simulator's batched writes)."""
-    if outcome.status not in ("succeeded", "failed"):
-        raise ValueError(f"an attempt finishes as succeeded or failed, not {outcome.status!r}")
+def finish_params(worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, datetime]]) -> dict[str, Any]:
+    """The parameters of the `finish_attempts` statement: one array per column."""
+    for _, outcome, _ in finished:
+        if outcome.status not in ("succeeded", "failed"):
+            raise ValueError(f"an attempt finishes as succeeded or failed, not {outcome.status!r}")
     return {
-        "attempt_id": attempt_id,
         "worker_id": worker_id,
-        "status": outcome.status,
-        "error_category": outcome.error_category,
-        "error": outcome.error,
-        "failed_step": outcome.failed_step,
-        "retryable": outcome.retryable,
-        "log_tail": outcome.log_tail,
-        "outputs": Jsonb(outcome.outputs),
-        "now": now,
+        "attempt_ids": [attempt_id for attempt_id, _, _ in finished],
+        "statuses": [outcome.status for _, outcome, _ in finished],
+        "finished_ats": [at for _, _, at in finished],
+        "error_categories": [outcome.error_category for _, outcome, _ in finished],
+        "errors": [outcome.error for _, outcome, _ in finished],
+        "failed_steps": [outcome.failed_step for _, outcome, _ in finished],
+        "retryables": [outcome.retryable for _, outcome, _ in finished],
+        "log_tails": [outcome.log_tail for _, outcome, _ in finished],
+        "outputs": [Jsonb(outcome.outputs) for _, outcome, _ in finished],
     }

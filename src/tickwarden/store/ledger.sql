@@ -66,18 +66,28 @@ UPDATE attempts
    SET heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
  WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s;
 
--- finish_attempt --
--- Record an attempt's outcome once: the compare-and-set on (running, worker) makes a
--- second delivery of the same result, or a result after the lease was reaped, a no-op.
--- The run moves with it: success is the verdict (recovered when a retry saved it); a
--- retryable failure with budget left for this tick is pending_retry; otherwise failed.
-WITH done AS (
-    UPDATE attempts
-       SET status = %(status)s, finished_at = %(now)s, lease_expires_at = NULL,
-           error_category = %(error_category)s, error = %(error)s, failed_step = %(failed_step)s,
-           retryable = %(retryable)s, log_tail = %(log_tail)s, outputs = %(outputs)s
-     WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s
-    RETURNING id, run_id, number, status, retryable, error_category, error, failed_step
+-- finish_attempts --
+-- Record attempts' outcomes, each once: the compare-and-set on (running, worker) makes
+-- a second delivery of the same result, or a result after the lease was reaped, a
+-- no-op. Each run moves with its attempt: success is the verdict (recovered when a
+-- retry saved it); a retryable failure with budget left for this tick is
+-- pending_retry; otherwise failed. One statement for one attempt (the worker) or for
+-- a batch (the simulator), which never holds two attempts of one run.
+WITH outcome AS (
+    SELECT *
+      FROM unnest(%(attempt_ids)s::bigint[], %(statuses)s::text[], %(finished_ats)s::timestamptz[],
+                  %(error_categories)s::text[], %(errors)s::text[], %(failed_steps)s::text[],
+                  %(retryables)s::boolean[], %(log_tails)s::text[], %(outputs)s::jsonb[])
+           AS o (attempt_id, status, finished_at, error_category, error, failed_step, retryable, log_tail, outputs)
+), done AS (
+    UPDATE attempts a
+       SET status = o.status, finished_at = o.finished_at, lease_expires_at = NULL,
+           error_category = o.error_category, error = o.error, failed_step = o.failed_step,
+           retryable = o.retryable, log_tail = o.log_tail, outputs = o.outputs
+      FROM outcome o
+     WHERE a.id = o.attempt_id AND a.status = 'running' AND a.worker_id = %(worker_id)s
+    RETURNING a.id, a.run_id, a.number, a.status, a.retryable, a.error_category, a.error, a.failed_step,
+              a.finished_at
 ), decided AS (
     SELECT done.*,
            CASE WHEN done.status = 'succeeded' THEN 'succeeded'
@@ -88,7 +98,7 @@ WITH done AS (
     UPDATE runs r
        SET status = decided.run_status,
            recovered = (decided.run_status = 'succeeded' AND decided.number > 1),
-           finished_at = CASE WHEN decided.run_status <> 'pending_retry' THEN %(now)s END,
+           finished_at = CASE WHEN decided.run_status <> 'pending_retry' THEN decided.finished_at END,
            error_category = CASE WHEN decided.run_status <> 'succeeded' THEN decided.error_category END,
            error = CASE WHEN decided.run_status <> 'succeeded' THEN decided.error END,
            failed_step = CASE WHEN decided.run_status <> 'succeeded' THEN decided.failed_step END
@@ -97,7 +107,8 @@ WITH done AS (
     RETURNING r.id, r.status
 )
 SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS run_status
-  FROM decided LEFT JOIN moved ON moved.id = decided.run_id;
+  FROM decided LEFT JOIN moved ON moved.id = decided.run_id
+ ORDER BY decided.id;
 
 -- expire_leases --
 -- Mark attempts whose lease ran out as lost (the worker was killed or its machine

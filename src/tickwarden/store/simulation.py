@@ -34,7 +34,7 @@ class SimulationStore(StoreBase):
         return {row["id"]: from_row(Run, row) for row in rows}
 
     def sim_worker_writes(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        """Apply the simulated worker's buffered writes (`finish_attempt`, `sim_renew_leases`) in order.
+        """Apply the simulated worker's buffered writes (`sim_renew_leases`, `finish_attempts`) in order.
 
         The statements are the worker's own, with the parameters and times they had when
         they happened; they are pipelined because nothing reads between them.
