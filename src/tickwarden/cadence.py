@@ -10,12 +10,24 @@ expressions (`0 9 * * 1-5`: gaps of one and three days) are summarised by the
 *median* gap over the next 64 fire times (or eight years, whichever comes first),
 so one long weekend gap does not make a weekday job look weekly, and a DST day's
 23- or 25-hour gap does not move a daily job out of its class.
+
+Every component asks for the same fire times: the ticker when it fires a tick,
+the deadline detector when it audits it a minute later, the profile when it is
+derived. Walking a cron expression costs far more than looking a time up, so the
+consecutive fire times of each (expression, zone) are remembered in one chain per
+process (`_FireChains`): the fire after any instant the chain covers is a bisection,
+and the chain is extended by the same cronsim walk that produced it. A walk
+started at any instant between two consecutive fires yields the later one (cronsim
+keeps no state beyond the current time), so the chain answers exactly what a
+fresh walk would.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import statistics
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -58,9 +70,17 @@ class CronSchedule:
 
     def fire_times(self, after: datetime) -> Iterator[datetime]:
         """Yield fire times strictly after `after`, ascending, as aware UTC."""
-        local = ensure_utc(after).astimezone(self.zone)
-        for fire in CronSim(self.expression, local):
-            yield fire.astimezone(ensure_utc(after).tzinfo)
+        current: datetime | None = ensure_utc(after)
+        while current is not None:
+            current = _CHAINS.next_after(self, current)
+            if current is not None:
+                yield current
+
+    def walk(self, after: datetime) -> Iterator[datetime]:
+        """Yield fire times strictly after `after` straight from cronsim, remembering nothing."""
+        after = ensure_utc(after)
+        for fire in CronSim(self.expression, after.astimezone(self.zone)):
+            yield fire.astimezone(after.tzinfo)
 
     def next_after(self, after: datetime) -> datetime | None:
         """Return the first fire time strictly after `after`, or None within the horizon."""
@@ -75,6 +95,97 @@ class CronSchedule:
             if fire > end:
                 return
             yield fire
+
+
+class _FireChain:
+    """Consecutive fire times of one schedule: none in (start, fires[0]), and none between neighbours."""
+
+    __slots__ = ("start", "fires", "walker", "exhausted")
+
+    def __init__(self, schedule: CronSchedule, start: datetime):
+        self.start = start
+        self.fires: list[datetime] = []
+        self.walker = schedule.walk(start)
+        self.exhausted = False
+
+    def covers(self, instant: datetime) -> bool:
+        return instant >= self.start
+
+    def extend(self) -> bool:
+        """Walk one fire further; False when the expression never fires again."""
+        if self.exhausted:
+            return False
+        fire = next(self.walker, None)
+        if fire is None:
+            self.exhausted = True
+            return False
+        self.fires.append(fire)
+        return True
+
+
+class _FireChains:
+    """One `_FireChain` per (expression, zone), bounded in number and length.
+
+    1. An instant the chain covers, up to its last fire: bisect.
+    2. Past its last fire: extend the chain, unless that takes more than
+       `MAX_EXTEND` steps (a request far ahead): then start a new chain there.
+    3. Before the chain's start: start a new chain there.
+    4. A chain longer than `MAX_FIRES` forgets its older half; beyond `MAX_CHAINS`
+       schedules, the oldest chain goes.
+
+    A lock makes it safe for the service's loop threads to share.
+    """
+
+    MAX_CHAINS = 4096
+    MAX_FIRES = 2048
+    MAX_EXTEND = 256
+
+    def __init__(self) -> None:
+        self._chains: dict[tuple[str, str], _FireChain] = {}
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._chains.clear()
+
+    def next_after(self, schedule: CronSchedule, instant: datetime) -> datetime | None:
+        """Return the first fire time strictly after `instant`, or None when there is none."""
+        key = (schedule.expression, schedule.timezone)
+        with self._lock:
+            chain = self._chains.get(key)
+            if chain is None or not chain.covers(instant):
+                chain = self._replace(key, schedule, instant)
+            fires = chain.fires
+            index = bisect.bisect_right(fires, instant)
+            if index < len(fires):
+                return fires[index]
+            steps = 0
+            while chain.extend():
+                if fires[-1] > instant:
+                    self._trim(chain)
+                    return fires[-1]
+                steps += 1
+                if steps > self.MAX_EXTEND:
+                    chain = self._replace(key, schedule, instant)
+                    return chain.fires[-1] if chain.extend() else None
+            return None
+
+    def _replace(self, key: tuple[str, str], schedule: CronSchedule, start: datetime) -> _FireChain:
+        chain = _FireChain(schedule, start)
+        self._chains.pop(key, None)
+        if len(self._chains) >= self.MAX_CHAINS:
+            del self._chains[next(iter(self._chains))]  # the oldest
+        self._chains[key] = chain
+        return chain
+
+    def _trim(self, chain: _FireChain) -> None:
+        if len(chain.fires) > self.MAX_FIRES:
+            half = len(chain.fires) // 2
+            chain.start = chain.fires[half - 1]
+            del chain.fires[:half]
+
+
+_CHAINS = _FireChains()
 
 
 @dataclass(frozen=True)

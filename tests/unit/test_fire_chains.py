@@ -1,0 +1,79 @@
+"""The remembered fire-time chains answer exactly what a fresh cronsim walk would."""
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tickwarden.cadence import _FireChains, parse_schedule
+
+minutes = st.sampled_from(["*", "*/5", "*/15", "0", "30", "0,30", "10-20"])
+hours = st.sampled_from(["*", "*/2", "0", "1", "2", "3", "9-17", "1,13"])
+days = st.sampled_from(["*", "1", "15", "1-7", "29"])
+weekdays = st.sampled_from(["*", "1-5", "0", "6"])
+zones = st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Santiago"])
+BASE = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def fresh_next(schedule, instant):
+    return next(schedule.walk(instant), None)
+
+
+@pytest.fixture
+def small_chains(monkeypatch):
+    """Chains small enough that trimming, far-ahead restarts and eviction all happen."""
+    chains = _FireChains()
+    monkeypatch.setattr(chains, "MAX_FIRES", 8)
+    monkeypatch.setattr(chains, "MAX_EXTEND", 5)
+    monkeypatch.setattr(chains, "MAX_CHAINS", 2)
+    return chains
+
+
+@settings(max_examples=80, deadline=None)
+@given(minutes, hours, days, weekdays, zones,
+       st.lists(st.integers(min_value=0, max_value=2 * 365 * 24 * 60), min_size=1, max_size=40))
+def test_any_order_of_questions_gets_the_fresh_walks_answers(minute, hour, day, weekday, zone, offsets):
+    schedule = parse_schedule(f"{minute} {hour} {day} * {weekday}", zone)
+    chains = _FireChains()
+    chains.MAX_FIRES, chains.MAX_EXTEND = 16, 6
+    for offset in offsets:
+        instant = BASE + timedelta(minutes=offset, seconds=offset % 7)
+        assert chains.next_after(schedule, instant) == fresh_next(schedule, instant)
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe"])
+@pytest.mark.parametrize("cron", ["30 2 * * *", "15 1,2,3 * * *", "*/20 * * * *", "0 * * * *"])
+def test_a_year_of_dst_transitions_walks_like_cronsim(cron, zone, small_chains):
+    schedule = parse_schedule(cron, zone)
+    expected = list(itertools.islice(schedule.walk(BASE), 1500))
+    got, instant = [], BASE
+    for _ in expected:
+        instant = small_chains.next_after(schedule, instant)
+        got.append(instant)
+    assert got == expected
+    # and halfway between any two fires, the later one
+    for earlier, later in zip(expected[::37], expected[1::37]):
+        assert small_chains.next_after(schedule, earlier + (later - earlier) / 2) == later
+
+
+def test_chains_of_many_schedules_evict_without_mixing_them_up(small_chains):
+    schedules = [parse_schedule(f"{m} * * * *") for m in (5, 17, 43)]
+    for round_ in range(4):
+        for schedule in schedules:
+            instant = BASE + timedelta(hours=round_)
+            assert small_chains.next_after(schedule, instant) == fresh_next(schedule, instant)
+    assert len(small_chains._chains) <= 2
+
+
+def test_a_leap_day_schedule_jumps_years_ahead_and_back(small_chains):
+    schedule = parse_schedule("0 0 29 2 *")
+    for year in (2096, 2101, 2030, 2400, 2099):
+        instant = datetime(year, 3, 1, tzinfo=UTC)
+        assert small_chains.next_after(schedule, instant) == fresh_next(schedule, instant)
+
+
+def test_fire_times_come_from_the_shared_chain_and_agree_with_a_walk():
+    schedule = parse_schedule("7 */3 * * *", "America/New_York")
+    assert list(itertools.islice(schedule.fire_times(BASE), 50)) == list(itertools.islice(schedule.walk(BASE), 50))
