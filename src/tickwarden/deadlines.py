@@ -25,7 +25,9 @@ One pass:
    that have a run are untouched), and advances the watermark. The cost is one
    cron step per tick that became due since the last pass, whatever the fleet size,
    plus one anti-join of schedules against watermarks to arm new or edited ones.
-3. Evaluate the workflows that got a `missed` verdict in 1 or 2.
+3. Evaluate the workflows that got a `missed` verdict in 1 or 2, in the same
+   transaction under a savepoint (as the poller does): a fault in the evaluation
+   leaves the verdicts written, and the workflows are evaluated one by one.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from tickwarden import evaluator
-from tickwarden.cadence import CronSchedule, parse_schedule
+from tickwarden.cadence import HORIZON, CronSchedule, parse_schedule
 from tickwarden.db import Database
 from tickwarden.evaluator import EvaluationReport
 from tickwarden.sanitize import sanitize_error
@@ -84,15 +86,14 @@ class DeadlineDetector:
         self.last = DeadlineResult()
 
     def detect(self, now: datetime) -> DeadlineResult:
-        """Do steps 1 to 3 of the module docstring once."""
+        """Do steps 1 to 3 of the module docstring once, in one transaction."""
         result = DeadlineResult()
         with self.db.transaction() as store:
             closed = store.close_overdue_runs(now, self.batch_size, OVERDUE_ERROR)
             store.arm_tick_audits(now, now - self.lookback)
-        result.overdue_runs = [run_id for run_id, _ in closed]
-        workflows = {workflow_id for _, workflow_id in closed}
+            result.overdue_runs = [run_id for run_id, _ in closed]
+            workflows = {workflow_id for _, workflow_id in closed}
 
-        with self.db.transaction() as store:
             audits = store.due_tick_audits(now, self.batch_size)
             result.audited_schedules = len(audits)
             advances: list[tuple[int, datetime, datetime | None]] = []
@@ -113,12 +114,13 @@ class DeadlineDetector:
                 wanted += [(audit.tenant_id, audit.workflow_id, tick) for tick in ticks]
             created = store.record_missed_ticks(wanted, NEVER_RAN_ERROR, now)
             store.advance_tick_audits(advances, now)
-        result.missed_ticks = [(workflow_id, tick) for _, workflow_id, tick in created]
-        workflows |= {workflow_id for _, workflow_id, _ in created}
-
+            result.missed_ticks = [(workflow_id, tick) for _, workflow_id, tick in created]
+            workflows |= {workflow_id for _, workflow_id, _ in created}
+            # Under a savepoint: a fault in the evaluation leaves the verdicts written.
+            result.evaluation, redo = evaluator.evaluate_batch(store, workflows, now)
+        if redo:
+            result.evaluation.merge(evaluator.evaluate_each(self.db, redo, now))
         result.full = len(closed) >= self.batch_size or len(audits) >= self.batch_size
-        if workflows:
-            result.evaluation = evaluator.evaluate(self.db, workflows, now)
         return result
 
     def _walk(
@@ -130,12 +132,15 @@ class DeadlineDetector:
         start = max(checked_until, now - self.lookback)
         horizon = now - grace
         ticks: list[datetime] = []
-        for fire in schedule.fires_between(start, horizon):
-            ticks.append(fire)
-            if len(ticks) >= self.max_ticks:
+        following = None
+        for fire in schedule.fire_times(start):
+            if fire > horizon or len(ticks) >= self.max_ticks:
+                following = fire  # the first tick after the new watermark
                 break
+            ticks.append(fire)
         checked = ticks[-1] if len(ticks) >= self.max_ticks else max(start, horizon)
-        following = schedule.next_after(checked)
+        if following is not None and following > checked + HORIZON:
+            following = None  # as next_after: nothing within the horizon
         return checked, (following + grace if following else None), ticks
 
     def run_once(self, now: datetime) -> datetime:

@@ -127,3 +127,26 @@ def test_a_failed_run_and_a_missed_tick_count_in_one_streak(db, clock):
     detector.run_once(base + timedelta(minutes=10, seconds=301))  # the 03:10 tick never ran
     (alert,) = alerts_of(db, wf)
     assert alert.failure_count == 3 and alert.last_error_category == "missed"
+
+
+def test_a_pass_that_records_a_missed_tick_and_opens_an_alert_is_one_transaction(db, clock, monkeypatch):
+    import contextlib
+
+    wf = workflow(db, clock.now(), cadence=DAILY)
+    detector = DeadlineDetector(db)
+    detector.run_once(clock.now())
+    opened: list[int] = []
+    real = db.transaction
+
+    @contextlib.contextmanager
+    def counted():
+        opened.append(1)
+        with real() as store:
+            yield store
+
+    monkeypatch.setattr(db, "transaction", counted)
+    detector.run_once(clock.now().replace(hour=2, minute=6))  # the 02:00 tick never ran
+    assert len(detector.last.missed_ticks) == 1 and detector.last.evaluation.opened
+    assert opened == [1]
+    (alert,) = alerts_of(db, wf)
+    assert alert.status == "open"
