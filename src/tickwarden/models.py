@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -14,9 +15,14 @@ RUN_OPEN = ("queued", "running", "pending_retry")
 ATTEMPT_TERMINAL = ("succeeded", "failed", "lost", "cancelled")
 
 
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
 def from_row(cls: type[T], row: dict[str, Any]) -> T:
     """Build a dataclass from a row mapping, ignoring columns it does not declare."""
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    names = _field_names(cls)
     return cls(**{k: v for k, v in row.items() if k in names})
 
 
