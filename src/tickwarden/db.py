@@ -243,6 +243,45 @@ class Database:
         self.close()
 
 
+class DedicatedDatabase(Database):
+    """One connection instead of a pool, for a single-threaded caller (the simulator).
+
+    The simulator runs every loop's pass one after the other, tens of thousands of
+    them per virtual day; the pool's check-out and return bookkeeping is a sizeable
+    part of a pass that is one short statement. The connection is lent to one
+    borrower at a time: a nested borrow is a programming error, not a second
+    connection, and says so. A connection returned inside a transaction is rolled
+    back, as the pool does.
+    """
+
+    def __init__(self, url: str | None = None, *, schema: str | None = None, application_name: str = "tickwarden"):
+        self.url = url or database_url()
+        schema = schema or os.environ.get(SCHEMA_ENV) or None
+        self.schema = validate_schema_name(schema) if schema else None
+        self._kwargs = {"application_name": application_name, "options": self._options()}
+        self._check_reachable()
+        self._conn = self.connect()
+        self._lent = False
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """Lend the connection; roll back whatever the borrower left open."""
+        if self._lent:
+            raise RuntimeError("the dedicated connection is already lent: nested use needs a pooled Database")
+        if self._conn.closed:
+            self._conn = self.connect()
+        self._lent = True
+        try:
+            yield self._conn
+        finally:
+            self._lent = False
+            if not self._conn.closed and self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                self._conn.rollback()
+
+    def close(self) -> None:
+        self._conn.close()
+
+
 def _first_line(text: str) -> str:
     for line in text.splitlines():
         line = line.strip()

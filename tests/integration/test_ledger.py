@@ -250,3 +250,17 @@ def test_a_batch_of_outcomes_is_recorded_in_one_statement_each_attempt_once(db, 
     assert (attempts[failed.id].finished_at, attempts[failed.id].error_category) == (t2, "step_error")
     with db.transaction() as store:
         assert store.finish_attempts("w1", []) == []
+
+
+def test_a_lease_carries_each_attempts_tick_in_queue_order(db, clock):
+    workflow = make_workflow(db, clock.now())
+    ticks = [clock.now() + timedelta(hours=h) for h in (3, 1, 2)]
+    for at in ticks:
+        create_run(db, workflow, at, clock.now())
+    later = clock.now() + timedelta(seconds=1)
+    with db.transaction() as store:
+        leased = store.lease_attempts_with_ticks("w1", later, 60, limit=10)
+        runs = {run.id: run.scheduled_for for run in store.list_runs(workflow.id)}
+    assert [scheduled_for for _, scheduled_for in leased] == ticks  # queued in creation order
+    assert all(runs[attempt.run_id] == scheduled_for for attempt, scheduled_for in leased)
+    assert {attempt.status for attempt, _ in leased} == {"running"}

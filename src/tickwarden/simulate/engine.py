@@ -29,11 +29,12 @@ from psycopg import sql
 from tickwarden.cadence import cadence_of, parse_schedule
 from tickwarden.categories import categorize
 from tickwarden.clock import VirtualClock
-from tickwarden.db import Database
+from tickwarden.db import Database, DedicatedDatabase
 from tickwarden.migrate import upgrade
 from tickwarden.models import Attempt, AttemptOutcome
 from tickwarden.profile import default_timeout_seconds, derive_profile, run_deadline
 from tickwarden.sanitize import sanitize_error
+from tickwarden.store.execution import autocommit
 from tickwarden.store.ledger import finish_params
 from tickwarden.store.simulation import renew_params
 from tickwarden.simulate.scenario import Fault, Scenario
@@ -52,6 +53,7 @@ ORDER = {
     "escalation": 7,
     "notifier": 8,
     "heartbeat": 9,
+    "autovacuum": 10,
 }
 # Passes that read what the worker writes (attempt outcomes, lease renewals) and so
 # must see the worker's buffered writes first (the lease reaper: see SimulatedWorker).
@@ -240,27 +242,22 @@ class SimulatedWorker:
             statements.append(("finish_attempts", finish_params(WORKER_ID, finished)))
             for attempt_id, _, _ in finished:
                 self.written_lease.pop(attempt_id, None)
-        with self.db.transaction() as store:
+        with autocommit(self.db) as store:
             store.sim_worker_writes(statements)
 
     def run_once(self, now: datetime) -> datetime:
-        following = now + timedelta(seconds=WORKER_POLL_SECONDS)
-        with self.db.probe() as store:
-            if not store.attempts_queued(now):
-                return following  # as an idle worker's poll: one read-only statement
-        with self.db.transaction() as store:
-            leased = store.lease_attempts(WORKER_ID, now, LEASE_SECONDS, limit=10_000)
-            ticks = store.sim_runs_by_id([a.run_id for a in leased]) if leased else {}
+        # The lease is one statement, committed on its own, as the real worker's: an idle
+        # worker's poll finds nothing to lease and changes nothing.
+        with autocommit(self.db) as store:
+            leased = store.lease_attempts_with_ticks(WORKER_ID, now, LEASE_SECONDS, limit=10_000)
         if leased and not self.in_flight:
             self.on_busy(now)
-        for attempt in leased:
-            run = ticks[attempt.run_id]
-            assert run is not None
-            plan = self.model.plan(self.workflows[attempt.workflow_id], attempt, run.scheduled_for, now)
+        for attempt, scheduled_for in leased:
+            plan = self.model.plan(self.workflows[attempt.workflow_id], attempt, scheduled_for, now)
             self.in_flight[attempt.id] = plan.at
             self.written_lease[attempt.id] = now + timedelta(seconds=LEASE_SECONDS)
             self.queue.at(plan.at, ORDER["world"], self._ender(attempt, plan))
-        return following
+        return now + timedelta(seconds=WORKER_POLL_SECONDS)
 
     def _ender(self, attempt: Attempt, plan: Plan) -> Callable[[datetime], None]:
         def end(now: datetime) -> None:
@@ -284,6 +281,41 @@ class SimulatedWorker:
         if not self.in_flight:
             return None
         return now + timedelta(seconds=LEASE_SECONDS / 3)
+
+
+class SimulatedAutovacuum:
+    """Vacuum and analyze the simulation's tables as PostgreSQL's autovacuum would on the virtual clock.
+
+    The server's autovacuum runs on the wall clock, and a virtual day passes in
+    seconds: left to it, a simulation's planner would keep the statistics of the
+    empty tables it started with and plan a growing ledger as if it were empty (a
+    sequential scan of `runs` under every foreign-key check and lease). So the
+    simulator does what autovacuum would have done by each virtual minute: once the
+    ledger has grown by autovacuum's own rule (50 rows plus 10 % of what it held at the
+    last pass), one `VACUUM (ANALYZE)` of the schema. The trigger is the count of
+    runs the simulation created, not the server's statistics, so the passes fall at
+    the same virtual times on every run of the same scenario.
+    """
+
+    name = "autovacuum"
+    NAPTIME = timedelta(minutes=1)  # autovacuum_naptime's default
+    THRESHOLD = 50  # autovacuum_analyze_threshold's default
+    SCALE_FACTOR = 0.1  # autovacuum_analyze_scale_factor's default
+
+    def __init__(self, db: Database, rows: Callable[[], int]):
+        self.db = db
+        self.rows = rows
+        self.rows_at_last_pass = 0
+        self.passes = 0
+
+    def run_once(self, now: datetime) -> datetime:
+        rows = self.rows()
+        if rows - self.rows_at_last_pass > self.THRESHOLD + self.SCALE_FACTOR * self.rows_at_last_pass:
+            with self.db.probe() as store:
+                store.sim_vacuum_analyze()
+            self.rows_at_last_pass = rows
+            self.passes += 1
+        return now + self.NAPTIME
 
 
 @dataclass
@@ -375,7 +407,7 @@ class Simulation:
         url = self.url or database_url()
         self._create_schema(url)
         try:
-            self.db = Database(url, schema=self.schema, min_size=1, max_size=2, application_name="tickwarden-sim")
+            self.db = DedicatedDatabase(url, schema=self.schema, application_name="tickwarden-sim")
             try:
                 setup = self._set_up(self.db)
                 self._drive(self.db, setup)
@@ -406,15 +438,17 @@ class Simulation:
 
         model = self.model_factory(self.scenario, setup.timeouts)
         worker = SimulatedWorker(db, model, self.queue, setup.workflow_names)
+        ticker = Ticker(db, suppressed=suppressed)
         loops: list[Any] = [
             Reconciler(db),
-            Ticker(db, suppressed=suppressed),
+            ticker,
             worker,
             LeaseReaper(db),
             OutcomePoller(db, "simulated-control-plane"),
             DeadlineDetector(db),
             EscalationClock(db),
             Notifier(db, "simulated-control-plane", {"recording": RecordingTransport()}),
+            SimulatedAutovacuum(db, lambda: ticker.created),
         ]
         by_name = {loop.name: loop for loop in loops}
         unknown = set(by_name) - set(ORDER)

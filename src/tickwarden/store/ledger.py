@@ -81,6 +81,12 @@ class LedgerStore(StoreBase):
 
     def lease_attempts(self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1) -> list[Attempt]:
         """Lease up to `limit` queued attempts for `worker_id`."""
+        return [attempt for attempt, _ in self.lease_attempts_with_ticks(worker_id, now, lease_seconds, limit)]
+
+    def lease_attempts_with_ticks(
+        self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1
+    ) -> list[tuple[Attempt, datetime]]:
+        """Lease up to `limit` queued attempts for `worker_id`, each with its run's tick."""
         rows = self._rows(
             "lease_attempts",
             {
@@ -90,7 +96,7 @@ class LedgerStore(StoreBase):
                 "limit": limit,
             },
         )
-        return [from_row(Attempt, row) for row in rows]
+        return [(from_row(Attempt, row), row["run_scheduled_for"]) for row in rows]
 
     def renew_lease(self, attempt_id: int, worker_id: str, now: datetime, lease_seconds: float) -> bool:
         """Extend the lease; False when the worker no longer holds it."""

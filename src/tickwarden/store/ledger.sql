@@ -37,7 +37,8 @@ SELECT run.* FROM run;
 
 -- lease_attempts --
 -- Lease the oldest queued attempts. SKIP LOCKED hands concurrent workers disjoint
--- rows without waiting; the run moves to running in the same statement.
+-- rows without waiting; the run moves to running in the same statement. Each row
+-- also carries its run's tick (`run_scheduled_for`), so no second look is needed.
 WITH next AS (
     SELECT a.id
       FROM attempts a
@@ -58,7 +59,9 @@ WITH next AS (
       FROM leased
      WHERE r.id = leased.run_id AND r.status IN ('queued', 'pending_retry')
 )
-SELECT * FROM leased ORDER BY queued_at, id;
+SELECT leased.*, r.scheduled_for AS run_scheduled_for
+  FROM leased JOIN runs r ON r.id = leased.run_id
+ ORDER BY leased.queued_at, leased.id;
 
 -- renew_lease --
 -- Extend a lease, only while this worker still holds it.

@@ -8,7 +8,6 @@ from typing import Any
 
 from psycopg import sql
 
-from tickwarden.models import Run, from_row
 from tickwarden.store.base import StoreBase
 from tickwarden.store.queries import queries
 
@@ -29,18 +28,17 @@ class SimulationStore(StoreBase):
     def sim_notifications(self) -> list[dict[str, Any]]:
         return self._rows("sim_notifications")
 
-    def sim_runs_by_id(self, run_ids: Sequence[int]) -> dict[int, Run]:
-        rows = self._rows("sim_runs_by_id", {"run_ids": list(run_ids)})
-        return {row["id"]: from_row(Run, row) for row in rows}
-
     def sim_worker_writes(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> None:
         """Apply the simulated worker's buffered writes (`sim_renew_leases`, `finish_attempts`) in order.
 
         The statements are the worker's own, with the parameters and times they had when
-        they happened; they are pipelined because nothing reads between them.
+        they happened. Call it on an autocommit store (`store.execution.autocommit`): the
+        statements go out in one pipeline, which the server runs as one implicit
+        transaction up to its sync (all or nothing), in one round trip.
         """
         if not writes:
             return
+        assert self.conn.autocommit, "pipelined writes are atomic only outside an explicit transaction"
         with self.conn.pipeline():
             for name, params in writes:
                 self.conn.execute(queries()[name], params)
@@ -54,6 +52,15 @@ class SimulationStore(StoreBase):
         tables = [row["tablename"] for row in self._rows("sim_tables")]
         if tables:
             self.conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
+
+    def sim_vacuum_analyze(self) -> None:
+        """Vacuum this schema's tables and refresh their statistics, as autovacuum would have by now.
+
+        VACUUM cannot run inside a transaction: call it on an autocommit store (`Database.probe`).
+        """
+        tables = [row["tablename"] for row in self._rows("sim_tables")]
+        if tables:
+            self.conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
 
     def sim_history(self) -> list[dict[str, Any]]:
         return self._rows("sim_history")

@@ -68,10 +68,6 @@ SELECT t.name AS tenant, w.name AS workflow, s.cron, s.timezone, r.scheduled_for
  WHERE NOT r.manual AND a.status IN ('succeeded', 'failed', 'lost') AND a.started_at IS NOT NULL
  ORDER BY r.scheduled_for, a.id;
 
--- sim_runs_by_id --
--- The runs of a batch of leased attempts, in one probe.
-SELECT * FROM runs WHERE id = ANY(%(run_ids)s::bigint[]);
-
 -- sim_renew_leases --
 -- The simulated worker's heartbeat: extend every lease it still holds in one statement.
 UPDATE attempts
