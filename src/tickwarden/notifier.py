@@ -207,7 +207,7 @@ class Notifier:
 
     def _record(self, ctx: DeliveryContext, delivery: Delivery, now: datetime) -> str | None:
         with self.db.transaction() as store:
-            store.relax_commit()
+            store.relax_transaction_commit()
             if ctx.thread_key is None:
                 store.insert_notification_thread(
                     alert_id=ctx.alert_id, channel_id=ctx.channel.id, tenant_id=ctx.alert_tenant_id,

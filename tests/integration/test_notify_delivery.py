@@ -166,3 +166,18 @@ def test_the_next_wake_up_is_when_the_head_of_a_blocked_thread_is_due(db, clock)
     # a replica without a transport for the kind neither claims the rows nor wakes for them
     other = Notifier(db, "n2", {"slack": Down()}, poll_seconds=600)
     assert other.run_once(clock.now()) == clock.now() + timedelta(seconds=600)
+
+
+def test_recording_a_delivery_relaxes_only_its_own_commit(clock, schema):
+    # one connection, so the connection that recorded the delivery is the one looked at after
+    db = Database(TEST_URL, schema=schema, min_size=1, max_size=1)
+    try:
+        add_channel(db, clock.now(), tenant="acme", name="rec", kind="recording", audience="customer")
+        open_alert(db, clock.now())
+        recorder = RecordingTransport()
+        Notifier(db, "n1", {"recording": recorder}).run_once(clock.now())
+        assert len(recorder.messages) == 1
+        with db.transaction() as store:
+            assert store.conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    finally:
+        db.close()

@@ -209,8 +209,11 @@ class OutboxStore(StoreBase):
              "thread_key": thread_key, "parent_ref": parent_ref, "now": now},
         )
 
-    def relax_commit(self) -> None:
-        """Do not wait for the WAL flush when this transaction commits (see outbox_relaxed_commit)."""
+    def relax_transaction_commit(self) -> None:
+        """Do not wait for the WAL flush when this transaction commits (see outbox_relaxed_commit).
+
+        Only this transaction's: `ExecutionStore.relax_commit` relaxes the whole session.
+        """
         self._execute("outbox_relaxed_commit")
 
     def mark_outbox_sent(self, outbox_id: int, replica_id: str, now: datetime) -> bool:
