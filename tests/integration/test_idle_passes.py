@@ -68,12 +68,10 @@ def test_each_idle_check_sees_exactly_the_work_of_its_pass(db, clock):
     now = clock.now()
     wf = make_workflow(db, now)
     with db.probe() as store:
-        assert (store.attempts_queued(now), store.reaper_waiting(now), store.finished_attempts_waiting(now),
+        assert (store.reaper_waiting(now), store.finished_attempts_waiting(now),
                 store.escalations_waiting(now), store.outbox_waiting(["recording"], now)) == (
-            False, False, False, False, (False, None))
+            False, False, False, (False, None))
     create_run(db, wf, now, now)
-    with db.probe() as store:
-        assert store.attempts_queued(now) and not store.attempts_queued(now - timedelta(seconds=1))
     with db.transaction() as store:
         [attempt] = store.lease_attempts("w1", now, 30, limit=10)
     with db.probe() as store:
@@ -113,3 +111,21 @@ def test_a_probe_gives_its_connection_back_in_transaction_mode_even_after_an_err
             assert not conn.autocommit
     finally:
         db.close()
+
+
+def test_a_poller_pass_after_a_busy_one_claims_without_looking_first(db, clock, counted):
+    wf = make_workflow(db, clock.now())
+    run = create_run(db, wf, clock.now(), clock.now())
+    with db.transaction() as store:
+        [attempt] = store.lease_attempts("w1", clock.now(), 30, limit=10)
+        store.finish_attempt(attempt.id, "w1", AttemptOutcome(status="succeeded"), clock.now())
+    poller = OutcomePoller(db, "p1")
+    counted.clear()
+    poller.run_once(clock.now())
+    assert poller.last.claimed == 1 and counted == [1]  # looked, then claimed
+    poller.run_once(clock.now() + timedelta(seconds=30))
+    assert poller.last.claimed == 0 and counted == [1, 1]  # straight to the claim, which found nothing
+    poller.run_once(clock.now() + timedelta(seconds=60))
+    assert counted == [1, 1]  # idle again: one look, no transaction
+    with db.transaction() as store:
+        assert store.get_run(run.id).status == "succeeded"

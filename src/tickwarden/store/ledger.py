@@ -134,11 +134,6 @@ class LedgerStore(StoreBase):
                                                number=row["number"], run_status=row["run_status"]))
         return results
 
-    def attempts_queued(self, now: datetime) -> bool:
-        """Whether any attempt is queued and due."""
-        row = self._row("attempts_queued", {"now": now})
-        return bool(row and row["found"])
-
     def expire_leases(self, now: datetime, limit: int = 500) -> list[FinishedAttempt]:
         """Mark attempts with an expired lease lost and move their runs; return them."""
         rows = self._rows("expire_leases", {"now": now, "limit": limit})

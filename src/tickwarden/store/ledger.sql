@@ -212,7 +212,3 @@ SELECT * FROM attempts WHERE id = %(attempt_id)s;
 
 -- list_attempts --
 SELECT * FROM attempts WHERE run_id = %(run_id)s ORDER BY number;
-
--- attempts_queued --
--- Is any attempt queued and due? (A worker's idle check: one probe of attempts_queued_idx.)
-SELECT EXISTS (SELECT 1 FROM attempts WHERE status = 'queued' AND queued_at <= %(now)s) AS found;
