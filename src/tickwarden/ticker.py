@@ -16,7 +16,8 @@ One pass at `now`, in one transaction:
    NOTHING` on (workflow, tick): a tick fired twice, by two replicas or after an
    edit, is still one run), each with its retry budget (the profile's retries when
    monitoring is on, else 0) and its deadline (`profile.run_deadline`).
-5. Advance every claimed entry to its first fire time after `now`.
+5. Advance every claimed entry to its first fire time after `now`; the same
+   statement says which entry fires next.
 
 The next wake-up is the earliest `next_fire_at` of all entries, but no later than
 `max_sleep` ahead (so schedules written by another replica's reconciler are noticed
@@ -117,8 +118,7 @@ class Ticker:
             t1 = time.perf_counter()
             created = store.create_tick_runs(ticks, now) if ticks else []
             t2 = time.perf_counter()
-            store.trigger_advance_entries(advances, now)
-            earliest = store.trigger_earliest_fire() if len(due) < self.batch else None
+            earliest = store.trigger_advance_entries(advances, now)
         t3 = time.perf_counter()
         self.fired += len(ticks)
         self.created += len(created)

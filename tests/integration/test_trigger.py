@@ -196,3 +196,19 @@ def test_replicas_racing_make_exactly_one_run_per_tick(db, tmp_path):
     assert len(every_minute) == 41
     for _, count, distinct, first, last in every_minute:
         assert count == distinct == minutes and first == minute(12, 1) and last == minute(12, 12)
+
+
+def test_a_pass_sleeps_until_the_next_fire_or_looks_again_soon_while_a_due_entry_is_held_elsewhere(db, tmp_path):
+    apply(db, tmp_path, T0)
+    Reconciler(db).run_once(T0)
+    ticker = Ticker(db)
+    # both entries moved on: the every-minute one fires next, at 12:02
+    assert ticker.run_once(minute(12, 1)) == minute(12, 2)
+    # another replica holds the every-minute entry, due at 12:02: this pass moves nothing
+    # and looks again shortly rather than sleeping until 12:03
+    with db.transaction() as other:
+        held = other.trigger_claim_due(minute(12, 2), 10)
+        assert [e.cron for e in held] == ["* * * * *"]
+        assert ticker.run_once(minute(12, 2)) == minute(12, 2) + timedelta(seconds=1)
+    # the moved entries' new times count too: after 12:02 fires, the next wake-up is 12:03
+    assert ticker.run_once(minute(12, 2) + timedelta(seconds=1)) == minute(12, 3)

@@ -98,10 +98,11 @@ class TriggerStore(StoreBase):
             cur.execute(queries()["trigger_claim_due"], {"now": now, "limit": limit})
             return [DueEntry(*row) for row in cur.fetchall()]
 
-    def trigger_advance_entries(self, advances: Sequence[Advance], now: datetime) -> int:
+    def trigger_advance_entries(self, advances: Sequence[Advance], now: datetime) -> datetime | None:
+        """Move the claimed entries on; return the earliest pending fire time afterwards."""
         if not advances:
-            return 0
-        return self._execute(
+            return self.trigger_earliest_fire()
+        row = self._row(
             "trigger_advance_entries",
             {
                 "schedule_ids": [a.schedule_id for a in advances],
@@ -110,6 +111,7 @@ class TriggerStore(StoreBase):
                 "now": now,
             },
         )
+        return row["earliest"] if row else None
 
     def trigger_earliest_fire(self) -> datetime | None:
         row = self._row("trigger_earliest_fire")

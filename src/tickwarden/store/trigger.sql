@@ -66,13 +66,25 @@ SELECT te.schedule_id, te.tenant_id, te.workflow_id, te.cron, te.timezone, te.ne
    FOR UPDATE OF te SKIP LOCKED;
 
 -- trigger_advance_entries --
--- Move claimed entries to their next fire time, remembering the newest tick fired.
-UPDATE trigger_entries te
-   SET next_fire_at = a.next_fire_at, last_fired_at = coalesce(a.last_fired_at, te.last_fired_at),
-       updated_at = %(now)s
-  FROM unnest(%(schedule_ids)s::bigint[], %(next_fire_ats)s::timestamptz[], %(last_fired_ats)s::timestamptz[])
-       AS a (schedule_id, next_fire_at, last_fired_at)
- WHERE te.schedule_id = a.schedule_id;
+-- Move claimed entries to their next fire time, remembering the newest tick fired, and
+-- return the earliest pending fire time afterwards (what trigger_earliest_fire would
+-- say next). The statement's snapshot still shows the moved entries' old times, so
+-- the earliest is the least of their new times and of the other entries': a walk of
+-- the partial index past the moved entries (the due ones, so the first it meets),
+-- each skipped through a hashed set, however large the batch.
+WITH moved AS (
+    UPDATE trigger_entries te
+       SET next_fire_at = a.next_fire_at, last_fired_at = coalesce(a.last_fired_at, te.last_fired_at),
+           updated_at = %(now)s
+      FROM unnest(%(schedule_ids)s::bigint[], %(next_fire_ats)s::timestamptz[], %(last_fired_ats)s::timestamptz[])
+           AS a (schedule_id, next_fire_at, last_fired_at)
+     WHERE te.schedule_id = a.schedule_id
+    RETURNING te.schedule_id, te.next_fire_at
+)
+SELECT least((SELECT min(next_fire_at) FROM moved),
+             (SELECT min(next_fire_at) FROM trigger_entries
+               WHERE next_fire_at IS NOT NULL
+                 AND schedule_id NOT IN (SELECT schedule_id FROM moved))) AS earliest;
 
 -- trigger_earliest_fire --
 -- The earliest pending fire time: one probe of the partial index; the ticker sleeps until it.
