@@ -89,8 +89,7 @@ class DeadlineDetector:
         """Do steps 1 to 3 of the module docstring once, in one transaction."""
         result = DeadlineResult()
         with self.db.transaction() as store:
-            closed = store.close_overdue_runs(now, self.batch_size, OVERDUE_ERROR)
-            store.arm_tick_audits(now, now - self.lookback)
+            closed = store.close_overdue_and_arm(now, self.batch_size, OVERDUE_ERROR, now - self.lookback)
             result.overdue_runs = [run_id for run_id, _ in closed]
             workflows = {workflow_id for _, workflow_id in closed}
 
@@ -112,8 +111,7 @@ class DeadlineDetector:
                     continue
                 advances.append((audit.schedule_id, checked, next_check))
                 wanted += [(audit.tenant_id, audit.workflow_id, tick) for tick in ticks]
-            created = store.record_missed_ticks(wanted, NEVER_RAN_ERROR, now)
-            store.advance_tick_audits(advances, now)
+            created = store.record_missed_and_advance(wanted, advances, NEVER_RAN_ERROR, now)
             result.missed_ticks = [(workflow_id, tick) for _, workflow_id, tick in created]
             workflows |= {workflow_id for _, workflow_id, _ in created}
             # Under a savepoint: a fault in the evaluation leaves the verdicts written.

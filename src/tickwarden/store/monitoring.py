@@ -248,44 +248,38 @@ class MonitoringStore(StoreBase):
     def list_alert_events(self, alert_id: int) -> list[AlertEvent]:
         return [from_row(AlertEvent, r) for r in self._rows("monitoring_list_alert_events", {"alert_id": alert_id})]
 
-    def close_overdue_runs(self, now: datetime, limit: int, error: str) -> list[tuple[int, int]]:
-        """Give runs past their deadline the verdict missed; return (run, workflow)."""
-        rows = self._rows("monitoring_close_overdue_runs", {"now": now, "limit": limit, "error": error})
+    def close_overdue_and_arm(self, now: datetime, limit: int, error: str, lookback_start: datetime
+                              ) -> list[tuple[int, int]]:
+        """Give runs past their deadline the verdict missed and arm new watermarks; return (run, workflow)."""
+        rows = self._rows("monitoring_close_overdue_and_arm",
+                          {"now": now, "limit": limit, "error": error, "lookback_start": lookback_start})
         return [(r["run_id"], r["workflow_id"]) for r in rows]
-
-    def arm_tick_audits(self, now: datetime, lookback_start: datetime) -> int:
-        return self._execute("monitoring_arm_tick_audits", {"now": now, "lookback_start": lookback_start})
 
     def due_tick_audits(self, now: datetime, limit: int) -> list[TickAudit]:
         return [from_row(TickAudit, r) for r in self._rows("monitoring_due_tick_audits", {"now": now, "limit": limit})]
 
-    def advance_tick_audits(
-        self, advances: Sequence[tuple[int, datetime, datetime | None]], now: datetime
-    ) -> int:
-        if not advances:
-            return 0
-        return self._execute(
-            "monitoring_advance_tick_audits",
-            {
-                "schedule_ids": [a[0] for a in advances],
-                "checked_untils": [a[1] for a in advances],
-                "next_check_ats": [a[2] for a in advances],
-                "now": now,
-            },
-        )
-
-    def record_missed_ticks(
-        self, ticks: Sequence[tuple[int, int, datetime]], error: str, now: datetime
+    def record_missed_and_advance(
+        self,
+        ticks: Sequence[tuple[int, int, datetime]],
+        advances: Sequence[tuple[int, datetime, datetime | None]],
+        error: str,
+        now: datetime,
     ) -> list[tuple[int, int, datetime]]:
-        """Insert (tenant, workflow, tick) as missed runs; return (run, workflow, tick) of those created."""
-        if not ticks:
+        """Insert (tenant, workflow, tick) as missed runs and move the watermarks on.
+
+        Returns (run, workflow, tick) of the runs created.
+        """
+        if not ticks and not advances:
             return []
         rows = self._rows(
-            "monitoring_record_missed_ticks",
+            "monitoring_record_missed_and_advance",
             {
                 "tenant_ids": [t[0] for t in ticks],
                 "workflow_ids": [t[1] for t in ticks],
                 "scheduled_fors": [t[2] for t in ticks],
+                "schedule_ids": [a[0] for a in advances],
+                "checked_untils": [a[1] for a in advances],
+                "next_check_ats": [a[2] for a in advances],
                 "error": error,
                 "now": now,
             },

@@ -278,13 +278,21 @@ SELECT a.*, t.name AS tenant, w.name AS workflow
 -- monitoring_list_alert_events --
 SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
 
--- monitoring_close_overdue_runs --
+-- monitoring_close_overdue_and_arm --
+-- Steps 1 and 2 of a deadline pass's start, in one statement (they touch different
+-- tables, so neither needs to see the other's writes):
+--
 -- Give runs still waiting for an outcome past their deadline the verdict `missed`
 -- (the same transition as close_run, for a batch). A run whose attempt is running
 -- on an expired lease is left to the lease reaper, which fails that attempt so it
 -- is retried; a run whose worker still holds a live lease past the deadline is
 -- missed all the same (the watchdog should have stopped it). SKIP LOCKED and the
 -- status compare-and-set keep replicas from closing a run twice.
+--
+-- Give every active schedule a watermark, and re-arm it when the schedule changed
+-- (edit, pause, resume: the version moved). The watermark never starts before the
+-- schedule was published or last edited, nor before the look-back window, so ticks
+-- nobody expected are never recorded missed.
 WITH overdue AS (
     SELECT r.id
       FROM runs r
@@ -308,27 +316,22 @@ WITH overdue AS (
        SET status = 'cancelled', finished_at = %(now)s, processed_at = %(now)s
       FROM closed
      WHERE a.run_id = closed.id AND a.status = 'queued'
+), armed AS (
+    INSERT INTO tick_audits (schedule_id, schedule_version, checked_until, next_check_at, updated_at)
+    SELECT s.id, s.version,
+           greatest(coalesce(s.published_at, s.created_at), s.updated_at, %(lookback_start)s::timestamptz),
+           %(now)s, %(now)s
+      FROM schedules s
+      LEFT JOIN tick_audits ta ON ta.schedule_id = s.id
+     WHERE s.status = 'active'
+       AND (ta.schedule_id IS NULL OR ta.schedule_version <> s.version)
+        ON CONFLICT (schedule_id) DO UPDATE
+       SET schedule_version = EXCLUDED.schedule_version,
+           checked_until = greatest(tick_audits.checked_until, EXCLUDED.checked_until),
+           next_check_at = EXCLUDED.next_check_at,
+           updated_at = EXCLUDED.updated_at
 )
 SELECT id AS run_id, workflow_id FROM closed;
-
--- monitoring_arm_tick_audits --
--- Give every active schedule a watermark, and re-arm it when the schedule changed
--- (edit, pause, resume: the version moved). The watermark never starts before the
--- schedule was published or last edited, nor before the look-back window, so ticks
--- nobody expected are never recorded missed.
-INSERT INTO tick_audits (schedule_id, schedule_version, checked_until, next_check_at, updated_at)
-SELECT s.id, s.version,
-       greatest(coalesce(s.published_at, s.created_at), s.updated_at, %(lookback_start)s::timestamptz),
-       %(now)s, %(now)s
-  FROM schedules s
-  LEFT JOIN tick_audits ta ON ta.schedule_id = s.id
- WHERE s.status = 'active'
-   AND (ta.schedule_id IS NULL OR ta.schedule_version <> s.version)
-    ON CONFLICT (schedule_id) DO UPDATE
-   SET schedule_version = EXCLUDED.schedule_version,
-       checked_until = greatest(tick_audits.checked_until, EXCLUDED.checked_until),
-       next_check_at = EXCLUDED.next_check_at,
-       updated_at = EXCLUDED.updated_at;
 
 -- monitoring_due_tick_audits --
 -- Watermarks whose next tick has passed its grace, with their schedules. SKIP
@@ -344,24 +347,28 @@ SELECT ta.schedule_id, ta.checked_until, s.tenant_id, s.workflow_id, s.cron, s.t
  LIMIT %(limit)s
    FOR UPDATE OF ta SKIP LOCKED;
 
--- monitoring_advance_tick_audits --
--- Move the watermarks forward after their ticks were checked.
-UPDATE tick_audits ta
-   SET checked_until = u.checked_until, next_check_at = u.next_check_at, updated_at = %(now)s
-  FROM unnest(%(schedule_ids)s::bigint[], %(checked_untils)s::timestamptz[], %(next_check_ats)s::timestamptz[])
-       AS u (schedule_id, checked_until, next_check_at)
- WHERE ta.schedule_id = u.schedule_id;
-
--- monitoring_record_missed_ticks --
--- Record ticks that never ran as missed runs. The one-run-per-tick index turns a
--- tick the trigger recorded meanwhile (or another detector got to) into nothing.
-INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget, attempts_count,
-                  deadline_at, error_category, error, created_at, finished_at)
-SELECT tenant_id, workflow_id, scheduled_for, false, 'missed', 0, 0, %(now)s, 'missed', %(error)s, %(now)s, %(now)s
-  FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)s::timestamptz[])
-       AS u (tenant_id, workflow_id, scheduled_for)
-    ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
-RETURNING id AS run_id, workflow_id, scheduled_for;
+-- monitoring_record_missed_and_advance --
+-- The end of a deadline pass, in one statement: record ticks that never ran as
+-- missed runs (the one-run-per-tick index turns a tick the trigger recorded
+-- meanwhile, or another detector got to, into nothing), and move the watermarks
+-- forward past the ticks that were checked.
+WITH missed AS (
+    INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget, attempts_count,
+                      deadline_at, error_category, error, created_at, finished_at)
+    SELECT tenant_id, workflow_id, scheduled_for, false, 'missed', 0, 0, %(now)s, 'missed', %(error)s, %(now)s,
+           %(now)s
+      FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)s::timestamptz[])
+           AS u (tenant_id, workflow_id, scheduled_for)
+        ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
+    RETURNING id AS run_id, workflow_id, scheduled_for
+), advanced AS (
+    UPDATE tick_audits ta
+       SET checked_until = u.checked_until, next_check_at = u.next_check_at, updated_at = %(now)s
+      FROM unnest(%(schedule_ids)s::bigint[], %(checked_untils)s::timestamptz[], %(next_check_ats)s::timestamptz[])
+           AS u (schedule_id, checked_until, next_check_at)
+     WHERE ta.schedule_id = u.schedule_id
+)
+SELECT run_id, workflow_id, scheduled_for FROM missed ORDER BY scheduled_for, workflow_id;
 
 -- monitoring_finished_waiting --
 -- The poller's idle check: is any finished attempt still unprocessed? (A probe of the
