@@ -36,6 +36,7 @@ from tickwarden.profile import default_timeout_seconds, derive_profile, run_dead
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store.execution import autocommit
 from tickwarden.store.ledger import finish_params
+from tickwarden.store.queries import queries
 from tickwarden.store.simulation import renew_params
 from tickwarden.simulate.scenario import Fault, Scenario
 
@@ -128,50 +129,48 @@ class FaultWindowModel:
         return Plan(end, AttemptOutcome(status="succeeded"))
 
 
-@dataclass(order=True)
+@dataclass(frozen=True)
 class _Event:
     at: datetime
     order: int
     seq: int
-    action: Callable[[datetime], None] = field(compare=False)
-    token: tuple[str, int] | None = field(compare=False, default=None)
+    action: Callable[[datetime], None]
+    token: tuple[str, int] | None = None
 
 
 class EventQueue:
-    """A time-ordered queue of actions; a loop has at most one live wake-up at a time."""
+    """A time-ordered queue of actions; a loop has at most one live wake-up at a time.
+
+    The heap holds (at, order, seq, event) tuples: they compare in C, and `seq` is
+    unique, so two events are never compared themselves.
+    """
 
     def __init__(self) -> None:
-        self._heap: list[_Event] = []
+        self._heap: list[tuple[datetime, int, int, _Event]] = []
         self._seq = itertools.count()
         self._generation: dict[str, int] = {}
 
+    def _push(self, event: _Event) -> None:
+        heapq.heappush(self._heap, (event.at, event.order, event.seq, event))
+
     def at(self, when: datetime, order: int, action: Callable[[datetime], None]) -> None:
-        heapq.heappush(self._heap, _Event(when, order, next(self._seq), action))
+        self._push(_Event(when, order, next(self._seq), action))
 
     def wake(self, name: str, when: datetime, action: Callable[[datetime], None]) -> None:
         """(Re)schedule loop `name`; an earlier pending wake-up of it is dropped."""
         generation = self._generation.get(name, 0) + 1
         self._generation[name] = generation
-        heapq.heappush(self._heap, _Event(when, ORDER.get(name, 5), next(self._seq), action, (name, generation)))
+        self._push(_Event(when, ORDER.get(name, 5), next(self._seq), action, (name, generation)))
 
-    def pending_wake(self, name: str) -> bool:
-        return name in self._generation
+    def _live(self, event: _Event) -> bool:
+        return event.token is None or self._generation.get(event.token[0]) == event.token[1]
 
     def pop(self) -> _Event | None:
         while self._heap:
-            event = heapq.heappop(self._heap)
-            if event.token is not None and self._generation.get(event.token[0]) != event.token[1]:
-                continue  # superseded by a later wake-up of the same loop
-            return event
-        return None
-
-    def peek_time(self) -> datetime | None:
-        while self._heap:
-            event = self._heap[0]
-            if event.token is not None and self._generation.get(event.token[0]) != event.token[1]:
-                heapq.heappop(self._heap)
-                continue
-            return event.at
+            event = heapq.heappop(self._heap)[3]
+            if self._live(event):
+                return event
+            # else superseded by a later wake-up of the same loop
         return None
 
 
@@ -180,17 +179,19 @@ class SimulatedWorker:
 
     What the worker writes (an attempt's outcome, a heartbeat's lease renewal) is
     buffered with the time it happened and written, in one pipelined transaction, just
-    before the next pass that reads it (`flush_for`). Nothing reads
-    the ledger in between, so every pass sees the ledger it would have seen had each
-    write gone out at once; the simulation just makes fewer round trips:
+    before the next pass that could see it (`flush_for`). Nothing reads the ledger in
+    between, so every pass sees what it would have seen had each write gone out at
+    once; the simulation just makes fewer round trips:
 
-    - the poller, the deadline detector and a manual run always see every write;
+    - the poller, the deadline detector and a manual run see every write;
     - the lease reaper acts only on expired leases, so it needs the writes only when
-      an attempt with writes pending shows a lease in the ledger that has run out by
-      now (otherwise neither what the ledger shows nor what is pending makes it act);
+      an attempt shows a lease in the ledger that has run out by now (otherwise
+      neither what the ledger shows nor what is pending makes it act). Each flush
+      writes every attempt's newest renewal, so a live attempt's lease in the ledger
+      outlasts the next poller pass and the reaper rarely needs one of its own;
     - the other passes read neither attempts nor runs;
-    - of several renewals of one attempt in a batch only the last is written: the
-      later one overwrites everything the earlier one set;
+    - of several renewals of one attempt only the newest is written (it overwrites
+      everything an earlier one set), and all of them in one statement;
     - the outcomes of a batch are written by one `finish_attempts` statement.
     """
 
@@ -203,47 +204,39 @@ class SimulatedWorker:
         self.workflows = workflows
         self.in_flight: dict[int, datetime] = {}  # attempt id -> when it stops heartbeating
         self.on_busy: Callable[[datetime], None] = lambda now: None  # wakes the heartbeat
-        self.pending: list[tuple[datetime, str, Any]] = []  # (when, "finish" | "renew", what)
-        self.dirty: set[int] = set()  # attempts with writes pending
+        self.finished: list[tuple[int, AttemptOutcome, datetime]] = []  # outcomes not yet written
+        self.renewed: dict[int, datetime] = {}  # attempt id -> its newest renewal not yet written
         self.written_lease: dict[int, datetime] = {}  # attempt id -> lease expiry the ledger shows
 
     def flush_for(self, reader: str, now: datetime) -> None:
         """Write what the worker did since the last flush, if pass `reader` could see it."""
         if reader in SEES_WORKER or (
-            reader == "lease-reaper" and any(self.written_lease.get(a, now) <= now for a in self.dirty)
+            reader == "lease-reaper" and any(expiry <= now for expiry in self.written_lease.values())
         ):
-            self.flush()
+            self.flush(now)
 
-    def flush(self) -> None:
-        """Write what the worker did since the last flush."""
-        if not self.pending:
-            return
-        writes, self.pending, self.dirty = self.pending, [], set()
-        last_renewal: dict[int, datetime] = {}
-        for at, kind, what in writes:
-            if kind == "renew":
-                for attempt_id in what:
-                    last_renewal[attempt_id] = at
-        # Renewals first, then every outcome in one statement: an attempt is renewed only
-        # while it runs, so its renewals all precede its outcome, and distinct attempts'
-        # writes touch distinct rows (a batch never holds two attempts of one run: a
-        # retry is queued only once the poller has seen the earlier outcome, written).
+    def flush(self, now: datetime) -> None:
+        """Write every renewal and outcome not yet written."""
         statements: list[tuple[str, dict[str, Any]]] = []
-        for at, kind, what in writes:
-            if kind == "renew":
-                alive = [attempt_id for attempt_id in what if last_renewal[attempt_id] == at]
-                if alive:
-                    statements.append(("sim_renew_leases", renew_params(alive, WORKER_ID, at, LEASE_SECONDS)))
-                    for attempt_id in alive:
-                        if attempt_id in self.written_lease:
-                            self.written_lease[attempt_id] = at + timedelta(seconds=LEASE_SECONDS)
-        finished = [what for _, kind, what in writes if kind == "finish"]
-        if finished:
-            statements.append(("finish_attempts", finish_params(WORKER_ID, finished)))
-            for attempt_id, _, _ in finished:
+        if self.renewed:
+            statements.append(("sim_renew_leases", renew_params(self.renewed, WORKER_ID, LEASE_SECONDS)))
+            for attempt_id, at in self.renewed.items():
+                self.written_lease[attempt_id] = at + timedelta(seconds=LEASE_SECONDS)
+            self.renewed = {}
+        if self.finished:
+            # An attempt is renewed only while it runs, so its renewals precede its outcome, and
+            # distinct attempts' writes touch distinct rows (a batch never holds two attempts of
+            # one run: a retry is queued only once the poller has seen the earlier outcome).
+            statements.append(("finish_attempts", finish_params(WORKER_ID, self.finished)))
+            for attempt_id, _, _ in self.finished:
                 self.written_lease.pop(attempt_id, None)
-        with autocommit(self.db) as store:
-            store.sim_worker_writes(statements)
+            self.finished = []
+        # A crashed attempt whose last lease has run out is the reaper's now: forget it.
+        for attempt_id in [a for a, expiry in self.written_lease.items() if expiry <= now and a not in self.in_flight]:
+            del self.written_lease[attempt_id]
+        if statements:
+            with autocommit(self.db) as store:
+                store.sim_worker_writes(statements)
 
     def run_once(self, now: datetime) -> datetime:
         # The lease is one statement, committed on its own, as the real worker's: an idle
@@ -263,9 +256,11 @@ class SimulatedWorker:
         def end(now: datetime) -> None:
             self.in_flight.pop(attempt.id, None)
             if plan.outcome is None:
-                return  # the worker died here: nothing is written, the lease will expire
-            self.pending.append((now, "finish", (attempt.id, plan.outcome, now)))
-            self.dirty.add(attempt.id)
+                return  # the worker died here: nothing more is written, the lease will run out
+            # The outcome clears the lease, so no renewal of it is needed any more; until the
+            # outcome is written, the lease the ledger shows still tells the reaper when to flush.
+            self.renewed.pop(attempt.id, None)
+            self.finished.append((attempt.id, plan.outcome, now))
 
         return end
 
@@ -274,10 +269,9 @@ class SimulatedWorker:
 
         Returns None when nothing is in flight: the next lease wakes the heartbeat again.
         """
-        alive = [attempt_id for attempt_id, stops in self.in_flight.items() if stops > now]
-        if alive:
-            self.pending.append((now, "renew", alive))
-            self.dirty.update(alive)
+        for attempt_id, stops in self.in_flight.items():
+            if stops > now:
+                self.renewed[attempt_id] = now
         if not self.in_flight:
             return None
         return now + timedelta(seconds=LEASE_SECONDS / 3)
@@ -358,6 +352,8 @@ class Simulation:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
         with psycopg.connect(url, options=f"-c search_path={self.schema}") as conn:
             upgrade(conn, self.scenario.start)
+            with conn.transaction():
+                conn.execute(queries()["sim_unlog_tables"])
 
     def _drop_schema(self, url: str) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -476,7 +472,7 @@ class Simulation:
                 schedule(consumer, now)
 
         self._schedule = schedule
-        self._flush = worker.flush
+        self._flush = lambda: worker.flush(self.clock.now())
         for loop in loops:
             first = self.scenario.start if loop is worker else self.scenario.start + CONTROL_PLANE_OFFSET
             schedule(loop.name, first)
@@ -490,7 +486,7 @@ class Simulation:
                 break
             self.clock.set(event.at)
             event.action(event.at)
-        worker.flush()
+        worker.flush(self.clock.now())
 
     def _heartbeat(self, worker: SimulatedWorker) -> Callable[[datetime], None]:
         def beat(now: datetime) -> None:

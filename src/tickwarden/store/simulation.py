@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from psycopg import sql
@@ -73,10 +73,11 @@ class SimulationStore(StoreBase):
         return int(row["id"])
 
 
-def renew_params(attempt_ids: Sequence[int], worker_id: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
+def renew_params(renewals: Mapping[int, datetime], worker_id: str, lease_seconds: float) -> dict[str, Any]:
+    """Parameters of `sim_renew_leases`: each attempt with the time of its newest heartbeat."""
     return {
-        "attempt_ids": list(attempt_ids),
+        "attempt_ids": list(renewals),
+        "renewed_ats": list(renewals.values()),
         "worker_id": worker_id,
-        "now": now,
-        "lease_expires_at": now + timedelta(seconds=lease_seconds),
+        "lease_seconds": lease_seconds,
     }

@@ -69,11 +69,47 @@ SELECT t.name AS tenant, w.name AS workflow, s.cron, s.timezone, r.scheduled_for
  ORDER BY r.scheduled_for, a.id;
 
 -- sim_renew_leases --
--- The simulated worker's heartbeat: extend every lease it still holds in one statement.
-UPDATE attempts
-   SET heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
- WHERE id = ANY(%(attempt_ids)s::bigint[]) AND status = 'running' AND worker_id = %(worker_id)s;
+-- The simulated worker's renewals: each attempt's newest heartbeat, in one statement,
+-- only while the worker still holds the attempt (as renew_lease).
+UPDATE attempts a
+   SET heartbeat_at = r.renewed_at, lease_expires_at = r.renewed_at + make_interval(secs => %(lease_seconds)s)
+  FROM unnest(%(attempt_ids)s::bigint[], %(renewed_ats)s::timestamptz[]) AS r (attempt_id, renewed_at)
+ WHERE a.id = r.attempt_id AND a.status = 'running' AND a.worker_id = %(worker_id)s;
 
 -- sim_tables --
 -- The tables of the simulation's own schema (first on its search path).
 SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename;
+
+-- sim_unlog_tables --
+-- Make every table of the simulation's schema unlogged: its rows are scratch, dropped
+-- when the simulation ends, so writing them to the WAL is work with no reader. A table
+-- can turn unlogged only once no logged table references it, so referencing tables
+-- go first (a table that references itself does not hold itself back).
+DO $$
+DECLARE
+    pending regclass[];
+    target regclass;
+    progressed boolean;
+BEGIN
+    SELECT array_agg(c.oid::regclass) INTO pending
+      FROM pg_class c
+     WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND c.relpersistence = 'p';
+    WHILE coalesce(array_length(pending, 1), 0) > 0 LOOP
+        progressed := false;
+        FOREACH target IN ARRAY pending LOOP
+            IF NOT EXISTS (
+                SELECT 1 FROM pg_constraint k
+                  JOIN pg_class r ON r.oid = k.conrelid
+                 WHERE k.contype = 'f' AND k.confrelid = target AND k.conrelid <> target
+                   AND r.relpersistence = 'p') THEN
+                EXECUTE format('ALTER TABLE %s SET UNLOGGED', target);
+                pending := array_remove(pending, target);
+                progressed := true;
+            END IF;
+        END LOOP;
+        IF NOT progressed THEN
+            RAISE EXCEPTION 'foreign keys form a cycle among %', pending;
+        END IF;
+    END LOOP;
+END
+$$;
