@@ -73,3 +73,26 @@ def test_a_closed_dedicated_connection_is_opened_again(dedicated):
 def test_the_dedicated_connection_uses_its_schema(dedicated, schema):
     with dedicated.probe() as store:
         assert store.conn.execute("SELECT current_schema()").fetchone() == (schema,)
+
+
+def test_a_simulations_tables_are_unlogged_scratch_with_their_foreign_keys_intact():
+    from tickwarden.simulate import Simulation, parse_scenario
+
+    scenario = parse_scenario({"start": "2026-11-30T00:00:00Z", "end": "2026-11-30T01:00:00Z", "tenants": ["acme"],
+                               "workflows": [{"tenant": "acme", "name": "sync", "cron": "*/5 * * * *"}]},
+                              source="test")
+    simulation = Simulation(scenario, url=TEST_URL)
+    simulation._create_schema(TEST_URL)
+    try:
+        with psycopg.connect(TEST_URL) as conn:
+            rows = conn.execute(
+                "SELECT relname, relpersistence FROM pg_class"
+                " WHERE relnamespace = %s::regnamespace AND relkind = 'r'", (simulation.schema,)).fetchall()
+            foreign_keys = conn.execute(
+                "SELECT count(*) FROM pg_constraint WHERE contype = 'f' AND connamespace = %s::regnamespace",
+                (simulation.schema,)).fetchone()[0]
+        assert {"runs", "attempts", "alerts", "notification_outbox"} <= {name for name, _ in rows}
+        assert {persistence for _, persistence in rows} == {"u"}
+        assert foreign_keys > 10
+    finally:
+        simulation._drop_schema(TEST_URL)
