@@ -64,8 +64,9 @@ class CronSchedule:
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
 
-    @property
+    @functools.cached_property
     def expression(self) -> str:
+        # Cached: every fire-time lookup keys its chain by the expression.
         return MACROS.get(self.cron.strip().lower(), self.cron.strip())
 
     def fire_times(self, after: datetime) -> Iterator[datetime]:
