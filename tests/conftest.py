@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -40,3 +41,19 @@ def db(schema: str) -> Iterator[Database]:
     database = Database(TEST_URL, schema=schema, min_size=1, max_size=6)
     yield database
     database.close()
+
+
+@pytest.fixture
+def counted(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the transactions opened on `db` (one entry each)."""
+    opened: list[int] = []
+    real = db.transaction
+
+    @contextlib.contextmanager
+    def transaction():  # type: ignore[no-untyped-def]
+        opened.append(1)
+        with real() as store:
+            yield store
+
+    monkeypatch.setattr(db, "transaction", transaction)
+    return opened

@@ -129,24 +129,13 @@ def test_a_failed_run_and_a_missed_tick_count_in_one_streak(db, clock):
     assert alert.failure_count == 3 and alert.last_error_category == "missed"
 
 
-def test_a_pass_that_records_a_missed_tick_and_opens_an_alert_is_one_transaction(db, clock, monkeypatch):
-    import contextlib
-
+def test_a_pass_that_records_a_missed_tick_and_opens_an_alert_is_one_transaction(db, clock, counted):
     wf = workflow(db, clock.now(), cadence=DAILY)
     detector = DeadlineDetector(db)
     detector.run_once(clock.now())
-    opened: list[int] = []
-    real = db.transaction
-
-    @contextlib.contextmanager
-    def counted():
-        opened.append(1)
-        with real() as store:
-            yield store
-
-    monkeypatch.setattr(db, "transaction", counted)
+    counted.clear()
     detector.run_once(clock.now().replace(hour=2, minute=6))  # the 02:00 tick never ran
     assert len(detector.last.missed_ticks) == 1 and detector.last.evaluation.opened
-    assert opened == [1]
+    assert counted == [1]
     (alert,) = alerts_of(db, wf)
     assert alert.status == "open"

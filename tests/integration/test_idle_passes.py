@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from datetime import timedelta
 
 import pytest
@@ -17,22 +16,6 @@ from tickwarden.notifier import Notifier
 from tickwarden.poller import OutcomePoller
 from tickwarden.reaper import LeaseReaper
 from tickwarden.transports.recording import RecordingTransport
-
-
-@pytest.fixture
-def counted(db, monkeypatch):
-    """Count the transactions the loops open on `db`."""
-    opened: list[int] = []
-    real = db.transaction
-
-    @contextlib.contextmanager
-    def transaction():
-        opened.append(1)
-        with real() as store:
-            yield store
-
-    monkeypatch.setattr(db, "transaction", transaction)
-    return opened
 
 
 def loops(db):
