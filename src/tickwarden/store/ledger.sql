@@ -3,8 +3,8 @@
 -- insert the same ticks; the unique index turns all but the first into nothing.
 WITH wanted AS (
     SELECT *
-      FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)s::timestamptz[],
-                  %(retry_budgets)s::integer[], %(deadlines)s::timestamptz[])
+      FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)b::timestamptz[],
+                  %(retry_budgets)s::integer[], %(deadlines)b::timestamptz[])
            AS w (tenant_id, workflow_id, scheduled_for, retry_budget, deadline_at)
 ), run AS (
     INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,
@@ -78,9 +78,9 @@ UPDATE attempts
 -- a batch (the simulator), which never holds two attempts of one run.
 WITH outcome AS (
     SELECT *
-      FROM unnest(%(attempt_ids)s::bigint[], %(statuses)s::text[], %(finished_ats)s::timestamptz[],
+      FROM unnest(%(attempt_ids)s::bigint[], %(statuses)s::text[], %(finished_ats)b::timestamptz[],
                   %(error_categories)s::text[], %(errors)s::text[], %(failed_steps)s::text[],
-                  %(retryables)s::boolean[], %(log_tails)s::text[], %(outputs)s::jsonb[])
+                  %(retryables)s::boolean[], %(log_tails)s::text[], %(outputs)b::jsonb[])
            AS o (attempt_id, status, finished_at, error_category, error, failed_step, retryable, log_tail, outputs)
 ), done AS (
     UPDATE attempts a

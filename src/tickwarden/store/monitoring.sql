@@ -92,8 +92,8 @@ WITH wanted AS (
       FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(severities)s::text[],
                   %(owners)s::text[], %(failure_counts)s::integer[], %(cadences)s::integer[],
                   %(multipliers)s::double precision[], %(escalate_afters)s::integer[],
-                  %(escalate_ats)s::timestamptz[], %(shadows)s::boolean[],
-                  %(first_failure_ats)s::timestamptz[], %(last_failure_ats)s::timestamptz[],
+                  %(escalate_ats)b::timestamptz[], %(shadows)s::boolean[],
+                  %(first_failure_ats)b::timestamptz[], %(last_failure_ats)b::timestamptz[],
                   %(run_ids)s::bigint[], %(categories)s::text[], %(errors)s::text[], %(steps)s::text[])
            AS w (tenant_id, workflow_id, severity, owner, failure_count, cadence_seconds, multiplier,
                  escalate_after, escalate_at, shadow, first_failure_at, last_failure_at, run_id,
@@ -129,7 +129,7 @@ SELECT o.id AS alert_id, o.workflow_id, o.severity, o.failure_count, o.escalate_
 -- event twice. `failed` events are history; they do not notify.
 WITH wanted AS (
     SELECT *
-      FROM unnest(%(alert_ids)s::bigint[], %(failure_counts)s::integer[], %(last_failure_ats)s::timestamptz[],
+      FROM unnest(%(alert_ids)s::bigint[], %(failure_counts)s::integer[], %(last_failure_ats)b::timestamptz[],
                   %(run_ids)s::bigint[], %(categories)s::text[], %(errors)s::text[], %(steps)s::text[],
                   %(owners)s::text[])
            AS w (alert_id, failure_count, last_failure_at, run_id, category, error, step, owner)
@@ -357,14 +357,14 @@ WITH missed AS (
                       deadline_at, error_category, error, created_at, finished_at)
     SELECT tenant_id, workflow_id, scheduled_for, false, 'missed', 0, 0, %(now)s, 'missed', %(error)s, %(now)s,
            %(now)s
-      FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)s::timestamptz[])
+      FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)b::timestamptz[])
            AS u (tenant_id, workflow_id, scheduled_for)
         ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
     RETURNING id AS run_id, workflow_id, scheduled_for
 ), advanced AS (
     UPDATE tick_audits ta
        SET checked_until = u.checked_until, next_check_at = u.next_check_at, updated_at = %(now)s
-      FROM unnest(%(schedule_ids)s::bigint[], %(checked_untils)s::timestamptz[], %(next_check_ats)s::timestamptz[])
+      FROM unnest(%(schedule_ids)s::bigint[], %(checked_untils)b::timestamptz[], %(next_check_ats)b::timestamptz[])
            AS u (schedule_id, checked_until, next_check_at)
      WHERE ta.schedule_id = u.schedule_id
 )

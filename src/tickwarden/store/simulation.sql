@@ -73,7 +73,7 @@ SELECT t.name AS tenant, w.name AS workflow, s.cron, s.timezone, r.scheduled_for
 -- only while the worker still holds the attempt (as renew_lease).
 UPDATE attempts a
    SET heartbeat_at = r.renewed_at, lease_expires_at = r.renewed_at + make_interval(secs => %(lease_seconds)s)
-  FROM unnest(%(attempt_ids)s::bigint[], %(renewed_ats)s::timestamptz[]) AS r (attempt_id, renewed_at)
+  FROM unnest(%(attempt_ids)s::bigint[], %(renewed_ats)b::timestamptz[]) AS r (attempt_id, renewed_at)
  WHERE a.id = r.attempt_id AND a.status = 'running' AND a.worker_id = %(worker_id)s;
 
 -- sim_tables --

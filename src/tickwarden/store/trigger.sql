@@ -29,7 +29,7 @@ SELECT te.schedule_id
 INSERT INTO trigger_entries (schedule_id, tenant_id, workflow_id, cron, timezone, schedule_version,
                              next_fire_at, updated_at)
 SELECT s.id, s.tenant_id, s.workflow_id, s.cron, s.timezone, s.version, e.next_fire_at, %(now)s
-  FROM unnest(%(schedule_ids)s::bigint[], %(versions)s::integer[], %(next_fire_ats)s::timestamptz[])
+  FROM unnest(%(schedule_ids)s::bigint[], %(versions)s::integer[], %(next_fire_ats)b::timestamptz[])
        AS e (schedule_id, version, next_fire_at)
   JOIN schedules s ON s.id = e.schedule_id AND s.version = e.version
     ON CONFLICT (schedule_id) DO UPDATE
@@ -76,7 +76,7 @@ WITH moved AS (
     UPDATE trigger_entries te
        SET next_fire_at = a.next_fire_at, last_fired_at = coalesce(a.last_fired_at, te.last_fired_at),
            updated_at = %(now)s
-      FROM unnest(%(schedule_ids)s::bigint[], %(next_fire_ats)s::timestamptz[], %(last_fired_ats)s::timestamptz[])
+      FROM unnest(%(schedule_ids)s::bigint[], %(next_fire_ats)b::timestamptz[], %(last_fired_ats)b::timestamptz[])
            AS a (schedule_id, next_fire_at, last_fired_at)
      WHERE te.schedule_id = a.schedule_id
     RETURNING te.schedule_id, te.next_fire_at
