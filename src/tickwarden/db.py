@@ -144,21 +144,24 @@ class Database:
         timeout: float = 10.0,
         application_name: str = "tickwarden",
     ):
-        self.url = url or database_url()
-        schema = schema or os.environ.get(SCHEMA_ENV) or None
-        self.schema = validate_schema_name(schema) if schema else None
-        kwargs: dict[str, object] = {"application_name": application_name, "options": self._options()}
-        self._kwargs = kwargs
-        self._check_reachable()
+        self._configure(url, schema, application_name)
         self.pool = ConnectionPool(
             self.url,
             min_size=min_size,
             max_size=max_size,
-            kwargs=kwargs,
+            kwargs=self._kwargs,
             timeout=timeout,
             open=True,
             name=application_name,
         )
+
+    def _configure(self, url: str | None, schema: str | None, application_name: str) -> None:
+        """Settle the URL, the schema and the connection options; check the server answers."""
+        self.url = url or database_url()
+        schema = schema or os.environ.get(SCHEMA_ENV) or None
+        self.schema = validate_schema_name(schema) if schema else None
+        self._kwargs: dict[str, object] = {"application_name": application_name, "options": self._options()}
+        self._check_reachable()
 
     def _options(self) -> str:
         """Return the server options of every connection: the URL's own, plus ours.
@@ -255,11 +258,7 @@ class DedicatedDatabase(Database):
     """
 
     def __init__(self, url: str | None = None, *, schema: str | None = None, application_name: str = "tickwarden"):
-        self.url = url or database_url()
-        schema = schema or os.environ.get(SCHEMA_ENV) or None
-        self.schema = validate_schema_name(schema) if schema else None
-        self._kwargs = {"application_name": application_name, "options": self._options()}
-        self._check_reachable()
+        self._configure(url, schema, application_name)
         self._conn = self.connect()
         self._lent = False
 
