@@ -32,7 +32,7 @@ from tickwarden.clock import VirtualClock
 from tickwarden.db import Database, DedicatedDatabase
 from tickwarden.migrate import upgrade
 from tickwarden.models import Attempt, AttemptOutcome
-from tickwarden.profile import default_timeout_seconds, derive_profile, run_deadline
+from tickwarden.profile import default_timeout_seconds, derive_profile
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store.execution import autocommit
 from tickwarden.store.ledger import finish_params
