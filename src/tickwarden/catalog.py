@@ -62,17 +62,18 @@ class ApplyReport:
 
 @dataclass(frozen=True)
 class Budget:
-    """What a tick (or manual run) of a workflow gets: retries and the timeout its deadline assumes."""
+    """What a tick (or manual run) of a workflow gets: retries, their backoffs and the timeout its deadline assumes."""
 
     retries: int
     timeout_seconds: int
     interval_seconds: int
+    backoffs: tuple[int, ...] = ()
 
     def deadline(self, scheduled_for: datetime) -> datetime:
         return profile.run_deadline(
             scheduled_for,
             timeout_seconds=self.timeout_seconds,
-            retries=self.retries,
+            backoffs=self.backoffs,
             interval_seconds=self.interval_seconds,
         )
 
@@ -80,9 +81,9 @@ class Budget:
 @functools.lru_cache(maxsize=4096)
 def _budget(cadence_seconds: int, overrides_json: str, monitoring_enabled: bool, timeout_seconds: int | None) -> Budget:
     derived = profile.derive_profile(cadence_seconds, json.loads(overrides_json))
-    retries = derived.retries if monitoring_enabled else 0
+    backoffs = derived.backoffs() if monitoring_enabled else ()
     timeout = timeout_seconds or profile.default_timeout_seconds(cadence_seconds)
-    return Budget(retries=retries, timeout_seconds=timeout, interval_seconds=cadence_seconds)
+    return Budget(retries=len(backoffs), timeout_seconds=timeout, interval_seconds=cadence_seconds, backoffs=backoffs)
 
 
 def budget_for(
@@ -90,7 +91,7 @@ def budget_for(
 ) -> Budget:
     """Return the retry budget and timeout of a workflow; cached, since a fleet shares few profiles.
 
-    Retries come from the profile when monitoring is on, else none; the timeout is
+    Retries and their backoffs come from the profile when monitoring is on, else none; the timeout is
     the workflow's own or the profile's default for its cadence.
     """
     text = overrides if isinstance(overrides, str) else json.dumps(overrides or {}, sort_keys=True)
@@ -219,6 +220,7 @@ def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_b
             tenant_id=found.tenant_id,
             workflow_id=found.id,
             retry_budget=budget.retries,
+            retry_backoff_seconds=list(budget.backoffs),
             deadline_at=budget.deadline(now),
             now=now,
             requested_by=requested_by,

@@ -135,6 +135,7 @@ CREATE TABLE runs (
     created_at       timestamptz NOT NULL,
     started_at       timestamptz,
     finished_at      timestamptz,
+    retry_backoff_seconds integer[] NOT NULL DEFAULT '{}',  -- wait before each retry, captured per tick
     CHECK (recovered = false OR status = 'succeeded'),
     CHECK ((status IN ('succeeded', 'failed', 'missed', 'cancelled')) = (finished_at IS NOT NULL))
 );

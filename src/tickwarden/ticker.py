@@ -15,7 +15,7 @@ One pass at `now`, in one transaction:
 4. Insert one run per remaining tick with `create_tick_runs` (`ON CONFLICT DO
    NOTHING` on (workflow, tick): a tick fired twice, by two replicas or after an
    edit, is still one run), each with its retry budget (the profile's retries when
-   monitoring is on, else 0) and its deadline (`profile.run_deadline`).
+   monitoring is on, else 0), its backoffs and its deadline (`profile.run_deadline`).
 5. Advance every claimed entry to its first fire time after `now`; the same
    statement says which entry fires next.
 
@@ -112,7 +112,7 @@ class Ticker:
                         if self.suppressed is not None and self.suppressed(entry.workflow_id, tick):
                             continue
                         ticks.append(TickRequest(entry.tenant_id, entry.workflow_id, tick, budget.retries,
-                                                 budget.deadline(tick)))
+                                                 budget.deadline(tick), budget.backoffs))
                         last_fired = tick
                 advances.append(Advance(entry.schedule_id, window.next_fire_at, last_fired))
             t1 = time.perf_counter()

@@ -67,7 +67,7 @@ def test_a_tick_gets_its_retry_budget_and_deadline_from_the_profile(db, tmp_path
     apply(db, tmp_path, T0)
     drive(db, T0, datetime(2026, 12, 1, 2, 0, 40, tzinfo=UTC), step=timedelta(hours=1))
     nightly = catalog.list_runs(db, "acme", "nightly")
-    assert len(nightly) == 1 and nightly[0].retry_budget == 2
+    assert len(nightly) == 1 and nightly[0].retry_budget == 3
     every = catalog.list_runs(db, "acme", "every-minute", limit=1)[0]
     assert every.retry_budget == 0
     assert every.deadline_at > every.scheduled_for
