@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tickwarden.errors import InvalidPolicy
 
@@ -74,6 +74,11 @@ class PolicyOverrides(BaseModel):
     escalation_multiplier: float | None = Field(default=None, gt=0, le=10000)
     escalate_after: int | None = Field(default=None, ge=1, le=10000)
     backoff_seconds: tuple[Annotated[int, Field(ge=0, le=86400)], ...] | None = Field(default=None, max_length=10)
+
+    @field_validator("backoff_seconds", mode="before")
+    @classmethod
+    def _one_backoff_is_a_list_of_one(cls, value: Any) -> Any:
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _escalation_after_threshold(self) -> PolicyOverrides:
