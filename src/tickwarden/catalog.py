@@ -2,8 +2,9 @@
 
 `apply_file` turns a validated workflow file into upserts, all in one transaction;
 `pause`, `resume` and `run_now` act on one workflow named `TENANT/WORKFLOW`.
-Pausing and resuming only change the schedule and its version: the reconciler
-converges the trigger with it, and the ticker never fires a paused schedule.
+A schedule's write sets its next fire time in the same statement (`store.apply_schedule`,
+`store.set_schedule_status`), so the ticker fires it from its next pass; the wake-up
+sent with the commit only makes that pass come sooner.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def apply_file(db: Database, path: str | Path, now: datetime) -> ApplyReport:
                 starting_deadline_seconds=spec.schedule.starting_deadline_seconds, now=now,
             ))
         if report.created or report.updated:
-            store.notify_wake("reconciler")  # schedule changes take effect now, not at the next poll
+            store.notify_wake("ticker")  # sooner than its next pass; correct without it
     return report
 
 
@@ -201,9 +202,9 @@ def _set_status(db: Database, tenant: str, workflow: str, status: str, now: date
         found, schedule = find_schedule(store, tenant, workflow)
         if found.archived_at is not None:
             raise Conflict(f"Workflow {tenant}/{workflow} is archived; apply its file again to restore it.")
-        changed = store.set_schedule_status(found.id, status, now)
+        changed = store.set_schedule_status(schedule, status, now)
         if changed:
-            store.notify_wake("reconciler")
+            store.notify_wake("ticker")
         return changed or schedule
 
 

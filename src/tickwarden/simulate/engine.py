@@ -2,7 +2,7 @@
 
 A simulation runs on a fresh schema of the configured database. It sets the
 scenario's tenants and workflows up through the store, then drives the very same
-loop objects the service runs — reconciler, ticker, lease reaper, outcome poller,
+loop objects the service runs — ticker, lease reaper, outcome poller,
 deadline detector, escalation clock, notifier — each at the wake-up time its
 previous pass returned. Only execution is simulated: a `SimulatedWorker` leases
 attempts through the real ledger and finishes them when the scenario says they
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 # Order of events that fall on the same instant.
 ORDER = {
     "world": 0,
-    "reconciler": 1,
     "ticker": 2,
     "worker": 3,
     "lease-reaper": 4,
@@ -59,8 +58,7 @@ ORDER = {
 # Passes that read what the worker writes (attempt outcomes, lease renewals) and so
 # must see the worker's buffered writes first (the lease reaper: see SimulatedWorker).
 # The others read neither: the ticker inserts runs by tick, the worker's lease takes
-# queued attempts (which outcomes and renewals never create), the reconciler reads the
-# catalog, the escalation clock reads alerts, and the notifier reads alert events and
+# queued attempts (which outcomes and renewals never create), the escalation clock reads alerts, and the notifier reads alert events and
 # the attempts of runs the poller already judged (so written).
 SEES_WORKER = frozenset({"poller", "deadlines"})
 WORKER_ID = "simulated-worker"
@@ -421,7 +419,6 @@ class Simulation:
         from tickwarden.notifier import Notifier
         from tickwarden.poller import OutcomePoller
         from tickwarden.reaper import LeaseReaper
-        from tickwarden.reconciler import Reconciler
         from tickwarden.ticker import Ticker
         from tickwarden.transports.recording import RecordingTransport
 
@@ -438,7 +435,6 @@ class Simulation:
         worker = SimulatedWorker(db, model, self.queue, setup.workflow_names)
         ticker = Ticker(db, suppressed=suppressed)
         loops: list[Any] = [
-            Reconciler(db),
             ticker,
             worker,
             LeaseReaper(db),

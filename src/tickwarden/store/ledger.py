@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, Run, from_row
 from tickwarden.store.base import StoreBase
+from tickwarden.store.trigger import Advance
 
 # Before any success: every confirmed failure of the workflow belongs to the streak.
 NEVER = datetime(1, 1, 1, tzinfo=UTC)
@@ -39,9 +40,11 @@ def int_array_literal(values: Sequence[int]) -> str:
 
 
 class LedgerStore(StoreBase):
-    def create_tick_runs(self, ticks: Sequence[TickRequest], now: datetime) -> list[Run]:
-        """Record each tick as a run with a queued first attempt; return only those created."""
-        if not ticks:
+    def create_tick_runs(
+        self, ticks: Sequence[TickRequest], now: datetime, advances: Sequence[Advance] = ()
+    ) -> list[Run]:
+        """Record each tick as a run with a queued first attempt, and move claimed schedules on; return the runs created."""
+        if not ticks and not advances:
             return []
         rows = self._rows(
             "create_tick_runs",
@@ -52,6 +55,9 @@ class LedgerStore(StoreBase):
                 "retry_budgets": [t.retry_budget for t in ticks],
                 "deadlines": [t.deadline_at for t in ticks],
                 "retry_backoffs": [int_array_literal(t.retry_backoff_seconds) for t in ticks],
+                "advance_ids": [a.schedule_id for a in advances],
+                "advance_next": [a.next_fire_at for a in advances],
+                "advance_last": [a.last_fired_at for a in advances],
                 "now": now,
             },
         )

@@ -1,6 +1,9 @@
 -- create_tick_runs --
--- Insert one run (and its first queued attempt) per wanted tick. Racing triggers
--- insert the same ticks; the unique index turns all but the first into nothing.
+-- Insert one run (and its first queued attempt) per wanted tick, and move the
+-- schedules the ticker claimed to their next fire time, in one statement: a tick is
+-- recorded exactly when its schedule moves past it. Racing triggers insert the same
+-- ticks; the unique index turns all but the first into nothing. Callers that only
+-- record ticks (a CronJob's report) pass no schedules to advance.
 WITH wanted AS (
     SELECT *
       FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)b::timestamptz[],
@@ -19,6 +22,12 @@ WITH wanted AS (
     INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
     SELECT tenant_id, workflow_id, id, 1, 'queued', %(now)s FROM run
     RETURNING run_id
+), advanced AS (
+    UPDATE schedules s
+       SET next_fire_at = a.next_fire_at, last_fired_at = coalesce(a.last_fired_at, s.last_fired_at)
+      FROM unnest(%(advance_ids)s::bigint[], %(advance_next)b::timestamptz[], %(advance_last)b::timestamptz[])
+           AS a (schedule_id, next_fire_at, last_fired_at)
+     WHERE s.id = a.schedule_id
 )
 SELECT run.* FROM run ORDER BY run.scheduled_for, run.workflow_id;
 
