@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tickwarden import metrics
 from tickwarden.db import Database
 from tickwarden.messages import AlertMessage, render
 from tickwarden.sanitize import sanitize_error
@@ -164,6 +165,7 @@ class Notifier:
                 except Exception:  # a fault on one row must not stop the pass; its lease will expire
                     log.exception("notification %d could not be processed", ctx.outbox_id)
                     continue
+                metrics.current().notification_outcome(ctx, outcome, now)
                 if outcome:
                     counts[outcome] += 1
         self.last_pass = PassReport(**counts)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from tickwarden import auth, secrets
+from tickwarden import auth, metrics, secrets
 from tickwarden.categories import categorize, is_retryable
 from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
@@ -157,7 +157,7 @@ class Worker:
         # The lease is one statement and the context only reads; a lease is a claim, not
         # an outcome, so it need not wait for the disk (see `autocommit`).
         with autocommit(self.db, relaxed=True) as store:
-            leased = store.lease_attempts(self.worker_id, now, self.lease_seconds, limit=1)
+            leased = metrics.current().attempts_leased(store.lease_attempts_with_ticks(self.worker_id, now, self.lease_seconds, limit=1), now)
             context = store.execution_context(leased[0].workflow_id, now) if leased else None
         if not leased:
             return now + timedelta(seconds=self.poll_seconds)
@@ -212,6 +212,7 @@ class Worker:
                 store.record_attempt_steps(attempt.id, attempt.tenant_id, [s.row() for s in result.steps])
             if warm is not None:
                 self.environments.release(warm, now, store)
+        metrics.current().attempt_finished(attempt, result.outcome.status, finished, now)
         return finished
 
     # -- execution -------------------------------------------------------------------------
