@@ -46,5 +46,6 @@ class LeaseReaper:
         self.last_reaped = reaped
         metrics.current().leases_expired(reaped)
         for item in reaped:
-            log.warning("attempt %s lost its lease; run %s is now %s", item.attempt_id, item.run_id, item.run_status)
+            log.warning("attempt %s lost its lease; run %s is now %s", item.attempt_id, item.run_id, item.run_status,
+                        extra={"attempt_id": item.attempt_id, "run_id": item.run_id})
         return now if len(reaped) >= self.batch else now + self.interval

@@ -197,7 +197,8 @@ class Worker:
         log.info("attempt %s (run %s, workflow %s): %s%s%s", attempt.id, attempt.run_id,
                  context.workflow.name if context else attempt.workflow_id, outcome.status,
                  f" [{outcome.error_category}] {outcome.error}" if outcome.status != "succeeded" else "",
-                 "" if finished.applied else " (already recorded: ignored)")
+                 "" if finished.applied else " (already recorded: ignored)",
+                 extra={"attempt_id": attempt.id, "run_id": attempt.run_id, "workflow_id": attempt.workflow_id})
         return finished
 
     def record(self, attempt: Attempt, result: Result, warm: Instance | None = None) -> FinishedAttempt:

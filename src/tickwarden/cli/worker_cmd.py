@@ -17,6 +17,7 @@ from tickwarden.db import Database
 from tickwarden.environments import EnvironmentPool
 from tickwarden.environments.pool import MAX_LIVE
 from tickwarden.errors import InvalidInput
+from tickwarden.logs import default_level as default_log_level
 from tickwarden.loops import replica_id
 from tickwarden.metrics import serve_process_metrics
 from tickwarden.worker import Worker
@@ -68,7 +69,7 @@ def worker_command(
         raise InvalidInput("--concurrency, --lease and --max-environments must be at least 1 and --poll positive.")
     if not 0 <= metrics_port <= 65535:
         raise InvalidInput("--metrics-port must be a port number (1-65535), or 0 for none.")
-    logging.getLogger("tickwarden").setLevel(logging.INFO)
+    default_log_level(logging.INFO)
     base = worker_id or replica_id("worker")
     clock = WallClock()
     stop = threading.Event()
