@@ -5,7 +5,13 @@ import json
 import pytest
 
 from tests.integration.fake_servers import PagerDutyFake
-from tests.integration.notify_builders import add_channel, add_event, channel_row, open_alert, outbox
+from tests.integration.notify_builders import (
+    add_channel,
+    add_event,
+    channel_row,
+    open_alert,
+    outbox,
+)
 from tickwarden.notifier import Notifier, send_test_message
 from tickwarden.transports.pagerduty import PagerDutyTransport
 from tickwarden.workflow_file import ChannelSpec

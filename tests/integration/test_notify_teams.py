@@ -5,7 +5,13 @@ import json
 import pytest
 
 from tests.integration.fake_servers import TeamsFake
-from tests.integration.notify_builders import add_channel, add_event, channel_row, open_alert, outbox
+from tests.integration.notify_builders import (
+    add_channel,
+    add_event,
+    channel_row,
+    open_alert,
+    outbox,
+)
 from tickwarden.notifier import Notifier
 from tickwarden.transports.teams import TeamsTransport
 
