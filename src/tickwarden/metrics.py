@@ -55,6 +55,7 @@ from tickwarden.clock import Clock
 from tickwarden.db import Database
 from tickwarden.models import Heartbeat
 from tickwarden.store.api import OperationsSnapshot
+from tickwarden.store.outbox import CHANNEL_KINDS
 
 if TYPE_CHECKING:
     from tickwarden.models import Attempt, FinishedAttempt
@@ -246,6 +247,11 @@ class ProcessMetrics:
         # Every series exists from the start at zero, so rate() sees the first increment.
         for status in TERMINAL:
             self.runs.labels(status, replica)
+            self.run_duration.labels(status, replica)
+        for kind in CHANNEL_KINDS:
+            self.delivery_latency.labels(kind, replica)
+            for outcome in NOTIFICATION_OUTCOMES:
+                self.notifications.labels(kind, outcome, replica)
         for status in ATTEMPT_STATUSES:
             self.attempts.labels(status, replica)
         self.retries.labels(replica)
