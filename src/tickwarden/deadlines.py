@@ -143,7 +143,7 @@ class DeadlineDetector:
 
     def run_once(self, now: datetime) -> datetime:
         self.last = self.detect(now)
-        metrics.current().runs_missed(len(self.last.overdue_runs) + len(self.last.missed_ticks))
+        metrics.current().runs_closed("missed", len(self.last.overdue_runs) + len(self.last.missed_ticks))
         if self.last.full:
             return now + timedelta(seconds=1)
         return now + self.interval

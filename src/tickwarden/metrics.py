@@ -302,10 +302,10 @@ class ProcessMetrics:
         if outcome.failed:
             self.runs.labels("failed", self.replica).inc(len(outcome.failed))
 
-    def runs_missed(self, count: int) -> None:
-        """Count runs the deadline detector gave the verdict `missed`."""
+    def runs_closed(self, status: str, count: int = 1) -> None:
+        """Count runs closed without an attempt's outcome: `missed` by the deadline detector, or `cancelled`."""
         if count:
-            self.runs.labels("missed", self.replica).inc(count)
+            self.runs.labels(status, self.replica).inc(count)
 
     def notification_outcome(self, ctx: DeliveryContext, outcome: str | None, now: datetime) -> None:
         """Count one delivery's outcome; a sent one observes the latency from its event."""

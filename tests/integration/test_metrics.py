@@ -15,9 +15,11 @@ from tests.execution_helpers import SECRET, make_runnable, python_step, queue_ru
 from tests.helpers import create_run, make_workflow
 from tests.integration.notify_builders import add_channel, open_alert
 from tickwarden import __version__, metrics
+from tickwarden.deadlines import DeadlineDetector
 from tickwarden.models import AttemptOutcome
 from tickwarden.notifier import Notifier
 from tickwarden.poller import OutcomePoller
+from tickwarden.reaper import LeaseReaper
 from tickwarden.store.queries import queries
 from tickwarden.transports.recording import RecordingTransport
 from tickwarden.worker import Result, Worker
@@ -212,3 +214,29 @@ def test_the_metrics_endpoint_serves_this_process_counters_beside_the_fleet_gaug
     assert any(name == "tickwarden_build_info" for name, _ in got)
     assert any(name == "tickwarden_runs_total" for name, _ in got)
     assert "_created" not in text
+
+
+def test_the_deadline_detector_counts_the_runs_it_declares_missed(db, clock):
+    workflow = make_workflow(db, clock.now())
+    run = create_run(db, workflow, clock.now(), clock.now())
+    before = own()
+    DeadlineDetector(db).run_once(run.deadline_at + timedelta(seconds=1))
+    after = own()
+    with db.connection() as conn:
+        # the overdue run, and the 02:00 tick that never ran
+        missed = conn.execute("SELECT count(*) FROM runs WHERE status = 'missed'").fetchone()[0]
+    assert missed == 2
+    assert delta(before, after, "tickwarden_runs_total", status="missed", replica=metrics.current().replica) == 2
+
+
+def test_the_reaper_counts_lost_attempts_and_the_verdicts_they_give(db, clock):
+    workflow = make_workflow(db, clock.now())
+    create_run(db, workflow, clock.now(), clock.now(), budget=0)
+    with db.transaction() as store:
+        store.lease_attempts("w", clock.now(), 30)
+    before = own()
+    LeaseReaper(db).run_once(clock.now() + timedelta(minutes=5))
+    after = own()
+    replica = metrics.current().replica
+    assert delta(before, after, "tickwarden_attempts_total", status="lost", replica=replica) == 1
+    assert delta(before, after, "tickwarden_runs_total", status="failed", replica=replica) == 1
