@@ -32,7 +32,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from tickwarden import evaluator, retries
+from tickwarden import evaluator, metrics, retries
 from tickwarden.db import Database
 from tickwarden.categories import is_retryable
 from tickwarden.evaluator import EvaluationReport
@@ -96,6 +96,7 @@ class OutcomePoller:
             }
             workflows |= {workflow_id for _, workflow_id in outcome.failed}
             result.evaluation, redo = evaluator.evaluate_batch(store, workflows, now)
+        metrics.current().retries_decided(outcome)
         if redo:
             result.evaluation.merge(evaluator.evaluate_each(self.db, redo, now))
         return result

@@ -137,6 +137,8 @@ CREATE INDEX runs_workflow_recent_idx ON runs (workflow_id, scheduled_for DESC, 
 CREATE INDEX runs_workflow_success_idx ON runs (workflow_id, scheduled_for DESC) WHERE status = 'succeeded';
 -- The deadline detector scans only runs still waiting for an outcome.
 CREATE INDEX runs_open_deadline_idx ON runs (deadline_at) WHERE status IN ('queued', 'running', 'pending_retry');
+-- /metrics: each tenant's newest success in one index probe, whatever the ledger's length.
+CREATE INDEX runs_tenant_success_idx ON runs (tenant_id, finished_at DESC) WHERE status = 'succeeded';
 
 -- Attempts: every execution of a run, the engineer's view.
 --
@@ -250,7 +252,7 @@ CREATE TABLE notification_channels (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     tenant_id        bigint REFERENCES tenants (id) ON DELETE CASCADE,
     name             text NOT NULL,
-    kind             text NOT NULL CHECK (kind IN ('slack', 'email', 'webhook', 'recording')),
+    kind             text NOT NULL CHECK (kind IN ('slack', 'email', 'webhook', 'recording', 'pagerduty', 'teams')),
     audience         text NOT NULL CHECK (audience IN ('customer', 'engineering', 'shadow')),
     -- non-secret settings only (channel id, addresses, url); secrets are referenced by name
     config           jsonb NOT NULL DEFAULT '{}'::jsonb,
