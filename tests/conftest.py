@@ -13,7 +13,7 @@ from tickwarden.clock import VirtualClock
 from tickwarden.db import Database
 from tickwarden.migrate import upgrade
 
-from tests.dbutil import TEST_URL, drop_schema, make_schema
+from tests.dbutil import TEST_URL, drop_database, drop_schema, make_database, make_schema
 
 
 @pytest.fixture
@@ -57,3 +57,11 @@ def counted(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(db, "transaction", transaction)
     return opened
+
+
+@pytest.fixture
+def tenant_database() -> Iterator[str]:
+    """A second database on the same server: a tenant's own, not the platform's."""
+    url = make_database()
+    yield url
+    drop_database(url)

@@ -16,7 +16,7 @@ import json
 import os
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner
@@ -110,3 +110,50 @@ def authenticate(publisher: User | None, tenant_id: int, now: datetime, key: str
     if not publisher.active:
         raise AuthError("the publisher of this workflow is deactivated")
     return identity
+
+
+RUN_SALT = "tickwarden.run"
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """What identifies one execution to the customer's code: (tenant, workflow, scheduled_for, attempt).
+
+    `idempotency_key` leaves the attempt out on purpose: a retry or a redelivery of the
+    same tick must be recognised as the same write.
+    """
+
+    tenant: str
+    workflow: str
+    scheduled_for: datetime
+    attempt: int
+    publisher: str
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.tenant}/{self.workflow}/{self.scheduled_for.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def issue_run_credential(run: RunKey, now: datetime, key: str) -> str:
+    """Return a short-lived signed credential naming the tenant, the publisher and the run key."""
+    payload = json.dumps({"tenant": run.tenant, "workflow": run.workflow, "publisher": run.publisher,
+                          "scheduled_for": run.idempotency_key.rsplit("/", 1)[1], "attempt": run.attempt},
+                         separators=(",", ":"), sort_keys=True)
+    return _RunSigner(key, now).sign(payload).decode()
+
+
+def verify_run_credential(token: str, now: datetime, key: str, max_age: int = CREDENTIAL_SECONDS) -> dict:
+    """Check a run credential's signature and age at `now`; return what it names."""
+    try:
+        raw = _RunSigner(key, now).unsign(token, max_age=max_age)
+    except SignatureExpired:
+        raise AuthError("the run credential has expired") from None
+    except BadSignature:
+        raise AuthError("the run credential is not validly signed") from None
+    return json.loads(raw)
+
+
+class _RunSigner(_Signer):
+    def __init__(self, key: str | bytes, now: datetime):
+        TimestampSigner.__init__(self, key, salt=RUN_SALT)
+        self._now = now
