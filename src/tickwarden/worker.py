@@ -35,7 +35,7 @@ from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
 from tickwarden.store.execution import ExecutionContext, autocommit
 from tickwarden.profile import default_timeout_seconds
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
-from tickwarden.sanitize import sanitize_error, sanitize_log_tail
+from tickwarden.sanitize import redact_value, sanitize_error, sanitize_log_tail
 
 log = logging.getLogger(__name__)
 
@@ -396,7 +396,8 @@ def _step_log(text: str, secret_values: list[str]) -> str:
 
 
 def _small(output: Any, secret_values: list[str]) -> Any:
-    """Keep an output only if it is small JSON without secrets; larger ones are summarised."""
+    """Keep an output only if it is small JSON without secrets, redacted; larger ones are summarised."""
+    output = redact_value(output)
     text = json.dumps(output, default=str)
     if secret_values and secrets.scrub(text, secret_values) != text:
         return {"omitted": "the output contained a secret"}
