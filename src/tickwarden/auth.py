@@ -57,7 +57,9 @@ def secret_key(directory: Path | None = None) -> str:
     if configured:
         return configured
     root = directory or data_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    # 0700: the data directory holds this key and the embedded database, and an
+    # environment process (another uid) must not even list it.
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = root / KEY_FILE
     if not path.exists():
         candidate = secrets.token_urlsafe(32)

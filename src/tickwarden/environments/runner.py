@@ -109,8 +109,9 @@ def _call_python(step: dict, inputs: dict) -> dict:
 # The same statement as the store's `secret_platform_identity`: both sides must format alike.
 IDENTITY = ("SELECT current_database() || '/' || current_setting('port') || '/' "
             "|| extract(epoch FROM pg_postmaster_start_time())::text")
-REFUSED = ("the step's database is tickwarden's own database; a tenant's steps may not connect to it "
-           "(store the tenant's own database URL with `tickwarden secrets set`)")
+# No apostrophes: redaction would take the text between two of them for a quoted value.
+REFUSED = ("refused: this is the platform database of tickwarden, which no tenant step may use "
+           "(store the URL of the tenant database with `tickwarden secrets set`)")
 
 
 def _run_sql(step: dict, url: str, timeout_ms: int | None = None, platform: str | None = None) -> dict:
