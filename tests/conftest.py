@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -12,6 +13,10 @@ import pytest
 from tickwarden.clock import VirtualClock
 from tickwarden.db import Database
 from tickwarden.migrate import upgrade
+
+# Fake receivers listen on loopback: allow it for tenant channels, as a local setup would
+# (tests of the outbound policy itself set their own value).
+os.environ.setdefault("TICKWARDEN_ALLOW_PRIVATE_URLS", "127.0.0.0/8")
 
 from tests.dbutil import TEST_URL, drop_database, drop_schema, make_database, make_schema
 

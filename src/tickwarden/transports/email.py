@@ -18,6 +18,7 @@ import socket
 from email.message import EmailMessage
 from email.utils import format_datetime
 
+from tickwarden import outbound
 from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, config_value, resolve_secret
 
 
@@ -54,6 +55,11 @@ class EmailTransport:
             mail["X-Tickwarden-Alert"] = str(message.alert_id)
         mail.set_content(message.rendered.text)
 
+        if channel.tenant_id is not None:
+            try:
+                outbound.check_host(host, port)
+            except outbound.OutboundRefused as exc:
+                raise TransportError(f"the SMTP host was refused: {exc.message}", permanent=True) from None
         try:
             smtp_class = smtplib.SMTP_SSL if use_ssl else smtplib.SMTP
             with smtp_class(host, port, timeout=timeout) as smtp:

@@ -9,7 +9,8 @@ connections are retried; any other 4xx is permanent and disables the channel.
 
 Channel config: `url` (required), `timeout` (seconds), `headers` (extra,
 non-secret headers). The signing key comes from the channel's `secret_ref`;
-without one the body is sent unsigned.
+without one the body is sent unsigned. A tenant's webhook may only reach addresses
+the outbound policy allows (`outbound.py`); redirects are never followed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 
 import httpx
 
+from tickwarden import outbound
 from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, config_value, resolve_secret
 
 SIGNATURE_HEADER = "X-Tickwarden-Signature"
@@ -63,12 +65,21 @@ class WebhookTransport:
         if secret:
             headers[SIGNATURE_HEADER] = sign(secret, body)
         timeout = float(channel.config.get("timeout") or self.timeout)
+        tenant_owned = channel.tenant_id is not None
         try:
+            if tenant_owned:
+                # A tenant chose this URL: checked before and again at connect time (outbound.py).
+                outbound.check_url(url)
             if self._client is not None:
                 response = self._client.post(url, content=body, headers=headers, timeout=timeout)
+            elif tenant_owned:
+                with outbound.guarded_client(timeout) as client:
+                    response = client.post(url, content=body, headers=headers)
             else:
                 with httpx.Client(timeout=timeout, follow_redirects=False) as client:
                     response = client.post(url, content=body, headers=headers)
+        except outbound.OutboundRefused as exc:
+            raise TransportError(f"the webhook URL was refused: {exc.message}", permanent=True) from None
         except httpx.TimeoutException:
             raise TransportError("the webhook timed out", permanent=False) from None
         except httpx.HTTPError as exc:
