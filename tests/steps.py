@@ -96,6 +96,10 @@ def run_key(params, inputs):
 
 
 def leak(params, inputs):
-    """Print and raise with a credential, the way careless customer code does."""
+    """Print, return and raise with credentials, the way careless customer code does."""
+    given = os.environ.get(params.get("echo", ""), "")
     print(params["text"])
-    raise RuntimeError(params["text"])
+    print(f"connecting with {given}")
+    if params.get("succeed"):
+        return {"note": params["text"], "used": given}
+    raise RuntimeError(f"{params['text']} (used {given})")
