@@ -42,6 +42,7 @@ from tickwarden.models import SealedSecret, SecretInfo
 
 if TYPE_CHECKING:
     from tickwarden.db import Database
+    from tickwarden.models import Channel
     from tickwarden.store import Store
 
 SCRUBBED = "[secret]"
@@ -295,3 +296,22 @@ def prepare(store: Store, keyring: Keyring, *, tenant_id: int, run_id: int, atte
         "TICKWARDEN_RUN_CREDENTIAL": auth.issue_run_credential(run, now, signing_key),
     }
     return Handoff(values, run_environment, store.platform_identity() if has_sql else None)
+
+
+def channel_secret(db: Database, channel: Channel) -> str | None:
+    """Return the value of a tenant channel's `secret:NAME`; None for no reference or an `env:` one.
+
+    Read in the channel's tenant context, so row-level security is a second fence
+    around a lookup that is already scoped to one tenant.
+    """
+    from tickwarden.transports.base import TransportError
+
+    ref = channel.secret_ref
+    if not ref or not ref.startswith("secret:") or channel.tenant_id is None:
+        return None
+    try:
+        with db.transaction() as store:
+            store.enter_tenant_context(channel.tenant_id, platform=False)
+            return resolve(store, Keyring.from_environment(), channel.tenant_id, channel.tenant or "", [ref])[ref]
+    except SecretError as exc:
+        raise TransportError(f"channel {channel.label}: {exc.message}", permanent=True) from None

@@ -116,3 +116,30 @@ def test_httpx_is_still_the_client_underneath():
     with outbound.guarded_client(5, {}) as client:
         assert isinstance(client, httpx.Client)
         assert isinstance(client._transport._pool._network_backend, outbound._GuardedBackend)
+
+
+def test_a_tenant_webhook_is_signed_with_the_tenants_own_secret(db, clock, hook, monkeypatch):
+    from tickwarden import secrets
+    from tickwarden.transports.webhook import verify
+
+    monkeypatch.setenv("TICKWARDEN_SECRET_KEY", "channel-test-key")
+    channel = add_channel(db, clock.now(), tenant="beta", name="hook", kind="webhook", audience="customer",
+                          config={"url": hook.url}, secret_ref="secret:HOOK_KEY")
+    with db.transaction() as store:
+        secrets.set_secret(store, secrets.Keyring("channel-test-key"), channel.tenant_id, "HOOK_KEY", "whsec-beta",
+                           clock.now())
+    open_alert(db, clock.now(), tenant="beta", owner="customer")
+    Notifier(db, "n1", {"webhook": WebhookTransport(timeout=5)}).run_once(clock.now())
+    (request,) = hook.requests
+    assert verify("whsec-beta", request.body, request.headers["x-tickwarden-signature"])
+
+
+def test_a_tenant_channel_whose_secret_is_missing_is_disabled_with_one_sentence(db, clock, hook, monkeypatch):
+    monkeypatch.setenv("TICKWARDEN_SECRET_KEY", "channel-test-key")
+    channel = add_channel(db, clock.now(), tenant="beta", name="hook", kind="webhook", audience="customer",
+                          config={"url": hook.url}, secret_ref="secret:HOOK_KEY")
+    open_alert(db, clock.now(), tenant="beta", owner="customer")
+    Notifier(db, "n1", {"webhook": WebhookTransport(timeout=5)}).run_once(clock.now())
+    assert hook.requests == []
+    row = channel_row(db, channel.id)
+    assert row["enabled"] is False and "no secret named HOOK_KEY" in row["disabled_reason"]

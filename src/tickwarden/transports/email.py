@@ -19,7 +19,7 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 
 from tickwarden import outbound
-from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, config_value, resolve_secret
+from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, channel_secret, config_value
 
 
 class EmailTransport:
@@ -37,7 +37,7 @@ class EmailTransport:
         recipients = config_value(channel, "to")
         to = [recipients] if isinstance(recipients, str) else [str(r) for r in recipients]  # type: ignore[union-attr]
         username = channel.config.get("username")
-        password = resolve_secret(channel.secret_ref) if username else None
+        password = channel_secret(message) if username else None
         timeout = float(channel.config.get("timeout") or self.timeout)
 
         domain = sender.rpartition("@")[2] or "tickwarden.local"

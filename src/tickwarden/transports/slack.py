@@ -21,7 +21,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from tickwarden import outbound
-from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, config_value, resolve_secret
+from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, channel_secret, config_value
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class SlackTransport:
 
     def _client(self, message: OutgoingMessage) -> WebClient:
         channel = message.channel
-        token = resolve_secret(channel.secret_ref)
+        token = channel_secret(message)
         if not token:
             raise TransportError(f"channel {channel.label} has no secret_ref for its Slack token", permanent=True)
         base_url = str(channel.config.get("base_url") or self.base_url or DEFAULT_BASE_URL)

@@ -22,7 +22,7 @@ import json
 import httpx
 
 from tickwarden import outbound
-from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, config_value, resolve_secret
+from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, channel_secret, config_value
 
 SIGNATURE_HEADER = "X-Tickwarden-Signature"
 TIMESTAMP_HEADER = "X-Tickwarden-Timestamp"
@@ -49,7 +49,7 @@ class WebhookTransport:
     def send(self, message: OutgoingMessage) -> Delivery:
         channel = message.channel
         url = str(config_value(channel, "url"))
-        secret = resolve_secret(channel.secret_ref)
+        secret = channel_secret(message)
         timestamp = str(int(message.sent_at.timestamp()))
         thread_key = message.thread.key if message.thread else f"alert-{message.alert_id}"
         body_data = {**message.rendered.payload, "thread": thread_key, "delivery": message.key,
