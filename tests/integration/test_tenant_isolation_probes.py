@@ -119,3 +119,26 @@ def test_the_step_gets_a_run_key_and_a_signed_credential_naming_tenant_and_publi
                       "scheduled_for": clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"), "attempt": 1}
     with pytest.raises(auth.AuthError, match="expired"):
         auth.verify_run_credential("".join(got["chars"]), clock.now() + timedelta(minutes=10), SECRET)
+
+
+def test_the_example_import_applies_once_per_tick_however_often_it_is_retried(db, clock, worker, tenant_database):
+    import psycopg
+
+    from tickwarden.poller import OutcomePoller
+
+    steps = [{"name": "import", "kind": "python", "call": "tickwarden.examples_steps:idempotent_import",
+              "params": {"rows": 5, "database": "WAREHOUSE_URL"}, "secrets": ["secret:WAREHOUSE_URL"]},
+             # a later step fails, so the whole tick is retried and the import runs again
+             python_step("publish", "fail", depends_on=["import"])]
+    wf = make_runnable(db, clock.now(), steps, tenant="beta", name="import")
+    set_secret(db, wf.tenant_id, "WAREHOUSE_URL", tenant_database, clock.now())
+    run = queue_run(db, wf, clock.now(), clock.now(), budget=1)
+    worker.run_once(clock.now())
+    _, first, first_steps = outcome(db, run.id)
+    assert first.number == 1 and first_steps["import"].output == {"imported": 5}
+    OutcomePoller(db, "p1").run_once(clock.now())  # queues the retry of the same tick
+    worker.run_once(clock.now())
+    _, second, second_steps = outcome(db, run.id)
+    assert second.number == 2 and second_steps["import"].output["imported"] == 0
+    with psycopg.connect(tenant_database) as conn:
+        assert conn.execute("SELECT count(*), count(DISTINCT run_key) FROM readings").fetchone() == (5, 1)
