@@ -16,6 +16,7 @@ then the value), or as a whole authorization value (`Authorization: Basic …`,
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -27,7 +28,9 @@ REDACTED = "[redacted]"
 # A word that makes a key secret, wherever it sits in an identifier.
 _SECRET_WORD = (r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"
                 r"private[_-]?key|credential|auth|session[_-]?id|cookie|signature|dsn")
-_KEY = rf"[A-Za-z0-9_.-]*(?:{_SECRET_WORD})[A-Za-z0-9_.-]*"
+# The lookbehind anchors a key at the start of an identifier: without it the scan retries
+# from every character of every word, which made this the costliest pattern by far.
+_KEY = rf"(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*?(?:{_SECRET_WORD})[A-Za-z0-9_.-]*"
 _VALUE = r"(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s,;}\])\"']+)"
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -48,6 +51,9 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
     (re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"), REDACTED),
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"), REDACTED),
+)
+# After detect-secrets' token shapes, which need the whole token to recognise it.
+_LATE: tuple[tuple[re.Pattern[str], str], ...] = (
     # long opaque strings (keys, hashes, signed blobs)
     (re.compile(r"\b[A-Za-z0-9+/_-]{40,}={0,2}"), REDACTED),
     # personal data
@@ -98,9 +104,43 @@ def _literal(match: re.Match[str]) -> str:
     return f"{quote}[value]{quote}"
 
 
+# detect-secrets' detectors that flag things which are not secrets here (public IPs
+# are what an error about an unreachable host should name).
+_NOT_SECRETS = frozenset({"IPPublicDetector"})
+
+
+@functools.cache
+def _known_token_patterns() -> tuple[re.Pattern[str], ...]:
+    """The token shapes detect-secrets knows (AWS, GitHub, GitLab, Stripe, Twilio, …), loaded once.
+
+    Its regex-based detectors are a kept list that grows with new providers; the
+    entropy and keyword detectors are left out (the keyword rules above cover keys).
+    Loaded lazily: the import costs a fifth of a second that only text-reducing
+    processes need to pay.
+    """
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    by_flags: dict[int, list[str]] = {}
+    for detector in get_mapping_from_secret_type_to_class().values():
+        if issubclass(detector, RegexBasedDetector) and detector.__name__ not in _NOT_SECRETS:
+            for pattern in detector.denylist:
+                # Keyword-in-context rules (`aws.{0,20}?key…`, `(?<=\W)cloudant…`) duplicate the
+                # key rules above at several times their cost; only token shapes are taken.
+                if ".{0," not in pattern.pattern and "(?<=" not in pattern.pattern:
+                    by_flags.setdefault(pattern.flags, []).append(pattern.pattern)
+    # One alternation per set of flags: a single scan of the text instead of one per detector.
+    return tuple(re.compile("|".join(f"(?:{p})" for p in patterns), flags) for flags, patterns in by_flags.items())
+
+
 def redact(text: str) -> str:
     """Remove credentials, tokens, personal data and quoted literal values."""
     for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    # The whole match goes: a detector's group is not always the secret (GitLab's is the prefix).
+    for pattern in _known_token_patterns():
+        text = pattern.sub(REDACTED, text)
+    for pattern, replacement in _LATE:
         text = pattern.sub(replacement, text)
     text = _CARD.sub(_card, text)
     text = _PHONE.sub(_phone, text)

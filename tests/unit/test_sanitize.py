@@ -99,3 +99,12 @@ def test_personal_data_is_replaced(text, gone, mark):
 ])
 def test_ordinary_numbers_and_prose_survive(text):
     assert sanitize_error(text) == text
+
+
+@pytest.mark.parametrize("token", [
+    "glpat-CANARYabcdefghij0123456789",             # GitLab, known to detect-secrets, not to our own list
+    "sk_live_CANARYabcdefghij0123456789",           # Stripe
+    "SG.CANARYabcdefghij012345.CANARYabcdefghijklmnopqrstuvwxyz0123456789abcde",  # SendGrid
+])
+def test_token_shapes_known_to_detect_secrets_are_redacted(token):
+    assert "CANARY" not in sanitize_error(f"upstream rejected {token} at login")
