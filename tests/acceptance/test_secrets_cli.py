@@ -22,7 +22,7 @@ def cli(schema, tmp_path):
     env.pop("TICKWARDEN_SECRET_KEYS_OLD", None)
 
     def run(*args, stdin="", **extra):
-        return subprocess.run([str(BIN), *args], cwd=ROOT, env={**env, **extra}, input=stdin, capture_output=True,
+        return subprocess.run([str(BIN), *args], cwd=ROOT, env={**env, **extra}, input=stdin, capture_output=True, check=False,
                               text=True, timeout=60)
 
     return run

@@ -6,7 +6,12 @@ import httpx
 import pytest
 
 from tests.integration.fake_servers import WebhookFake
-from tests.integration.notify_builders import add_channel, channel_row, open_alert, outbox
+from tests.integration.notify_builders import (
+    add_channel,
+    channel_row,
+    open_alert,
+    outbox,
+)
 from tickwarden import outbound
 from tickwarden.notifier import Notifier
 from tickwarden.transports.webhook import WebhookTransport

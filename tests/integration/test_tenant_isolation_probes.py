@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.dbutil import TEST_URL
-from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run, set_secret
+from tests.execution_helpers import (
+    SECRET,
+    make_runnable,
+    python_step,
+    queue_run,
+    set_secret,
+)
 from tickwarden import auth
 from tickwarden.worker import Worker
 
