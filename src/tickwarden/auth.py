@@ -6,8 +6,8 @@ the injected clock, and that the user still exists in that tenant and is active.
 A deactivated or missing publisher is a permanent `auth` failure, never retried.
 
 The signing key is `TICKWARDEN_SECRET_KEY`; without it, a key generated once into
-the data directory. A worker verifies the credentials it issues, so per-machine keys
-work; share one key when another component must verify them too.
+the data directory. The secret store derives its own key from the same one
+(`secrets.derive_key`), so every process that reads tenant secrets must share it.
 """
 
 from __future__ import annotations
