@@ -63,3 +63,10 @@ def interpreter(params, inputs):
     import sys
 
     return {"executable": sys.executable, "has_tickwarden": "tickwarden" in sys.modules}
+
+
+def spawn_later(params, inputs):
+    """Start a shell that touches a file after a delay, and return at once without waiting for it."""
+    import subprocess
+
+    subprocess.Popen(["sh", "-c", f"sleep {params['delay']}; touch {params['path']}"])
