@@ -50,7 +50,7 @@ STEP_LOG_CHARS = 4000
 DEFAULT_TIMEOUT_SECONDS = 3600
 # Pauses between tries to record an outcome while the database is away: first, longest.
 RECORD_RETRY_FIRST = 0.2
-RECORD_RETRY_LONGEST = 5.0
+RECORD_RETRY_LONGEST = 1.0  # the reaper holds off for 30 s after an outage
 
 
 @dataclass
