@@ -70,3 +70,21 @@ def spawn_later(params, inputs):
     import subprocess
 
     subprocess.Popen(["sh", "-c", f"sleep {params['delay']}; touch {params['path']}"])
+
+
+def journal(params, inputs):
+    """Note in a shared file when this execution starts and ends, to find executions that overlapped."""
+    path = Path(params["path"])
+    with path.open("a") as out:
+        out.write(f"start {params['key']} {os.getpid()} {time.time():.3f}\n")
+    time.sleep(params.get("seconds", 2))
+    with path.open("a") as out:
+        out.write(f"end {params['key']} {os.getpid()} {time.time():.3f}\n")
+    return {"key": params["key"]}
+
+
+def fail_while(params, inputs):
+    """Fail while a marker file exists; succeed once it is gone."""
+    if Path(params["marker"]).exists():
+        raise RuntimeError("the marker file says this step fails")
+    return {"ok": True}
