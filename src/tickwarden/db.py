@@ -216,7 +216,6 @@ class Database:
         """
         if timeout is None:
             timeout = OUTAGE_TIMEOUT if self.outage_since is not None else self.timeout
-        errors = self._connection_errors()
         try:
             with self.pool.connection(timeout=timeout) as conn:
                 self._outage_over()
@@ -229,16 +228,19 @@ class Database:
                     raise DatabaseUnavailable(
                         f"The connection to the database at {describe_url(self.url)} was lost.") from exc
         except PoolTimeout:
-            if self.outage_since is not None or self._connection_errors() > errors or self._pool_is_empty():
+            # Every connection busy, or none to be had? Only the rare timeout pays for the look.
+            if self.outage_since is not None or not self._answers():
                 self._outage_begun()
                 raise DatabaseUnavailable(f"The database at {describe_url(self.url)} cannot be reached.") from None
             raise DatabaseUnavailable(f"No database connection became free at {describe_url(self.url)}.") from None
 
-    def _connection_errors(self) -> int:
-        return int(self.pool.get_stats().get("connections_errors", 0))
-
-    def _pool_is_empty(self) -> bool:
-        return int(self.pool.get_stats().get("pool_size", 0)) == 0
+    def _answers(self) -> bool:
+        try:
+            with psycopg.connect(self.url, connect_timeout=2, **self._kwargs) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
 
     def _outage_begun(self) -> None:
         """Note an outage; only its first sign is logged, so a long one is one line, not one per pass."""
