@@ -9,7 +9,7 @@ dead the environment instances their vanished worker left listed as live. A pass
 first looks, in one read-only statement, whether there is anything to reap at all.
 
 After the database was away (this replica could not reach it, or the server
-restarted), leases ran out because nobody could renew them, not because their
+restarted, when `server_restarts` is on), leases ran out because nobody could renew them, not because their
 workers died: expired leases are then left alone for `resume_grace_seconds`, time
 for live workers to renew them or record the results they hold.
 """
@@ -34,11 +34,14 @@ class LeaseReaper:
     name = "lease-reaper"
 
     def __init__(self, db: Database, *, interval_seconds: float = INTERVAL_SECONDS, batch: int = BATCH,
-                 resume_grace_seconds: float = RESUME_GRACE_SECONDS):
+                 resume_grace_seconds: float = RESUME_GRACE_SECONDS, server_restarts: bool = False):
         self.db = db
         self.interval = timedelta(seconds=interval_seconds)
         self.batch = batch
         self.resume_grace = timedelta(seconds=resume_grace_seconds)
+        # Compare the server's real start time with `now`: only on the wall clock (the service),
+        # never on the simulator's virtual one.
+        self.server_restarts = server_restarts
         self.last_reaped: list[FinishedAttempt] = []
         self._unreachable = False  # the previous pass could not reach the database
         self._hold_until: datetime | None = None
@@ -48,7 +51,7 @@ class LeaseReaper:
         try:
             with self.db.probe() as store:
                 waiting = store.reaper_waiting(now)
-                started = store.reaper_server_started() if waiting else None
+                started = store.reaper_server_started() if waiting and self.server_restarts else None
         except DatabaseUnavailable:
             self._unreachable = True
             raise

@@ -80,7 +80,7 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
     return [
         Reconciler(db, batch=options.reconciler_batch),
         Ticker(db, batch=options.ticker_batch),
-        LeaseReaper(db),
+        LeaseReaper(db, server_restarts=True),
         OutcomePoller(db, replica_id),
         DeadlineDetector(db),
         EscalationClock(db),
