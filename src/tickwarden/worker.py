@@ -161,10 +161,10 @@ class Worker:
 
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then lease and execute one attempt; return the next wake-up."""
-        self.environments.stop_idle(now)
         # The lease is one statement and the context only reads; a lease is a claim, not
         # an outcome, so it need not wait for the disk (see `autocommit`).
         try:
+            self.environments.stop_idle(now)
             with autocommit(self.db, relaxed=True) as store:
                 leased = store.lease_attempts(self.worker_id, now, self.lease_seconds, limit=1)
                 context = store.execution_context(leased[0].workflow_id, now) if leased else None

@@ -129,3 +129,17 @@ def test_the_reaper_leaves_leases_that_ran_out_while_the_server_was_down_to_thei
         assert store.renew_lease(attempt.id, "w1", restarted + timedelta(seconds=11), 5)  # the worker is back in time
     reaper.run_once(restarted + timedelta(seconds=60))
     assert [r.attempt_id for r in reaper.last_reaped] == [attempt.id]  # past the grace, a silent worker is lost
+
+
+def test_a_worker_pass_during_an_outage_comes_back_later_without_a_traceback(private, private_db, caplog):
+    from datetime import timedelta
+
+    clock = VirtualClock(START)
+    worker = Worker(private_db, "w1", clock=clock, secret_key=SECRET, poll_seconds=2)
+    private.stop("immediate")
+    with caplog.at_level(logging.INFO):
+        assert worker.run_once(clock.now()) == clock.now() + timedelta(seconds=2)
+        assert worker.run_once(clock.now()) == clock.now() + timedelta(seconds=2)
+    assert not any(r.exc_info for r in caplog.records)
+    assert len([r for r in caplog.records if "cannot be reached" in r.getMessage()]) == 1
+    private.start()
