@@ -103,3 +103,26 @@ def leak(params, inputs):
     if params.get("succeed"):
         return {"note": params["text"], "used": given}
     raise RuntimeError(f"{params['text']} (used {given})")
+def spawn_later(params, inputs):
+    """Start a shell that touches a file after a delay, and return at once without waiting for it."""
+    import subprocess
+
+    subprocess.Popen(["sh", "-c", f"sleep {params['delay']}; touch {params['path']}"])
+
+
+def journal(params, inputs):
+    """Note in a shared file when this execution starts and ends, to find executions that overlapped."""
+    path = Path(params["path"])
+    with path.open("a") as out:
+        out.write(f"start {params['key']} {os.getpid()} {time.time():.3f}\n")
+    time.sleep(params.get("seconds", 2))
+    with path.open("a") as out:
+        out.write(f"end {params['key']} {os.getpid()} {time.time():.3f}\n")
+    return {"key": params["key"]}
+
+
+def fail_while(params, inputs):
+    """Fail while a marker file exists; succeed once it is gone."""
+    if Path(params["marker"]).exists():
+        raise RuntimeError("the marker file says this step fails")
+    return {"ok": True}

@@ -222,8 +222,21 @@ def parse_schedule(cron: str, timezone: str = "UTC") -> CronSchedule:
     try:
         CronSim(schedule.expression, datetime(2000, 1, 1, tzinfo=schedule.zone))
     except CronSimError as exc:
+        if _never_fires(fields):
+            raise InvalidSchedule(f"Cron expression {cron!r} never fires: its day-of-month falls in none of its months.") from None
         raise InvalidSchedule(f"Cron expression {cron!r} is not valid: {_describe(exc)}.") from None
     return schedule
+
+
+def _never_fires(fields: list[str]) -> bool:
+    # cronsim calls "31 2" a bad day-of-month; when the same day is fine in every month,
+    # the fields are each valid and the expression only names a date that never exists.
+    try:
+        CronSim(" ".join([*fields[:3], "*", fields[4]]), datetime(2000, 1, 1))
+        CronSim(" ".join([*fields[:2], "*", *fields[3:]]), datetime(2000, 1, 1))
+    except CronSimError:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=4096)

@@ -15,6 +15,8 @@ import logging
 import os
 import re
 import shutil
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +43,10 @@ DATA_DIR_ENV = "TICKWARDEN_DATA_DIR"
 EMBEDDED_DBNAME = "tickwarden"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 READY_MARKER = "tickwarden-ready"
+# While the database is known to be down, a borrower waits this long for a connection
+# instead of the pool's full timeout: callers answer "unavailable" at once, and the
+# first borrower to get a connection again ends the outage for everyone.
+OUTAGE_TIMEOUT = 0.5
 
 
 def data_dir() -> Path:
@@ -145,6 +151,7 @@ class Database:
         application_name: str = "tickwarden",
     ):
         self._configure(url, schema, application_name)
+        self.timeout = timeout
         self.pool = ConnectionPool(
             self.url,
             min_size=min_size,
@@ -153,6 +160,9 @@ class Database:
             timeout=timeout,
             open=True,
             name=application_name,
+            # A pooled connection the server dropped (a restart, a failover) is replaced
+            # when it is lent, instead of failing the borrower's first statement.
+            check=ConnectionPool.check_connection,
         )
 
     def _configure(self, url: str | None, schema: str | None, application_name: str) -> None:
@@ -161,6 +171,8 @@ class Database:
         schema = schema or os.environ.get(SCHEMA_ENV) or None
         self.schema = validate_schema_name(schema) if schema else None
         self._kwargs: dict[str, object] = {"application_name": application_name, "options": self._options()}
+        self._outage_lock = threading.Lock()
+        self.outage_since: float | None = None  # monotonic time the current outage was noticed
         self._check_reachable()
 
     def _options(self) -> str:
@@ -194,20 +206,65 @@ class Database:
         return psycopg.connect(self.url, **{**self._kwargs, **overrides})
 
     @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
-        """Lend a pooled connection; commit on success, roll back on error."""
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
+        """Lend a pooled connection; commit on success, roll back on error.
+
+        A connection that cannot be had, or that breaks while lent, is raised as
+        `DatabaseUnavailable`: callers see one error type for "the database is away".
+        `timeout` bounds the wait for a connection (default: the pool's, or
+        `OUTAGE_TIMEOUT` during a known outage).
+        """
+        if timeout is None:
+            timeout = OUTAGE_TIMEOUT if self.outage_since is not None else self.timeout
         try:
-            with self.pool.connection() as conn:
-                yield conn
+            with self.pool.connection(timeout=timeout) as conn:
+                self._outage_over()
+                try:
+                    yield conn
+                except psycopg.OperationalError as exc:
+                    if not conn.broken:
+                        raise  # a cancelled statement or a lock timeout: the server is fine
+                    self._outage_begun()
+                    raise DatabaseUnavailable(
+                        f"The connection to the database at {describe_url(self.url)} was lost.") from exc
         except PoolTimeout:
+            # Every connection busy, or none to be had? Only the rare timeout pays for the look.
+            if self.outage_since is not None or not self._answers():
+                self._outage_begun()
+                raise DatabaseUnavailable(f"The database at {describe_url(self.url)} cannot be reached.") from None
             raise DatabaseUnavailable(f"No database connection became free at {describe_url(self.url)}.") from None
 
+    def _answers(self) -> bool:
+        try:
+            with psycopg.connect(self.url, connect_timeout=2, **self._kwargs) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
+
+    def _outage_begun(self) -> None:
+        """Note an outage; only its first sign is logged, so a long one is one line, not one per pass."""
+        with self._outage_lock:
+            if self.outage_since is not None:
+                return
+            self.outage_since = time.monotonic()
+        log.error("the database at %s cannot be reached; waiting for it to come back", describe_url(self.url))
+
+    def _outage_over(self) -> None:
+        if self.outage_since is None:
+            return
+        with self._outage_lock:
+            since, self.outage_since = self.outage_since, None
+        if since is not None:
+            log.warning("the database at %s is reachable again after %.0f s", describe_url(self.url),
+                        time.monotonic() - since)
+
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Store]:
+    def transaction(self, timeout: float | None = None) -> Iterator[Store]:
         """Run one transaction and hand out the store bound to it."""
         from tickwarden.store import Store
 
-        with self.connection() as conn:
+        with self.connection(timeout) as conn:
             with conn.transaction():
                 yield Store(conn)
 
@@ -263,7 +320,7 @@ class DedicatedDatabase(Database):
         self._lent = False
 
     @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
         """Lend the connection; roll back whatever the borrower left open."""
         if self._lent:
             raise RuntimeError("the dedicated connection is already lent: nested use needs a pooled Database")

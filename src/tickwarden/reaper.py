@@ -7,6 +7,11 @@ locks with SKIP LOCKED and compare-and-sets on `running`, so any number of reape
 replicas may pass at once and each attempt is reaped once. The same pass marks
 dead the environment instances their vanished worker left listed as live. A pass
 first looks, in one read-only statement, whether there is anything to reap at all.
+
+After the database was away (this replica could not reach it, or the server
+restarted, when `server_restarts` is on), leases ran out because nobody could renew them, not because their
+workers died: expired leases are then left alone for `resume_grace_seconds`, time
+for live workers to renew them or record the results they hold.
 """
 
 from __future__ import annotations
@@ -16,30 +21,52 @@ from datetime import datetime, timedelta
 
 from tickwarden import metrics
 from tickwarden.db import Database
+from tickwarden.errors import DatabaseUnavailable
 from tickwarden.models import FinishedAttempt
 
 log = logging.getLogger(__name__)
 
 INTERVAL_SECONDS = 15
 BATCH = 500
+RESUME_GRACE_SECONDS = 30  # a worker renews every lease/3 (10 s by default) and records within a second
 
 
 class LeaseReaper:
     name = "lease-reaper"
 
-    def __init__(self, db: Database, *, interval_seconds: float = INTERVAL_SECONDS, batch: int = BATCH):
+    def __init__(self, db: Database, *, interval_seconds: float = INTERVAL_SECONDS, batch: int = BATCH,
+                 resume_grace_seconds: float = RESUME_GRACE_SECONDS, server_restarts: bool = False):
         self.db = db
         self.interval = timedelta(seconds=interval_seconds)
         self.batch = batch
+        self.resume_grace = timedelta(seconds=resume_grace_seconds)
+        # Compare the server's real start time with `now`: only on the wall clock (the service),
+        # never on the simulator's virtual one.
+        self.server_restarts = server_restarts
         self.last_reaped: list[FinishedAttempt] = []
+        self._unreachable = False  # the previous pass could not reach the database
+        self._hold_until: datetime | None = None
 
     def run_once(self, now: datetime) -> datetime:
         """Reap expired leases at `now`; come back at once while a full batch was found."""
-        with self.db.probe() as store:
-            waiting = store.reaper_waiting(now)
+        try:
+            with self.db.probe() as store:
+                waiting = store.reaper_waiting(now)
+                started = store.reaper_server_started() if waiting and self.server_restarts else None
+        except DatabaseUnavailable:
+            self._unreachable = True
+            raise
+        if self._unreachable:
+            self._unreachable, self._hold_until = False, now + self.resume_grace
         if not waiting:  # the usual pass: one read-only statement
             self.last_reaped = []
             return now + self.interval
+        hold = self._hold_until
+        if started is not None and started <= now < started + self.resume_grace:
+            hold = max(hold or now, started + self.resume_grace)
+        if hold is not None and now < hold:
+            self.last_reaped = []
+            return min(hold, now + self.interval)
         with self.db.transaction() as store:
             reaped = store.expire_leases(now, limit=self.batch)
             store.abandon_environment_instances(now)

@@ -125,6 +125,8 @@ CREATE TABLE runs (
     created_at       timestamptz NOT NULL,
     started_at       timestamptz,
     finished_at      timestamptz,
+    -- attempts lost to the platform that were queued again without spending the budget
+    lost_requeues    integer NOT NULL DEFAULT 0 CHECK (lost_requeues >= 0),
     retry_backoff_seconds integer[] NOT NULL DEFAULT '{}',  -- wait before each retry, captured per tick
     CHECK (recovered = false OR status = 'succeeded'),
     CHECK ((status IN ('succeeded', 'failed', 'missed', 'cancelled')) = (finished_at IS NOT NULL))

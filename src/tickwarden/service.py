@@ -29,6 +29,7 @@ import psycopg
 
 from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
+from tickwarden.errors import DatabaseUnavailable
 from tickwarden.loops import Loop
 from tickwarden.sanitize import sanitize_error
 
@@ -77,7 +78,7 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
     options = options or ServiceOptions()
     return [
         Ticker(db, batch=options.ticker_batch),
-        LeaseReaper(db),
+        LeaseReaper(db, server_restarts=True),
         OutcomePoller(db, replica_id),
         DeadlineDetector(db),
         EscalationClock(db),
@@ -152,7 +153,10 @@ class Service:
         except Exception as exc:  # a failing pass must not kill the loop
             error = sanitize_error(f"{type(exc).__name__}: {exc}")
             state.errors += 1
-            log.error("loop %s: pass failed: %s", state.loop.name, error)
+            if isinstance(exc, DatabaseUnavailable):
+                log.debug("loop %s: pass failed: %s", state.loop.name, error)  # the outage is logged once, by db
+            else:
+                log.error("loop %s: pass failed: %s", state.loop.name, error)
             wanted = now + ERROR_BACKOFF
         duration_ms = (time.perf_counter() - started) * 1000
         state.passes += 1
@@ -161,6 +165,8 @@ class Service:
         try:
             with self.db.transaction() as store:
                 store.record_heartbeat(self.replica_id, state.loop.name, now, duration_ms, error, due)
+        except DatabaseUnavailable:
+            pass  # the outage is logged once, by db
         except Exception as exc:  # the heartbeat is observability: never stop the loop for it
             log.warning("loop %s: heartbeat not recorded: %s", state.loop.name, sanitize_error(type(exc).__name__))
         return due

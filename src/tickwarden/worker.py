@@ -13,7 +13,9 @@ One pass (`run_once`) at time `now`:
    A failed step skips its dependants; a timeout or a dead environment skips the rest.
 7. Record the outcome and the per-step rows in one transaction with `finish_attempt`,
    which also decides pending_retry vs failed by budget: the worker's only
-   monitoring duty lives there, in SQL, and nowhere else.
+   monitoring duty lives there, in SQL, and nowhere else. A database outage at that
+   moment is waited out (the heartbeat keeps renewing): the result of work done is
+   never dropped, only refused by the compare-and-set if the lease was taken away.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tickwarden.categories import categorize, is_retryable
 from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
+from tickwarden.errors import DatabaseUnavailable
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
 from tickwarden.store.execution import ExecutionContext, autocommit
 from tickwarden.profile import default_timeout_seconds
@@ -45,6 +48,9 @@ MAX_OUTPUTS_BYTES = 16384
 STEP_LOG_LINES = 50
 STEP_LOG_CHARS = 4000
 DEFAULT_TIMEOUT_SECONDS = 3600
+# Pauses between tries to record an outcome while the database is away: first, longest.
+RECORD_RETRY_FIRST = 0.2
+RECORD_RETRY_LONGEST = 1.0  # the reaper holds off for 30 s after an outage
 
 
 @dataclass
@@ -113,8 +119,10 @@ class Heartbeat:
                 with self.worker.db.transaction() as store:
                     held = store.renew_lease(self.attempt.id, self.worker.worker_id, self.worker.clock.now(),
                                              self.worker.lease_seconds)
-            except Exception:  # a database hiccup: try again at the next beat, the lease has slack
-                log.warning("could not renew the lease of attempt %s", self.attempt.id, exc_info=True)
+            except DatabaseUnavailable:
+                continue  # the outage is logged once, by db; the lease has slack
+            except Exception as exc:  # a database hiccup: try again at the next beat, the lease has slack
+                log.warning("could not renew the lease of attempt %s: %s", self.attempt.id, type(exc).__name__)
                 continue
             if not held:
                 log.warning("attempt %s: the lease was lost; its result will be abandoned", self.attempt.id)
@@ -154,12 +162,16 @@ class Worker:
 
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then lease and execute one attempt; return the next wake-up."""
-        self.environments.stop_idle(now)
         # The lease is one statement and the context only reads; a lease is a claim, not
         # an outcome, so it need not wait for the disk (see `autocommit`).
-        with autocommit(self.db, relaxed=True) as store:
-            leased = metrics.current().attempts_leased(store.lease_attempts_with_ticks(self.worker_id, now, self.lease_seconds, limit=1), now)
-            context = store.execution_context(leased[0].workflow_id, now) if leased else None
+        try:
+            self.environments.stop_idle(now)
+            with autocommit(self.db, relaxed=True) as store:
+                leased = metrics.current().attempts_leased(
+                    store.lease_attempts_with_ticks(self.worker_id, now, self.lease_seconds, limit=1), now)
+                context = store.execution_context(leased[0].workflow_id, now) if leased else None
+        except DatabaseUnavailable:  # nothing was leased; the outage is logged once, by db
+            return now + timedelta(seconds=self.poll_seconds)
         if not leased:
             return now + timedelta(seconds=self.poll_seconds)
         self.execute(leased[0], context)
@@ -183,17 +195,19 @@ class Worker:
             except Exception as exc:  # tickwarden's own failure: record it rather than wait for the reaper
                 log.exception("attempt %s: the worker failed", attempt.id)
                 result = _failed(_Failure("internal", f"the worker failed: {type(exc).__name__}"), [], [])
-        warm, self._warm = self._warm, None
-        if heartbeat.lost.is_set() or result is None:
-            if warm is not None:
-                self.environments.release(warm, self.clock.now())
-            if result is not None:
+            warm, self._warm = self._warm, None
+            if heartbeat.lost.is_set() or result is None:
+                if warm is not None:
+                    self.environments.release(warm, self.clock.now())
+                if result is not None:
+                    return None
+                with self.db.transaction() as store:
+                    store.release_attempt(attempt.id, self.worker_id)
+                log.info("attempt %s released back to the queue", attempt.id)
                 return None
-            with self.db.transaction() as store:
-                store.release_attempt(attempt.id, self.worker_id)
-            log.info("attempt %s released back to the queue", attempt.id)
-            return None
-        finished = self.record(attempt, result, warm)
+            # Still under the heartbeat: while an outage holds up the write, the lease is renewed
+            # as soon as the database answers, so the reaper does not take the attempt meanwhile.
+            finished = self.record(attempt, result, warm)
         outcome = result.outcome
         log.info("attempt %s (run %s, workflow %s): %s%s%s", attempt.id, attempt.run_id,
                  context.workflow.name if context else attempt.workflow_id, outcome.status,
@@ -205,15 +219,28 @@ class Worker:
     def record(self, attempt: Attempt, result: Result, warm: Instance | None = None) -> FinishedAttempt:
         """Write the outcome and the step rows once; a second delivery changes nothing.
 
-        The environment that served the attempt goes back to warm in the same transaction.
+        The result of work done is the one thing that must not be lost: while the database
+        is away, the write is tried again with a growing pause until it answers (or the
+        worker is told to give up). The wait is bounded by the lease's ownership: once the
+        reaper has taken the attempt away, the compare-and-set refuses the late write
+        (`applied` is False). The environment that served the attempt goes back to warm in
+        the same transaction.
         """
-        now = self.clock.now()
-        with self.db.transaction() as store:
-            finished = store.finish_attempt(attempt.id, self.worker_id, result.outcome, now)
-            if finished.applied:
-                store.record_attempt_steps(attempt.id, attempt.tenant_id, [s.row() for s in result.steps])
-            if warm is not None:
-                self.environments.release(warm, now, store)
+        now = self.clock.now()  # when the attempt finished, however long the write waits
+        pause = RECORD_RETRY_FIRST
+        while True:
+            try:
+                with self.db.transaction() as store:
+                    finished = store.finish_attempt(attempt.id, self.worker_id, result.outcome, now)
+                    if finished.applied:
+                        store.record_attempt_steps(attempt.id, attempt.tenant_id, [s.row() for s in result.steps])
+                    if warm is not None:
+                        self.environments.release(warm, now, store)
+                break
+            except DatabaseUnavailable:
+                if self.abort.wait(pause):
+                    raise
+                pause = min(pause * 2, RECORD_RETRY_LONGEST)
         metrics.current().attempt_finished(attempt, result.outcome.status, finished, now)
         return finished
 

@@ -5,10 +5,13 @@ channels and workflows; `catalog.apply_file` upserts what it declares. Every
 reference (a workflow's tenant, environment and publisher) must be declared in the
 same file, so a file is a self-contained unit that can be applied anywhere.
 
-Validation happens in two layers and stops at the first problem, reported as one
+Validation happens in layers and stops at the first problem, reported as one
 sentence naming the file and the offending key path:
 
-1. Shape (pydantic): unknown keys, missing keys, wrong types, bad names.
+0. Bounds: the file's size, the depth of its nesting, and no text that PostgreSQL
+   cannot store (NUL) or UTF-8 cannot encode (a lone surrogate), anywhere.
+1. Shape (pydantic): unknown keys, missing keys, wrong types (an integer is never a
+   boolean), bad names, every text field bounded in length.
 2. Meaning: duplicates, unknown references, the recipe graph (unknown steps in
    `depends_on`, cycles, kind-specific fields), cron and zone, policy overrides.
 """
@@ -20,10 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from tickwarden import cadence, profile, secrets
 from tickwarden.errors import InvalidInput, TickwardenError
@@ -33,6 +37,14 @@ OBJECT_NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 STEP_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 CALL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_REF = re.compile(r"^[a-z][a-z0-9_]*:[A-Za-z0-9_./-]+$")
+# Bounds on what a file may hold: what one apply writes, and what a listing returns, stays small.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_DEPTH = 32
+MAX_TEXT = 2000  # descriptions, display names and other free text
+MAX_QUERY = 100_000
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+ShortText = Annotated[str, Field(max_length=200)]
 
 
 class _Model(BaseModel):
@@ -41,22 +53,22 @@ class _Model(BaseModel):
 
 class TenantSpec(_Model):
     name: str = Field(pattern=TENANT_NAME)
-    display_name: str | None = None
+    display_name: ShortText | None = None
     shadow: bool = False
 
 
 class UserSpec(_Model):
     tenant: str | None = None
-    email: str = Field(pattern=r"^[^@\s]+@[^@\s]+$")
-    name: str | None = None
+    email: str = Field(pattern=r"^[^@\s]+@[^@\s]+$", max_length=254)
+    name: ShortText | None = None
     active: bool = True
 
 
 class EnvironmentSpec(_Model):
     tenant: str | None = None
     name: str = Field(pattern=OBJECT_NAME)
-    python: str | None = None
-    idle_timeout_seconds: int = Field(default=600, ge=1, le=86400)
+    python: str | None = Field(default=None, max_length=1000)
+    idle_timeout_seconds: StrictInt = Field(default=600, ge=1, le=86400)
 
 
 class ChannelSpec(_Model):
@@ -65,7 +77,7 @@ class ChannelSpec(_Model):
     kind: Literal["slack", "email", "webhook", "pagerduty", "teams"]
     audience: Literal["customer", "engineering", "shadow"] = "customer"
     config: dict[str, Any] = Field(default_factory=dict)
-    secret_ref: str | None = None
+    secret_ref: str | None = Field(default=None, max_length=200)
 
 
 class PlatformChannelSpec(_Model):
@@ -73,40 +85,40 @@ class PlatformChannelSpec(_Model):
     kind: Literal["slack", "email", "webhook", "pagerduty", "teams"]
     audience: Literal["engineering", "shadow"] = "engineering"
     config: dict[str, Any] = Field(default_factory=dict)
-    secret_ref: str | None = None
+    secret_ref: str | None = Field(default=None, max_length=200)
 
 
 class ScheduleSpec(_Model):
-    cron: str
-    timezone: str = "UTC"
+    cron: str = Field(max_length=200)
+    timezone: str = Field(default="UTC", max_length=64)
     status: Literal["active", "paused"] = "active"
-    starting_deadline_seconds: int = Field(default=300, ge=1, le=86400)
+    starting_deadline_seconds: StrictInt = Field(default=300, ge=1, le=86400)
 
 
 class StepSpec(_Model):
     name: str = Field(pattern=STEP_NAME)
     kind: Literal["python", "sql"]
-    depends_on: list[str] = Field(default_factory=list)
-    call: str | None = None
+    depends_on: list[str] = Field(default_factory=list, max_length=100)
+    call: str | None = Field(default=None, max_length=200)
     params: dict[str, Any] | None = None
-    query: str | None = None
-    database: str | None = None
+    query: str | None = Field(default=None, max_length=MAX_QUERY)
+    database: str | None = Field(default=None, max_length=200)
     secrets: list[str] | None = Field(default=None, max_length=50)
-    timeout_seconds: int | None = Field(default=None, ge=1, le=604800)
+    timeout_seconds: StrictInt | None = Field(default=None, ge=1, le=604800)
 
 
 class WorkflowSpec(_Model):
     tenant: str | None = None
     name: str = Field(pattern=OBJECT_NAME)
-    description: str = ""
-    environment: str
-    publisher: str
+    description: str = Field(default="", max_length=MAX_TEXT)
+    environment: str = Field(max_length=200)
+    publisher: str = Field(max_length=254)
     schedule: ScheduleSpec
-    timeout_seconds: int | None = Field(default=None, ge=1, le=604800)
+    timeout_seconds: StrictInt | None = Field(default=None, ge=1, le=604800)
     monitoring: bool = True
     policy: dict[str, Any] = Field(default_factory=dict)
     shadow: bool = False
-    steps: list[StepSpec] = Field(min_length=1)
+    steps: list[StepSpec] = Field(min_length=1, max_length=100)
 
 
 class WorkflowFile(_Model):
@@ -153,6 +165,8 @@ def load_file(path: str | Path, now: datetime) -> Plan:
     """Read, parse and validate a workflow file; raise InvalidInput with one sentence."""
     source = Path(path)
     try:
+        if source.is_file() and source.stat().st_size > MAX_FILE_BYTES:
+            raise InvalidInput(f"{source.name}: the file is larger than {MAX_FILE_BYTES // 1024} KiB.")
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InvalidInput(f"{source}: no such file.") from None
@@ -163,8 +177,12 @@ def load_file(path: str | Path, now: datetime) -> Plan:
 
 def parse_text(text: str, source: str, now: datetime) -> Plan:
     """Parse and validate the text of a workflow file named `source`."""
+    if len(text) > MAX_FILE_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
+        raise InvalidInput(f"{source}: the file is larger than {MAX_FILE_BYTES // 1024} KiB.")
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise InvalidInput(f"{source}: the file nests deeper than {MAX_DEPTH} levels.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -174,6 +192,9 @@ def parse_text(text: str, source: str, now: datetime) -> Plan:
         data = {}
     if not isinstance(data, dict):
         raise InvalidInput(f"{source}: the file must be a mapping with keys such as tenants and workflows.")
+    problem = plain_data_problem(data)
+    if problem is not None:
+        raise InvalidInput(f"{source}: {problem}")
     try:
         document = WorkflowFile.model_validate(data)
     except ValidationError as exc:
@@ -182,6 +203,40 @@ def parse_text(text: str, source: str, now: datetime) -> Plan:
         return _plan(document, source, now)
     except _Invalid as exc:
         raise InvalidInput(f"{source}: {exc.path}: {exc.message}.") from None
+
+
+def plain_data_problem(data: Any, max_depth: int = MAX_DEPTH) -> str | None:
+    """Return one sentence on why parsed data cannot be stored, or None when it can.
+
+    Walks without recursion, so hostile nesting costs a bounded loop, not the stack:
+    deeper than `max_depth`, a NUL (PostgreSQL text cannot hold it) or a lone
+    surrogate (not encodable as UTF-8) anywhere, in a key or a value.
+    """
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > max_depth:
+            where = path if len(path) <= 60 else path[:60] + "…"
+            return f"{where}: nested deeper than {max_depth} levels."
+        if isinstance(value, dict):
+            for key, item in value.items():
+                where = f"{path}.{key}" if path else str(key)
+                if isinstance(key, str) and (problem := _text_problem(key)):
+                    return f"{path or '(top level)'}: a key {problem}."
+                stack.append((item, where, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+        elif isinstance(value, str) and (problem := _text_problem(value)):
+            return f"{path or '(top level)'}: the text {problem}."
+    return None
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains a NUL character"
+    if SURROGATE.search(text):
+        return "contains a lone surrogate, which is not valid Unicode"
+    return None
 
 
 def _describe_validation(exc: ValidationError) -> str:
@@ -233,9 +288,11 @@ def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
         if channel.audience == "engineering":
             raise _Invalid(f"channels[{i}].audience", "engineering channels belong to the platform: declare them under platform_channels")
         _check_tenant_ref(f"channels[{i}].secret_ref", channel.secret_ref, tenant)
+        _check_channel_config(f"channels[{i}].config", channel.kind, channel.config)
     _no_duplicates("platform_channels", [c.name for c in document.platform_channels], label="channel")
     for i, channel in enumerate(document.platform_channels):
         _check_secret_ref(f"platform_channels[{i}].secret_ref", channel.secret_ref)
+        _check_channel_config(f"platform_channels[{i}].config", channel.kind, channel.config)
 
     env_names = {(t, e.name) for t, e in environments}
     emails = {(t, u.email) for t, u in users}
@@ -289,6 +346,19 @@ def _check_tenant_ref(where: str, ref: str | None, tenant: str) -> None:
         secrets.check_tenant_reference(ref, tenant)
     except secrets.SecretError as exc:
         raise _Invalid(where, exc.message) from None
+
+
+def _check_channel_config(where: str, kind: str, config: dict[str, Any]) -> None:
+    """A webhook needs somewhere to send: an http(s) URL with a host (no file://, no bare path)."""
+    if kind != "webhook":
+        return
+    url = config.get("url")
+    if not isinstance(url, str) or not url.strip():
+        raise _Invalid(f"{where}.url", "a webhook channel needs 'url', an http or https address")
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        # The address is not repeated: it may carry a token in its path or query.
+        raise _Invalid(f"{where}.url", "not an http or https address with a host (the value is not shown)")
 
 
 def _check_schedule(where: str, schedule: ScheduleSpec, now: datetime) -> int:

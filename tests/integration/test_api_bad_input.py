@@ -69,7 +69,7 @@ def counts(db):
           "steps": [{"name": "a", "kind": "python", "call": "m:f"}]}, 422, "no environment named 'nope'"),
         ("put", "/api/tenants/acme/workflows/new",
          {"environment": "default", "publisher": "ops@acme.test", "cron": "0 2 * * *",
-          "steps": [{"name": "a", "kind": "python", "call": "m:f", "params": {"k": "\u0000"}}]}, 400, "database"),
+          "steps": [{"name": "a", "kind": "python", "call": "m:f", "params": {"k": "\u0000"}}]}, 422, "NUL"),
         ("get", "/api/tenants/acme'%3B%20DROP%20TABLE%20runs%3B--/workflows/nightly", None, 422, "tenant"),
         ("get", "/api/alerts?tenant=acme'--", None, 422, "tenant"),
         ("get", "/api/alerts?cursor=not-a-cursor", None, 400, "cursor"),

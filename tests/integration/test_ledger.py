@@ -5,6 +5,7 @@ import pytest
 
 from tests.helpers import create_run, make_workflow, tick
 from tickwarden.models import AttemptOutcome
+from tickwarden.store.ledger import FREE_LOST_REQUEUES
 
 FAIL = AttemptOutcome(status="failed", error_category="step_error", error="boom", failed_step="join")
 OK = AttemptOutcome(status="succeeded")
@@ -133,12 +134,16 @@ def test_an_expired_lease_is_lost_and_takes_the_failure_path(db, clock):
     assert not finish(db, attempt, OK, clock.advance(1)).applied
     with db.transaction() as store:
         assert store.get_attempt(attempt.id).status == "lost"
-        store.queue_retries([run.id], clock.now())
-    second = lease_one(db, clock.now(), lease=30)
-    with db.transaction() as store:
-        reaped = store.expire_leases(clock.advance(60))
-        run = store.get_run(run.id)
-    assert reaped[0].attempt_id == second.id and run.status == "failed" and run.error_category == "lost"
+    # Losses are re-queued for free a bounded number of times, then spend the budget (1), then fail.
+    for number in range(2, FREE_LOST_REQUEUES + 3):
+        with db.transaction() as store:
+            store.queue_retries([run.id], clock.now())
+        again = lease_one(db, clock.now(), lease=30)
+        with db.transaction() as store:
+            reaped = store.expire_leases(clock.advance(60))
+            run = store.get_run(run.id)
+        assert again.number == number and reaped[0].attempt_id == again.id
+    assert run.status == "failed" and run.error_category == "lost"
 
 
 def test_close_run_writes_missed_once_and_cancels_queued_attempts(db, clock):

@@ -4,7 +4,10 @@ from datetime import timedelta
 from tests.dbutil import TEST_URL
 from tests.helpers import create_run, make_workflow
 from tickwarden.db import Database
+from tickwarden.models import AttemptOutcome
+from tickwarden.poller import OutcomePoller
 from tickwarden.reaper import INTERVAL_SECONDS, LeaseReaper
+from tickwarden.store.ledger import FREE_LOST_REQUEUES
 
 
 def lease_all(db, now, lease=30):
@@ -27,11 +30,61 @@ def test_it_marks_an_expired_lease_lost_and_the_run_pending_retry(db, clock):
     assert run.status == "pending_retry" and run.finished_at is None
 
 
-def test_a_lost_attempt_without_budget_fails_the_run(db, clock):
+def lose_attempt(db, now):
+    """Lease the queued attempt and let its lease expire unrenewed, as a killed worker would."""
+    lease_all(db, now)
+    LeaseReaper(db).run_once(now + timedelta(minutes=1))
+
+
+def test_a_lost_attempt_is_queued_again_without_spending_the_budget(db, clock):
+    wf = make_workflow(db, clock.now())
+    run = create_run(db, wf, clock.now(), clock.now(), budget=0)
+    lose_attempt(db, clock.now())
+    with db.transaction() as store:
+        assert store.get_run(run.id).status == "pending_retry"
+        store.queue_retries([run.id], clock.now() + timedelta(minutes=1))
+        [leased] = store.lease_attempts("w2", clock.now() + timedelta(minutes=2), 30)
+        failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
+        finished = store.finish_attempt(leased.id, "w2", failure, clock.now() + timedelta(minutes=3))
+    # The workflow's own failure is judged on its own budget (none), not on the platform's loss.
+    assert leased.number == 2 and finished.run_status == "failed"
+
+
+def test_a_retry_after_a_lost_attempt_still_has_the_whole_budget(db, clock):
+    wf = make_workflow(db, clock.now())
+    run = create_run(db, wf, clock.now(), clock.now(), budget=1)
+    lose_attempt(db, clock.now())
+    with db.transaction() as store:
+        store.queue_retries([run.id], clock.now() + timedelta(minutes=1))
+        [leased] = store.lease_attempts("w2", clock.now() + timedelta(minutes=2), 30)
+        failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
+        finished = store.finish_attempt(leased.id, "w2", failure, clock.now() + timedelta(minutes=3))
+    assert finished.run_status == "pending_retry"
+
+
+def test_a_workflow_that_kills_its_worker_every_time_fails_and_alerts_engineering(db, clock):
+    wf = make_workflow(db, clock.now())
+    run = create_run(db, wf, clock.now(), clock.now(), budget=0)
+    now = clock.now()
+    poller = OutcomePoller(db, "r1")
+    for _ in range(FREE_LOST_REQUEUES + 1):
+        lose_attempt(db, now)
+        now += timedelta(minutes=2)
+        poller.run_once(now)  # launches the re-queue, or evaluates the verdict
+    with db.transaction() as store:
+        run = store.get_run(run.id)
+        attempts = store.list_attempts(run.id)
+        [alert] = store.list_alerts(open_only=True)
+    assert [a.status for a in attempts] == ["lost"] * (FREE_LOST_REQUEUES + 1)
+    assert run.status == "failed" and run.error_category == "lost"
+    assert alert.alert.owner == "engineering"
+
+
+def test_a_lost_attempt_past_the_runs_deadline_spends_the_budget(db, clock):
     wf = make_workflow(db, clock.now())
     run = create_run(db, wf, clock.now(), clock.now(), budget=0)
     lease_all(db, clock.now())
-    LeaseReaper(db).run_once(clock.now() + timedelta(minutes=5))
+    LeaseReaper(db).run_once(clock.now() + timedelta(hours=4))  # the deadline is 3 hours after the tick
     with db.transaction() as store:
         run = store.get_run(run.id)
     assert run.status == "failed" and run.error_category == "lost"

@@ -13,11 +13,18 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    model_validator,
+)
 
 from tickwarden.api.problems import Problem
 from tickwarden.clock import isoformat_z, parse_utc
-from tickwarden.workflow_file import StepSpec
+from tickwarden.workflow_file import StepSpec, plain_data_problem
 
 T = TypeVar("T")
 DEFAULT_LIMIT = 50
@@ -35,6 +42,15 @@ Text = Annotated[str, AfterValidator(_no_nul)]
 
 class Input(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        # Anywhere in the body, keys included: no NUL, no lone surrogate, no hostile nesting.
+        problem = plain_data_problem(data)
+        if problem is not None:
+            raise ValueError(problem)
+        return data
 
 
 class Page(BaseModel, Generic[T]):
@@ -317,12 +333,12 @@ class MeOut(BaseModel):
 class PolicyIn(Input):
     """Overrides of the derived profile; omitted fields keep the cadence's default."""
 
-    retries: Annotated[int, Field(ge=0, le=10)] | None = None
-    alert_after: Annotated[int, Field(ge=1, le=1000)] | None = None
+    retries: Annotated[StrictInt, Field(ge=0, le=10)] | None = None
+    alert_after: Annotated[StrictInt, Field(ge=1, le=1000)] | None = None
     first_severity: Literal["warning", "critical"] | None = None
     escalation_multiplier: Annotated[float, Field(gt=0, le=10000)] | None = None
-    escalate_after: Annotated[int, Field(ge=1, le=10000)] | None = None
-    backoff_seconds: Annotated[list[Annotated[int, Field(ge=0, le=86400)]], Field(max_length=10)] | None = None
+    escalate_after: Annotated[StrictInt, Field(ge=1, le=10000)] | None = None
+    backoff_seconds: Annotated[list[Annotated[StrictInt, Field(ge=0, le=86400)]], Field(max_length=10)] | None = None
 
 
 class PublishIn(Input):
@@ -334,8 +350,8 @@ class PublishIn(Input):
     cron: Annotated[Text, Field(min_length=1, max_length=200)]
     timezone: Annotated[Text, Field(min_length=1, max_length=64)] = "UTC"
     paused: bool = False
-    starting_deadline_seconds: Annotated[int, Field(ge=1, le=86400)] = 300
-    timeout_seconds: Annotated[int, Field(ge=1, le=604800)] | None = None
+    starting_deadline_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 300
+    timeout_seconds: Annotated[StrictInt, Field(ge=1, le=604800)] | None = None
     monitoring: bool = True
     policy: PolicyIn = Field(default_factory=PolicyIn)
     steps: list[StepSpec] = Field(min_length=1, max_length=100)

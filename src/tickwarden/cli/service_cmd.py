@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -111,6 +112,18 @@ def build_api(db: Database, clock: WallClock, replica: str) -> Any:
     return factory(**wanted)
 
 
+def _check_listenable(host: str, port: int) -> None:
+    """Refuse an address the API cannot listen on before anything is migrated or started."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(infos[0][4])
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise InvalidInput(f"Cannot listen on {host}:{port}: {reason}.") from None
+
+
 @app.command("serve")
 def serve_command(
     workers: Annotated[int, typer.Option("--workers", help="Also run N `tickwarden worker` processes.")] = 0,
@@ -126,6 +139,11 @@ def serve_command(
     """Run one control-plane replica: migrate, then the loops, N workers and the API until SIGTERM."""
     if workers < 0:
         raise InvalidInput("--workers must be zero or more.")
+    if not 1 <= port <= 65535:
+        print("tickwarden: --port must be between 1 and 65535.", file=sys.stderr)
+        sys.exit(2)  # a usage error; typer.Exit's code is dropped outside standalone mode
+    if not no_api:
+        _check_listenable(host, port)
     default_log_level(logging.INFO)
     clock = WallClock()
     replica = replica or new_replica_id("serve")

@@ -8,7 +8,7 @@ member sees only their tenant and the overview is the platform's alone.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib import resources
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -30,6 +30,7 @@ templates = Jinja2Templates(directory=str(resources.files("tickwarden").joinpath
 STRIP_LENGTH = 24
 RECENT_ALERTS = 20
 MAX_NOTE = 2000
+GIVEN_UP_WINDOW = timedelta(days=1)  # notifications given up on stay on the overview this long
 
 
 def _age(value: datetime | None, now: datetime) -> str:
@@ -120,13 +121,17 @@ def logout() -> RedirectResponse:
 
 
 def _overview_context(scope: Scope) -> dict[str, Any]:
+    now = scope.clock.now()
     with scope.store() as store:
         tenants = store.api_overview_tenants()
         open_alerts = store.api_open_alerts()
         heartbeats = store.api_loop_heartbeats()
-    loops = loop_statuses(heartbeats, scope.clock.now())
+        # Loops that run while their notifications go nowhere look healthy: show the backlog.
+        undelivered = store.api_undelivered_notifications(now - GIVEN_UP_WINDOW)
+    loops = loop_statuses(heartbeats, now)
     return {"tenants": tenants, "open_alerts": open_alerts, "loops": loops,
-            "stalled": [loop for loop in loops if loop.stalled]}
+            "stalled": [loop for loop in loops if loop.stalled], "undelivered": undelivered,
+            "failing_channels": [c for c in undelivered if c.failing]}
 
 
 @router.get("/dashboard")

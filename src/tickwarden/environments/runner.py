@@ -24,6 +24,7 @@ import io
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -36,8 +37,16 @@ def _watch_parent(parent: int) -> None:
     # Polling getppid is portable; when the worker is killed we are re-parented.
     while True:
         if os.getppid() != parent:
-            os._exit(3)
+            _exit_with_group(3)
         time.sleep(0.5)
+
+
+def _exit_with_group(code: int) -> None:
+    # The worker starts us as a process group leader, so a step's subprocesses share
+    # our group: they go with us, or a retry could repeat their side effects.
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os._exit(code)
 
 
 def _tail(text: str) -> str:
@@ -197,6 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     os.dup2(2, 1)  # stray writes to fd 1 (C extensions, subprocesses) must not corrupt answers
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     serve(args.tenant, io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8"), answers)
+    # A dead worker's pipe usually closes before we are re-parented: end the group here too.
+    _exit_with_group(0)
 
 
 if __name__ == "__main__":

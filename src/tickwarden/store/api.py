@@ -115,6 +115,25 @@ class TenantOverview:
 
 
 @dataclass(frozen=True)
+class UndeliveredChannel:
+    """A channel's notifications not yet delivered: the backlog a transport outage leaves."""
+
+    channel: str
+    kind: str
+    tenant: str | None
+    waiting: int
+    retrying: int
+    given_up: int
+    oldest: datetime
+    tries: int
+    last_error: str | None
+
+    @property
+    def failing(self) -> bool:
+        return self.retrying > 0 or self.given_up > 0
+
+
+@dataclass(frozen=True)
 class OperationsSnapshot:
     """What /metrics reports, read in one transaction."""
 
@@ -303,6 +322,11 @@ class ApiStore(StoreBase):
 
     def api_loop_heartbeats(self) -> list[Heartbeat]:
         return [from_row(Heartbeat, r) for r in self._rows("api_loop_heartbeats")]
+
+    def api_undelivered_notifications(self, since: datetime, limit: int = 50) -> list[UndeliveredChannel]:
+        """Channels with undelivered notifications, failing ones first; given-up rows count from `since`."""
+        rows = self._rows("api_undelivered_notifications", {"since": since, "limit": limit})
+        return [from_row(UndeliveredChannel, r) for r in rows]
 
     def api_operations_snapshot(self) -> OperationsSnapshot:
         lag = self._row("api_metrics_poll_lag")

@@ -269,3 +269,21 @@ SELECT u.* FROM users u JOIN tenants t ON t.id = u.tenant_id
 SELECT r.rolsuper OR r.rolbypassrls AS bypasses_rls,
        coalesce(current_setting('tickwarden.platform', true), '') = 'on' AS platform
   FROM pg_roles r WHERE r.rolname = current_user;
+
+-- api_undelivered_notifications --
+-- Channels with notifications not yet delivered (waiting, retrying, or given up since `since`), failing first.
+SELECT c.name AS channel, c.kind, t.name AS tenant,
+       count(*) FILTER (WHERE o.status IN ('pending', 'sending')) AS waiting,
+       count(*) FILTER (WHERE o.status = 'failed') AS retrying,
+       count(*) FILTER (WHERE o.status = 'dead') AS given_up,
+       min(o.created_at) AS oldest,
+       max(o.tries) AS tries,
+       (array_agg(o.last_error ORDER BY o.id DESC) FILTER (WHERE o.last_error IS NOT NULL))[1] AS last_error
+  FROM notification_outbox o
+  JOIN notification_channels c ON c.id = o.channel_id
+  LEFT JOIN tenants t ON t.id = c.tenant_id
+ WHERE o.status IN ('pending', 'sending', 'failed')
+    OR (o.status = 'dead' AND o.created_at >= %(since)s)
+ GROUP BY c.id, c.name, c.kind, t.name
+ ORDER BY count(*) FILTER (WHERE o.status IN ('failed', 'dead')) DESC, min(o.created_at), c.id
+ LIMIT %(limit)s;

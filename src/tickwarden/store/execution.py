@@ -132,6 +132,12 @@ class ExecutionStore(StoreBase):
         """Mark dead the idle instances whose worker vanished without stopping them."""
         return len(self._rows("abandon_environment_instances", {"now": now, "grace_seconds": grace_seconds}))
 
+    def reaper_server_started(self) -> datetime:
+        """When the database server last started."""
+        row = self._row("reaper_server_started", {})
+        assert row is not None
+        return row["started"]
+
     def reaper_waiting(self, now: datetime, grace_seconds: int = 300) -> bool:
         """Whether a lease reaper pass would find an expired lease or an abandoned instance."""
         row = self._row("reaper_waiting", {"now": now, "grace_seconds": grace_seconds})

@@ -121,6 +121,10 @@ SET synchronous_commit = off;
 -- Back to the server's durable default before the connection returns to the pool.
 RESET synchronous_commit;
 
+-- reaper_server_started --
+-- When the database server last started: leases that ran out while it was down could not be renewed.
+SELECT pg_postmaster_start_time() AS started;
+
 -- reaper_waiting --
 -- The lease reaper's idle check, read only: has a running attempt's lease expired
 -- (expire_leases), or is an instance left listed live (abandon_environment_instances)?

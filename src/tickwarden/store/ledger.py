@@ -20,6 +20,10 @@ from tickwarden.store.trigger import Advance
 
 # Before any success: every confirmed failure of the workflow belongs to the streak.
 NEVER = datetime(1, 1, 1, tzinfo=UTC)
+# Attempts of one run the platform may lose (a dead worker, an expired lease) and queue
+# again without spending the tick's retry budget: enough for a crash or two, bounded so
+# that a workflow that kills its worker every time still ends failed.
+FREE_LOST_REQUEUES = 2
 
 
 @dataclass(frozen=True)
@@ -150,8 +154,11 @@ class LedgerStore(StoreBase):
         return results
 
     def expire_leases(self, now: datetime, limit: int = 500) -> list[FinishedAttempt]:
-        """Mark attempts with an expired lease lost and move their runs; return them."""
-        rows = self._rows("expire_leases", {"now": now, "limit": limit})
+        """Mark attempts with an expired lease lost and move their runs; return them.
+
+        A run re-queued for free (`FREE_LOST_REQUEUES` per run, before its deadline) keeps its budget.
+        """
+        rows = self._rows("expire_leases", {"now": now, "limit": limit, "free_requeues": FREE_LOST_REQUEUES})
         return [
             FinishedAttempt(
                 applied=True, attempt_id=r["attempt_id"], run_id=r["run_id"], number=r["number"], run_status=r["run_status"]

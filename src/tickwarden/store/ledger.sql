@@ -85,8 +85,9 @@ UPDATE attempts
 -- a second delivery of the same result, or a result after the lease was reaped, a
 -- no-op. Each run moves with its attempt: success is the verdict (recovered when a
 -- retry saved it); a retryable failure with budget left for this tick is
--- pending_retry; otherwise failed. One statement for one attempt (the worker) or for
--- a batch (the simulator), which never holds two attempts of one run.
+-- pending_retry; otherwise failed. Attempts the platform lost and re-queued for free
+-- (`lost_requeues`) do not count against the budget. One statement for one attempt
+-- (the worker) or for a batch (the simulator), which never holds two attempts of one run.
 WITH outcome AS (
     SELECT *
       FROM unnest(%(attempt_ids)s::bigint[], %(statuses)s::text[], %(finished_ats)b::timestamptz[],
@@ -105,7 +106,7 @@ WITH outcome AS (
 ), decided AS (
     SELECT done.*,
            CASE WHEN done.status = 'succeeded' THEN 'succeeded'
-                WHEN done.retryable AND done.number <= r.retry_budget THEN 'pending_retry'
+                WHEN done.retryable AND done.number - r.lost_requeues <= r.retry_budget THEN 'pending_retry'
                 ELSE 'failed' END AS run_status
       FROM done JOIN runs r ON r.id = done.run_id
 ), moved AS (
@@ -130,7 +131,11 @@ SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS
 
 -- expire_leases --
 -- Mark attempts whose lease ran out as lost (the worker was killed or its machine
--- vanished) and move their runs down the failure path, like any failed attempt.
+-- vanished). The workflow did not fail, so before the run's deadline and at most
+-- %(free_requeues)s times per run the attempt is queued again without spending the
+-- tick's budget (counted in lost_requeues); past that, the loss takes the failure
+-- path like any failed attempt, so a workflow that kills its worker every time still
+-- ends failed (category lost, owner engineering).
 WITH expired AS (
     SELECT id FROM attempts
      WHERE status = 'running' AND lease_expires_at <= %(now)s
@@ -145,12 +150,15 @@ WITH expired AS (
      WHERE a.id = expired.id
     RETURNING a.id, a.run_id, a.number
 ), decided AS (
-    SELECT done.*,
-           CASE WHEN done.number <= r.retry_budget THEN 'pending_retry' ELSE 'failed' END AS run_status
-      FROM done JOIN runs r ON r.id = done.run_id
+    SELECT done.*, free,
+           CASE WHEN free OR done.number - r.lost_requeues <= r.retry_budget THEN 'pending_retry'
+                ELSE 'failed' END AS run_status
+      FROM done JOIN runs r ON r.id = done.run_id,
+           LATERAL (SELECT r.lost_requeues < %(free_requeues)s AND %(now)s < r.deadline_at AS free) f
 ), moved AS (
     UPDATE runs r
        SET status = decided.run_status,
+           lost_requeues = r.lost_requeues + decided.free::integer,
            finished_at = CASE WHEN decided.run_status = 'failed' THEN %(now)s END,
            error_category = 'lost', error = 'the worker stopped renewing its lease', failed_step = NULL
       FROM decided

@@ -1,0 +1,145 @@
+"""A database that goes away: pooled connections are replaced, results are kept, probes answer fast."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.dbutil import TEST_URL
+from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
+from tests.privatepg import PrivatePostgres, available
+from tickwarden.api.main import create_app
+from tickwarden.clock import VirtualClock
+from tickwarden.db import Database
+from tickwarden.errors import DatabaseUnavailable
+from tickwarden.worker import Worker
+
+START = datetime(2026, 11, 30, 1, 55, tzinfo=UTC)
+
+
+@pytest.fixture
+def private():
+    if not available():
+        pytest.skip("the PostgreSQL 15 server binaries are not installed")
+    server = PrivatePostgres()
+    yield server
+    server.destroy()
+
+
+@pytest.fixture
+def private_db(private):
+    db = Database(private.url, min_size=1, max_size=4, timeout=1)  # an outage outlasts the pool's wait
+    db.migrate(START)
+    yield db
+    db.close()
+
+
+def test_it_replaces_a_pooled_connection_the_server_dropped(schema):
+    db = Database(TEST_URL, schema=schema, min_size=1, max_size=1, application_name=f"tw-drop-{schema}")
+    try:
+        with db.connection() as conn:
+            conn.execute("SELECT 1")
+        with psycopg.connect(TEST_URL, autocommit=True) as admin:
+            killed = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                   "WHERE application_name = %s", (f"tw-drop-{schema}",)).fetchone()[0]
+        assert killed == 1
+        time.sleep(0.2)
+        with db.connection() as conn:  # the dead connection is noticed when lent, not by the caller
+            assert conn.execute("SELECT 2").fetchone() == (2,)
+    finally:
+        db.close()
+
+
+def test_the_worker_records_a_finished_attempt_once_the_database_is_back(private, private_db):
+    clock = VirtualClock(START)
+    workflow = make_runnable(private_db, clock.now(), [python_step("slow", "hang", params={"seconds": 1.5})])
+    run = queue_run(private_db, workflow, clock.now(), clock.now(), budget=0)
+    worker = Worker(private_db, "w1", clock=clock, secret_key=SECRET, lease_seconds=60)
+    done = threading.Thread(target=worker.run_once, args=(clock.now(),))
+    try:
+        done.start()
+        time.sleep(0.7)  # leased, and the step is under way
+        private.stop("immediate")
+        time.sleep(2.5)  # the step finished while the database was away
+        private.start()
+        done.join(30)
+        assert not done.is_alive()
+        with private_db.transaction() as store:
+            recorded = store.get_run(run.id)
+            attempts = store.list_attempts(run.id)
+        assert recorded.status == "succeeded"
+        assert [a.status for a in attempts] == ["succeeded"]
+    finally:
+        worker.environments.close(clock.now())
+
+
+def test_readyz_answers_503_at_once_while_the_database_is_down(private, private_db, caplog):
+    app = create_app(private_db, VirtualClock(START))
+    with TestClient(app) as client:
+        assert client.get("/readyz").status_code == 200
+        private.stop("immediate")
+        with caplog.at_level(logging.DEBUG):
+            for _ in range(3):
+                began = time.monotonic()
+                answer = client.get("/readyz")
+                assert answer.status_code == 503
+                assert time.monotonic() - began < 3
+            with pytest.raises(DatabaseUnavailable), private_db.transaction():
+                pass
+        outage_lines = [r for r in caplog.records if "cannot be reached" in r.getMessage() and r.levelno >= logging.ERROR]
+        assert len(outage_lines) == 1
+        assert not any(r.exc_info for r in caplog.records if r.levelno >= logging.WARNING)
+        private.start()
+        deadline = time.monotonic() + 20
+        while client.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, "readyz did not recover"
+            time.sleep(0.3)
+        assert private_db.outage_since is None
+
+
+def test_the_reaper_leaves_leases_that_ran_out_while_the_server_was_down_to_their_workers(private, private_db):
+    from datetime import timedelta
+
+    from tests.helpers import create_run, make_workflow
+    from tickwarden.clock import WallClock
+    from tickwarden.reaper import LeaseReaper
+
+    now = WallClock().now()
+    workflow = make_workflow(private_db, now)
+    create_run(private_db, workflow, now, now, budget=0)
+    with private_db.transaction() as store:
+        [attempt] = store.lease_attempts("w1", now, 5)
+    private.restart("immediate")
+    reaper = LeaseReaper(private_db, resume_grace_seconds=30, server_restarts=True)
+    restarted = WallClock().now()
+    for _ in range(50):  # the first borrow after the restart may find the old connection gone
+        try:
+            wake = reaper.run_once(restarted + timedelta(seconds=10))
+            break
+        except DatabaseUnavailable:
+            time.sleep(0.2)
+    assert reaper.last_reaped == [] and wake <= restarted + timedelta(seconds=31)
+    with private_db.transaction() as store:
+        assert store.renew_lease(attempt.id, "w1", restarted + timedelta(seconds=11), 5)  # the worker is back in time
+    reaper.run_once(restarted + timedelta(seconds=60))
+    assert [r.attempt_id for r in reaper.last_reaped] == [attempt.id]  # past the grace, a silent worker is lost
+
+
+def test_a_worker_pass_during_an_outage_comes_back_later_without_a_traceback(private, private_db, caplog):
+    from datetime import timedelta
+
+    clock = VirtualClock(START)
+    worker = Worker(private_db, "w1", clock=clock, secret_key=SECRET, poll_seconds=2)
+    private.stop("immediate")
+    with caplog.at_level(logging.INFO):
+        assert worker.run_once(clock.now()) == clock.now() + timedelta(seconds=2)
+        assert worker.run_once(clock.now()) == clock.now() + timedelta(seconds=2)
+    assert not any(r.exc_info for r in caplog.records)
+    assert len([r for r in caplog.records if "cannot be reached" in r.getMessage()]) == 1
+    private.start()

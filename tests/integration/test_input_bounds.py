@@ -1,0 +1,122 @@
+"""Hostile workflow files and API bodies: one clear sentence, nothing written."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+
+from tests.apiutil import api, live_server, make_token, seed_tenant
+from tests.dbutil import TEST_URL, drop_schema, make_schema
+from tests.integration.test_apply import GOOD, NOW, write
+from tickwarden import catalog
+from tickwarden.clock import VirtualClock
+from tickwarden.db import Database
+from tickwarden.errors import InvalidInput
+from tickwarden.migrate import upgrade
+
+DEEP = "[" * 3000 + "]" * 3000
+
+FILES = {
+    "huge description": (("monitoring: false", "monitoring: false\n    description: " + "x" * 10_000_000),
+                         "fleet.yaml: the file is larger than 1024 KiB."),
+    "long description": (("monitoring: false", "monitoring: false\n    description: " + "x" * 2001),
+                         "fleet.yaml: workflows[1].description: string should have at most 2000 characters."),
+    "nul in a value": (("{count: 3}", '{count: 3, note: "a\\0b"}'),
+                       "fleet.yaml: workflows[0].steps[0].params.note: the text contains a NUL character."),
+    "nul in a key": (("{count: 3}", '{count: 3, "a\\0b": 1}'),
+                     "fleet.yaml: workflows[0].steps[0].params: a key contains a NUL character."),
+    "lone surrogate": (("display_name: Acme Corp", 'display_name: "Acme \\ud800"'),
+                       "fleet.yaml: tenants[0].display_name: the text contains a lone surrogate"),
+    "deep nesting": (("{count: 3}", "{count: " + DEEP + "}"), "fleet.yaml: the file nests deeper than 32 levels."),
+    "moderate nesting": (("{count: 3}", "{count: " + "[" * 40 + "]" * 40 + "}"),
+                         "fleet.yaml: workflows[0].steps[0].params.count"),
+    "boolean timeout": (("monitoring: false", "monitoring: false\n    timeout_seconds: true"),
+                        "fleet.yaml: workflows[1].timeout_seconds: input should be a valid integer."),
+    "webhook without url": (("kind: email, config: {to: [\"oncall@platform.test\"]}", "kind: webhook, config: {}"),
+                            "fleet.yaml: platform_channels[0].config.url: a webhook channel needs 'url'"),
+    "webhook to a file": (("kind: email, config: {to: [\"oncall@platform.test\"]}",
+                           "kind: webhook, config: {url: \"file:///etc/passwd\"}"),
+                          "fleet.yaml: platform_channels[0].config.url: not an http or https address with a host"),
+    "never fires": (('"*/5 * * * *"', '"0 0 31 2 *"'),
+                    "fleet.yaml: workflows[1].schedule.cron: cron expression '0 0 31 2 *' never fires"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FILES))
+def test_it_refuses_a_hostile_workflow_file_in_one_sentence(db, tmp_path, case):
+    (old, new), expected = FILES[case]
+    assert old in GOOD, case
+    with pytest.raises(InvalidInput) as raised:
+        catalog.apply_file(db, write(tmp_path, GOOD.replace(old, new, 1)), NOW)
+    message = raised.value.message
+    assert message.startswith(expected), message
+    assert "\n" not in message and message.endswith(".") and len(message) < 300
+    assert "passwd" not in message
+    with db.transaction() as store:
+        assert set(store.catalog_counts().values()) == {0}
+
+
+def test_a_webhook_channel_with_an_https_url_applies(db, tmp_path):
+    text = GOOD.replace('kind: email, config: {to: ["oncall@platform.test"]}',
+                        'kind: webhook, config: {url: "https://hooks.example.test/x"}')
+    catalog.apply_file(db, write(tmp_path, text), NOW)
+
+
+@pytest.fixture(scope="module")
+def server():
+    name = make_schema("bounds")
+    with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
+        upgrade(conn, datetime(2026, 1, 1, tzinfo=UTC))
+    db = Database(TEST_URL, schema=name, min_size=1, max_size=4)
+    clock = VirtualClock(datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
+    acme = seed_tenant(db, clock.now(), "acme")
+    acme.token = make_token(db, clock.now(), tenant="acme", name="alice")
+    try:
+        with live_server(db, clock) as base:
+            yield base, db, acme
+    finally:
+        db.close()
+        drop_schema(name)
+
+
+PUBLISH = {"environment": "default", "publisher": "ops@acme.test", "cron": "0 2 * * *",
+           "steps": [{"name": "a", "kind": "python", "call": "m:f"}]}
+
+
+def _with_params(value: str) -> bytes:
+    body = {**PUBLISH, "steps": [{"name": "a", "kind": "python", "call": "m:f", "params": {"k": "@"}}]}
+    return json.dumps(body).replace('"@"', value).encode()
+
+
+BODIES = {
+    "surrogate in a note": ("post", "/api/alerts/{alert}/notes", b'{"note": "x\\ud800"}', 422, "lone surrogate"),
+    "surrogate in a description": ("put", "/api/tenants/acme/workflows/new",
+                                   json.dumps({**PUBLISH, "description": "\ud800"}).encode(), 422, "lone surrogate"),
+    "nul in a key": ("put", "/api/tenants/acme/workflows/new", _with_params('{"a\\u0000": 1}'), 422, "NUL"),
+    "deep nesting": ("put", "/api/tenants/acme/workflows/new", _with_params(DEEP), 400, "parsing the body"),
+    "moderate nesting": ("put", "/api/tenants/acme/workflows/new", _with_params("[" * 40 + "]" * 40), 422,
+                         "nested deeper than 32 levels"),
+    "boolean timeout": ("put", "/api/tenants/acme/workflows/new",
+                        json.dumps({**PUBLISH, "timeout_seconds": True}).encode(), 422, "timeout_seconds"),
+    "never fires": ("put", "/api/tenants/acme/workflows/new", json.dumps({**PUBLISH, "cron": "0 0 31 2 *"}).encode(),
+                    422, "never fires"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BODIES))
+def test_it_refuses_a_hostile_api_body_with_a_4xx_sentence(server, case):
+    base, db, acme = server
+    method, path, body, status, contains = BODIES[case]
+    with db.connection() as conn:
+        before = conn.execute("SELECT count(*) FROM workflows").fetchone()[0]
+    with api(base, acme.token) as client:
+        response = client.request(method, path.format(alert=acme.alert_id), content=body,
+                                  headers={"content-type": "application/json"})
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    assert contains in detail and detail.endswith(".") and "\n" not in detail
+    with db.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM workflows").fetchone()[0] == before
