@@ -62,7 +62,8 @@ class AlertMessage:
 
     @property
     def link(self) -> str:
-        return f"{self.dashboard_url.rstrip('/')}/alerts/{self.alert_id}"
+        # The dashboard's alert page: the one address a reader of any transport can open.
+        return f"{self.dashboard_url.rstrip('/')}/dashboard/alerts/{self.alert_id}"
 
 
 @dataclass(frozen=True)
