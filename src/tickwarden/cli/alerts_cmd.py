@@ -6,11 +6,10 @@ import getpass
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from tickwarden import alerts
 from tickwarden.cli import app
-from tickwarden.cli.output import console, print_json
+from tickwarden.cli.output import console, print_json, print_table, status
 from tickwarden.clock import WallClock, isoformat_z
 from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, NotFound
@@ -130,17 +129,14 @@ def list_command(
     if not rows:
         console.print("no alerts" + (" open" if open_only else ""))
         return
-    table = Table(title="alerts")
-    for column in ("id", "tenant", "workflow", "status", "first", "severity", "owner", "failures", "opened",
-                   "escalated", "resolved", "downtime"):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(
-            str(r["id"]), r["tenant"], r["workflow"], r["status"] + (" (shadow)" if r["shadow"] else ""),
-            r["first_severity"], r["severity"], r["owner"], str(r["failure_count"]), r["opened_at"] or "",
-            r["escalated_at"] or "", r["resolved_at"] or "", downtime(r["downtime_seconds"]),
-        )
-    console.print(table)
+    print_table(
+        ("id", "tenant", "workflow", "status", "first", "severity", "owner", "failures", "opened", "escalated",
+         "resolved", "downtime"),
+        [(str(r["id"]), r["tenant"], r["workflow"], status(r["status"] + (" (shadow)" if r["shadow"] else "")),
+          r["first_severity"], status(r["severity"]), r["owner"], str(r["failure_count"]), r["opened_at"],
+          r["escalated_at"], r["resolved_at"], downtime(r["downtime_seconds"])) for r in rows],
+        title="alerts", no_wrap=("id", "status"),
+    )
 
 
 @alerts_app.command("show")
@@ -157,22 +153,17 @@ def show_command(alert: Annotated[str, typer.Argument(help="Alert id.")], as_jso
     if as_json:
         print_json(data)
         return
-    table = Table(title=f"alert {alert_id}: {view.tenant}/{view.workflow}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    for key in ("status", "first_severity", "severity", "owner", "failure_count", "first_failure_at",
-                "last_failure_at", "last_error_category", "last_error", "failed_step", "opened_at", "escalate_at",
-                "escalated_at", "resolved_at", "resolved_by_run_id"):
-        if data[key] is not None:
-            table.add_row(key.replace("_", " "), str(data[key]))
+    fields = [(key.replace("_", " "), status(str(data[key])) if key in ("status", "severity") else str(data[key]))
+              for key in ("status", "first_severity", "severity", "owner", "failure_count", "first_failure_at",
+                          "last_failure_at", "last_error_category", "last_error", "failed_step", "opened_at",
+                          "escalate_at", "escalated_at", "resolved_at", "resolved_by_run_id")
+              if data[key] is not None]
     if data["downtime_seconds"] is not None:
-        table.add_row("downtime", downtime(data["downtime_seconds"]))
+        fields.append(("downtime", downtime(data["downtime_seconds"])))
     if data["shadow"]:
-        table.add_row("shadow", "yes: delivered to shadow channels only")
-    console.print(table)
-    history = Table(title="history")
-    for column in ("at", "event", "severity", "owner", "by", "note"):
-        history.add_column(column)
+        fields.append(("shadow", "yes: delivered to shadow channels only"))
+    print_table(("field", "value"), fields, title=f"alert {alert_id}: {view.tenant}/{view.workflow}")
+    history = []
     for e in data["events"]:
         detail = e["note"] or ""
         if e["kind"] == "reassigned":
@@ -183,8 +174,8 @@ def show_command(alert: Annotated[str, typer.Argument(help="Alert id.")], as_jso
             detail = f"by {e['data'].get('reason')}"
         elif e["kind"] == "resolved":
             detail = f"run {e['data'].get('run_id')}, down {downtime(e['data'].get('downtime_seconds'))}"
-        history.add_row(e["at"], e["kind"], e["severity"], e["owner"], e["actor"], detail)
-    console.print(history)
+        history.append((e["at"], e["kind"], e["severity"], e["owner"], e["actor"], detail))
+    print_table(("at", "event", "severity", "owner", "by", "note"), history, title="history")
 
 
 @alerts_app.command("reassign")

@@ -58,7 +58,7 @@ def demo_command() -> None:
     verdicts = []
     for name in DEMO_SCENARIOS:
         scenario = load_scenario(shipped_scenario(name))
-        console.print(f"simulating [bold]{scenario.name}[/] …")
+        console.print(Text.assemble("simulating ", (scenario.name, "bold"), " …"))
         ours = run_policy(scenario, "tickwarden")
         old = run_policy(scenario, "naive")
         threads = {(n["channel"], n["thread"]) for n in ours.notifications}
