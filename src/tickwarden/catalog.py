@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tickwarden import profile
+from tickwarden import alerts, profile
 from tickwarden.db import Database
 from tickwarden.errors import Conflict, InvalidInput, NotFound
 from tickwarden.models import Run, Schedule, Tenant, Workflow
@@ -185,9 +185,12 @@ def find_schedule(store: Store, tenant: str, workflow: str) -> tuple[Workflow, S
     return found, schedule
 
 
-def pause(db: Database, tenant: str, workflow: str, now: datetime) -> Schedule:
-    """Pause a workflow's schedule: no new ticks from now on; already paused is fine."""
-    return _set_status(db, tenant, workflow, "paused", now)
+def pause(db: Database, tenant: str, workflow: str, now: datetime, actor: str = "tickwarden") -> Schedule:
+    """Pause a workflow's schedule: no new ticks from now on; already paused is fine.
+
+    An open alert stays open (pausing fixes nothing), and its thread is told.
+    """
+    return _set_status(db, tenant, workflow, "paused", now, actor)
 
 
 def resume(db: Database, tenant: str, workflow: str, now: datetime) -> Schedule:
@@ -195,7 +198,8 @@ def resume(db: Database, tenant: str, workflow: str, now: datetime) -> Schedule:
     return _set_status(db, tenant, workflow, "active", now)
 
 
-def _set_status(db: Database, tenant: str, workflow: str, status: str, now: datetime) -> Schedule:
+def _set_status(db: Database, tenant: str, workflow: str, status: str, now: datetime,
+                actor: str = "tickwarden") -> Schedule:
     with db.transaction() as store:
         found, schedule = find_schedule(store, tenant, workflow)
         if found.archived_at is not None:
@@ -203,6 +207,8 @@ def _set_status(db: Database, tenant: str, workflow: str, status: str, now: date
         changed = store.set_schedule_status(found.id, status, now)
         if changed:
             store.notify_wake("reconciler")
+            if status == "paused":
+                alerts.note_paused(store, found.id, actor, now)
         return changed or schedule
 
 

@@ -91,3 +91,21 @@ def test_the_details_link_is_a_page_the_dashboard_serves():
     path = render(OPENED).payload["alert"]["link"].removeprefix("https://tw.example")
     scope = {"type": "http", "path": path, "method": "GET"}
     assert any(route.matches(scope)[0] is Match.FULL for route in router.routes), path
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("acknowledged", "Acknowledged by ana"),
+    ("snoozed", "Snoozed by ana"),
+    ("paused", "Paused by ana"),
+    ("noted", "Note from ana"),
+    ("resolved", "Resolved by ana"),
+])
+def test_every_transport_renders_an_event_made_by_hand_with_who_and_the_note(kind, words):
+    rendered = render(dataclasses.replace(OPENED, event=kind, actor="ana", note="rerun at 9, password=hunter2",
+                                          status="resolved" if kind == "resolved" else "open"))
+    for text in (rendered.text, rendered.slack_text, rendered.payload["summary"]):
+        assert words in text, (kind, text)
+    for text in (rendered.text, rendered.slack_text):
+        assert "rerun at 9" in text and "hunter2" not in text
+    assert rendered.payload["event"] == kind and rendered.payload["actor"] == "ana"
+    assert "hunter2" not in rendered.payload["note"]
