@@ -68,11 +68,16 @@ def run_now_command(
 
 
 @app.command("pause")
-def pause_command(ref: Ref) -> None:
-    """Pause a workflow's schedule: no new ticks until it is resumed."""
+def pause_command(
+    ref: Ref,
+    by: Annotated[str | None, typer.Option("--by", help="Who pauses it (told in an open alert's thread).")] = None,
+) -> None:
+    """Pause a workflow's schedule: no new ticks until it is resumed; an open alert's thread is told."""
+    import getpass
+
     tenant, workflow = catalog.parse_ref(ref)
     with _db() as db:
-        catalog.pause(db, tenant, workflow, WallClock().now())
+        catalog.pause(db, tenant, workflow, WallClock().now(), actor=by or getpass.getuser())
     console.print(f"{tenant}/{workflow} is paused")
 
 
