@@ -152,10 +152,14 @@ def resolve(db: Database, alert_id: int, note: str, actor: str, now: datetime) -
                     lambda store, clean: store.resolve_alert_by_hand(alert_id, _clean_actor(actor), clean, now), note)
 
 
-def note_paused(store: Store, workflow_id: int, actor: str, now: datetime) -> list[AlertEvent]:
+PAUSED_NOTE = "The workflow is paused: no ticks until it is resumed."
+ARCHIVED_NOTE = "The workflow is archived: no ticks until its file is applied again."
+
+
+def note_paused(store: Store, workflow_id: int, actor: str, now: datetime, note: str = PAUSED_NOTE
+                ) -> list[AlertEvent]:
     """Tell the thread of the workflow's open alert, if any, that the workflow was paused (caller's transaction)."""
-    events = store.note_workflow_paused(workflow_id, _clean_actor(actor),
-                                        "The workflow is paused: no ticks until it is resumed.", now)
+    events = store.note_workflow_paused(workflow_id, _clean_actor(actor), note, now)
     store.enqueue_notifications([e.id for e in events], now)
     return events
 

@@ -193,6 +193,21 @@ def pause(db: Database, tenant: str, workflow: str, now: datetime, actor: str = 
     return _set_status(db, tenant, workflow, "paused", now, actor)
 
 
+def archive(db: Database, tenant: str, workflow: str, now: datetime, actor: str = "tickwarden") -> Workflow:
+    """Archive a workflow: it stops ticking and leaves the lists; applying its file again restores it.
+
+    An open alert stays open and its thread is told, as for a pause.
+    """
+    with db.transaction() as store:
+        found = find_workflow(store, tenant, workflow)
+        archived = store.archive_workflow(found.id, now)
+        if archived is None:  # already archived: nothing to do
+            return found
+        store.notify_wake("reconciler")
+        alerts.note_paused(store, found.id, actor, now, alerts.ARCHIVED_NOTE)
+        return archived
+
+
 def resume(db: Database, tenant: str, workflow: str, now: datetime) -> Schedule:
     """Resume a paused schedule: ticks again from the next fire time after `now`, never a burst."""
     return _set_status(db, tenant, workflow, "active", now)

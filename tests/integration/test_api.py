@@ -94,7 +94,7 @@ def test_publishing_creates_a_workflow_with_its_schedule(server, fleet):
             "steps": [{"name": "check", "kind": "sql", "query": "select 1", "database": "env:WAREHOUSE"}]}
     with api(server, acme.token) as client:
         created = client.put("/api/tenants/acme/workflows/quality-check", json=body)
-        assert created.status_code == 200, created.text
+        assert created.status_code == 201, created.text
         assert created.json()["profile"]["band"] == "frequent" and created.json()["schedule"]["status"] == "active"
         bad = client.put("/api/tenants/acme/workflows/quality-check", json={**body, "cron": "61 * * * *"})
         assert_problem(bad, 422, "61 * * * *")

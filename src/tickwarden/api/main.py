@@ -42,7 +42,9 @@ def create_app(
     from tickwarden import dashboard  # deferred: the dashboard imports the API's pieces
 
     app = FastAPI(title="tickwarden", version="1", description=DESCRIPTION, openapi_url="/openapi.json",
-                  docs_url=None, redoc_url=None)
+                  docs_url=None, redoc_url=None,
+                  # operationId = the handler's name (`list_alerts`), what generated clients call it
+                  generate_unique_id_function=lambda route: route.name)
     app.state.db = db
     app.state.clock = clock
     app.state.registry = registry_for(db, clock)
