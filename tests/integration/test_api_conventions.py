@@ -94,3 +94,24 @@ def test_the_alert_lifecycle_over_http_and_internal_notes_stay_internal(server, 
         assert resolved.status_code == 200 and resolved.json()["status"] == "resolved"
         kinds = [e["kind"] for e in member.get(alert).json()["events"]]
         assert kinds[-3:] == ["acknowledged", "snoozed", "resolved"]
+
+
+def test_the_dashboard_acknowledges_resolves_and_hides_internal_notes_from_members(server, fleet):
+    import httpx
+
+    acme, platform = fleet
+    page = f"{server}/dashboard/alerts/{acme.alert_id}"
+    as_oncall = {"tickwarden_token": platform}
+    as_member = {"tickwarden_token": acme.token}
+    noted = httpx.post(f"{page}/notes", data={"note": "upstream DBA", "internal": "1"}, cookies=as_oncall)
+    assert noted.status_code == 303
+    refused = httpx.post(f"{page}/notes", data={"note": "sneaky", "internal": "1"}, cookies=as_member)
+    assert refused.status_code == 400 and "Only the platform team" in refused.text
+    assert "upstream DBA" in httpx.get(page, cookies=as_oncall).text
+    assert "upstream DBA" not in httpx.get(page, cookies=as_member).text
+    assert httpx.post(f"{page}/acknowledge", data={}, cookies=as_member).status_code == 303
+    assert 'id="acknowledged"' in httpx.get(page, cookies=as_member).text
+    unexplained = httpx.post(f"{page}/resolve", data={"note": " "}, cookies=as_member)
+    assert unexplained.status_code == 400 and "Say why" in unexplained.text
+    assert httpx.post(f"{page}/resolve", data={"note": "fixed"}, cookies=as_member).status_code == 303
+    assert ">resolved<" in httpx.get(page, cookies=as_member).text
