@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from tickwarden import catalog
 from tickwarden.cli import app
@@ -30,6 +32,7 @@ def _db() -> Database:
 @app.command("apply")
 def apply_command(
     path: Annotated[Path, typer.Argument(metavar="FILE.yaml", help="A workflow file.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would change and change nothing.")] = False,
     as_json: AsJson = False,
 ) -> None:
     """Create or update the tenants, users, environments, channels and workflows of a file."""
@@ -39,9 +42,17 @@ def apply_command(
 
     load_file(path, now)
     with _db() as db:
-        report = catalog.apply_file(db, path, now)
+        report = catalog.apply_file(db, path, now, dry_run=dry_run)
+    for warning in report.warnings:
+        print(f"tickwarden: warning: {warning}", file=sys.stderr)
     if as_json:
         print_json(report.as_dict())
+        return
+    if dry_run:
+        for change in report.changes:
+            console.print(f"{'+' if change['change'] == 'created' else '~'} {change['kind']:<12} {change['name']}")
+        console.print(f"dry run of {report.source}: would create {report.created}, update {report.updated}, "
+                      f"leave {report.unchanged} unchanged; nothing was changed")
         return
     for kind, counts in report.counts.items():
         if any(counts.values()):
@@ -55,16 +66,51 @@ def apply_command(
 def run_now_command(
     ref: Ref,
     requested_by: Annotated[str | None, typer.Option("--by", help="Who asks for the run (recorded).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the verdict; exit 0 only if the run succeeded.")] = False,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="With --wait: give up after this many seconds (exit 3).", min=0)
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Queue a manual run of a workflow; a worker runs it like any tick."""
     tenant, workflow = catalog.parse_ref(ref)
     with _db() as db:
         run = catalog.run_now(db, tenant, workflow, WallClock().now(), requested_by=requested_by)
+        if not wait:
+            if as_json:
+                print_json(run_json(run))
+            else:
+                console.print(f"queued manual run {run.id} of {tenant}/{workflow} "
+                              f"(deadline {isoformat_z(run.deadline_at)})")
+            return
+        if not as_json:
+            console.print(f"queued manual run {run.id} of {tenant}/{workflow}; waiting for its verdict …")
+        run = _wait_for_verdict(db, run, timeout)
     if as_json:
         print_json(run_json(run))
-    else:
-        console.print(f"queued manual run {run.id} of {tenant}/{workflow} (deadline {isoformat_z(run.deadline_at)})")
+    elif run.terminal:
+        console.print(Text.assemble(f"run {run.id} ", status(run.status),
+                                    f" after {run.attempts_count} attempt(s)" + (f": {run.error}" if run.error else "")))
+    if not run.terminal:
+        print(f"tickwarden: run {run.id} is still {run.status} after {timeout:g} s.", file=sys.stderr)
+        raise typer.Exit(3)
+    if run.status != "succeeded":
+        raise typer.Exit(1)
+
+
+def _wait_for_verdict(db: Database, run: Run, timeout: float | None) -> Run:
+    """Poll the run until it has a verdict (or `timeout` seconds pass); the deadline bounds it anyway."""
+    import time
+
+    give_up = time.monotonic() + timeout if timeout is not None else None
+    while not run.terminal:
+        if give_up is not None and time.monotonic() >= give_up:
+            break
+        time.sleep(0.5)
+        with db.transaction() as store:
+            found = store.get_run(run.id)
+        run = found or run
+    return run
 
 
 @app.command("pause")

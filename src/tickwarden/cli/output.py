@@ -19,7 +19,8 @@ from rich.text import Text
 
 from tickwarden.clock import isoformat_z
 
-console = Console(highlight=False, markup=False)
+# soft_wrap: a sentence is never broken into lines of the terminal's (or a pipe's 80) width.
+console = Console(highlight=False, markup=False, soft_wrap=True)
 
 # A status word's colour wherever it is printed (runs, alerts, workflows, channels).
 STATUS_STYLES = {

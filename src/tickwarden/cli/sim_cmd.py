@@ -130,9 +130,9 @@ def _demo() -> None:
     else:
         for name, timeline in zip(names, timelines, strict=True):
             console.rule(name)
-            console.print(timeline, overflow="fold")
+            console.print(timeline, overflow="fold", soft_wrap=False)
     for line in verdicts:
-        console.print(line)
+        console.print(line, soft_wrap=False)  # the demo is for people: fitted to the width
 
 
 @app.command("backtest")
