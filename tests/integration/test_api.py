@@ -132,7 +132,7 @@ def test_reassigning_with_a_note_records_the_handoff_and_notifies(server, fleet,
     assert kinds == [("opened", None), ("reassigned", "our schema change"), ("noted", "fixing it now")]
     with db.connection() as conn:
         queued = conn.execute("SELECT count(*) FROM notification_outbox WHERE alert_id = %s", (acme.alert_id,)).fetchone()
-    assert queued[0] == 1  # the reassignment reached acme's channel; a note does not notify
+    assert queued[0] == 2  # the reassignment and the (customer-visible) note reached acme's channel
 
 
 def test_environments_and_channels_are_listed_and_a_test_message_is_sent(server, fleet, recording):

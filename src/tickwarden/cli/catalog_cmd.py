@@ -119,11 +119,11 @@ def pause_command(
     by: Annotated[str | None, typer.Option("--by", help="Who pauses it (told in an open alert's thread).")] = None,
 ) -> None:
     """Pause a workflow's schedule: no new ticks until it is resumed; an open alert's thread is told."""
-    import getpass
+    from tickwarden.cli.alerts_cmd import _actor
 
     tenant, workflow = catalog.parse_ref(ref)
     with _db() as db:
-        catalog.pause(db, tenant, workflow, WallClock().now(), actor=by or getpass.getuser())
+        catalog.pause(db, tenant, workflow, WallClock().now(), actor=_actor(by))
     console.print(f"{tenant}/{workflow} is paused")
 
 
