@@ -34,7 +34,7 @@ def env(schema, tmp_path):
 
 
 def cli(env, *args):
-    return subprocess.run([str(BIN), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([str(BIN), *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=60)
 
 
 def on_terminal(env, *args, columns=80, **extra):
@@ -84,7 +84,7 @@ def test_it_exits_2_on_a_missing_argument(env):
 def test_it_prints_its_version():
     from tickwarden import __version__
 
-    done = subprocess.run([str(BIN), "--version"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([str(BIN), "--version"], capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == f"tickwarden {__version__}"
 
 

@@ -5,7 +5,16 @@ from datetime import timedelta
 import pytest
 
 from tests.integration.notify_builders import add_channel, outbox
-from tests.integration.pipeline import FIVE_MIN, alerts_of, events_of, fail, manual_run, drive, tick, workflow
+from tests.integration.pipeline import (
+    FIVE_MIN,
+    alerts_of,
+    drive,
+    events_of,
+    fail,
+    manual_run,
+    tick,
+    workflow,
+)
 from tickwarden import alerts, catalog
 from tickwarden.errors import Conflict, InvalidInput, NotFound
 from tickwarden.escalation import EscalationClock
@@ -99,7 +108,7 @@ def test_an_internal_note_never_reaches_the_customer_channel(db, clock, poller, 
 
 
 def test_manual_runs_while_an_alert_is_open_do_not_count_towards_escalation(db, clock, poller):
-    wf, alert = open_warning(db, clock, poller)
+    wf, _ = open_warning(db, clock, poller)
     for _ in range(4):  # 3 + 4 = 7 consecutive failures, 4 of them manual: 3 count, below 6
         drive(db, poller, manual_run(db, wf, clock.now()), [fail()], clock)
     (after,) = alerts_of(db, wf)
