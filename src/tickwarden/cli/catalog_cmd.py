@@ -205,7 +205,7 @@ def _run_with_attempts(run_id: int) -> tuple[str, Run, list[Attempt]]:
 def runs_command(
     ref: Annotated[str, typer.Argument(metavar="TENANT/WORKFLOW | show",
                                        help="The workflow, e.g. acme/nightly; or `show` and a run id.")],
-    run_id: Annotated[str | None, typer.Argument(metavar="[RUN_ID]", help="With `show`: the run to show.")] = None,
+    run_id: Annotated[str | None, typer.Argument(metavar="RUN_ID", help="With `show`: the run to show.")] = None,
     limit: Annotated[int, typer.Option("--limit", help="How many runs, newest first.")] = 20,
     as_json: AsJson = False,
 ) -> None:
