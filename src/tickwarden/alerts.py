@@ -9,15 +9,18 @@
      │                        │    │    │           │ count, error, owner updated
      │                        │    │    └───────────┘ event `failed` (history only)
      │  escalation clock:     │    │
-     │  escalate_at ≤ now, or │    └── reassign (event `reassigned`, pins the owner)
-     │  failures ≥            │        note     (event `noted`, history only)
-     │  escalate_after        ▼
-     │            open(critical)  event `escalated` (notifies); only from warning
+     │  escalate_at ≤ now, or │    ├── reassign    (event `reassigned`, pins the owner)
+     │  failures ≥            │    ├── acknowledge (event `acknowledged`: escalation stops, stays open)
+     │  escalate_after        │    ├── snooze      (event `snoozed`: no escalation until a time)
+     │  (not acknowledged,    │    ├── note        (event `noted`; an internal one reaches the platform only)
+     │  not snoozed; manual   │    └── pause of the workflow (event `paused`)
+     │  runs' failures do not ▼
+     │  count)    open(critical)  event `escalated` (notifies); only from warning
      │                        │
      └────────────┬───────────┘
-                  ▼  next success, scheduled or manual
+                  ▼  next success, scheduled or manual; or resolve by hand with a note
               resolved        event `resolved` (notifies): resolved_at,
-                              resolved_by_run_id, downtime = resolved_at − first_failure_at
+                              resolved_by_run_id (none by hand), downtime = resolved_at − first_failure_at
 
 At open the alert captures what later decisions need, so that editing the
 schedule mid-incident changes nothing: first_severity from the profile, owner from
@@ -36,8 +39,8 @@ compare-and-set matched nothing wrote no event; UNIQUE (event, channel) besides)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from tickwarden.db import Database
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
 
 OWNERS = ("engineering", "customer")
 MAX_NOTE = 1000
+MAX_SNOOZE_SECONDS = 30 * 86400
 
 
 def apply_decisions(store: Store, decisions: Sequence[Decision], now: datetime, report: EvaluationReport) -> None:
@@ -109,15 +113,71 @@ def reassign(db: Database, alert_id: int, owner: str, note: str | None, actor: s
         return view.alert
 
 
-def add_note(db: Database, alert_id: int, note: str, actor: str, now: datetime) -> AlertEvent:
-    """Append a note to an alert's history."""
+def add_note(db: Database, alert_id: int, note: str, actor: str, now: datetime, *, internal: bool = False
+             ) -> AlertEvent:
+    """Append a note to an alert's history and thread; an internal note never reaches the tenant."""
     clean = _clean_note(note)
     if not clean:
         raise InvalidInput("The note is empty.")
     with db.transaction() as store:
-        event = store.add_alert_note(alert_id, clean, _clean_actor(actor), now)
+        event = store.add_alert_note(alert_id, clean, _clean_actor(actor), now, internal=internal)
         if event is None:
             raise NotFound(f"There is no alert {alert_id}.")
+        store.enqueue_notifications([event.id], now)
+        return event
+
+
+def acknowledge(db: Database, alert_id: int, actor: str, now: datetime, note: str | None = None) -> AlertEvent:
+    """Acknowledge an open alert: someone is on it, so escalation stops; the alert stays open."""
+    return _by_hand(db, alert_id, "acknowledged", now,
+                    lambda store, clean: store.acknowledge_alert(alert_id, _clean_actor(actor), clean, now),
+                    note, already="is already acknowledged")
+
+
+def snooze(db: Database, alert_id: int, seconds: int, actor: str, now: datetime, note: str | None = None
+           ) -> AlertEvent:
+    """Hold an open alert's escalation for `seconds`; a later snooze replaces the time."""
+    if not 60 <= seconds <= MAX_SNOOZE_SECONDS:
+        raise InvalidInput("A snooze lasts from 1 minute to 30 days.")
+    until = now + timedelta(seconds=seconds)
+    return _by_hand(db, alert_id, "snoozed", now,
+                    lambda store, clean: store.snooze_alert(alert_id, until, _clean_actor(actor), clean, now), note)
+
+
+def resolve(db: Database, alert_id: int, note: str, actor: str, now: datetime) -> AlertEvent:
+    """Resolve an open alert by hand, saying why; a new failure streak opens a new alert."""
+    if not note or not _clean_note(note):
+        raise InvalidInput("Resolving an alert by hand needs a note saying why.")
+    return _by_hand(db, alert_id, "resolved", now,
+                    lambda store, clean: store.resolve_alert_by_hand(alert_id, _clean_actor(actor), clean, now), note)
+
+
+PAUSED_NOTE = "The workflow is paused: no ticks until it is resumed."
+ARCHIVED_NOTE = "The workflow is archived: no ticks until its file is applied again."
+
+
+def note_paused(store: Store, workflow_id: int, actor: str, now: datetime, note: str = PAUSED_NOTE
+                ) -> list[AlertEvent]:
+    """Tell the thread of the workflow's open alert, if any, that the workflow was paused (caller's transaction)."""
+    events = store.note_workflow_paused(workflow_id, _clean_actor(actor), note, now)
+    store.enqueue_notifications([e.id for e in events], now)
+    return events
+
+
+def _by_hand(db: Database, alert_id: int, kind: str, now: datetime,
+             write: Callable[[Store, str | None], AlertEvent | None], note: str | None,
+             already: str | None = None) -> AlertEvent:
+    """Lock the alert, check it is open, write the transition and its event, fan it out."""
+    clean = _clean_note(note) if note else None
+    with db.transaction() as store:
+        alert = store.lock_alert(alert_id)
+        if alert is None:
+            raise NotFound(f"There is no alert {alert_id}.")
+        if alert.status != "open":
+            raise Conflict(f"Alert {alert_id} is already resolved; only open alerts can be {kind}.")
+        event = write(store, clean or None)
+        if event is None:  # the compare-and-set matched nothing under the row lock: already done
+            raise Conflict(f"Alert {alert_id} {already or 'did not change'}.")
         store.enqueue_notifications([event.id], now)
         return event
 

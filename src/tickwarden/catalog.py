@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tickwarden import profile
+from tickwarden import alerts, profile
 from tickwarden.db import Database
 from tickwarden.errors import Conflict, InvalidInput, NotFound
 from tickwarden.models import Run, Schedule, Tenant, Workflow
@@ -37,9 +37,14 @@ class ApplyReport:
     counts: dict[str, dict[str, int]] = field(
         default_factory=lambda: {kind: {"created": 0, "updated": 0, "unchanged": 0} for kind in KINDS}
     )
+    dry_run: bool = False
+    changes: list[dict[str, str]] = field(default_factory=list)  # what was (or would be) created or updated
+    warnings: list[str] = field(default_factory=list)
 
-    def add(self, applied: Applied) -> None:
+    def add(self, applied: Applied, label: str = "") -> None:
         self.counts[applied.kind][applied.change] += 1
+        if applied.change != "unchanged":
+            self.changes.append({"kind": applied.kind, "name": label, "change": applied.change})
 
     def total(self, change: str) -> int:
         return sum(c[change] for c in self.counts.values())
@@ -57,8 +62,13 @@ class ApplyReport:
         return self.total("unchanged")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "created": self.created, "updated": self.updated,
-                "unchanged": self.unchanged, "by_kind": self.counts}
+        return {"source": self.source, "dry_run": self.dry_run, "created": self.created, "updated": self.updated,
+                "unchanged": self.unchanged, "by_kind": self.counts, "changes": self.changes,
+                "warnings": self.warnings}
+
+
+class _DryRun(Exception):
+    """Raised inside the apply transaction so that a dry run rolls everything back."""
 
 
 @dataclass(frozen=True)
@@ -99,39 +109,58 @@ def budget_for(
     return _budget(int(cadence_seconds), text, bool(monitoring_enabled), timeout_seconds)
 
 
-def apply_file(db: Database, path: str | Path, now: datetime) -> ApplyReport:
-    """Validate a workflow file, then upsert everything it declares in one transaction."""
+def apply_file(db: Database, path: str | Path, now: datetime, *, dry_run: bool = False) -> ApplyReport:
+    """Validate a workflow file, then upsert everything it declares in one transaction.
+
+    A dry run takes the very same path and rolls the transaction back, so what it
+    reports is exactly what an apply would change.
+    """
     plan = load_file(path, now)
-    report = ApplyReport(source=plan.source)
+    report = ApplyReport(source=plan.source, dry_run=dry_run)
+    try:
+        _apply_plan(db, plan, now, report, dry_run)
+    except _DryRun:
+        pass
+    return report
+
+
+def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry_run: bool) -> None:
     with db.transaction() as store:
         tenant_ids: dict[str, int] = {}
         for tenant in plan.tenants:
             applied = store.apply_tenant(tenant.name, tenant.display_name or tenant.name, tenant.shadow, now)
             tenant_ids[tenant.name] = applied.id
-            report.add(applied)
+            report.add(applied, tenant.name)
         user_ids: dict[tuple[str, str], int] = {}
         for tenant_name, user in plan.users:
             applied = store.apply_user(tenant_ids[tenant_name], user.email, user.name or user.email, user.active, now)
             user_ids[(tenant_name, user.email)] = applied.id
-            report.add(applied)
+            report.add(applied, f"{tenant_name}/{user.email}")
         env_ids: dict[tuple[str, str], int] = {}
         for tenant_name, env in plan.environments:
             applied = store.apply_environment(tenant_ids[tenant_name], env.name, env.python, env.idle_timeout_seconds, now)
             env_ids[(tenant_name, env.name)] = applied.id
-            report.add(applied)
+            report.add(applied, f"{tenant_name}/{env.name}")
         for tenant_name, channel in plan.channels:
             report.add(store.apply_channel(
                 tenant_ids[tenant_name], channel.name, kind=channel.kind, audience=channel.audience,
                 config=channel.config, secret_ref=channel.secret_ref, now=now,
-            ))
+            ), f"{tenant_name}/{channel.name}")
         for channel in plan.platform_channels:
             report.add(store.apply_channel(
                 None, channel.name, kind=channel.kind, audience=channel.audience,
                 config=channel.config, secret_ref=channel.secret_ref, now=now,
-            ))
+            ), f"platform/{channel.name}")
         for planned in plan.workflows:
             spec = planned.spec
             tenant_id = tenant_ids[planned.tenant]
+            label = f"{planned.tenant}/{spec.name}"
+            existing = store.get_workflow_by_name(planned.tenant, spec.name)
+            current = store.get_schedule_for_workflow(existing.id) if existing else None
+            if current is not None and current.status == "paused" and spec.schedule.status == "active":
+                # The file says active: applying it resumes a schedule someone paused by hand.
+                report.warnings.append(f"{label} is paused; this file resumes it (set schedule.status: paused "
+                                       "to keep it paused).")
             applied = store.apply_workflow(
                 tenant_id, spec.name, now,
                 description=spec.description,
@@ -143,16 +172,17 @@ def apply_file(db: Database, path: str | Path, now: datetime) -> ApplyReport:
                 policy_overrides=planned.policy,
                 shadow=spec.shadow,
             )
-            report.add(applied)
+            report.add(applied, label)
             report.add(store.apply_schedule(
                 tenant_id=tenant_id, workflow_id=applied.id, cron=spec.schedule.cron,
                 timezone=spec.schedule.timezone, status=spec.schedule.status,
                 cadence_seconds=planned.cadence_seconds,
                 starting_deadline_seconds=spec.schedule.starting_deadline_seconds, now=now,
-            ))
+            ), label)
+        if dry_run:
+            raise _DryRun
         if report.created or report.updated:
             store.notify_wake("ticker")  # sooner than its next pass; correct without it
-    return report
 
 
 def parse_ref(ref: str) -> tuple[str, str]:
@@ -187,9 +217,27 @@ def find_schedule(store: Store, tenant: str, workflow: str) -> tuple[Workflow, S
     return found, schedule
 
 
-def pause(db: Database, tenant: str, workflow: str, now: datetime) -> Schedule:
-    """Pause a workflow's schedule: no new ticks from now on; already paused is fine."""
-    return _set_status(db, tenant, workflow, "paused", now)
+def pause(db: Database, tenant: str, workflow: str, now: datetime, actor: str = "tickwarden") -> Schedule:
+    """Pause a workflow's schedule: no new ticks from now on; already paused is fine.
+
+    An open alert stays open (pausing fixes nothing), and its thread is told.
+    """
+    return _set_status(db, tenant, workflow, "paused", now, actor)
+
+
+def archive(db: Database, tenant: str, workflow: str, now: datetime, actor: str = "tickwarden") -> Workflow:
+    """Archive a workflow: it stops ticking and leaves the lists; applying its file again restores it.
+
+    An open alert stays open and its thread is told, as for a pause.
+    """
+    with db.transaction() as store:
+        found = find_workflow(store, tenant, workflow)
+        archived = store.archive_workflow(found.id, now)
+        if archived is None:  # already archived: nothing to do
+            return found
+        store.notify_wake("reconciler")
+        alerts.note_paused(store, found.id, actor, now, alerts.ARCHIVED_NOTE)
+        return archived
 
 
 def resume(db: Database, tenant: str, workflow: str, now: datetime) -> Schedule:
@@ -197,7 +245,8 @@ def resume(db: Database, tenant: str, workflow: str, now: datetime) -> Schedule:
     return _set_status(db, tenant, workflow, "active", now)
 
 
-def _set_status(db: Database, tenant: str, workflow: str, status: str, now: datetime) -> Schedule:
+def _set_status(db: Database, tenant: str, workflow: str, status: str, now: datetime,
+                actor: str = "tickwarden") -> Schedule:
     with db.transaction() as store:
         found, schedule = find_schedule(store, tenant, workflow)
         if found.archived_at is not None:
@@ -205,6 +254,8 @@ def _set_status(db: Database, tenant: str, workflow: str, status: str, now: date
         changed = store.set_schedule_status(schedule, status, now)
         if changed:
             store.notify_wake("ticker")
+            if status == "paused":
+                alerts.note_paused(store, found.id, actor, now)
         return changed or schedule
 
 

@@ -17,8 +17,18 @@ def extract(params: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
     return {"readings": readings}
 
 
+def check(params: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    """Count the readings of `extract` inside and outside [low, high]; fail when there are none."""
+    readings = list((inputs.get(params.get("readings_from", "extract")) or {}).get("readings", []))
+    if not readings:
+        raise ValueError("no readings to check")
+    low, high = float(params.get("low", 0)), float(params.get("high", 100))
+    inside = sum(1 for value in readings if low <= value <= high)
+    return {"rows": len(readings), "in_range": inside, "out_of_range": len(readings) - inside}
+
+
 def summarize(params: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
-    """Summarise the readings of `extract` and the rows of an upstream SQL step."""
+    """Summarise the readings of `extract` and the result of `check`."""
     readings = list((inputs.get(params.get("readings_from", "extract")) or {}).get("readings", []))
     total = sum(readings)
     summary: dict[str, Any] = {

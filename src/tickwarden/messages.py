@@ -26,7 +26,9 @@ from tickwarden.sanitize import sanitize_error, sanitize_log_tail
 # A message carries a bounded tail: chat and mail are not log viewers.
 MESSAGE_LOG_LINES = 15
 MESSAGE_LOG_CHARS = 1500
-EVENT_KINDS = ("opened", "escalated", "reassigned", "resolved", "test")
+EVENT_KINDS = ("opened", "escalated", "reassigned", "acknowledged", "snoozed", "paused", "noted", "resolved", "test")
+# Events a person caused (besides a reassignment): the message says who, and their note.
+BY_HAND = ("acknowledged", "snoozed", "paused", "noted")
 SCHEMA_VERSION = 1
 
 
@@ -37,7 +39,7 @@ class AlertMessage:
     alert_id: int
     tenant: str
     workflow: str
-    event: str                      # opened | escalated | reassigned | resolved | test
+    event: str                      # one of EVENT_KINDS
     event_at: datetime
     severity: str                   # at the event
     owner: str                      # at the event
@@ -62,7 +64,8 @@ class AlertMessage:
 
     @property
     def link(self) -> str:
-        return f"{self.dashboard_url.rstrip('/')}/alerts/{self.alert_id}"
+        # The dashboard's alert page: the one address a reader of any transport can open.
+        return f"{self.dashboard_url.rstrip('/')}/dashboard/alerts/{self.alert_id}"
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ def _clean(message: AlertMessage) -> dict[str, Any]:
         "headline": headline(message),
         "state": state_line(message),
         "subject": subject(message),
+        "by_hand": BY_HAND + (("resolved",) if message.actor != "tickwarden" else ()),
     }
 
 
@@ -151,6 +155,17 @@ def headline(message: AlertMessage) -> str:
         return f"Escalated to {severity}: {target} has failed {message.failure_count} times in a row"
     if message.event == "reassigned":
         return f"Reassigned to {message.owner}: {target}"
+    actor = sanitize_error(message.actor, 80)
+    if message.event == "acknowledged":
+        return f"Acknowledged by {actor}: {target} (escalation stopped, the alert stays open)"
+    if message.event == "snoozed":
+        return f"Snoozed by {actor}: {target} (no escalation until then)"
+    if message.event == "paused":
+        return f"Paused by {actor}: {target} will not tick until it is resumed; the alert stays open"
+    if message.event == "noted":
+        return f"Note from {actor} on {target}"
+    if message.event == "resolved" and message.actor != "tickwarden":
+        return f"Resolved by {actor}: {target} after {format_duration(message.downtime_seconds)} of downtime"
     if message.event == "resolved":
         return f"Resolved: {target} succeeded again after {format_duration(message.downtime_seconds)} of downtime"
     if message.event == "test":

@@ -189,6 +189,10 @@ class Alert:
     resolved_at: datetime | None
     resolved_by_run_id: int | None
     downtime_seconds: int | None
+    acknowledged_at: datetime | None = None
+    acknowledged_by: str | None = None
+    snoozed_until: datetime | None = None
+    manual_failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,7 @@ class AlertEvent:
     actor: str
     note: str | None
     data: dict[str, Any]
+    internal: bool = False
 
 
 @dataclass(frozen=True)

@@ -224,6 +224,11 @@ CREATE TABLE alerts (
     resolved_at            timestamptz,
     resolved_by_run_id     bigint REFERENCES runs (id) ON DELETE SET NULL,
     downtime_seconds       integer,
+    acknowledged_at        timestamptz,     -- acknowledged: escalation stops, the alert stays open
+    acknowledged_by        text,
+    snoozed_until          timestamptz,     -- no escalation before this time
+    manual_failures        integer NOT NULL DEFAULT 0 CHECK (manual_failures >= 0),  -- never escalate
+    CONSTRAINT alerts_acknowledged_check CHECK ((acknowledged_at IS NULL) = (acknowledged_by IS NULL)),
     CHECK ((status = 'resolved') = (resolved_at IS NOT NULL)),
     CHECK (severity = first_severity OR severity = 'critical'),
     CHECK ((escalated_at IS NOT NULL) = (severity <> first_severity))
@@ -239,13 +244,16 @@ CREATE TABLE alert_events (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     tenant_id   bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
     alert_id    bigint NOT NULL REFERENCES alerts (id) ON DELETE CASCADE,
-    kind        text NOT NULL CHECK (kind IN ('opened', 'failed', 'escalated', 'reassigned', 'noted', 'resolved')),
+    kind        text NOT NULL CONSTRAINT alert_events_kind_check
+                CHECK (kind IN ('opened', 'failed', 'escalated', 'reassigned', 'noted', 'acknowledged', 'snoozed',
+                                'paused', 'resolved')),
     at          timestamptz NOT NULL,
     severity    text NOT NULL CHECK (severity IN ('warning', 'critical')),
     owner       text NOT NULL CHECK (owner IN ('engineering', 'customer')),
     actor       text NOT NULL DEFAULT 'tickwarden',
     note        text,
-    data        jsonb NOT NULL DEFAULT '{}'::jsonb
+    data        jsonb NOT NULL DEFAULT '{}'::jsonb,
+    internal    boolean NOT NULL DEFAULT false  -- an internal note: platform users and engineering channels only
 );
 CREATE INDEX alert_events_alert_idx ON alert_events (alert_id, id);
 

@@ -75,3 +75,25 @@ def test_bad_input_is_one_sentence_and_exit_1(cli, alert_id, args, message):
     assert result.returncode == 1
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_alerts_ack_snooze_internal_note_and_resolve_through_the_cli(cli, alert_id):
+    acked = cli("alerts", "ack", str(alert_id), "--actor", "ana", "--json")
+    assert acked.returncode == 0, acked.stderr
+    assert json.loads(acked.stdout)["kind"] == "acknowledged"
+    again = cli("alerts", "ack", str(alert_id))
+    assert again.returncode == 1 and again.stderr.strip() == f"tickwarden: Alert {alert_id} is already acknowledged."
+    snoozed = cli("alerts", "snooze", str(alert_id), "2h", "--json")
+    assert snoozed.returncode == 0 and json.loads(snoozed.stdout)["data"]["until"].endswith("Z")
+    bad = cli("alerts", "snooze", str(alert_id), "soon")
+    assert bad.returncode == 1 and "Duration 'soon' is not valid" in bad.stderr
+    internal = cli("alerts", "note", str(alert_id), "--internal", "DBA says table dropped", "--json")
+    assert internal.returncode == 0 and json.loads(internal.stdout)["internal"] is True
+    unexplained = cli("alerts", "resolve", str(alert_id))
+    assert unexplained.returncode == 2 and "--note" in unexplained.stderr
+    resolved = cli("alerts", "resolve", str(alert_id), "--note", "restored the table", "--actor", "ana")
+    assert resolved.returncode == 0, resolved.stderr
+    shown = json.loads(cli("alerts", "show", str(alert_id), "--json").stdout)
+    assert shown["status"] == "resolved" and shown["acknowledged_by"] == "ana"
+    kinds = [e["kind"] for e in shown["events"]]
+    assert kinds[-4:] == ["acknowledged", "snoozed", "noted", "resolved"]

@@ -78,3 +78,40 @@ def test_bad_input_is_one_line_on_stderr_and_exit_status_1(cli, tmp_path):
     assert_one_line_error(cli("run-now", "acme/nope"), "Tenant 'acme' has no workflow named 'nope'.")
     assert_one_line_error(cli("pause", "initech/quickstart"), "No tenant named 'initech'.")
     assert_one_line_error(cli("workflows", "initech"), "No tenant named 'initech'.")
+
+
+def test_apply_dry_run_prints_the_changes_and_changes_nothing(cli):
+    planned = cli("apply", str(QUICKSTART), "--dry-run")
+    assert planned.returncode == 0, planned.stderr
+    assert "+ workflow" in planned.stdout and "acme/quickstart" in planned.stdout
+    assert "nothing was changed" in planned.stdout
+    assert json.loads(cli("workflows", "--json").stdout) == []
+    assert cli("apply", str(QUICKSTART)).returncode == 0
+    assert cli("pause", "acme/quickstart").returncode == 0
+    again = cli("apply", str(QUICKSTART), "--dry-run", "--json")
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["dry_run"] is True and report["updated"] == 1
+    assert report["changes"] == [{"kind": "schedule", "name": "acme/quickstart", "change": "updated"}]
+    assert "acme/quickstart is paused; this file resumes it" in again.stderr
+    assert json.loads(cli("workflows", "--json").stdout)[0]["status"] == "paused"
+
+
+def test_run_now_wait_reports_the_verdict_or_gives_up_after_the_timeout(cli, schema, tmp_path):
+    assert cli("apply", str(QUICKSTART)).returncode == 0
+    gave_up = cli("run-now", "acme/quickstart", "--wait", "--timeout", "1")
+    assert gave_up.returncode == 3 and "is still queued after 1 s" in gave_up.stderr
+    env = {**os.environ, "TICKWARDEN_DATABASE_URL": f"{TEST_URL}?options=-c%20search_path%3D{schema}",
+           "TICKWARDEN_DATA_DIR": str(tmp_path)}
+    env.pop("TICKWARDEN_SCHEMA", None)
+    log = open(tmp_path / "worker.log", "w")
+    worker = subprocess.Popen([str(BIN), "worker", "--poll", "0.2"], cwd=ROOT, env=env, stdout=log,
+                              stderr=subprocess.STDOUT)
+    try:
+        waited = cli("run-now", "acme/quickstart", "--wait", "--timeout", "50", "--json")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        log.close()
+    assert waited.returncode == 0, (waited.stdout, waited.stderr, (tmp_path / "worker.log").read_text())
+    assert json.loads(waited.stdout)["status"] == "succeeded"

@@ -100,3 +100,51 @@ def test_the_supervisor_restarts_a_worker_that_dies_and_stops_them_on_exit():
     finally:
         supervisor.stop(grace=5)
     assert all(child.poll() is not None for child in supervisor.children)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_sigterm_with_the_api_on_stops_the_worker_children_too(schema, tmp_path):
+    import httpx
+    import psutil
+
+    env = {**os.environ, "TICKWARDEN_DATABASE_URL": f"{TEST_URL}?options=-c%20search_path%3D{schema}",
+           "TICKWARDEN_DATA_DIR": str(tmp_path)}
+    env.pop("TICKWARDEN_SCHEMA", None)
+    port = _free_port()
+    log = open(tmp_path / "serve.log", "w+")
+    serve = subprocess.Popen([str(BIN), "serve", "--workers", "2", "--port", str(port)], cwd=ROOT, env=env,
+                             stdout=log, stderr=subprocess.STDOUT)
+    workers: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert serve.poll() is None and time.monotonic() < deadline, "serve did not come up"
+            workers = psutil.Process(serve.pid).children()
+            try:
+                up = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                up = False
+            if up and len(workers) == 2:
+                break
+            time.sleep(0.5)
+        serve.send_signal(signal.SIGTERM)
+        code = serve.wait(timeout=60)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+        for worker in workers:
+            if worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE:
+                worker.kill()
+    log.seek(0)
+    output = log.read()
+    log.close()
+    assert code == 0, output
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers), output

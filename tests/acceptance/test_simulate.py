@@ -17,8 +17,8 @@ HERE = Path(__file__).parent / "scenarios"
 CLI = [sys.executable, "-m", "tickwarden.cli"]
 
 
-def tickwarden(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TICKWARDEN_DATABASE_URL": TEST_URL}
+def tickwarden(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TICKWARDEN_DATABASE_URL": TEST_URL, **extra_env}
     env.pop("TICKWARDEN_SCHEMA", None)
     return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=600)
 
@@ -152,8 +152,8 @@ def test_an_unknown_policy_is_refused():
     assert done.returncode == 1 and "Unknown policy 'yolo'" in done.stderr
 
 
-def test_the_demo_prints_both_nights_side_by_side_with_their_counts():
-    done = tickwarden("demo")
+def test_the_demo_prints_both_nights_side_by_side_with_their_counts_on_a_wide_terminal():
+    done = tickwarden("demo", COLUMNS="200")
     assert done.returncode == 0, done.stderr
     header = next(line for line in done.stdout.splitlines()
                   if "nightly transient fault" in line and "simulating" not in line)
@@ -162,3 +162,11 @@ def test_the_demo_prints_both_nights_side_by_side_with_their_counts():
     assert "nightly transient fault: tickwarden sent 0 notification(s) in 0 thread(s) about 0 alert(s)" in flat
     assert "nightly genuine defect: tickwarden sent 10 notification(s) in 4 thread(s) about 2 alert(s)" in flat
     assert "one message per failure would have sent 170 (85 per channel)" in flat
+
+
+def test_simulate_runs_a_shipped_scenario_by_name():
+    done = tickwarden("simulate", "seed-genuine-defect", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["scenario"] == "nightly genuine defect"
+    unknown = tickwarden("simulate", "seed-nope")
+    assert unknown.returncode == 1 and "No scenario file or shipped scenario named 'seed-nope'" in unknown.stderr

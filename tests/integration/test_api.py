@@ -105,7 +105,7 @@ def test_publishing_creates_a_workflow_with_its_schedule(server, fleet):
             "steps": [{"name": "check", "kind": "sql", "query": "select 1", "database": "secret:WAREHOUSE"}]}
     with api(server, acme.token) as client:
         created = client.put("/api/tenants/acme/workflows/quality-check", json=body)
-        assert created.status_code == 200, created.text
+        assert created.status_code == 201, created.text
         assert created.json()["profile"]["band"] == "frequent" and created.json()["schedule"]["status"] == "active"
         bad = client.put("/api/tenants/acme/workflows/quality-check", json={**body, "cron": "61 * * * *"})
         assert_problem(bad, 422, "61 * * * *")
@@ -143,7 +143,7 @@ def test_reassigning_with_a_note_records_the_handoff_and_notifies(server, fleet,
     assert kinds == [("opened", None), ("reassigned", "our schema change"), ("noted", "fixing it now")]
     with db.connection() as conn:
         queued = conn.execute("SELECT count(*) FROM notification_outbox WHERE alert_id = %s", (acme.alert_id,)).fetchone()
-    assert queued[0] == 1  # the reassignment reached acme's channel; a note does not notify
+    assert queued[0] == 2  # the reassignment and the (customer-visible) note reached acme's channel
 
 
 def test_environments_and_channels_are_listed_and_a_test_message_is_sent(server, fleet, recording):

@@ -19,6 +19,9 @@ BODIES = {
     ("post", "/api/alerts/{alert_id}/reassign"): {"owner": "customer", "note": "hijack"},
     ("post", "/api/alerts/{alert_id}/notes"): {"note": "hijack"},
     ("put", "/api/tenants/{tenant}/secrets/{name}"): {"value": "hijack"},
+    ("post", "/api/alerts/{alert_id}/acknowledge"): {"note": "hijack"},
+    ("post", "/api/alerts/{alert_id}/snooze"): {"seconds": 3600},
+    ("post", "/api/alerts/{alert_id}/resolve"): {"note": "hijack"},
 }
 SECRET = "acme-secret-log"
 
@@ -27,7 +30,9 @@ def acme_snapshot(db, acme):
     with db.connection() as conn:
         return (
             conn.execute("SELECT count(*) FROM alert_events WHERE tenant_id = %s", (acme.tenant_id,)).fetchone(),
-            conn.execute("SELECT owner FROM alerts WHERE id = %s", (acme.alert_id,)).fetchone(),
+            conn.execute("SELECT owner, status, acknowledged_at, snoozed_until FROM alerts WHERE id = %s",
+                         (acme.alert_id,)).fetchone(),
+            conn.execute("SELECT archived_at FROM workflows WHERE tenant_id = %s", (acme.tenant_id,)).fetchall(),
             conn.execute("SELECT status, version FROM schedules WHERE tenant_id = %s", (acme.tenant_id,)).fetchall(),
             conn.execute("SELECT count(*) FROM runs WHERE tenant_id = %s", (acme.tenant_id,)).fetchone(),
             conn.execute("SELECT policy_overrides FROM workflows WHERE tenant_id = %s", (acme.tenant_id,)).fetchall(),
@@ -82,7 +87,9 @@ def test_every_endpoint_hides_another_tenants_objects(db, clock):
             response = httpx.get(base + page, cookies={"tickwarden_token": intruder}, follow_redirects=False)
             assert response.status_code == 404 and leaks(response, acme) == [], page
         for form, data in ((f"/dashboard/alerts/{acme.alert_id}/reassign", {"owner": "customer"}),
-                           (f"/dashboard/alerts/{acme.alert_id}/notes", {"note": "hijack"})):
+                           (f"/dashboard/alerts/{acme.alert_id}/notes", {"note": "hijack"}),
+                           (f"/dashboard/alerts/{acme.alert_id}/acknowledge", {"note": "hijack"}),
+                           (f"/dashboard/alerts/{acme.alert_id}/resolve", {"note": "hijack"})):
             response = httpx.post(base + form, data=data, cookies={"tickwarden_token": intruder})
             assert response.status_code == 404, form
         overview = httpx.get(base + "/dashboard", cookies={"tickwarden_token": intruder}, follow_redirects=True)

@@ -60,7 +60,7 @@ def test_the_first_message_carries_the_alert_facts_and_the_log_tail(db, clock, s
     [post] = slack.posts
     text = post["text"] + str(post["blocks"])
     for fact in ("acme/nightly-pipeline", "warning", "engineering", "Failures:* 1", "2026-11-30T01:55:00Z",
-                 "relation sales does not exist", "joining orders", "/alerts/1"):
+                 "relation sales does not exist", "joining orders", "/dashboard/alerts/1"):
         assert fact in text, fact
 
 

@@ -53,7 +53,7 @@ def test_webhooks_are_signed_json_with_a_stable_idempotency_key(db, clock, hook)
     assert resolved.headers["idempotency-key"] != retry.headers["idempotency-key"]
     body = json.loads(retry.body)
     assert body["event"] == "opened" and body["tenant"] == "acme" and body["workflow"] == "nightly-pipeline"
-    assert body["alert"]["id"] == alert and body["alert"]["link"] == f"/alerts/{alert}"
+    assert body["alert"]["id"] == alert and body["alert"]["link"] == f"/dashboard/alerts/{alert}"
     assert body["thread"] == json.loads(resolved.body)["thread"]
     assert json.loads(resolved.body)["alert"]["downtime_seconds"] == round((clock.now() - opened_at).total_seconds())
     assert [r["status"] for r in outbox(db)] == ["sent", "sent"]

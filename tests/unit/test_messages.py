@@ -25,7 +25,7 @@ def test_every_message_of_an_alert_has_the_same_subject():
 def test_the_opening_message_carries_the_facts_and_a_bounded_tail():
     rendered = render(OPENED)
     for fact in ("CRITICAL alert opened", "acme", "nightly-pipeline", "engineering", "Failure count:  1",
-                 "2026-11-30T02:09:00Z", "sales_daily", "step join", "https://tw.example/alerts/12"):
+                 "2026-11-30T02:09:00Z", "sales_daily", "step join", "https://tw.example/dashboard/alerts/12"):
         assert fact in rendered.text, fact
     assert "line 99" in rendered.text and "line 80" not in rendered.text
     assert rendered.payload["log_tail"].count("\n") < 15
@@ -81,3 +81,31 @@ def test_secret_references_resolve_from_the_environment_only():
     with pytest.raises(TransportError) as malformed:
         resolve_secret("vault:x", {})
     assert malformed.value.permanent
+
+
+def test_the_details_link_is_a_page_the_dashboard_serves():
+    from starlette.routing import Match
+
+    from tickwarden.dashboard import router
+
+    path = render(OPENED).payload["alert"]["link"].removeprefix("https://tw.example")
+    scope = {"type": "http", "path": path, "method": "GET"}
+    assert any(route.matches(scope)[0] is Match.FULL for route in router.routes), path
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("acknowledged", "Acknowledged by ana"),
+    ("snoozed", "Snoozed by ana"),
+    ("paused", "Paused by ana"),
+    ("noted", "Note from ana"),
+    ("resolved", "Resolved by ana"),
+])
+def test_every_transport_renders_an_event_made_by_hand_with_who_and_the_note(kind, words):
+    rendered = render(dataclasses.replace(OPENED, event=kind, actor="ana", note="rerun at 9, password=hunter2",
+                                          status="resolved" if kind == "resolved" else "open"))
+    for text in (rendered.text, rendered.slack_text, rendered.payload["summary"]):
+        assert words in text, (kind, text)
+    for text in (rendered.text, rendered.slack_text):
+        assert "rerun at 9" in text and "hunter2" not in text
+    assert rendered.payload["event"] == kind and rendered.payload["actor"] == "ana"
+    assert "hunter2" not in rendered.payload["note"]

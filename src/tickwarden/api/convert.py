@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from tickwarden import profile
 from tickwarden.api import schemas as s
+from tickwarden.cadence import parse_schedule
 from tickwarden.errors import InvalidPolicy
 from tickwarden.models import Alert, AlertEvent, Attempt, AttemptStep, Channel, EnvironmentInstance, Run
 from tickwarden.sanitize import redact
@@ -35,20 +38,28 @@ def profile_out(derived: profile.Profile | None) -> s.ProfileOut | None:
     return s.ProfileOut(**derived.as_dict()) if derived else None
 
 
-def workflow_out(view: WorkflowView) -> s.WorkflowOut:
-    return s.WorkflowOut(**_workflow_fields(view))
+def workflow_out(view: WorkflowView, now: datetime | None = None) -> s.WorkflowOut:
+    return s.WorkflowOut(**_workflow_fields(view, now))
 
 
-def workflow_detail_out(view: WorkflowView, recent: list[Outcome]) -> s.WorkflowDetailOut:
+def workflow_detail_out(view: WorkflowView, recent: list[Outcome], now: datetime | None = None
+                        ) -> s.WorkflowDetailOut:
     return s.WorkflowDetailOut(
-        **_workflow_fields(view),
+        **_workflow_fields(view, now),
         recipe=view.workflow.recipe,
         recent=[s.OutcomeOut(run_id=o.id, scheduled_for=o.scheduled_for, status=o.status,
                              recovered=o.recovered, manual=o.manual) for o in recent],
     )
 
 
-def _workflow_fields(view: WorkflowView) -> dict:
+def next_fire_at(view: WorkflowView, now: datetime | None) -> datetime | None:
+    """The schedule's next tick after `now`: none when paused, archived or unscheduled."""
+    if now is None or view.cron is None or view.schedule_status != "active" or view.workflow.archived_at is not None:
+        return None
+    return parse_schedule(view.cron, view.timezone or "UTC").next_after(now)
+
+
+def _workflow_fields(view: WorkflowView, now: datetime | None = None) -> dict:
     w = view.workflow
     schedule = None
     if view.cron is not None:
@@ -59,7 +70,8 @@ def _workflow_fields(view: WorkflowView) -> dict:
         id=w.id, tenant=view.tenant_name, name=w.name, description=w.description, environment=view.environment_name,
         monitoring_enabled=w.monitoring_enabled, timeout_seconds=w.timeout_seconds,
         policy_overrides=w.policy_overrides, shadow=w.shadow, schedule=schedule,
-        profile=profile_out(derived_profile(view)), created_at=w.created_at, updated_at=w.updated_at,
+        profile=profile_out(derived_profile(view)), next_fire_at=next_fire_at(view, now), archived_at=w.archived_at,
+        created_at=w.created_at, updated_at=w.updated_at,
     )
 
 
@@ -106,12 +118,13 @@ def _alert_fields(a: Alert, tenant: str, workflow: str) -> dict:
         last_failure_at=a.last_failure_at, last_run_id=a.last_run_id, last_error_category=a.last_error_category,
         last_error=a.last_error, failed_step=a.failed_step, opened_at=a.opened_at, escalated_at=a.escalated_at,
         resolved_at=a.resolved_at, resolved_by_run_id=a.resolved_by_run_id, downtime_seconds=a.downtime_seconds,
+        acknowledged_at=a.acknowledged_at, acknowledged_by=a.acknowledged_by, snoozed_until=a.snoozed_until,
     )
 
 
 def event_out(e: AlertEvent) -> s.AlertEventOut:
     return s.AlertEventOut(id=e.id, kind=e.kind, at=e.at, severity=e.severity, owner=e.owner, actor=e.actor,
-                           note=e.note, data=e.data)
+                           note=e.note, data=e.data, internal=e.internal)
 
 
 def alert_detail_out(view: AlertView, events: list[AlertEvent], failing: FailingStep | None) -> s.AlertDetailOut:

@@ -43,7 +43,9 @@ def create_app(
     from tickwarden import dashboard  # deferred: the dashboard imports the API's pieces
 
     app = FastAPI(title="tickwarden", version="1", description=DESCRIPTION, openapi_url="/openapi.json",
-                  docs_url="/docs", redoc_url=None)
+                  docs_url=None, redoc_url=None,
+                  # operationId = the handler's name (`list_alerts`), what generated clients call it
+                  generate_unique_id_function=lambda route: route.name)
     app.state.db = db
     app.state.clock = clock
     app.state.registry = registry_for(db, clock)
@@ -54,8 +56,28 @@ def create_app(
     app.include_router(dashboard.router)
     static = resources.files("tickwarden").joinpath("static")
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
+    _install_docs(app)
     app.add_middleware(problems.BodyLimit, limit=body_limit)
     return app
+
+
+def _install_docs(app: FastAPI) -> None:
+    """Serve Swagger UI at /docs from assets shipped with the package: it must work offline."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount("/docs-assets", StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="tickwarden API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/docs-assets/favicon-32x32.png",
+        )
 
 
 def _default_transports() -> Callable[[], Mapping[str, Transport]]:

@@ -68,6 +68,15 @@ def describe_validation(errors: list[dict[str, Any]]) -> tuple[int, str]:
     return 422, f"The request {place} is not valid: {message[0].lower() + message[1:]}."
 
 
+def _error_entry(error: dict[str, Any]) -> dict[str, Any]:
+    """One validation error: where (`location`, the dotted `field`) and one sentence; never the input value."""
+    loc = [str(p) for p in error.get("loc", ())]
+    location = loc[0] if loc and loc[0] in ("query", "path", "header", "cookie", "body") else "body"
+    field = ".".join(loc[1:] if loc and loc[0] == location else loc)
+    _, message = describe_validation([error])
+    return {"location": location, "field": field or None, "type": error.get("type", ""), "message": message}
+
+
 def install(app: FastAPI) -> None:
     """Register the problem-details handlers on an app."""
 
@@ -77,8 +86,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        status, detail = describe_validation(list(exc.errors()))
-        return problem_response(status, detail)
+        found = list(exc.errors())
+        status, detail = describe_validation(found)
+        # Every problem at once, so a client can fix a form in one round trip; `detail` stays the first.
+        return problem_response(status, detail, errors=[_error_entry(e) for e in found])
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -166,6 +166,8 @@ class WorkflowOut(BaseModel):
     shadow: bool
     schedule: ScheduleOut | None
     profile: ProfileOut | None
+    next_fire_at: datetime | None = Field(None, description="The next tick; null when paused or unscheduled.")
+    archived_at: datetime | None = Field(None, description="Archived (DELETE): no ticks, not listed; history kept.")
     created_at: datetime
     updated_at: datetime
 
@@ -248,6 +250,9 @@ class AlertOut(BaseModel):
     resolved_at: datetime | None
     resolved_by_run_id: int | None
     downtime_seconds: int | None
+    acknowledged_at: datetime | None = None
+    acknowledged_by: str | None = None
+    snoozed_until: datetime | None = None
 
 
 class AlertEventOut(BaseModel):
@@ -259,6 +264,7 @@ class AlertEventOut(BaseModel):
     actor: str
     note: str | None
     data: dict[str, Any]
+    internal: bool = False
 
 
 class FailingStepOut(BaseModel):
@@ -364,3 +370,17 @@ class ReassignIn(Input):
 
 class NoteIn(Input):
     note: Annotated[Text, Field(min_length=1, max_length=2000)]
+    internal: bool = Field(False, description="For the platform team only (platform tokens): never sent to the tenant.")
+
+
+class AcknowledgeIn(Input):
+    note: Annotated[Text, Field(max_length=2000)] | None = None
+
+
+class SnoozeIn(Input):
+    seconds: Annotated[int, Field(ge=60, le=30 * 86400, description="How long to hold escalation.")]
+    note: Annotated[Text, Field(max_length=2000)] | None = None
+
+
+class ResolveIn(Input):
+    note: Annotated[Text, Field(min_length=1, max_length=2000, description="Why it is resolved by hand.")]

@@ -6,11 +6,10 @@ import getpass
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from tickwarden import alerts
 from tickwarden.cli import app
-from tickwarden.cli.output import console, print_json
+from tickwarden.cli.output import console, print_json, print_table, status
 from tickwarden.clock import WallClock, isoformat_z
 from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, NotFound
@@ -89,6 +88,9 @@ def alert_dict(view: AlertView) -> dict[str, Any]:
         "resolved_at": isoformat_z(a.resolved_at),
         "resolved_by_run_id": a.resolved_by_run_id,
         "downtime_seconds": a.downtime_seconds,
+        "acknowledged_at": isoformat_z(a.acknowledged_at),
+        "acknowledged_by": a.acknowledged_by,
+        "snoozed_until": isoformat_z(a.snoozed_until),
     }
 
 
@@ -101,6 +103,7 @@ def event_dict(event: AlertEvent) -> dict[str, Any]:
         "owner": event.owner,
         "actor": event.actor,
         "note": event.note,
+        "internal": event.internal,
         "data": event.data,
     }
 
@@ -130,17 +133,14 @@ def list_command(
     if not rows:
         console.print("no alerts" + (" open" if open_only else ""))
         return
-    table = Table(title="alerts")
-    for column in ("id", "tenant", "workflow", "status", "first", "severity", "owner", "failures", "opened",
-                   "escalated", "resolved", "downtime"):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(
-            str(r["id"]), r["tenant"], r["workflow"], r["status"] + (" (shadow)" if r["shadow"] else ""),
-            r["first_severity"], r["severity"], r["owner"], str(r["failure_count"]), r["opened_at"] or "",
-            r["escalated_at"] or "", r["resolved_at"] or "", downtime(r["downtime_seconds"]),
-        )
-    console.print(table)
+    print_table(
+        ("id", "tenant", "workflow", "status", "first", "severity", "owner", "failures", "opened", "escalated",
+         "resolved", "downtime"),
+        [(str(r["id"]), r["tenant"], r["workflow"], status(r["status"] + (" (shadow)" if r["shadow"] else "")),
+          r["first_severity"], status(r["severity"]), r["owner"], str(r["failure_count"]), r["opened_at"],
+          r["escalated_at"], r["resolved_at"], downtime(r["downtime_seconds"])) for r in rows],
+        title="alerts", no_wrap=("id", "status"),
+    )
 
 
 @alerts_app.command("show")
@@ -157,22 +157,18 @@ def show_command(alert: Annotated[str, typer.Argument(help="Alert id.")], as_jso
     if as_json:
         print_json(data)
         return
-    table = Table(title=f"alert {alert_id}: {view.tenant}/{view.workflow}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    for key in ("status", "first_severity", "severity", "owner", "failure_count", "first_failure_at",
-                "last_failure_at", "last_error_category", "last_error", "failed_step", "opened_at", "escalate_at",
-                "escalated_at", "resolved_at", "resolved_by_run_id"):
-        if data[key] is not None:
-            table.add_row(key.replace("_", " "), str(data[key]))
+    fields = [(key.replace("_", " "), status(str(data[key])) if key in ("status", "severity") else str(data[key]))
+              for key in ("status", "first_severity", "severity", "owner", "failure_count", "first_failure_at",
+                          "last_failure_at", "last_error_category", "last_error", "failed_step", "opened_at",
+                          "escalate_at", "escalated_at", "resolved_at", "resolved_by_run_id", "acknowledged_at",
+                          "acknowledged_by", "snoozed_until")
+              if data[key] is not None]
     if data["downtime_seconds"] is not None:
-        table.add_row("downtime", downtime(data["downtime_seconds"]))
+        fields.append(("downtime", downtime(data["downtime_seconds"])))
     if data["shadow"]:
-        table.add_row("shadow", "yes: delivered to shadow channels only")
-    console.print(table)
-    history = Table(title="history")
-    for column in ("at", "event", "severity", "owner", "by", "note"):
-        history.add_column(column)
+        fields.append(("shadow", "yes: delivered to shadow channels only"))
+    print_table(("field", "value"), fields, title=f"alert {alert_id}: {view.tenant}/{view.workflow}")
+    history = []
     for e in data["events"]:
         detail = e["note"] or ""
         if e["kind"] == "reassigned":
@@ -183,8 +179,10 @@ def show_command(alert: Annotated[str, typer.Argument(help="Alert id.")], as_jso
             detail = f"by {e['data'].get('reason')}"
         elif e["kind"] == "resolved":
             detail = f"run {e['data'].get('run_id')}, down {downtime(e['data'].get('downtime_seconds'))}"
-        history.add_row(e["at"], e["kind"], e["severity"], e["owner"], e["actor"], detail)
-    console.print(history)
+        if e["internal"]:
+            detail = f"(internal) {detail}"
+        history.append((e["at"], e["kind"], e["severity"], e["owner"], e["actor"], detail))
+    print_table(("at", "event", "severity", "owner", "by", "note"), history, title="history")
 
 
 @alerts_app.command("reassign")
@@ -209,14 +207,72 @@ def reassign_command(
 def note_command(
     alert: Annotated[str, typer.Argument(help="Alert id.")],
     text: Annotated[str, typer.Argument(help="The note.")],
+    internal: Annotated[bool, typer.Option("--internal", help="For the platform team only: never sent to the "
+                                                                  "tenant's channels.")] = False,
     actor: Annotated[str | None, typer.Option("--actor", help="Who is writing (default: your user name).")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Add a note to an alert's history."""
+    """Add a note to an alert's history and thread (customer-visible unless --internal)."""
     alert_id = _alert_id(alert)
     with _db() as db:
-        event = alerts.add_note(db, alert_id, text, _actor(actor), WallClock().now())
+        event = alerts.add_note(db, alert_id, text, _actor(actor), WallClock().now(), internal=internal)
     if as_json:
         print_json(event_dict(event))
     else:
-        console.print(f"noted on alert {alert_id}")
+        console.print(f"{'internal note' if internal else 'noted'} on alert {alert_id}")
+
+
+NoteOption = Annotated[str | None, typer.Option("--note", help="A note for the thread.")]
+ActorOption = Annotated[str | None, typer.Option("--actor", help="Who is acting (default: your user name).")]
+
+
+@alerts_app.command("ack")
+def ack_command(alert: Annotated[str, typer.Argument(help="Alert id.")], note: NoteOption = None,
+                actor: ActorOption = None, as_json: JsonOption = False) -> None:
+    """Acknowledge an open alert: escalation stops, it stays open, the thread is told."""
+    alert_id = _alert_id(alert)
+    with _db() as db:
+        event = alerts.acknowledge(db, alert_id, _actor(actor), WallClock().now(), note=note)
+    if as_json:
+        print_json(event_dict(event))
+    else:
+        console.print(f"alert {alert_id} acknowledged by {event.actor}")
+
+
+def parse_duration(text: str) -> int:
+    """Return the seconds of a duration such as 30m, 2h, 1d or 1h30m."""
+    import re
+
+    parts = re.fullmatch(r"\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*", text or "")
+    if not text or not text.strip() or parts is None:
+        raise InvalidInput(f"Duration {text!r} is not valid: use minutes, hours or days, e.g. 30m, 2h, 1d.")
+    days, hours, minutes = (int(p or 0) for p in parts.groups())
+    return days * 86400 + hours * 3600 + minutes * 60
+
+
+@alerts_app.command("snooze")
+def snooze_command(alert: Annotated[str, typer.Argument(help="Alert id.")],
+                   duration: Annotated[str, typer.Argument(help="How long, e.g. 30m, 2h, 1d.")],
+                   note: NoteOption = None, actor: ActorOption = None, as_json: JsonOption = False) -> None:
+    """Hold an open alert's escalation for a while."""
+    alert_id = _alert_id(alert)
+    with _db() as db:
+        event = alerts.snooze(db, alert_id, parse_duration(duration), _actor(actor), WallClock().now(), note=note)
+    if as_json:
+        print_json(event_dict(event))
+    else:
+        console.print(f"alert {alert_id} snoozed until {event.data.get('until')}")
+
+
+@alerts_app.command("resolve")
+def resolve_command(alert: Annotated[str, typer.Argument(help="Alert id.")],
+                    note: Annotated[str, typer.Option("--note", help="Why it is resolved (required).")],
+                    actor: ActorOption = None, as_json: JsonOption = False) -> None:
+    """Resolve an open alert by hand, saying why."""
+    alert_id = _alert_id(alert)
+    with _db() as db:
+        event = alerts.resolve(db, alert_id, note, _actor(actor), WallClock().now())
+    if as_json:
+        print_json(event_dict(event))
+    else:
+        console.print(f"alert {alert_id} resolved by {event.actor}")

@@ -61,7 +61,7 @@ def list_command(
         table.add_column(column)
     for r in rows:
         c = r.channel
-        state = "enabled" if c.enabled else f"[red]disabled[/red]: {c.disabled_reason or ''}"
+        state = "enabled" if c.enabled else f"disabled: {c.disabled_reason or ''}"
         table.add_row(c.tenant or "(platform)", c.name, c.kind, c.audience, state, str(r.pending + r.sending),
                       str(r.failed), str(r.dead), str(r.sent))
     console.print(table)

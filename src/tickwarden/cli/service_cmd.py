@@ -162,20 +162,23 @@ def serve_command(
                  f", API on http://{host}:{port}" if with_api else "")
         service.start()
         supervisor.start()
+
+        def stop(signum: int, frame: object) -> None:
+            service.stop(timeout=0)
+
+        # Ours are the handlers uvicorn restores and then re-raises the signal into: with the
+        # default handler in their place, SIGTERM would kill the process before the `finally`
+        # below stops the workers, leaving them running on a stale environment.
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         try:
             if with_api:
                 import uvicorn
 
-                # uvicorn installs its own SIGTERM/SIGINT handlers and returns once they fire.
                 server = uvicorn.Server(uvicorn.Config(build_api(db, clock, replica), host=host, port=port,
                                                        log_level="warning"))
                 server.run()
             else:
-                def stop(signum: int, frame: object) -> None:
-                    service.stop(timeout=0)
-
-                signal.signal(signal.SIGTERM, stop)
-                signal.signal(signal.SIGINT, stop)
                 service.wait()
         finally:
             log.info("replica %s stopping", replica)

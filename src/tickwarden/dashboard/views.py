@@ -183,7 +183,10 @@ def _alert_context(scope: Scope, alert_id: int) -> dict[str, Any] | None:
             return None
         events = store.api_list_alert_events(alert_id)
         failing = store.api_failing_step(alert_id)
-    return {"view": view, "alert": view.alert, "events": events, "failing": failing}
+    if not scope.principal.platform:  # internal notes are the platform team's
+        events = [e for e in events if not e.internal]
+    return {"view": view, "alert": view.alert, "events": events, "failing": failing,
+            "platform": scope.principal.platform}
 
 
 @router.get("/dashboard/alerts/{alert_id}")
@@ -211,15 +214,24 @@ def _alert_action(request: Request, alert_id: int, action: str, owner: str, note
         error = f"A note is at most {MAX_NOTE} characters of text."
     elif action == "reassign" and owner not in ("engineering", "customer"):
         error = "Choose engineering or customer as the new owner."
-    elif action == "note" and not note.strip():
+    elif action in ("note", "internal-note") and not note.strip():
         error = "The note is empty."
+    elif action == "resolve" and not note.strip():
+        error = "Say why you resolve it by hand."
+    elif action == "internal-note" and not scope.principal.platform:
+        error = "Only the platform team may write internal notes."
     if error is None:
         try:
             now = scope.clock.now()
+            actor = scope.principal.actor
             if action == "reassign":
-                alerts.reassign(scope.db, alert_id, owner, note.strip() or None, scope.principal.actor, now)
+                alerts.reassign(scope.db, alert_id, owner, note.strip() or None, actor, now)
+            elif action == "acknowledge":
+                alerts.acknowledge(scope.db, alert_id, actor, now, note=note.strip() or None)
+            elif action == "resolve":
+                alerts.resolve(scope.db, alert_id, note, actor, now)
             else:
-                alerts.add_note(scope.db, alert_id, note, scope.principal.actor, now)
+                alerts.add_note(scope.db, alert_id, note, actor, now, internal=action == "internal-note")
         except TickwardenError as exc:
             error = exc.message
     if error is not None:
@@ -236,8 +248,21 @@ def reassign_form(request: Request, alert_id: Annotated[int, Path(ge=1, le=MAX_I
 
 @router.post("/dashboard/alerts/{alert_id}/notes")
 def note_form(request: Request, alert_id: Annotated[int, Path(ge=1, le=MAX_ID)],
-              note: Annotated[str, Form(max_length=MAX_NOTE * 2)] = "") -> Response:
-    return _alert_action(request, alert_id, "note", "", note)
+              note: Annotated[str, Form(max_length=MAX_NOTE * 2)] = "",
+              internal: Annotated[str, Form(max_length=10)] = "") -> Response:
+    return _alert_action(request, alert_id, "internal-note" if internal else "note", "", note)
+
+
+@router.post("/dashboard/alerts/{alert_id}/acknowledge")
+def acknowledge_form(request: Request, alert_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+                     note: Annotated[str, Form(max_length=MAX_NOTE * 2)] = "") -> Response:
+    return _alert_action(request, alert_id, "acknowledge", "", note)
+
+
+@router.post("/dashboard/alerts/{alert_id}/resolve")
+def resolve_form(request: Request, alert_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+                 note: Annotated[str, Form(max_length=MAX_NOTE * 2)] = "") -> Response:
+    return _alert_action(request, alert_id, "resolve", "", note)
 
 
 @router.get("/dashboard/runs/{run_id}")

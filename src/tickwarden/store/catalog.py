@@ -161,6 +161,11 @@ class CatalogStore(StoreBase):
         row = self._row("get_schedule_for_workflow", {"workflow_id": workflow_id})
         return from_row(Schedule, row) if row else None
 
+    def archive_workflow(self, workflow_id: int, now: datetime) -> Workflow | None:
+        """Archive a workflow; None when it already was."""
+        row = self._row("archive_workflow", {"workflow_id": workflow_id, "now": now})
+        return from_row(Workflow, row) if row else None
+
     def set_schedule_status(self, schedule: Schedule, status: str, now: datetime) -> Schedule | None:
         """Pause or resume, with the next fire time a resume starts from; None when it already had that status."""
         row = self._row("set_schedule_status", {

@@ -204,3 +204,10 @@ SELECT (SELECT count(*) FROM tenants) AS tenants, (SELECT count(*) FROM users) A
        (SELECT count(*) FROM environments) AS environments,
        (SELECT count(*) FROM notification_channels) AS channels,
        (SELECT count(*) FROM workflows) AS workflows, (SELECT count(*) FROM schedules) AS schedules;
+
+-- archive_workflow --
+-- Archive a workflow (the trigger drops archived workflows; applying it again clears
+-- archived_at); compare-and-set on archived_at IS NULL, so a second archive is a no-op.
+UPDATE workflows SET archived_at = %(now)s, updated_at = %(now)s
+ WHERE id = %(workflow_id)s AND archived_at IS NULL
+RETURNING *;

@@ -233,9 +233,31 @@ class MonitoringStore(StoreBase):
         )
         return from_row(AlertEvent, row) if row else None
 
-    def add_alert_note(self, alert_id: int, note: str, actor: str, now: datetime) -> AlertEvent | None:
-        row = self._row("monitoring_add_note", {"alert_id": alert_id, "note": note, "actor": actor, "now": now})
+    def add_alert_note(self, alert_id: int, note: str, actor: str, now: datetime,
+                       internal: bool = False) -> AlertEvent | None:
+        row = self._row("monitoring_add_note",
+                        {"alert_id": alert_id, "note": note, "actor": actor, "now": now, "internal": internal})
         return from_row(AlertEvent, row) if row else None
+
+    def acknowledge_alert(self, alert_id: int, actor: str, note: str | None, now: datetime) -> AlertEvent | None:
+        row = self._row("monitoring_acknowledge_alert", {"alert_id": alert_id, "actor": actor, "note": note, "now": now})
+        return from_row(AlertEvent, row) if row else None
+
+    def snooze_alert(self, alert_id: int, until: datetime, actor: str, note: str | None,
+                     now: datetime) -> AlertEvent | None:
+        row = self._row("monitoring_snooze_alert",
+                        {"alert_id": alert_id, "until": until, "actor": actor, "note": note, "now": now})
+        return from_row(AlertEvent, row) if row else None
+
+    def resolve_alert_by_hand(self, alert_id: int, actor: str, note: str, now: datetime) -> AlertEvent | None:
+        row = self._row("monitoring_resolve_alert_by_hand",
+                        {"alert_id": alert_id, "actor": actor, "note": note, "now": now})
+        return from_row(AlertEvent, row) if row else None
+
+    def note_workflow_paused(self, workflow_id: int, actor: str, note: str, now: datetime) -> list[AlertEvent]:
+        rows = self._rows("monitoring_note_paused", {"workflow_id": workflow_id, "actor": actor, "note": note,
+                                                     "now": now})
+        return [from_row(AlertEvent, r) for r in rows]
 
     def get_alert(self, alert_id: int) -> AlertView | None:
         row = self._row("monitoring_get_alert", {"alert_id": alert_id})

@@ -137,6 +137,10 @@ WITH wanted AS (
     UPDATE alerts a
        SET failure_count = w.failure_count, last_failure_at = w.last_failure_at, last_run_id = w.run_id,
            last_error_category = w.category, last_error = w.error, failed_step = w.step,
+           -- a manual run's failure is history, never a step towards escalation
+           manual_failures = a.manual_failures
+                             + CASE WHEN (SELECT r.manual FROM runs r WHERE r.id = w.run_id)
+                                    THEN w.failure_count - a.failure_count ELSE 0 END,
            owner = CASE WHEN EXISTS (SELECT 1 FROM alert_events e
                                       WHERE e.alert_id = a.id AND e.kind = 'reassigned')
                         THEN a.owner ELSE w.owner END
@@ -157,11 +161,15 @@ SELECT u.id AS alert_id, u.workflow_id, u.severity, u.failure_count, u.escalate_
 
 -- monitoring_escalate_alerts --
 -- Promote the listed open warnings to critical and write their `escalated` events.
--- The compare-and-set on (open, warning) makes a second promoter a no-op.
+-- The compare-and-set on (open, warning) makes a second promoter a no-op; an
+-- acknowledged or snoozed alert, or one whose failures beyond the threshold came
+-- from manual runs, stays where it is.
 WITH updated AS (
     UPDATE alerts a
        SET severity = 'critical', escalated_at = %(now)s
      WHERE a.id = ANY(%(alert_ids)s::bigint[]) AND a.status = 'open' AND a.severity = 'warning'
+       AND a.acknowledged_at IS NULL AND (a.snoozed_until IS NULL OR a.snoozed_until <= %(now)s)
+       AND a.failure_count - a.manual_failures >= a.escalate_after
     RETURNING a.*
 ), events AS (
     INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, data)
@@ -181,10 +189,11 @@ SELECT u.id AS alert_id, u.workflow_id, events.id AS event_id
 -- the (open, warning) compare-and-set keep replicas from promoting one twice.
 WITH due AS (
     SELECT id,
-           CASE WHEN failure_count >= escalate_after THEN 'failures' ELSE 'time' END AS reason
+           CASE WHEN failure_count - manual_failures >= escalate_after THEN 'failures' ELSE 'time' END AS reason
       FROM alerts
      WHERE status = 'open' AND severity = 'warning'
-       AND (escalate_at <= %(now)s OR failure_count >= escalate_after)
+       AND acknowledged_at IS NULL AND (snoozed_until IS NULL OR snoozed_until <= %(now)s)
+       AND (escalate_at <= %(now)s OR failure_count - manual_failures >= escalate_after)
      ORDER BY escalate_at, id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -250,11 +259,61 @@ WITH updated AS (
 SELECT * FROM event;
 
 -- monitoring_add_note --
--- Append a note to an alert's history (open or resolved).
-INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, actor, note)
-SELECT a.tenant_id, a.id, 'noted', %(now)s, a.severity, a.owner, %(actor)s, %(note)s
+-- Append a note to an alert's history (open or resolved); an internal one is for the platform only.
+INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, actor, note, internal)
+SELECT a.tenant_id, a.id, 'noted', %(now)s, a.severity, a.owner, %(actor)s, %(note)s, %(internal)s
   FROM alerts a
  WHERE a.id = %(alert_id)s
+RETURNING *;
+
+-- monitoring_acknowledge_alert --
+-- Acknowledge an open alert: it stays open, escalation stops. Compare-and-set on
+-- (open, not yet acknowledged): a second acknowledgement writes nothing.
+WITH updated AS (
+    UPDATE alerts SET acknowledged_at = %(now)s, acknowledged_by = %(actor)s
+     WHERE id = %(alert_id)s AND status = 'open' AND acknowledged_at IS NULL
+    RETURNING *
+)
+INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, actor, note)
+SELECT u.tenant_id, u.id, 'acknowledged', %(now)s, u.severity, u.owner, %(actor)s, %(note)s
+  FROM updated u
+RETURNING *;
+
+-- monitoring_snooze_alert --
+-- Hold an open alert's escalation until a time; compare-and-set on status = 'open'.
+WITH updated AS (
+    UPDATE alerts SET snoozed_until = %(until)s
+     WHERE id = %(alert_id)s AND status = 'open'
+    RETURNING *
+)
+INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, actor, note, data)
+SELECT u.tenant_id, u.id, 'snoozed', %(now)s, u.severity, u.owner, %(actor)s, %(note)s,
+       jsonb_build_object('until', to_char(%(until)s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+  FROM updated u
+RETURNING *;
+
+-- monitoring_resolve_alert_by_hand --
+-- Resolve an open alert by hand, with a note; the downtime runs to now. A later
+-- confirmed failure streak opens a new alert. Compare-and-set on status = 'open'.
+WITH updated AS (
+    UPDATE alerts
+       SET status = 'resolved', resolved_at = %(now)s,
+           downtime_seconds = greatest(0, floor(extract(epoch FROM (%(now)s - first_failure_at))))::integer
+     WHERE id = %(alert_id)s AND status = 'open'
+    RETURNING *
+)
+INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, actor, note, data)
+SELECT u.tenant_id, u.id, 'resolved', %(now)s, u.severity, u.owner, %(actor)s, %(note)s,
+       jsonb_build_object('manual', true, 'downtime_seconds', u.downtime_seconds, 'failure_count', u.failure_count)
+  FROM updated u
+RETURNING *;
+
+-- monitoring_note_paused --
+-- When a workflow with an open alert is paused, say so in the alert's thread.
+INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, actor, note)
+SELECT a.tenant_id, a.id, 'paused', %(now)s, a.severity, a.owner, %(actor)s, %(note)s
+  FROM alerts a
+ WHERE a.workflow_id = %(workflow_id)s AND a.status = 'open'
 RETURNING *;
 
 -- monitoring_get_alert --
@@ -385,5 +444,6 @@ SELECT EXISTS (
 SELECT EXISTS (
     SELECT 1 FROM alerts
      WHERE status = 'open' AND severity = 'warning'
-       AND (escalate_at <= %(now)s OR failure_count >= escalate_after)
+       AND acknowledged_at IS NULL AND (snoozed_until IS NULL OR snoozed_until <= %(now)s)
+       AND (escalate_at <= %(now)s OR failure_count - manual_failures >= escalate_after)
 ) AS found;

@@ -1,4 +1,9 @@
-"""Alerts: list and filter, detail with the event history, reassign with a note, add a note."""
+"""Alerts: list and filter, detail with the event history, and the lifecycle by hand.
+
+Reassign, acknowledge, snooze, resolve with a note and add a note all go through the
+alert state machine (`tickwarden.alerts`), the same code the CLI and dashboard call.
+Internal notes are the platform's: a member token neither writes nor sees them.
+"""
 
 from __future__ import annotations
 
@@ -54,6 +59,8 @@ def get_alert(scope: Scoped, alert_id: AlertId) -> s.AlertDetailOut:
             raise Problem(404, "Not found", f"No alert {alert_id}.")
         events = store.api_list_alert_events(alert_id)
         failing = store.api_failing_step(alert_id)
+    if not scope.principal.platform:
+        events = [e for e in events if not e.internal]
     return convert.alert_detail_out(view, events, failing)
 
 
@@ -72,5 +79,39 @@ def reassign_alert(scope: Scoped, alert_id: AlertId, body: s.ReassignIn) -> s.Al
              summary="Add a note to an alert's history")
 def add_note(scope: Scoped, alert_id: AlertId, body: s.NoteIn) -> s.AlertEventOut:
     _visible(scope, alert_id)
-    event = alerts.add_note(scope.db, alert_id, body.note, scope.principal.actor, scope.clock.now())
+    if body.internal and not scope.principal.platform:
+        raise Problem(403, "Forbidden", "Only platform tokens may write internal notes.")
+    event = alerts.add_note(scope.db, alert_id, body.note, scope.principal.actor, scope.clock.now(),
+                            internal=body.internal)
     return convert.event_out(event)
+
+
+def _after(scope: Scope, alert_id: int) -> s.AlertOut:
+    with scope.store() as store:
+        view = store.api_get_alert(alert_id)
+    assert view is not None
+    return convert.alert_out(view)
+
+
+@router.post("/api/alerts/{alert_id}/acknowledge", response_model=s.AlertOut,
+             summary="Acknowledge an open alert: escalation stops, it stays open, the thread is told")
+def acknowledge_alert(scope: Scoped, alert_id: AlertId, body: s.AcknowledgeIn | None = None) -> s.AlertOut:
+    _visible(scope, alert_id)
+    alerts.acknowledge(scope.db, alert_id, scope.principal.actor, scope.clock.now(), note=body.note if body else None)
+    return _after(scope, alert_id)
+
+
+@router.post("/api/alerts/{alert_id}/snooze", response_model=s.AlertOut,
+             summary="Hold an open alert's escalation for a number of seconds")
+def snooze_alert(scope: Scoped, alert_id: AlertId, body: s.SnoozeIn) -> s.AlertOut:
+    _visible(scope, alert_id)
+    alerts.snooze(scope.db, alert_id, body.seconds, scope.principal.actor, scope.clock.now(), note=body.note)
+    return _after(scope, alert_id)
+
+
+@router.post("/api/alerts/{alert_id}/resolve", response_model=s.AlertOut,
+             summary="Resolve an open alert by hand, with a note saying why")
+def resolve_alert(scope: Scoped, alert_id: AlertId, body: s.ResolveIn) -> s.AlertOut:
+    _visible(scope, alert_id)
+    alerts.resolve(scope.db, alert_id, body.note, scope.principal.actor, scope.clock.now())
+    return _after(scope, alert_id)

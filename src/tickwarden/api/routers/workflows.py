@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 
 from tickwarden import cadence, catalog, profile, workflow_file
 from tickwarden.api import convert
@@ -43,7 +43,8 @@ def list_workflows(scope: Scoped, tenant: TenantFilter = None, limit: Limit = s.
                                          after=(after[0], after[1]) if after else None, limit=limit + 1)
     page = views[:limit]
     next_cursor = s.encode_cursor([page[-1].tenant_name, page[-1].workflow.name]) if len(views) > limit else None
-    return s.Page[s.WorkflowOut](items=[convert.workflow_out(v) for v in page], next_cursor=next_cursor)
+    now = scope.clock.now()
+    return s.Page[s.WorkflowOut](items=[convert.workflow_out(v, now) for v in page], next_cursor=next_cursor)
 
 
 @router.get("/api/tenants/{tenant}/workflows/{workflow}", response_model=s.WorkflowDetailOut,
@@ -54,12 +55,14 @@ def get_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s
         if view is None:
             raise Problem(404, "Not found", f"No workflow {tenant}/{workflow}.")
         recent = store.api_recent_outcomes([view.workflow.id], RECENT_OUTCOMES)[view.workflow.id]
-    return convert.workflow_detail_out(view, recent)
+    return convert.workflow_detail_out(view, recent, scope.clock.now())
 
 
 @router.put("/api/tenants/{tenant}/workflows/{workflow}", response_model=s.WorkflowDetailOut,
-            summary="Publish a workflow: create or replace it and its schedule")
-def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, body: s.PublishIn) -> s.WorkflowDetailOut:
+            summary="Publish a workflow: create (201) or replace (200) it and its schedule",
+            responses={201: {"description": "Created", "model": s.WorkflowDetailOut}})
+def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, body: s.PublishIn,
+                     response: Response) -> s.WorkflowDetailOut:
     now = scope.clock.now()
     try:
         parsed = cadence.parse_schedule(body.cron, body.timezone)
@@ -98,15 +101,25 @@ def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, 
         view = store.api_get_workflow(tenant, workflow)
         assert view is not None
         recent = store.api_recent_outcomes([view.workflow.id], RECENT_OUTCOMES)[view.workflow.id]
-    return convert.workflow_detail_out(view, recent)
+    if applied.change == "created":
+        response.status_code = 201
+    return convert.workflow_detail_out(view, recent, now)
+
+
+@router.delete("/api/tenants/{tenant}/workflows/{workflow}", status_code=204,
+               summary="Archive a workflow: it stops ticking and leaves the lists; applying it again restores it")
+def archive_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> Response:
+    find_workflow(scope, tenant, workflow)
+    catalog.archive(scope.db, tenant, workflow, scope.clock.now(), actor=scope.principal.actor)
+    return Response(status_code=204)
 
 
 @router.post("/api/tenants/{tenant}/workflows/{workflow}/pause", response_model=s.WorkflowOut,
              summary="Pause a workflow's schedule")
 def pause_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.WorkflowOut:
     find_workflow(scope, tenant, workflow)
-    catalog.pause(scope.db, tenant, workflow, scope.clock.now())
-    return convert.workflow_out(find_workflow(scope, tenant, workflow))
+    catalog.pause(scope.db, tenant, workflow, scope.clock.now(), actor=scope.principal.actor)
+    return convert.workflow_out(find_workflow(scope, tenant, workflow), scope.clock.now())
 
 
 @router.post("/api/tenants/{tenant}/workflows/{workflow}/resume", response_model=s.WorkflowOut,
@@ -114,7 +127,7 @@ def pause_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) ->
 def resume_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.WorkflowOut:
     find_workflow(scope, tenant, workflow)
     catalog.resume(scope.db, tenant, workflow, scope.clock.now())
-    return convert.workflow_out(find_workflow(scope, tenant, workflow))
+    return convert.workflow_out(find_workflow(scope, tenant, workflow), scope.clock.now())
 
 
 @router.post("/api/tenants/{tenant}/workflows/{workflow}/run-now", response_model=s.RunOut, status_code=202,
