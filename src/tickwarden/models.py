@@ -275,3 +275,28 @@ class AttemptStep:
     output: Any
     error: str | None
     tenant_id: int | None = None
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """One tenant's retention overrides, in days; None keeps the platform default."""
+
+    tenant_id: int
+    metadata_days: int | None
+    logs_days: int | None
+    payloads_days: int | None
+    outbox_days: int | None
+    alerts_days: int | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ErasureAudit:
+    """What one erasure removed, when and by whom: counts, never the erased values."""
+
+    id: int
+    kind: str
+    target: str
+    actor: str
+    at: datetime
+    counts: dict[str, Any]
