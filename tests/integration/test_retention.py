@@ -8,13 +8,12 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from tests.integration.pipeline import DAILY, create_tick, workflow
 from tickwarden import retention
 from tickwarden.db import Database
 from tickwarden.models import AttemptOutcome, Workflow
 from tickwarden.poller import OutcomePoller
 from tickwarden.retention import RetentionSpec, RetentionSweeper, set_tenant_retention
-
-from tests.integration.pipeline import DAILY, create_tick, workflow
 
 DAY = timedelta(days=1)
 YEAR_START = datetime(2025, 1, 1, 2, 0, tzinfo=UTC)
@@ -213,7 +212,7 @@ def test_two_sweepers_at_once_expire_each_row_once(db: Database) -> None:
                 passes.append(result.expired)
                 if not result.more:
                     break
-        except BaseException as exc:  # surfaced below
+        except Exception as exc:  # surfaced below
             errors.append(exc)
 
     threads = [threading.Thread(target=sweep, args=(s,)) for s in sweepers]
