@@ -212,7 +212,7 @@ def test_two_sweepers_at_once_expire_each_row_once(db: Database) -> None:
                 passes.append(result.expired)
                 if not result.more:
                     break
-        except Exception as exc:  # surfaced below
+        except Exception as exc:  # noqa: BLE001 - surfaced below
             errors.append(exc)
 
     threads = [threading.Thread(target=sweep, args=(s,)) for s in sweepers]
