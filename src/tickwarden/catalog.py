@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tickwarden import profile
+from tickwarden import profile, retention
 from tickwarden.db import Database
 from tickwarden.errors import Conflict, InvalidInput, NotFound
 from tickwarden.models import Run, Schedule, Tenant, Workflow
@@ -107,6 +107,8 @@ def apply_file(db: Database, path: str | Path, now: datetime) -> ApplyReport:
             applied = store.apply_tenant(tenant.name, tenant.display_name or tenant.name, tenant.shadow, now)
             tenant_ids[tenant.name] = applied.id
             report.add(applied)
+            if tenant.retention is not None:
+                retention.set_tenant_retention(store, applied.id, tenant.retention, now)
         user_ids: dict[tuple[str, str], int] = {}
         for tenant_name, user in plan.users:
             applied = store.apply_user(tenant_ids[tenant_name], user.email, user.name or user.email, user.active, now)

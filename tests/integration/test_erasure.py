@@ -228,3 +228,30 @@ def test_the_erase_command_refuses_bad_usage_with_one_line_and_exit_2(cli, args:
 def test_the_erase_command_says_an_unknown_tenant_in_one_line(cli) -> None:
     result = cli("erase", "--tenant", "nobody")
     assert result.returncode == 1 and result.stderr.strip() == "tickwarden: No tenant named 'nobody'."
+
+
+def test_the_api_erases_for_the_platform_only(db: Database, schema: str, start: datetime, clock) -> None:
+    from tests.apiutil import api, live_server, make_token
+
+    populate(db, start)
+    member = make_token(db, start, tenant="acme", name="alice")
+    platform = make_token(db, start, name="dpo")
+    with live_server(db, clock) as base:
+        refused = api(base, member).post("/api/erasures", json={"subject": EMAIL, "dry_run": True})
+        assert refused.status_code == 403 and refused.json()["detail"] == "Erasure needs a platform token."
+        assert api(base, member).get("/api/erasures").status_code == 403
+        both = api(base, platform).post("/api/erasures", json={"subject": EMAIL, "tenant": "acme"})
+        assert both.status_code == 422
+        bad = api(base, platform).post("/api/erasures", json={"subject": "nobody"})
+        assert bad.status_code == 422 and "email address" in bad.json()["detail"]
+        unknown = api(base, platform).post("/api/erasures", json={"tenant": "nobody"})
+        assert unknown.status_code == 404
+
+        dry = api(base, platform).post("/api/erasures", json={"subject": EMAIL, "dry_run": True})
+        assert dry.status_code == 200 and dry.json()["audit_id"] is None and dry.json()["counts"]["users"] == 2
+        done = api(base, platform).post("/api/erasures", json={"subject": EMAIL})
+        assert done.status_code == 200, done.text
+        assert done.json()["counts"] == dry.json()["counts"]
+        audits = api(base, platform).get("/api/erasures").json()
+        assert [(a["kind"], a["actor"]) for a in audits] == [("subject", "platform:dpo")]
+    assert occurrences(db, schema, EMAIL, NAME) == []

@@ -17,7 +17,17 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from tickwarden.api import problems
-from tickwarden.api.routers import alerts, channels, environments, ops, runs, tenants, workflows
+from tickwarden.api.routers import (
+    alerts,
+    channels,
+    environments,
+    erasure,
+    ops,
+    retention,
+    runs,
+    tenants,
+    workflows,
+)
 from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
 from tickwarden.metrics import registry_for
@@ -48,7 +58,7 @@ def create_app(
     app.state.registry = registry_for(db, clock)
     app.state.transports = transports or _default_transports()
     problems.install(app)
-    for module in (tenants, workflows, runs, alerts, environments, channels, ops):
+    for module in (tenants, workflows, runs, alerts, environments, channels, ops, erasure, retention):
         app.include_router(module.router)
     app.include_router(dashboard.router)
     static = resources.files("tickwarden").joinpath("static")
