@@ -64,8 +64,9 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
     """Return every loop one control-plane replica runs, in pipeline order.
 
     The trigger (reconciler, ticker), the lease reaper, the outcome poller (retry
-    engine and evaluator), the deadline detector, the escalation clock and the
-    notifier. Workers run beside them as their own processes (`serve --workers N`).
+    engine and evaluator), the deadline detector, the escalation clock, the
+    notifier and the retention sweeper. Workers run beside them as their own
+    processes (`serve --workers N`).
     """
     from tickwarden.deadlines import DeadlineDetector
     from tickwarden.escalation import EscalationClock
@@ -73,6 +74,7 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
     from tickwarden.poller import OutcomePoller
     from tickwarden.reaper import LeaseReaper
     from tickwarden.reconciler import Reconciler
+    from tickwarden.retention import RetentionSweeper
     from tickwarden.ticker import Ticker
 
     options = options or ServiceOptions()
@@ -84,6 +86,7 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
         DeadlineDetector(db),
         EscalationClock(db),
         Notifier(db, replica_id, dashboard_url=options.dashboard_url),
+        RetentionSweeper(db),
     ]
 
 

@@ -241,3 +241,28 @@ def test_the_database_refuses_a_retention_below_the_floor_too(db: Database, star
     wf = workflow(db, start)
     with pytest.raises(psycopg.errors.CheckViolation), db.transaction() as store:
         store.retention_set_policy(wf.tenant_id, {"metadata": 1}, start)
+
+
+def test_metrics_count_the_rows_expired_per_class(db: Database, clock) -> None:
+    from tickwarden.metrics import registry_for, render
+
+    wf = workflow(db, YEAR_START, tenant="acme", name="nightly", cadence=DAILY)
+    for index in range(3):
+        run_tick(db, wf, YEAR_START + index * DAY, True)
+    text = render(registry_for(db, clock)).decode()
+    assert 'tickwarden_retention_expired_rows_total{class="metadata"} 0.0' in text
+    RetentionSweeper(db).sweep(YEAR_START + 500 * DAY)
+    text = render(registry_for(db, clock)).decode()
+    # Two runs went (the newest success stays), each with one attempt; before that, their
+    # attempt and step each lost their payload and their log.
+    assert 'tickwarden_retention_expired_rows_total{class="metadata"} 4.0' in text
+    assert 'tickwarden_retention_expired_rows_total{class="payloads"} 4.0' in text
+    assert 'tickwarden_retention_expired_rows_total{class="logs"} 4.0' in text
+    assert 'tickwarden_retention_expired_rows_total{class="alerts"} 0.0' in text
+
+
+def test_the_service_runs_the_retention_sweeper(db: Database) -> None:
+    from tickwarden.service import build_loops
+
+    (sweeper,) = [loop for loop in build_loops(db, "r1") if loop.name == "retention"]
+    assert isinstance(sweeper, RetentionSweeper)
