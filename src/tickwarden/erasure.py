@@ -10,7 +10,8 @@ without a change here), referencing tables first, then the tenant itself.
    the address and the name: an `erased-<id>@erased.invalid` address, the name
    `erased`, inactive;
 2. every other text and json column of every table is searched for the address
-   and for the names those rows carried; each occurrence becomes `[erased]` (an
+   and, in rows of the person's own tenants (and rows of no tenant), for the names
+   those rows carried; each occurrence becomes `[erased]` (an
    address that is a whole element of a json list, such as an email channel's
    recipients, is removed from the list). Columns governed by a CHECK constraint
    (names, statuses, categories) are not rewritten: they cannot hold an address,
@@ -114,16 +115,20 @@ def erase_subject(store: Store, email: str, *, actor: str, now: datetime, dry_ru
     counts: dict[str, int] = {}
     if users:
         counts["users"] = len(users) if dry_run else store.erasure_anonymise_users(address)
-    scrub = _Scrubber(address, names)
+    tenant_ids = sorted({u.tenant_id for u in users})
+    everywhere, with_names = _Scrubber(address, []), _Scrubber(address, names)
     for target in store.erasure_text_columns():
         if target.table == "users":
             # Publisher rows are anonymised whole, above (in a dry run: would be).
             target = _without(target, ("email", "display_name"))
             if not target.columns:
                 continue
-        for mention in store.erasure_find_mentions(target, [address, *names]):
-            changed = {column: scrub.value(value) for column, value in mention.values.items()
-                       if scrub.value(value) != value}
+        for mention in store.erasure_find_mentions(target, address, names, tenant_ids):
+            # A name identifies the person only among their own tenants (or in rows of no tenant).
+            own = target.tenant_column is None or mention.tenant_id in tenant_ids
+            scrub = with_names if own else everywhere
+            changed = {column: new for column, value in mention.values.items()
+                       if (new := scrub.value(value)) != value}
             if not changed:
                 continue  # the needle was there only in a form the word rules leave alone
             for column in changed:
@@ -139,7 +144,7 @@ def erase_subject(store: Store, email: str, *, actor: str, now: datetime, dry_ru
 
 def _without(target: TextColumns, columns: tuple[str, ...]) -> TextColumns:
     kept = [(c, t) for c, t in zip(target.columns, target.types, strict=True) if c not in columns]
-    return TextColumns(target.table, tuple(c for c, _ in kept), tuple(t for _, t in kept))
+    return TextColumns(target.table, tuple(c for c, _ in kept), tuple(t for _, t in kept), target.tenant_column)
 
 
 class _Scrubber:

@@ -150,6 +150,23 @@ def test_erase_subject_leaves_longer_addresses_and_unrelated_words_alone(db: Dat
         ("mail xal@example.com or al@example.com.au; Alibaba, [erased].",)]
 
 
+def test_a_name_is_erased_only_among_the_persons_own_tenants_and_the_address_everywhere(db: Database,
+                                                                                       start: datetime) -> None:
+    own = workflow(db, start, tenant="acme", name="nightly", cadence=DAILY)
+    other = workflow(db, start, tenant="initech", name="report", cadence=DAILY)
+    with db.transaction() as store:
+        store.upsert_user(own.tenant_id, EMAIL, start, display_name="Ops")
+        store.upsert_notification_channel(tenant_id=other.tenant_id, name="ops", kind="recording",
+                                          audience="customer", now=start)
+        for wf in (own, other):
+            store.conn.execute("UPDATE workflows SET description = %s WHERE id = %s",
+                               (f"ops team; mail {EMAIL}", wf.id))
+        erasure.erase_subject(store, EMAIL, actor="dpo", now=start)
+    assert sql_rows(db, "SELECT w.description FROM workflows w ORDER BY w.id") == [
+        ("[erased] team; mail [erased]",), ("ops team; mail [erased]",)]
+    assert sql_rows(db, "SELECT name FROM notification_channels") == [("ops",)]
+
+
 def test_erase_tenant_removes_every_row_of_the_tenant_and_nothing_else(db: Database, start: datetime) -> None:
     ids = populate(db, start)
     with db.transaction() as store:

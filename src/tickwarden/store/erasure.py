@@ -28,6 +28,7 @@ class TextColumns:
     table: str
     columns: tuple[str, ...]
     types: tuple[str, ...]
+    tenant_column: str | None = None  # what says which tenant a row belongs to
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Mention:
     """One row that mentions a needle: where it is and the values of the scanned columns."""
 
     row_ref: str
+    tenant_id: int | None
     values: dict[str, Any]
 
 
@@ -59,20 +61,35 @@ class ErasureStore(StoreBase):
         return self._execute("erasure_delete_tenant", {"tenant_id": tenant_id})
 
     def erasure_text_columns(self) -> list[TextColumns]:
-        return [TextColumns(row["table_name"], tuple(row["columns"]), tuple(row["types"]))
+        return [TextColumns(row["table_name"], tuple(row["columns"]), tuple(row["types"]), row["tenant_column"])
                 for row in self._rows("erasure_text_columns")]
 
-    def erasure_find_mentions(self, target: TextColumns, needles: Sequence[str]) -> list[Mention]:
-        """Return (locked) rows of a table whose scanned columns contain any needle, in any case."""
-        tests = [sql.SQL("strpos(lower({}::text), {}) > 0").format(sql.Identifier(column), sql.Literal(needle.lower()))
-                 for column in target.columns for needle in needles]
+    def erasure_find_mentions(
+        self, target: TextColumns, address: str, names: Sequence[str], tenant_ids: Sequence[int]
+    ) -> list[Mention]:
+        """Return (locked) rows that mention the address, or a name in a row of one of `tenant_ids`.
+
+        Rows of a table without tenants are searched for the names too.
+        """
+        def tests(needles: Sequence[str]) -> sql.Composable:
+            return sql.SQL(" OR ").join(
+                sql.SQL("strpos(lower({}::text), {}) > 0").format(sql.Identifier(c), sql.Literal(n.lower()))
+                for c in target.columns for n in needles)
+
+        match = tests([address])
+        if names:
+            scope = sql.SQL("true")
+            if target.tenant_column:
+                scope = sql.SQL("{} = ANY({})").format(sql.Identifier(target.tenant_column),
+                                                      sql.Literal(list(tenant_ids)))
+            match = sql.SQL("({}) OR ({} AND ({}))").format(match, scope, tests(names))
+        tenant = sql.Identifier(target.tenant_column) if target.tenant_column else sql.SQL("NULL::bigint")
         statement = self._template(
-            "erasure_find_mentions", table=sql.Identifier(target.table),
-            columns=sql.SQL(", ").join(sql.Identifier(c) for c in target.columns),
-            match=sql.SQL(" OR ").join(tests))
+            "erasure_find_mentions", table=sql.Identifier(target.table), tenant=tenant,
+            columns=sql.SQL(", ").join(sql.Identifier(c) for c in target.columns), match=match)
         with self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(statement)
-            return [Mention(row.pop("row_ref"), row) for row in cur.fetchall()]
+            return [Mention(row.pop("row_ref"), row.pop("row_tenant"), row) for row in cur.fetchall()]
 
     def erasure_rewrite_row(self, target: TextColumns, row_ref: str, values: dict[str, Any]) -> None:
         kinds = dict(zip(target.columns, target.types, strict=True))

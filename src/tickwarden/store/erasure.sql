@@ -30,9 +30,14 @@ DELETE FROM tenants WHERE id = %(tenant_id)s;
 -- erasure_text_columns --
 -- Every text and json column of every table of the schema, except columns a CHECK
 -- constraint governs (names, statuses, categories: identifiers a person's name must
--- never rewrite, and which cannot hold an address).
+-- never rewrite, and which cannot hold an address), with the column that says which
+-- tenant a row belongs to (tenant_id, or id for tenants itself; NULL: no tenant).
 SELECT c.relname::text AS table_name, array_agg(a.attname::text ORDER BY a.attnum) AS columns,
-       array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum) AS types
+       array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum) AS types,
+       CASE WHEN c.relname = 'tenants' THEN 'id'
+            WHEN EXISTS (SELECT 1 FROM pg_attribute t
+                          WHERE t.attrelid = c.oid AND t.attname = 'tenant_id' AND NOT t.attisdropped)
+            THEN 'tenant_id' END AS tenant_column
   FROM pg_class c
   JOIN pg_namespace n ON n.oid = c.relnamespace
   JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -40,14 +45,15 @@ SELECT c.relname::text AS table_name, array_agg(a.attname::text ORDER BY a.attnu
    AND a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'jsonb'::regtype, 'json'::regtype)
    AND NOT EXISTS (SELECT 1 FROM pg_constraint k
                     WHERE k.conrelid = c.oid AND k.contype = 'c' AND a.attnum = ANY (k.conkey))
- GROUP BY c.relname
+ GROUP BY c.oid, c.relname
  ORDER BY c.relname;
 
 -- erasure_find_mentions --
--- Rows of one table whose listed columns mention any of the needles, case-insensitively,
--- locked for the rewrite ({table} and {columns} are identifiers from the catalog; {match}
--- is one strpos test per column and needle).
-SELECT ctid::text AS row_ref, {columns} FROM {table} WHERE {match} FOR UPDATE;
+-- Rows of one table whose listed columns mention the address or, in rows of the
+-- person's own tenants, one of their names (case-insensitive), locked for the rewrite.
+-- {table}, {columns} and {tenant} are identifiers from the catalog; {match} is one
+-- strpos test per column and needle.
+SELECT ctid::text AS row_ref, {tenant} AS row_tenant, {columns} FROM {table} WHERE {match} FOR UPDATE;
 
 -- erasure_rewrite_row --
 -- Rewrite the listed columns of one row located by its ctid (stable inside this transaction).
