@@ -120,14 +120,14 @@ class RetentionSweeper:
     def sweep(self, now: datetime) -> RetentionPass:
         """Do one pass: each class in turn, batch by batch, each batch its own transaction.
 
-        Payloads go first and metadata last, so that a run about to be deleted is not
-        first rewritten by the column-clearing classes in the same pass for nothing.
+        Metadata goes first: a run it deletes is then not first rewritten (and written
+        to the WAL) by the column-clearing classes for nothing.
         """
         expired = dict.fromkeys(CLASSES, 0)
         more = False
         with self.db.transaction() as store:
             store.retention_ensure_marks(now)
-        for klass in ("payloads", "logs", "metadata"):
+        for klass in ("metadata", "logs", "payloads"):
             for _ in range(self.max_batches):
                 with self.db.transaction() as store:
                     batch = store.retention_expire_ledger(

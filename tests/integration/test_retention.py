@@ -251,13 +251,14 @@ def test_metrics_count_the_rows_expired_per_class(db: Database, clock) -> None:
         run_tick(db, wf, YEAR_START + index * DAY, True)
     text = render(registry_for(db, clock)).decode()
     assert 'tickwarden_retention_expired_rows_total{class="metadata"} 0.0' in text
+    # After 100 days, the two older runs (the newest success stays whole) lose the
+    # payload and the log of their attempt and step; after 500, the runs and attempts go.
+    RetentionSweeper(db).sweep(YEAR_START + 100 * DAY)
     RetentionSweeper(db).sweep(YEAR_START + 500 * DAY)
     text = render(registry_for(db, clock)).decode()
-    # Two runs went (the newest success stays), each with one attempt; before that, their
-    # attempt and step each lost their payload and their log.
-    assert 'tickwarden_retention_expired_rows_total{class="metadata"} 4.0' in text
     assert 'tickwarden_retention_expired_rows_total{class="payloads"} 4.0' in text
     assert 'tickwarden_retention_expired_rows_total{class="logs"} 4.0' in text
+    assert 'tickwarden_retention_expired_rows_total{class="metadata"} 4.0' in text
     assert 'tickwarden_retention_expired_rows_total{class="alerts"} 0.0' in text
 
 
