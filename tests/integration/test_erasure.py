@@ -193,6 +193,24 @@ def test_erase_tenant_removes_every_row_of_the_tenant_and_nothing_else(db: Datab
     assert "acme" not in json.dumps(audit[3])
 
 
+def test_erase_tenant_covers_a_tenant_table_added_later(db: Database, start: datetime) -> None:
+    own = workflow(db, start, tenant="acme", name="nightly", cadence=DAILY)
+    other = workflow(db, start, tenant="globex", name="report", cadence=DAILY)
+    # As a later migration might add it: a restricting foreign key, and one table with none.
+    with db.transaction() as store:
+        store.conn.execute("CREATE TABLE tenant_secrets (tenant_id bigint NOT NULL REFERENCES tenants (id)"
+                           " ON DELETE RESTRICT, name text NOT NULL, value bytea NOT NULL)")
+        store.conn.execute("CREATE TABLE tenant_notes (tenant_id bigint NOT NULL, body text)")
+    for wf in (own, other):
+        sql_rows(db, "INSERT INTO tenant_secrets VALUES (%s, 'db', 'hunter2') RETURNING 1", wf.tenant_id)
+        sql_rows(db, "INSERT INTO tenant_notes VALUES (%s, 'note') RETURNING 1", wf.tenant_id)
+    with db.transaction() as store:
+        report = erasure.erase_tenant(store, "acme", actor="dpo", now=start)
+    assert report.counts["tenant_secrets"] == 1 and report.counts["tenant_notes"] == 1
+    assert sql_rows(db, "SELECT tenant_id FROM tenant_secrets UNION ALL SELECT tenant_id FROM tenant_notes") == [
+        (other.tenant_id,), (other.tenant_id,)]
+
+
 def test_erasure_refuses_unknown_tenants_and_malformed_subjects(db: Database, start: datetime) -> None:
     with db.transaction() as store, pytest.raises(NotFound):
         erasure.erase_tenant(store, "nobody", actor="dpo", now=start)

@@ -44,7 +44,11 @@ WITH candidates AS (
      ORDER BY c.since, c.workflow_id
      LIMIT %(workflows)s
 ), locked AS (
-    SELECT due.* FROM due JOIN retention_marks m ON m.workflow_id = due.workflow_id
+    -- The mark as it is once locked (another sweeper may have moved it since this
+    -- statement's snapshot), rechecked against the horizon.
+    SELECT m.workflow_id, m.logs_until AS since, due.upto
+      FROM due JOIN retention_marks m ON m.workflow_id = due.workflow_id
+     WHERE m.logs_until < due.upto
        FOR UPDATE OF m SKIP LOCKED
 ), batch AS (
     SELECT r.id, l.workflow_id, r.scheduled_for
@@ -106,7 +110,11 @@ WITH candidates AS (
      ORDER BY c.since, c.workflow_id
      LIMIT %(workflows)s
 ), locked AS (
-    SELECT due.* FROM due JOIN retention_marks m ON m.workflow_id = due.workflow_id
+    -- The mark as it is once locked (another sweeper may have moved it since this
+    -- statement's snapshot), rechecked against the horizon.
+    SELECT m.workflow_id, m.payloads_until AS since, due.upto
+      FROM due JOIN retention_marks m ON m.workflow_id = due.workflow_id
+     WHERE m.payloads_until < due.upto
        FOR UPDATE OF m SKIP LOCKED
 ), batch AS (
     SELECT r.id, l.workflow_id, r.scheduled_for
@@ -164,7 +172,11 @@ WITH candidates AS (
      ORDER BY c.since, c.workflow_id
      LIMIT %(workflows)s
 ), locked AS (
-    SELECT due.* FROM due JOIN retention_marks m ON m.workflow_id = due.workflow_id
+    -- The mark as it is once locked (another sweeper may have moved it since this
+    -- statement's snapshot), rechecked against the horizon.
+    SELECT m.workflow_id, m.metadata_until AS since, due.upto
+      FROM due JOIN retention_marks m ON m.workflow_id = due.workflow_id
+     WHERE m.metadata_until < due.upto
        FOR UPDATE OF m SKIP LOCKED
 ), batch AS (
     SELECT r.id, l.workflow_id, r.scheduled_for
@@ -176,7 +188,7 @@ WITH candidates AS (
              ORDER BY r.scheduled_for, r.id
              LIMIT %(runs)s) r
 ), attempts_gone AS (
-    SELECT count(*) AS n FROM attempts a JOIN batch b ON a.run_id = b.id
+    DELETE FROM attempts a USING batch b WHERE a.run_id = b.id RETURNING a.id
 ), deleted AS (
     DELETE FROM runs r USING batch b WHERE r.id = b.id RETURNING r.id
 ), per_workflow AS (
@@ -189,7 +201,7 @@ WITH candidates AS (
      WHERE m.workflow_id = l.workflow_id
     RETURNING m.workflow_id
 )
-SELECT (SELECT count(*) FROM deleted) + (SELECT n FROM attempts_gone) AS expired,
+SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM attempts_gone) AS expired,
        (SELECT count(*) FROM advanced) AS workflows,
        (SELECT count(*) FROM due) AS due,
        (SELECT count(*) FROM per_workflow WHERE runs >= %(runs)s) AS full_workflows;
