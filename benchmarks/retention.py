@@ -5,8 +5,8 @@
 1. Fill a ledger: `workflows` daily workflows with a run and an attempt (log tail,
    error text, outputs) for each of `days` days, one run in ten failed.
 2. Copy it into a second schema, the floor: the same expiry as bare statements
-   (clear payloads, clear logs, delete the metadata past 90 days), each one
-   transaction over the whole ledger, unbounded.
+   (delete the metadata past 90 days, clear logs, clear payloads), each one
+   transaction over the whole ledger, unbounded, protecting nothing.
 3. Sweep the first with `RetentionSweeper` (bounded batches, per-workflow marks) until
    no backlog remains, and report rows per second beside the floor's.
 4. An idle pass on the swept ledger: what the loop costs every ten minutes.
@@ -60,12 +60,13 @@ def copy(source: str, target: str) -> None:
 def floor(schema: str, now) -> dict[str, tuple[int, float]]:
     """The same expiry as bare statements, unbounded, one transaction each (no protection of streaks)."""
     results = {}
+    # Metadata first, as the sweeper does, so that both do the same work.
     statements = {
-        "payloads": ("UPDATE attempts a SET outputs = '{}' FROM runs r WHERE a.run_id = r.id"
-                     " AND r.scheduled_for < %(now)s - interval '7 days' AND a.outputs <> '{}'"),
+        "metadata": f"DELETE FROM runs WHERE scheduled_for < %(now)s - interval '{METADATA_DAYS} days'",
         "logs": ("UPDATE attempts a SET log_tail = NULL, error = NULL FROM runs r WHERE a.run_id = r.id"
                  " AND r.scheduled_for < %(now)s - interval '30 days' AND a.log_tail IS NOT NULL"),
-        "metadata": f"DELETE FROM runs WHERE scheduled_for < %(now)s - interval '{METADATA_DAYS} days'",
+        "payloads": ("UPDATE attempts a SET outputs = '{}' FROM runs r WHERE a.run_id = r.id"
+                     " AND r.scheduled_for < %(now)s - interval '7 days' AND a.outputs <> '{}'"),
     }
     with connect(schema) as conn:
         for klass, statement in statements.items():
@@ -94,7 +95,7 @@ def main() -> None:
         db = Database(BENCH_URL, schema=schema, min_size=1, max_size=2)
         try:
             sweeper = RetentionSweeper(db)
-            passes, expired = 0, dict.fromkeys(("payloads", "logs", "metadata"), 0)
+            passes, expired = 0, dict.fromkeys(("metadata", "logs", "payloads"), 0)
             t0 = time.perf_counter()
             while True:
                 result = sweeper.sweep(now)
