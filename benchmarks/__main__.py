@@ -7,7 +7,7 @@ policies takes long: `python -m benchmarks.noise`.
 import runpy
 import sys
 
-BENCHMARKS = ["benchmarks.ledger", "benchmarks.worker", "benchmarks.ticker", "benchmarks.pipeline", "benchmarks.api", "benchmarks.notifier", "benchmarks.simulate", "benchmarks.memory"]
+BENCHMARKS = ["benchmarks.ledger", "benchmarks.worker", "benchmarks.ticker", "benchmarks.pipeline", "benchmarks.api", "benchmarks.notifier", "benchmarks.simulate", "benchmarks.memory", "benchmarks.retention"]
 
 if __name__ == "__main__":
     for name in BENCHMARKS:

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tickwarden import alerts, profile
+from tickwarden import alerts, profile, retention
 from tickwarden.db import Database
 from tickwarden.errors import Conflict, InvalidInput, NotFound
 from tickwarden.models import Run, Schedule, Tenant, Workflow
@@ -131,6 +131,8 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
             applied = store.apply_tenant(tenant.name, tenant.display_name or tenant.name, tenant.shadow, now)
             tenant_ids[tenant.name] = applied.id
             report.add(applied, tenant.name)
+            if tenant.retention is not None:
+                retention.set_tenant_retention(store, applied.id, tenant.retention, now)
         user_ids: dict[tuple[str, str], int] = {}
         for tenant_name, user in plan.users:
             applied = store.apply_user(tenant_ids[tenant_name], user.email, user.name or user.email, user.active, now)

@@ -47,13 +47,14 @@ from prometheus_client import (
     generate_latest,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tickwarden import __version__
 from tickwarden.clock import Clock
 from tickwarden.db import Database
 from tickwarden.models import Heartbeat
+from tickwarden.retention import CLASSES as RETENTION_CLASSES
 from tickwarden.store.api import OperationsSnapshot
 from tickwarden.store.outbox import CHANNEL_KINDS
 
@@ -183,6 +184,19 @@ class TickwardenCollector(Collector):
         yield stalled
         yield GaugeMetricFamily("tickwarden_loops_stalled", "How many loops have stopped running anywhere.",
                                 value=sum(1 for s in statuses if s.stalled))
+        yield retention_counter(self.db)
+
+
+def retention_counter(db: Database) -> CounterMetricFamily:
+    """Rows the retention sweeper expired per class, over the database's life (any replica answers)."""
+    with db.transaction() as store:
+        store.enter_tenant_context(None, platform=True)
+        totals = store.retention_totals()
+    expired = CounterMetricFamily("tickwarden_retention_expired_rows",
+                                  "Rows expired by retention, per class (cleared or deleted).", labels=["class"])
+    for klass in RETENTION_CLASSES:
+        expired.add_metric([klass], totals.get(klass, 0))
+    return expired
 
 
 def registry_for(db: Database, clock: Clock) -> CollectorRegistry:

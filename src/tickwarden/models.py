@@ -290,6 +290,18 @@ class SecretInfo:
     name: str
     key_id: str
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """One tenant's retention overrides, in days; None keeps the platform default."""
+
+    tenant_id: int
+    metadata_days: int | None
+    logs_days: int | None
+    payloads_days: int | None
+    outbox_days: int | None
+    alerts_days: int | None
     updated_at: datetime
 
 
@@ -311,3 +323,15 @@ class RunIdentity:
     workflow: str
     scheduled_for: datetime
     manual: bool
+
+
+@dataclass(frozen=True)
+class ErasureAudit:
+    """What one erasure removed, when and by whom: counts, never the erased values."""
+
+    id: int
+    kind: str
+    target: str
+    actor: str
+    at: datetime
+    counts: dict[str, Any]

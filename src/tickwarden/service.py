@@ -65,14 +65,16 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
 
     The ticker (the built-in trigger: it fires straight from the schedules table,
     so no reconciler runs beside it), the lease reaper, the outcome poller (retry
-    engine and evaluator), the deadline detector, the escalation clock and the
-    notifier. Workers run beside them as their own processes (`serve --workers N`).
+    engine and evaluator), the deadline detector, the escalation clock, the
+    notifier and the retention sweeper. Workers run beside them as their own
+    processes (`serve --workers N`).
     """
     from tickwarden.deadlines import DeadlineDetector
     from tickwarden.escalation import EscalationClock
     from tickwarden.notifier import Notifier
     from tickwarden.poller import OutcomePoller
     from tickwarden.reaper import LeaseReaper
+    from tickwarden.retention import RetentionSweeper
     from tickwarden.ticker import Ticker
 
     options = options or ServiceOptions()
@@ -83,6 +85,7 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
         DeadlineDetector(db),
         EscalationClock(db),
         Notifier(db, replica_id, dashboard_url=options.dashboard_url),
+        RetentionSweeper(db),
     ]
 
 

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from tickwarden import cadence, profile, secrets
 from tickwarden.errors import InvalidInput, TickwardenError
+from tickwarden.retention import RetentionSpec
 
 TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 OBJECT_NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
@@ -55,6 +56,7 @@ class TenantSpec(_Model):
     name: str = Field(pattern=TENANT_NAME)
     display_name: ShortText | None = None
     shadow: bool = False
+    retention: RetentionSpec | None = None  # omitted: the tenant's overrides stay as they are
 
 
 class UserSpec(_Model):

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 from tickwarden.store.api import ApiStore
 from tickwarden.store.catalog import CatalogStore
+from tickwarden.store.erasure import ErasureStore
 from tickwarden.store.execution import ExecutionStore
 from tickwarden.store.heartbeat import HeartbeatStore
 from tickwarden.store.ledger import LedgerStore, TickRequest
 from tickwarden.store.monitoring import MonitoringStore
 from tickwarden.store.outbox import OutboxStore
 from tickwarden.store.secrets import SecretStore
+from tickwarden.store.retention import RetentionStore
 from tickwarden.store.simulation import SimulationStore
 from tickwarden.store.trigger import TriggerStore
 
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
-            TriggerStore, HeartbeatStore, SecretStore):
+            TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore):
     """All store operations, bound to one connection and its transaction."""
 
 

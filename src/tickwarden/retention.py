@@ -1,0 +1,154 @@
+"""Retention classes and the retention sweeper.
+
+Five classes, each with a platform default that a tenant may override:
+
+| class      | what                                                        | default  | expiring it        |
+|------------|-------------------------------------------------------------|----------|--------------------|
+| `metadata` | runs and attempts (statuses, times, categories, ids)        | 400 days | deletes the rows   |
+| `logs`     | step logs, log tails and error text of runs and attempts    | 30 days  | clears the columns |
+| `payloads` | step outputs and attempt outputs (customer data)            | 7 days   | clears the columns |
+| `outbox`   | delivered (or given-up) notification deliveries             | 30 days  | deletes the rows   |
+| `alerts`   | resolved alerts with their events and threads               | 400 days | deletes the rows   |
+
+Invariants, whatever the retention:
+
+- a workflow's runs from its newest success on are never touched (the consecutive
+  failure count walks exactly those, and an open alert's runs are among them), nor
+  is any run still waiting for an outcome (the deadline detector's);
+- an open alert, its events and its deliveries are never touched;
+- clearing a log or payload keeps the row and every id, so joins stay possible.
+
+The sweeper is replica-safe: ledger classes go workflow by workflow through a per-
+workflow mark (`retention_marks`) locked with SKIP LOCKED, so replicas take disjoint
+workflows and a pass never rescans what it already expired; outbox rows and alerts
+are claimed with SKIP LOCKED. Every batch is its own short transaction, bounded in
+workflows × runs or rows, so no lock is held long and no single commit is large.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tickwarden.db import Database
+from tickwarden.models import RetentionPolicy
+from tickwarden.store import Store
+
+log = logging.getLogger(__name__)
+
+CLASSES = ("metadata", "logs", "payloads", "outbox", "alerts")
+DEFAULT_DAYS = {"metadata": 400, "logs": 30, "payloads": 7, "outbox": 30, "alerts": 400}
+# Metadata and alert history never go below a week: the deadline detector looks back
+# a day, and must never find a tick whose run was already removed.
+MIN_DAYS = {"metadata": 7, "logs": 1, "payloads": 1, "outbox": 1, "alerts": 7}
+MAX_DAYS = 36500
+
+INTERVAL = timedelta(minutes=10)
+WORKFLOWS_PER_BATCH = 100
+RUNS_PER_WORKFLOW = 200
+ROWS_PER_BATCH = 5000
+# A pass stops after this many batches and comes back at once, so one pass never
+# monopolises a connection however large the backlog.
+MAX_BATCHES = 20
+
+
+class RetentionSpec(BaseModel):
+    """Per-tenant overrides, in days; an omitted class keeps the platform default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metadata_days: int | None = Field(default=None, ge=MIN_DAYS["metadata"], le=MAX_DAYS)
+    logs_days: int | None = Field(default=None, ge=MIN_DAYS["logs"], le=MAX_DAYS)
+    payloads_days: int | None = Field(default=None, ge=MIN_DAYS["payloads"], le=MAX_DAYS)
+    outbox_days: int | None = Field(default=None, ge=MIN_DAYS["outbox"], le=MAX_DAYS)
+    alerts_days: int | None = Field(default=None, ge=MIN_DAYS["alerts"], le=MAX_DAYS)
+
+    def days(self) -> dict[str, int | None]:
+        return {klass: getattr(self, f"{klass}_days") for klass in CLASSES}
+
+
+def set_tenant_retention(store: Store, tenant_id: int, spec: RetentionSpec, now: datetime) -> RetentionPolicy:
+    """Replace a tenant's overrides: the one write path of workflow files, the API and the CLI."""
+    return store.retention_set_policy(tenant_id, spec.days(), now)
+
+
+def effective_days(policy: RetentionPolicy | None) -> dict[str, int]:
+    """Return the days each class is kept for a tenant with these overrides."""
+    return {klass: (getattr(policy, f"{klass}_days", None) if policy else None) or DEFAULT_DAYS[klass]
+            for klass in CLASSES}
+
+
+@dataclass(frozen=True)
+class RetentionPass:
+    """What one pass expired, per class, and whether a backlog remains."""
+
+    expired: dict[str, int] = field(default_factory=dict)
+    more: bool = False
+
+
+class RetentionSweeper:
+    """Expires each class past its horizon, in bounded batches."""
+
+    name = "retention"
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        interval: timedelta = INTERVAL,
+        defaults: dict[str, int] | None = None,
+        workflows_per_batch: int = WORKFLOWS_PER_BATCH,
+        runs_per_workflow: int = RUNS_PER_WORKFLOW,
+        rows_per_batch: int = ROWS_PER_BATCH,
+        max_batches: int = MAX_BATCHES,
+    ):
+        self.db = db
+        self.interval = interval
+        self.defaults = {**DEFAULT_DAYS, **(defaults or {})}
+        self.workflows_per_batch = workflows_per_batch
+        self.runs_per_workflow = runs_per_workflow
+        self.rows_per_batch = rows_per_batch
+        self.max_batches = max_batches
+
+    def run_once(self, now: datetime) -> datetime:
+        """Sweep at `now`; come back at once while a backlog remains."""
+        return now if self.sweep(now).more else now + self.interval
+
+    def sweep(self, now: datetime) -> RetentionPass:
+        """Do one pass: each class in turn, batch by batch, each batch its own transaction.
+
+        Metadata goes first: a run it deletes is then not first rewritten (and written
+        to the WAL) by the column-clearing classes for nothing.
+        """
+        expired = dict.fromkeys(CLASSES, 0)
+        more = False
+        with self.db.transaction() as store:
+            store.retention_ensure_marks(now)
+        for klass in ("metadata", "logs", "payloads"):
+            for _ in range(self.max_batches):
+                with self.db.transaction() as store:
+                    batch = store.retention_expire_ledger(
+                        klass, now, self.defaults[klass],
+                        workflows=self.workflows_per_batch, runs=self.runs_per_workflow)
+                    store.retention_add_totals(now, {klass: batch.expired})
+                expired[klass] += batch.expired
+                if not batch.more:
+                    break
+            else:
+                more = True
+        for klass, expire in (("outbox", Store.retention_expire_outbox), ("alerts", Store.retention_expire_alerts)):
+            for _ in range(self.max_batches):
+                with self.db.transaction() as store:
+                    count = expire(store, now, self.defaults[klass], self.rows_per_batch)
+                    store.retention_add_totals(now, {klass: count})
+                expired[klass] += count
+                if count < self.rows_per_batch:
+                    break
+            else:
+                more = True
+        if any(expired.values()):
+            log.info("retention expired %s", ", ".join(f"{k}={v}" for k, v in expired.items() if v))
+        return RetentionPass(expired=expired, more=more)

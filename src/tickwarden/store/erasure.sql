@@ -1,0 +1,81 @@
+-- erasure_tenant_tables --
+-- Every table of the schema that holds tenant rows (a tenant_id column), found in the
+-- catalog so that a table added later is erased without a change here, with the
+-- tables each one references: erasure deletes referencing tables first.
+SELECT c.relname::text AS table_name,
+       coalesce(array_agg(DISTINCT p.relname::text) FILTER (WHERE p.relname IS NOT NULL AND p.oid <> c.oid),
+                '{}'::text[]) AS references
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_constraint f ON f.conrelid = c.oid AND f.contype = 'f'
+  LEFT JOIN pg_class p ON p.oid = f.confrelid
+ WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+   AND EXISTS (SELECT 1 FROM pg_attribute a
+                WHERE a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped)
+ GROUP BY c.relname
+ ORDER BY c.relname;
+
+-- erasure_count_tenant_rows --
+-- How many rows of one table ({table}, an identifier taken from the catalog) belong to a tenant.
+SELECT count(*) AS n FROM {table} WHERE tenant_id = %(tenant_id)s;
+
+-- erasure_delete_tenant_rows --
+-- Delete one table's rows of a tenant ({table}, an identifier taken from the catalog).
+DELETE FROM {table} WHERE tenant_id = %(tenant_id)s;
+
+-- erasure_delete_tenant --
+-- Delete the tenant itself, once every table holding its rows is empty of them.
+DELETE FROM tenants WHERE id = %(tenant_id)s;
+
+-- erasure_text_columns --
+-- Every text and json column of every table of the schema, except columns a CHECK
+-- constraint governs (names, statuses, categories: identifiers a person's name must
+-- never rewrite, and which cannot hold an address), with the column that says which
+-- tenant a row belongs to (tenant_id, or id for tenants itself; NULL: no tenant).
+SELECT c.relname::text AS table_name, array_agg(a.attname::text ORDER BY a.attnum) AS columns,
+       array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum) AS types,
+       CASE WHEN c.relname = 'tenants' THEN 'id'
+            WHEN EXISTS (SELECT 1 FROM pg_attribute t
+                          WHERE t.attrelid = c.oid AND t.attname = 'tenant_id' AND NOT t.attisdropped)
+            THEN 'tenant_id' END AS tenant_column
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+ WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+   AND a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'jsonb'::regtype, 'json'::regtype)
+   AND NOT EXISTS (SELECT 1 FROM pg_constraint k
+                    WHERE k.conrelid = c.oid AND k.contype = 'c' AND a.attnum = ANY (k.conkey))
+ GROUP BY c.oid, c.relname
+ ORDER BY c.relname;
+
+-- erasure_find_mentions --
+-- Rows of one table whose listed columns mention the address or, in rows of the
+-- person's own tenants, one of their names (case-insensitive), locked for the rewrite.
+-- {table}, {columns} and {tenant} are identifiers from the catalog; {match} is one
+-- strpos test per column and needle.
+SELECT ctid::text AS row_ref, {tenant} AS row_tenant, {columns} FROM {table} WHERE {match} FOR UPDATE;
+
+-- erasure_rewrite_row --
+-- Rewrite the listed columns of one row located by its ctid (stable inside this transaction).
+UPDATE {table} SET {assignments} WHERE ctid = %(row_ref)s::tid;
+
+-- erasure_find_users --
+-- The publisher rows of one address, in every tenant.
+SELECT * FROM users WHERE lower(email) = lower(%(email)s) ORDER BY id;
+
+-- erasure_anonymise_users --
+-- Keep the publisher rows (workflows still point at them) but without the person:
+-- an address that says nothing and can never receive mail, no name, inactive.
+UPDATE users
+   SET email = 'erased-' || id || '@erased.invalid', display_name = 'erased', active = false
+ WHERE lower(email) = lower(%(email)s);
+
+-- erasure_record_audit --
+-- Record what an erasure removed, when and by whom (counts only, never the values).
+INSERT INTO erasure_audits (kind, target, actor, at, counts)
+VALUES (%(kind)s, %(target)s, %(actor)s, %(at)s, %(counts)s)
+RETURNING *;
+
+-- erasure_list_audits --
+-- The erasure audit, newest first.
+SELECT * FROM erasure_audits ORDER BY at DESC, id DESC LIMIT %(limit)s;

@@ -1,0 +1,66 @@
+"""Retention: per-tenant overrides, the sweeper's bounded batches, and its counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tickwarden.models import RetentionPolicy, from_row
+from tickwarden.store.base import StoreBase
+
+LEDGER_QUERIES = {
+    "logs": "retention_expire_logs",
+    "payloads": "retention_expire_payloads",
+    "metadata": "retention_expire_metadata",
+}
+
+
+@dataclass(frozen=True)
+class LedgerSweep:
+    """One batch of one ledger class: rows expired, workflows advanced, and whether more is waiting."""
+
+    expired: int
+    workflows: int
+    more: bool
+
+
+class RetentionStore(StoreBase):
+    def retention_set_policy(self, tenant_id: int, days: dict[str, int | None], now: datetime) -> RetentionPolicy:
+        params: dict[str, Any] = {f"{k}_days": days.get(k) for k in ("metadata", "logs", "payloads", "outbox", "alerts")}
+        row = self._row("retention_policy_upsert", {**params, "tenant_id": tenant_id, "now": now})
+        assert row is not None
+        return from_row(RetentionPolicy, row)
+
+    def retention_get_policy(self, tenant_id: int) -> RetentionPolicy | None:
+        row = self._row("retention_policy_get", {"tenant_id": tenant_id})
+        return from_row(RetentionPolicy, row) if row else None
+
+    def retention_ensure_marks(self, now: datetime) -> int:
+        return self._execute("retention_ensure_marks", {"now": now})
+
+    def retention_expire_ledger(
+        self, klass: str, now: datetime, default_days: int, *, workflows: int, runs: int
+    ) -> LedgerSweep:
+        row = self._row(LEDGER_QUERIES[klass], {"now": now, "default_days": default_days,
+                                                "workflows": workflows, "runs": runs})
+        assert row is not None
+        return LedgerSweep(expired=int(row["expired"]), workflows=int(row["workflows"]),
+                           more=row["due"] >= workflows or row["full_workflows"] > 0)
+
+    def retention_expire_outbox(self, now: datetime, default_days: int, limit: int) -> int:
+        row = self._row("retention_expire_outbox", {"now": now, "default_days": default_days, "limit": limit})
+        return int(row["expired"]) if row else 0
+
+    def retention_expire_alerts(self, now: datetime, default_days: int, limit: int) -> int:
+        row = self._row("retention_expire_alerts", {"now": now, "default_days": default_days, "limit": limit})
+        return int(row["expired"]) if row else 0
+
+    def retention_add_totals(self, now: datetime, expired: dict[str, int]) -> None:
+        classes = [k for k, v in expired.items() if v]
+        if classes:
+            self._execute("retention_add_totals", {"now": now, "classes": classes,
+                                                   "rows": [expired[k] for k in classes]})
+
+    def retention_totals(self) -> dict[str, int]:
+        return {row["class"]: int(row["rows"]) for row in self._rows("retention_totals")}

@@ -1,0 +1,258 @@
+-- retention_policy_upsert --
+-- Set one tenant's retention overrides (NULL keeps the platform default for that class).
+INSERT INTO retention_policies (tenant_id, metadata_days, logs_days, payloads_days, outbox_days, alerts_days, updated_at)
+VALUES (%(tenant_id)s, %(metadata_days)s, %(logs_days)s, %(payloads_days)s, %(outbox_days)s, %(alerts_days)s, %(now)s)
+    ON CONFLICT (tenant_id) DO UPDATE
+   SET metadata_days = EXCLUDED.metadata_days, logs_days = EXCLUDED.logs_days,
+       payloads_days = EXCLUDED.payloads_days, outbox_days = EXCLUDED.outbox_days,
+       alerts_days = EXCLUDED.alerts_days, updated_at = EXCLUDED.updated_at
+RETURNING *;
+
+-- retention_policy_get --
+-- One tenant's retention overrides, if it has any.
+SELECT * FROM retention_policies WHERE tenant_id = %(tenant_id)s;
+
+-- retention_ensure_marks --
+-- Give every workflow a sweep mark (at the beginning of time) before a pass looks for due ones.
+INSERT INTO retention_marks (workflow_id, tenant_id, updated_at)
+SELECT w.id, w.tenant_id, %(now)s
+  FROM workflows w
+ WHERE NOT EXISTS (SELECT 1 FROM retention_marks m WHERE m.workflow_id = w.id)
+    ON CONFLICT (workflow_id) DO NOTHING;
+
+-- retention_expire_logs --
+-- Clear diagnostic logs and error text of the runs each due workflow scheduled
+-- before its horizon: min(now − the tenant's logs retention, the workflow's newest
+-- success), so the runs the failure count and an open alert read are never touched.
+-- The rows stay, with their ids, statuses and categories. SKIP LOCKED on the marks
+-- hands replicas disjoint workflows; each workflow gives at most %(runs)s runs, and
+-- its mark moves to the horizon once it gave fewer (else to the last run cleared).
+WITH candidates AS (
+    SELECT m.workflow_id, m.logs_until AS since,
+           %(now)s::timestamptz - make_interval(days => coalesce(p.logs_days, %(default_days)s::integer)) AS cutoff
+      FROM retention_marks m
+      LEFT JOIN retention_policies p ON p.tenant_id = m.tenant_id
+     WHERE m.logs_until < %(now)s::timestamptz - make_interval(days => coalesce(p.logs_days, %(default_days)s::integer))
+), due AS (
+    SELECT c.workflow_id, c.since, least(c.cutoff, coalesce(ok.scheduled_for, '-infinity')) AS upto
+      FROM candidates c
+      LEFT JOIN LATERAL (
+            SELECT r.scheduled_for FROM runs r
+             WHERE r.workflow_id = c.workflow_id AND r.status = 'succeeded'
+             ORDER BY r.scheduled_for DESC LIMIT 1) ok ON true
+     WHERE c.since < least(c.cutoff, coalesce(ok.scheduled_for, '-infinity'))
+     ORDER BY c.since, c.workflow_id
+     LIMIT %(workflows)s
+), locked AS (
+    -- The mark as it is once locked (another sweeper may have moved it since this
+    -- statement's snapshot), rechecked against the horizon.
+    SELECT m.workflow_id, m.logs_until AS since, due.upto
+      FROM due JOIN retention_marks m ON m.workflow_id = due.workflow_id
+     WHERE m.logs_until < due.upto
+       FOR UPDATE OF m SKIP LOCKED
+), batch AS (
+    SELECT r.id, l.workflow_id, r.scheduled_for
+      FROM locked l
+     CROSS JOIN LATERAL (
+            SELECT r.id, r.scheduled_for FROM runs r
+             WHERE r.workflow_id = l.workflow_id AND r.scheduled_for >= l.since AND r.scheduled_for < l.upto
+               AND r.status IN ('succeeded', 'failed', 'missed', 'cancelled')
+             ORDER BY r.scheduled_for, r.id
+             LIMIT %(runs)s) r
+), runs_cleared AS (
+    UPDATE runs r SET error = NULL
+      FROM batch b
+     WHERE r.id = b.id AND r.error IS NOT NULL
+    RETURNING r.id
+), attempts_cleared AS (
+    UPDATE attempts a SET error = NULL, log_tail = NULL
+      FROM batch b
+     WHERE a.run_id = b.id AND (a.error IS NOT NULL OR a.log_tail IS NOT NULL)
+    RETURNING a.id
+), steps_cleared AS (
+    UPDATE attempt_steps s SET log = '', error = NULL
+      FROM attempts a, batch b
+     WHERE a.run_id = b.id AND s.attempt_id = a.id AND (s.log <> '' OR s.error IS NOT NULL)
+    RETURNING s.attempt_id
+), per_workflow AS (
+    SELECT workflow_id, count(*) AS runs, max(scheduled_for) AS last FROM batch GROUP BY workflow_id
+), advanced AS (
+    UPDATE retention_marks m
+       SET logs_until = CASE WHEN coalesce(n.runs, 0) < %(runs)s THEN l.upto ELSE n.last END, updated_at = %(now)s
+      FROM locked l LEFT JOIN per_workflow n ON n.workflow_id = l.workflow_id
+     WHERE m.workflow_id = l.workflow_id
+    RETURNING m.workflow_id
+)
+SELECT (SELECT count(*) FROM runs_cleared) + (SELECT count(*) FROM attempts_cleared)
+       + (SELECT count(*) FROM steps_cleared) AS expired,
+       (SELECT count(*) FROM advanced) AS workflows,
+       (SELECT count(*) FROM due) AS due,
+       (SELECT count(*) FROM per_workflow WHERE runs >= %(runs)s) AS full_workflows;
+
+-- retention_expire_payloads --
+-- Clear step outputs and other customer payloads of the runs each due workflow
+-- scheduled before its horizon (as retention_expire_logs, with the payloads
+-- retention): the rows and their ids stay.
+WITH candidates AS (
+    SELECT m.workflow_id, m.payloads_until AS since,
+           %(now)s::timestamptz - make_interval(days => coalesce(p.payloads_days, %(default_days)s::integer)) AS cutoff
+      FROM retention_marks m
+      LEFT JOIN retention_policies p ON p.tenant_id = m.tenant_id
+     WHERE m.payloads_until < %(now)s::timestamptz - make_interval(days => coalesce(p.payloads_days, %(default_days)s::integer))
+), due AS (
+    SELECT c.workflow_id, c.since, least(c.cutoff, coalesce(ok.scheduled_for, '-infinity')) AS upto
+      FROM candidates c
+      LEFT JOIN LATERAL (
+            SELECT r.scheduled_for FROM runs r
+             WHERE r.workflow_id = c.workflow_id AND r.status = 'succeeded'
+             ORDER BY r.scheduled_for DESC LIMIT 1) ok ON true
+     WHERE c.since < least(c.cutoff, coalesce(ok.scheduled_for, '-infinity'))
+     ORDER BY c.since, c.workflow_id
+     LIMIT %(workflows)s
+), locked AS (
+    -- The mark as it is once locked (another sweeper may have moved it since this
+    -- statement's snapshot), rechecked against the horizon.
+    SELECT m.workflow_id, m.payloads_until AS since, due.upto
+      FROM due JOIN retention_marks m ON m.workflow_id = due.workflow_id
+     WHERE m.payloads_until < due.upto
+       FOR UPDATE OF m SKIP LOCKED
+), batch AS (
+    SELECT r.id, l.workflow_id, r.scheduled_for
+      FROM locked l
+     CROSS JOIN LATERAL (
+            SELECT r.id, r.scheduled_for FROM runs r
+             WHERE r.workflow_id = l.workflow_id AND r.scheduled_for >= l.since AND r.scheduled_for < l.upto
+               AND r.status IN ('succeeded', 'failed', 'missed', 'cancelled')
+             ORDER BY r.scheduled_for, r.id
+             LIMIT %(runs)s) r
+), attempts_cleared AS (
+    UPDATE attempts a SET outputs = '{}'::jsonb
+      FROM batch b
+     WHERE a.run_id = b.id AND a.outputs <> '{}'::jsonb
+    RETURNING a.id
+), steps_cleared AS (
+    UPDATE attempt_steps s SET output = NULL
+      FROM attempts a, batch b
+     WHERE a.run_id = b.id AND s.attempt_id = a.id AND s.output IS NOT NULL
+    RETURNING s.attempt_id
+), per_workflow AS (
+    SELECT workflow_id, count(*) AS runs, max(scheduled_for) AS last FROM batch GROUP BY workflow_id
+), advanced AS (
+    UPDATE retention_marks m
+       SET payloads_until = CASE WHEN coalesce(n.runs, 0) < %(runs)s THEN l.upto ELSE n.last END,
+           updated_at = %(now)s
+      FROM locked l LEFT JOIN per_workflow n ON n.workflow_id = l.workflow_id
+     WHERE m.workflow_id = l.workflow_id
+    RETURNING m.workflow_id
+)
+SELECT (SELECT count(*) FROM attempts_cleared) + (SELECT count(*) FROM steps_cleared) AS expired,
+       (SELECT count(*) FROM advanced) AS workflows,
+       (SELECT count(*) FROM due) AS due,
+       (SELECT count(*) FROM per_workflow WHERE runs >= %(runs)s) AS full_workflows;
+
+-- retention_expire_metadata --
+-- Delete the runs (and with them their attempts and steps) each due workflow
+-- scheduled before its horizon: min(now − the tenant's metadata retention, the
+-- workflow's newest success). Runs still waiting for an outcome are never deleted.
+-- Counts the runs and attempts removed.
+WITH candidates AS (
+    SELECT m.workflow_id, m.metadata_until AS since,
+           %(now)s::timestamptz - make_interval(days => coalesce(p.metadata_days, %(default_days)s::integer)) AS cutoff
+      FROM retention_marks m
+      LEFT JOIN retention_policies p ON p.tenant_id = m.tenant_id
+     WHERE m.metadata_until < %(now)s::timestamptz - make_interval(days => coalesce(p.metadata_days, %(default_days)s::integer))
+), due AS (
+    SELECT c.workflow_id, c.since, least(c.cutoff, coalesce(ok.scheduled_for, '-infinity')) AS upto
+      FROM candidates c
+      LEFT JOIN LATERAL (
+            SELECT r.scheduled_for FROM runs r
+             WHERE r.workflow_id = c.workflow_id AND r.status = 'succeeded'
+             ORDER BY r.scheduled_for DESC LIMIT 1) ok ON true
+     WHERE c.since < least(c.cutoff, coalesce(ok.scheduled_for, '-infinity'))
+     ORDER BY c.since, c.workflow_id
+     LIMIT %(workflows)s
+), locked AS (
+    -- The mark as it is once locked (another sweeper may have moved it since this
+    -- statement's snapshot), rechecked against the horizon.
+    SELECT m.workflow_id, m.metadata_until AS since, due.upto
+      FROM due JOIN retention_marks m ON m.workflow_id = due.workflow_id
+     WHERE m.metadata_until < due.upto
+       FOR UPDATE OF m SKIP LOCKED
+), batch AS (
+    SELECT r.id, l.workflow_id, r.scheduled_for
+      FROM locked l
+     CROSS JOIN LATERAL (
+            SELECT r.id, r.scheduled_for FROM runs r
+             WHERE r.workflow_id = l.workflow_id AND r.scheduled_for >= l.since AND r.scheduled_for < l.upto
+               AND r.status IN ('succeeded', 'failed', 'missed', 'cancelled')
+             ORDER BY r.scheduled_for, r.id
+             LIMIT %(runs)s) r
+), attempts_gone AS (
+    DELETE FROM attempts a USING batch b WHERE a.run_id = b.id RETURNING a.id
+), deleted AS (
+    DELETE FROM runs r USING batch b WHERE r.id = b.id RETURNING r.id
+), per_workflow AS (
+    SELECT workflow_id, count(*) AS runs, max(scheduled_for) AS last FROM batch GROUP BY workflow_id
+), advanced AS (
+    UPDATE retention_marks m
+       SET metadata_until = CASE WHEN coalesce(n.runs, 0) < %(runs)s THEN l.upto ELSE n.last END,
+           updated_at = %(now)s
+      FROM locked l LEFT JOIN per_workflow n ON n.workflow_id = l.workflow_id
+     WHERE m.workflow_id = l.workflow_id
+    RETURNING m.workflow_id
+)
+SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM attempts_gone) AS expired,
+       (SELECT count(*) FROM advanced) AS workflows,
+       (SELECT count(*) FROM due) AS due,
+       (SELECT count(*) FROM per_workflow WHERE runs >= %(runs)s) AS full_workflows;
+
+-- retention_expire_outbox --
+-- Delete delivery rows that went out (or were given up) before the tenant's outbox
+-- horizon. An open alert's deliveries stay whatever their age. SKIP LOCKED hands
+-- replicas disjoint rows.
+WITH doomed AS (
+    SELECT o.id
+      FROM notification_outbox o
+      JOIN alerts a ON a.id = o.alert_id
+      LEFT JOIN retention_policies p ON p.tenant_id = o.tenant_id
+     WHERE o.status IN ('sent', 'dead') AND a.status = 'resolved'
+       AND coalesce(o.sent_at, o.created_at)
+           < %(now)s::timestamptz - make_interval(days => coalesce(p.outbox_days, %(default_days)s::integer))
+     ORDER BY o.id
+     LIMIT %(limit)s
+       FOR UPDATE OF o SKIP LOCKED
+), deleted AS (
+    DELETE FROM notification_outbox o USING doomed WHERE o.id = doomed.id RETURNING o.id
+)
+SELECT count(*) AS expired FROM deleted;
+
+-- retention_expire_alerts --
+-- Delete resolved alerts older than the tenant's alert-history horizon, with their
+-- events, threads and deliveries (the foreign keys cascade). Open alerts are never
+-- touched, however old. Counts the alerts and events removed.
+WITH doomed AS (
+    SELECT a.id
+      FROM alerts a
+      LEFT JOIN retention_policies p ON p.tenant_id = a.tenant_id
+     WHERE a.status = 'resolved'
+       AND a.resolved_at < %(now)s::timestamptz - make_interval(days => coalesce(p.alerts_days, %(default_days)s::integer))
+     ORDER BY a.resolved_at, a.id
+     LIMIT %(limit)s
+       FOR UPDATE OF a SKIP LOCKED
+), events_gone AS (
+    SELECT count(*) AS n FROM alert_events e JOIN doomed d ON e.alert_id = d.id
+), deleted AS (
+    DELETE FROM alerts a USING doomed WHERE a.id = doomed.id AND a.status = 'resolved' RETURNING a.id
+)
+SELECT (SELECT count(*) FROM deleted) + (SELECT n FROM events_gone) AS expired;
+
+-- retention_add_totals --
+-- Add this pass's expired rows to the per-class counters.
+INSERT INTO retention_totals (class, rows, updated_at)
+SELECT class, rows, %(now)s FROM unnest(%(classes)s::text[], %(rows)s::bigint[]) AS u (class, rows)
+    ON CONFLICT (class) DO UPDATE
+   SET rows = retention_totals.rows + EXCLUDED.rows, updated_at = EXCLUDED.updated_at;
+
+-- retention_totals --
+-- Rows expired per class since the database was created.
+SELECT class, rows FROM retention_totals ORDER BY class;
