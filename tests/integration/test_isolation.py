@@ -17,7 +17,10 @@ BODIES = {
     ("put", "/api/tenants/{tenant}/workflows/{workflow}/profile"): {"retries": 7},
     ("post", "/api/alerts/{alert_id}/reassign"): {"owner": "customer", "note": "hijack"},
     ("post", "/api/alerts/{alert_id}/notes"): {"note": "hijack"},
+    ("put", "/api/tenants/{tenant}/retention"): {"logs_days": 1},
 }
+# Endpoints a member token may not call at all: they answer 403 whatever the tenant.
+PLATFORM_ONLY = {("get", "/api/erasures"), ("post", "/api/erasures")}
 SECRET = "acme-secret-log"
 
 
@@ -67,6 +70,10 @@ def test_every_endpoint_hides_another_tenants_objects(db, clock):
                     response = client.request(method, url)
                     assert response.status_code == 200, (method, path, response.text)
                     assert response.json()["items"], f"{path} should list globex's own objects"
+                elif (method, path) in PLATFORM_ONLY:
+                    body = {"tenant": "acme", "dry_run": True} if method == "post" else None
+                    response = client.request(method, url, json=body)
+                    assert response.status_code == 403, (method, path, response.status_code, response.text)
                 else:
                     response = client.request(method, url)
                     assert response.status_code == 200, (method, path, response.text)
