@@ -70,3 +70,24 @@ def tenant_database() -> Iterator[str]:
     url = make_database()
     yield url
     drop_database(url)
+
+
+# The fault suite's figures (tests/faults), printed last so that a program can read them.
+# They travel on the test reports, which reach the controlling process under xdist too.
+FAULT_LINES: list[tuple[str, list[str]]] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        FAULT_LINES.extend((value[0], value[1:]) for name, value in report.user_properties if name == "faults")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not FAULT_LINES:
+        return
+    terminalreporter.section("fault suite")
+    for line, notes in FAULT_LINES:
+        for note in notes:
+            terminalreporter.write_line(f"  {line.split(':')[0]}: {note}")
+    for line, _ in FAULT_LINES:
+        terminalreporter.write_line(line)

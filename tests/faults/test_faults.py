@@ -23,7 +23,6 @@ from tests.faults.cluster import (
     next_boundary,
     wait_until,
 )
-from tests.faults.conftest import RESULTS
 from tests.privatepg import available
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow,
@@ -52,13 +51,14 @@ def wait_for(predicate, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def _report(figures: Figures) -> None:
-    RESULTS.append(figures)
+def _report(figures: Figures, record_property) -> None:
+    # Recorded on the test's report as well, so the summary has it under xdist too.
+    record_property("faults", [figures.line(), *figures.notes[:20]])
     print(f"seed {SEED}: " + figures.line())
     assert figures.duplicates == 0 and figures.lost == 0, "; ".join(figures.notes[:10])
 
 
-def test_killed_workers_and_replicas_lose_no_tick_and_repeat_none(cluster):
+def test_killed_workers_and_replicas_lose_no_tick_and_repeat_none(cluster, record_property):
     rng = random.Random(SEED)
     figures = Figures("worker-kill", trials=1)
     boundary = next_boundary(lead=8)
@@ -78,11 +78,11 @@ def test_killed_workers_and_replicas_lose_no_tick_and_repeat_none(cluster):
     cluster.start_replica(replica)
     cluster.settle(boundary)
     cluster.check(figures, start, boundary)
-    _report(figures)
+    _report(figures, record_property)
     assert figures.faults >= 2
 
 
-def test_database_restarts_and_a_stop_longer_than_a_lease_lose_no_result(cluster):
+def test_database_restarts_and_a_stop_longer_than_a_lease_lose_no_result(cluster, record_property):
     rng = random.Random(SEED + 1)
     figures = Figures("database-restart", trials=1)
     boundary = next_boundary(lead=8)
@@ -106,10 +106,10 @@ def test_database_restarts_and_a_stop_longer_than_a_lease_lose_no_result(cluster
     figures.lost += lost_attempts
     if lost_attempts:
         figures.notes.append(f"{lost_attempts} attempt(s) of live workers reaped as lost")
-    _report(figures)
+    _report(figures, record_property)
 
 
-def test_a_webhook_receiver_that_fails_then_recovers_gets_each_event_once_in_order(cluster):
+def test_a_webhook_receiver_that_fails_then_recovers_gets_each_event_once_in_order(cluster, record_property):
     rng = random.Random(SEED + 2)
     figures = Figures("webhook-outage", trials=1)
     boundary = next_boundary(lead=8)
@@ -137,4 +137,4 @@ def test_a_webhook_receiver_that_fails_then_recovers_gets_each_event_once_in_ord
         figures.notes.append(f"delivered {kinds}, recorded {[kind for _, kind in events]}")
     assert [kind for _, kind in events] == ["opened", "resolved"], events
     assert cluster.receiver.refused >= 1
-    _report(figures)
+    _report(figures, record_property)
