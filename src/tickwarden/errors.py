@@ -6,6 +6,8 @@ from __future__ import annotations
 class TickwardenError(Exception):
     """Something went wrong in tickwarden."""
 
+    exit_code = 1  # what the command line exits with
+
     def __init__(self, message: str | None = None):
         super().__init__(message or self.__doc__)
 
@@ -16,6 +18,12 @@ class TickwardenError(Exception):
 
 class InvalidInput(TickwardenError):
     """The input is not valid."""
+
+
+class UsageError(InvalidInput):
+    """The command was called with arguments that do not fit together."""
+
+    exit_code = 2
 
 
 class InvalidSchedule(InvalidInput):

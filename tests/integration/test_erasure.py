@@ -13,7 +13,7 @@ from psycopg import sql
 
 from tests.dbutil import TEST_URL
 from tests.integration.pipeline import DAILY, create_tick, workflow
-from tickwarden import alerts, erasure
+from tickwarden import alerts, erasure, secrets
 from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, NotFound
 from tickwarden.models import AttemptOutcome
@@ -198,17 +198,34 @@ def test_erase_tenant_covers_a_tenant_table_added_later(db: Database, start: dat
     other = workflow(db, start, tenant="globex", name="report", cadence=DAILY)
     # As a later migration might add it: a restricting foreign key, and one table with none.
     with db.transaction() as store:
-        store.conn.execute("CREATE TABLE tenant_secrets (tenant_id bigint NOT NULL REFERENCES tenants (id)"
+        store.conn.execute("CREATE TABLE tenant_vault_later (tenant_id bigint NOT NULL REFERENCES tenants (id)"
                            " ON DELETE RESTRICT, name text NOT NULL, value bytea NOT NULL)")
         store.conn.execute("CREATE TABLE tenant_notes (tenant_id bigint NOT NULL, body text)")
     for wf in (own, other):
-        sql_rows(db, "INSERT INTO tenant_secrets VALUES (%s, 'db', 'hunter2') RETURNING 1", wf.tenant_id)
+        sql_rows(db, "INSERT INTO tenant_vault_later VALUES (%s, 'db', 'hunter2') RETURNING 1", wf.tenant_id)
         sql_rows(db, "INSERT INTO tenant_notes VALUES (%s, 'note') RETURNING 1", wf.tenant_id)
     with db.transaction() as store:
         report = erasure.erase_tenant(store, "acme", actor="dpo", now=start)
-    assert report.counts["tenant_secrets"] == 1 and report.counts["tenant_notes"] == 1
-    assert sql_rows(db, "SELECT tenant_id FROM tenant_secrets UNION ALL SELECT tenant_id FROM tenant_notes") == [
+    assert report.counts["tenant_vault_later"] == 1 and report.counts["tenant_notes"] == 1
+    assert sql_rows(db, "SELECT tenant_id FROM tenant_vault_later UNION ALL SELECT tenant_id FROM tenant_notes") == [
         (other.tenant_id,), (other.tenant_id,)]
+
+
+def test_erase_tenant_removes_its_sealed_secrets_and_keeps_another_tenants(db: Database, start: datetime) -> None:
+    own = workflow(db, start, tenant="acme", name="nightly", cadence=DAILY)
+    other = workflow(db, start, tenant="globex", name="report", cadence=DAILY)
+    keyring = secrets.Keyring("erasure-test-key")
+    with db.transaction() as store:
+        for wf in (own, other):
+            secrets.set_secret(store, keyring, wf.tenant_id, "WAREHOUSE", "canary-warehouse-pw", start)
+    with db.transaction() as store:
+        dry = erasure.erase_tenant(store, "acme", actor="dpo", now=start, dry_run=True)
+    assert dry.counts["tenant_secrets"] == 1
+    assert sql_rows(db, "SELECT count(*) FROM tenant_secrets") == [(2,)]
+    with db.transaction() as store:
+        report = erasure.erase_tenant(store, "acme", actor="dpo", now=start)
+    assert report.counts["tenant_secrets"] == 1
+    assert sql_rows(db, "SELECT tenant_id FROM tenant_secrets") == [(other.tenant_id,)]
 
 
 def test_erasure_refuses_unknown_tenants_and_malformed_subjects(db: Database, start: datetime) -> None:

@@ -60,7 +60,7 @@ def main() -> None:
         app()
     except TickwardenError as exc:
         print(f"tickwarden: {exc.message}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # anything unforeseen: one line, no traceback

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import getpass
-from typing import Annotated, Any
+from typing import Annotated
 
-import click
 import typer
 from rich.table import Table
 
@@ -14,20 +13,11 @@ from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock
 from tickwarden.db import Database
-from tickwarden.errors import InvalidInput
-
-
-class UsageProblem(click.ClickException):
-    """A usage error told in one line (click's own would print the usage block too)."""
-
-    exit_code = 2
-
-    def show(self, file: Any = None) -> None:
-        typer.echo(f"tickwarden: {self.message}", err=True)
+from tickwarden.errors import InvalidInput, UsageError
 
 
 def _usage(message: str) -> None:
-    raise UsageProblem(message)
+    raise UsageError(message)
 
 
 def _actor(actor: str | None) -> str:

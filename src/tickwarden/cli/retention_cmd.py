@@ -10,11 +10,10 @@ from rich.table import Table
 
 from tickwarden import retention
 from tickwarden.cli import app
-from tickwarden.cli.erase_cmd import UsageProblem
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock
 from tickwarden.db import Database
-from tickwarden.errors import NotFound
+from tickwarden.errors import NotFound, UsageError
 
 retention_app = typer.Typer(help="How long each class of data is kept, per tenant.", no_args_is_help=True)
 app.add_typer(retention_app, name="retention")
@@ -61,7 +60,7 @@ def set_command(
                                        outbox_days=outbox_days, alerts_days=alerts_days)
     except ValidationError as exc:
         error = exc.errors()[0]
-        raise UsageProblem(f"--{str(error['loc'][0]).replace('_', '-')}: {error['msg'].lower()}.") from None
+        raise UsageError(f"--{str(error['loc'][0]).replace('_', '-')}: {error['msg'].lower()}.") from None
     with Database(max_size=1) as db, db.transaction() as store:
         store.enter_tenant_context(None, platform=True)
         found = store.get_tenant_by_name(tenant)
