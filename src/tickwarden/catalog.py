@@ -206,6 +206,15 @@ def _set_status(db: Database, tenant: str, workflow: str, status: str, now: date
         return changed or schedule
 
 
+def archive(db: Database, tenant: str, workflow: str, now: datetime) -> Workflow:
+    """Archive a workflow: its runs and alerts stay readable, its trigger goes; apply its file to restore it."""
+    with db.transaction() as store:
+        found = find_workflow(store, tenant, workflow)
+        if found.archived_at is None and store.kubernetes_archive_workflow(tenant, workflow, now) is not None:
+            store.notify_wake("reconciler")
+        return store.get_workflow_by_name(tenant, workflow) or found
+
+
 def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_by: str | None = None) -> Run:
     """Queue a manual run of a workflow through the same ledger and worker path as a tick."""
     with db.transaction() as store:

@@ -74,11 +74,17 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
     from tickwarden.reaper import LeaseReaper
     from tickwarden.reconciler import Reconciler
     from tickwarden.ticker import Ticker
+    from tickwarden.triggers.kubernetes import trigger_mode
 
     options = options or ServiceOptions()
+    if trigger_mode() == "kubernetes":  # CronJobs fire the ticks; the reconciler converges them
+        from tickwarden.triggers.kubernetes_reconciler import KubernetesReconciler
+
+        trigger: list[Loop] = [KubernetesReconciler.from_environment(db)]
+    else:
+        trigger = [Reconciler(db, batch=options.reconciler_batch), Ticker(db, batch=options.ticker_batch)]
     return [
-        Reconciler(db, batch=options.reconciler_batch),
-        Ticker(db, batch=options.ticker_batch),
+        *trigger,
         LeaseReaper(db),
         OutcomePoller(db, replica_id),
         DeadlineDetector(db),

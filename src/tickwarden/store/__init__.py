@@ -11,6 +11,7 @@ from tickwarden.store.api import ApiStore
 from tickwarden.store.catalog import CatalogStore
 from tickwarden.store.execution import ExecutionStore
 from tickwarden.store.heartbeat import HeartbeatStore
+from tickwarden.store.kubernetes import KubernetesStore
 from tickwarden.store.ledger import LedgerStore, TickRequest
 from tickwarden.store.monitoring import MonitoringStore
 from tickwarden.store.outbox import OutboxStore
@@ -19,7 +20,7 @@ from tickwarden.store.trigger import TriggerStore
 
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
-            TriggerStore, HeartbeatStore):
+            TriggerStore, HeartbeatStore, KubernetesStore):
     """All store operations, bound to one connection and its transaction."""
 
 
