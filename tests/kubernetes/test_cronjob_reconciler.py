@@ -10,6 +10,7 @@ import kmock
 import pytest
 from kubernetes_validate import validate
 
+from tests.kubernetes.conftest import NAMESPACE, closed_port, make_reconciler
 from tickwarden import catalog
 from tickwarden.service import LoopState, Service
 from tickwarden.triggers.kubernetes import (
@@ -22,8 +23,6 @@ from tickwarden.triggers.kubernetes import (
     cronjob_manifest,
 )
 from tickwarden.triggers.kubernetes_reconciler import KubernetesReconciler
-
-from tests.kubernetes.conftest import NAMESPACE, closed_port, make_reconciler
 
 T0 = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
 
@@ -192,7 +191,7 @@ def test_two_reconciler_replicas_at_once_create_each_cronjob_once(db, cluster, s
         barrier.wait()
         try:
             reconciler.run_once(T0)
-        except BaseException as exc:  # surfaced by the assertion below
+        except Exception as exc:  # noqa: BLE001 - surfaced by the assertion below
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(r,)) for r in replicas]
