@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Annotated
 
 import typer
@@ -15,6 +16,14 @@ from tickwarden.errors import InvalidInput
 from tickwarden.loops import replica_id
 from tickwarden.triggers.kubernetes import tick_from_job_name
 from tickwarden.triggers.kubernetes_tick import record_tick, run_tick
+
+
+def _usage(message: str) -> SystemExit:
+    """Print a usage error as one line and return the exit (status 2) to raise."""
+    print(f"tickwarden tick: {message}", file=sys.stderr)
+    # SystemExit, not typer.Exit: the CLI runs typer outside standalone mode, where an
+    # Exit's status is returned rather than used.
+    return SystemExit(2)
 
 
 @app.command("tick")
@@ -30,15 +39,15 @@ def tick_command(
 ) -> None:
     """Record one tick of a schedule as a run (once, however often it is fired) and execute it."""
     if (job_name is None) == (at is None):
-        raise typer.BadParameter("give exactly one of --job-name and --at.")
+        raise _usage("give exactly one of --job-name and --at.")
     if schedule < 1 or lease < 1:
-        raise typer.BadParameter("--schedule and --lease must be at least 1.")
+        raise _usage("--schedule and --lease must be at least 1.")
     try:
         tick = tick_from_job_name(schedule, job_name) if job_name is not None else parse_utc(at or "")
     except InvalidInput as exc:
-        raise typer.BadParameter(exc.message) from None
+        raise _usage(exc.message) from None
     except ValueError:
-        raise typer.BadParameter(f"--at {at[:40]!r} is not an ISO 8601 time with an offset or Z.") from None
+        raise _usage(f"--at {at[:40]!r} is not an ISO 8601 time with an offset or Z.") from None
     logging.getLogger("tickwarden").setLevel(logging.INFO)
     clock = WallClock()
     with Database(min_size=1, max_size=4, application_name="tickwarden-tick") as db:
