@@ -265,7 +265,9 @@ def load_api_client() -> Any:
         config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
         try:
-            config.load_kube_config(client_configuration=configuration, persist_config=False)
+            # Read KUBECONFIG now: the client's default is captured once, when it is imported.
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None,
+                                    client_configuration=configuration, persist_config=False)
         except (config.ConfigException, OSError, TypeError, ValueError) as exc:
             raise KubernetesUnavailable(
                 "No Kubernetes configuration was found: run inside a cluster or set KUBECONFIG "

@@ -1,0 +1,64 @@
+"""TICKWARDEN_TRIGGER picks the trigger; the Kubernetes client is configured the standard way."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.kubernetes.test_cronjob_reconciler import apply
+from tickwarden.errors import InvalidInput
+from tickwarden.reconciler import Reconciler
+from tickwarden.service import build_loops
+from tickwarden.triggers import kubernetes
+from tickwarden.triggers.kubernetes import (
+    KubernetesSettings,
+    KubernetesUnavailable,
+    load_api_client,
+)
+from tickwarden.triggers.kubernetes_reconciler import KubernetesReconciler
+
+
+def test_the_builtin_trigger_is_the_default(db, monkeypatch):
+    monkeypatch.delenv("TICKWARDEN_TRIGGER", raising=False)
+    names = {loop.name: loop for loop in build_loops(db, "r1")}
+    assert isinstance(names["reconciler"], Reconciler) and "ticker" in names
+
+
+def test_the_kubernetes_trigger_replaces_the_ticker_and_uses_kubeconfig(db, cluster, monkeypatch, tmp_path):
+    monkeypatch.setenv("TICKWARDEN_TRIGGER", "kubernetes")
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig(tmp_path / "kubeconfig")))
+    monkeypatch.delenv("TICKWARDEN_KUBERNETES_NAMESPACE", raising=False)
+    monkeypatch.setattr(kubernetes, "SERVICE_ACCOUNT_NAMESPACE", tmp_path / "no-service-account")
+    names = {loop.name: loop for loop in build_loops(db, "r1")}
+    assert "ticker" not in names
+    reconciler = names["reconciler"]
+    assert isinstance(reconciler, KubernetesReconciler)
+    apply(db, tmp_path)
+    reconciler.run_once(datetime(2026, 11, 30, 12, tzinfo=UTC))
+    assert len(cluster.cronjobs("tickwarden")) == 2  # the default namespace
+
+
+def test_the_namespace_comes_from_the_setting_else_the_service_account(monkeypatch, tmp_path):
+    account = tmp_path / "namespace"
+    account.write_text("platform\n")
+    monkeypatch.setattr(kubernetes, "SERVICE_ACCOUNT_NAMESPACE", account)
+    assert KubernetesSettings.from_environ({}).namespace == "platform"
+    assert KubernetesSettings.from_environ({"TICKWARDEN_KUBERNETES_NAMESPACE": "jobs"}).namespace == "jobs"
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    ({"TICKWARDEN_TRIGGER": "cron"}, "TICKWARDEN_TRIGGER must be builtin or kubernetes"),
+    ({"TICKWARDEN_KUBERNETES_NAMESPACE": "Not_A_Namespace"}, "is not a valid Kubernetes name"),
+])
+def test_it_refuses_a_bad_setting_with_one_sentence(environ, message):
+    with pytest.raises(InvalidInput, match=message):
+        kubernetes.trigger_mode(environ)
+        KubernetesSettings.from_environ(environ)
+
+
+def test_it_says_so_when_no_kubernetes_configuration_exists(monkeypatch, tmp_path):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(KubernetesUnavailable, match="set KUBECONFIG"):
+        load_api_client()
