@@ -259,3 +259,39 @@ def test_an_api_server_error_is_unavailable_not_a_crash(db, cluster, settings, t
     cluster.emulator[kmock.action.LIST, kmock.resource("batch", "v1", "cronjobs")] << 503
     with pytest.raises(KubernetesUnavailable, match="503"):
         make_reconciler(db, cluster, settings).run_once(T0)
+
+
+CRONJOBS = kmock.resource("batch", "v1", "cronjobs")
+
+
+def test_it_reads_every_page_of_a_long_cronjob_list(db, cluster, settings, tmp_path):
+    for n in range(3):  # six schedules
+        apply(db, tmp_path, tenant=f"t{n}")
+    pages: list[str | None] = []
+
+    def paginate(request):  # what a real API server does with ?limit= and ?continue=
+        items = sorted((obj.raw for (resource, ns, _), obj in cluster.emulator.objects.items()
+                        if resource == CRONJOBS and ns == NAMESPACE and not obj.deleted),
+                       key=lambda raw: raw["metadata"]["name"])
+        start, limit = int(request.params.get("continue") or 0), int(request.params["limit"])
+        pages.append(request.params.get("continue"))
+        more = start + limit < len(items)
+        return {"apiVersion": "batch/v1", "kind": "CronJobList",
+                "metadata": {"continue": str(start + limit) if more else None}, "items": items[start:start + limit]}
+
+    reconciler = KubernetesReconciler(db, CronJobApi(cluster.api_client(), NAMESPACE, page_size=4), settings)
+    reconciler.run_once(T0)
+    assert len(reconciler.last.created) == 6
+    cluster.emulator[kmock.action.LIST, CRONJOBS] << paginate
+    reconciler.run_once(T0 + timedelta(minutes=1))
+    assert pages == [None, "4"]
+    assert reconciler.last.changed == 0 and reconciler.last.created == []  # every page was seen
+
+
+def test_a_cronjob_the_api_server_rejects_is_skipped_and_reported(db, cluster, settings, tmp_path):
+    apply(db, tmp_path)
+    cluster.emulator[kmock.action.CREATE, CRONJOBS] << 422
+    reconciler = make_reconciler(db, cluster, settings)
+    reconciler.run_once(T0)  # does not raise: one bad CronJob must not stop the others
+    assert set(reconciler.last.rejected) == {schedule_id(db), schedule_id(db, "acme", "nightly")}
+    assert all("rejected the CronJob (422)" in message for message in reconciler.last.rejected.values())

@@ -279,23 +279,24 @@ def load_api_client() -> Any:
 class CronJobApi:
     """tickwarden's CronJobs in one namespace; every call's failure becomes one clear error."""
 
-    def __init__(self, api_client: Any, namespace: str):
+    def __init__(self, api_client: Any, namespace: str, *, page_size: int = PAGE_SIZE):
         from kubernetes import client
 
         self.api_client = api_client
         self.batch = client.BatchV1Api(api_client)
         self.namespace = namespace
+        self.page_size = page_size
 
     @property
     def host(self) -> str:
         return str(self.api_client.configuration.host)
 
-    def list(self, page_size: int = PAGE_SIZE) -> Iterator[LiveCronJob]:
+    def list(self) -> Iterator[LiveCronJob]:
         """Yield every CronJob labelled with a schedule id, page by page."""
         token: str | None = None
         while True:
             page = self._call("list", lambda token=token: self.batch.list_namespaced_cron_job(
-                self.namespace, label_selector=LABEL_SCHEDULE, limit=page_size, _continue=token,
+                self.namespace, label_selector=LABEL_SCHEDULE, limit=self.page_size, _continue=token,
                 _request_timeout=REQUEST_TIMEOUT))
             for item in page.items or []:
                 body = self.api_client.sanitize_for_serialization(item)
