@@ -80,7 +80,12 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
     if trigger_mode() == "kubernetes":  # CronJobs fire the ticks; the reconciler converges them
         from tickwarden.triggers.kubernetes_reconciler import KubernetesReconciler
 
-        trigger: list[Loop] = [KubernetesReconciler.from_environment(db)]
+        reconciler = KubernetesReconciler.from_environment(db)
+        trigger: list[Loop] = [reconciler]
+        if reconciler.settings.retries == "jobs":
+            from tickwarden.triggers.kubernetes_retries import RetryJobLauncher
+
+            trigger.append(RetryJobLauncher(db, reconciler.api.jobs(), reconciler.settings))
     else:
         trigger = [Reconciler(db, batch=options.reconciler_batch), Ticker(db, batch=options.ticker_batch)]
     return [

@@ -33,6 +33,7 @@ class Cluster:
         self.emulator = kmock.KubernetesEmulator()
         await self.emulator.__aenter__()
         self.emulator.resources["batch/v1/cronjobs"] = {}
+        self.emulator.resources["batch/v1/jobs"] = {}
         self.server = kmock.Server(self.emulator)
         await self.server.__aenter__()
         self.url = str(self.server.url).rstrip("/")
@@ -58,6 +59,11 @@ class Cluster:
     def cronjobs(self, namespace: str = NAMESPACE) -> dict[str, dict[str, Any]]:
         api = self.api_client()
         items = client.BatchV1Api(api).list_namespaced_cron_job(namespace).items
+        return {item.metadata.name: api.sanitize_for_serialization(item) for item in items}
+
+    def jobs(self, namespace: str = NAMESPACE) -> dict[str, dict[str, Any]]:
+        api = self.api_client()
+        items = client.BatchV1Api(api).list_namespaced_job(namespace).items
         return {item.metadata.name: api.sanitize_for_serialization(item) for item in items}
 
     def kubeconfig(self, path: Path) -> Path:

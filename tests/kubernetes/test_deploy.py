@@ -12,8 +12,12 @@ import pytest
 import yaml
 from kubernetes_validate import validate
 
-from tickwarden.store.kubernetes import DesiredCronJob
-from tickwarden.triggers.kubernetes import KubernetesSettings, cronjob_manifest
+from tickwarden.store.kubernetes import DesiredCronJob, QueuedRetry
+from tickwarden.triggers.kubernetes import (
+    KubernetesSettings,
+    cronjob_manifest,
+    retry_job_manifest,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -91,9 +95,14 @@ def test_the_image_is_slim_pinned_and_runs_as_a_non_root_user():
     assert 'ENTRYPOINT ["tickwarden"]' in lines
 
 
-def test_every_manifest_is_valid_kubernetes(overlay):
+@pytest.fixture(scope="module")
+def retry_jobs_overlay() -> list[dict[str, Any]]:
+    return render(DEPLOY / "kubernetes" / "overlays" / "example-retry-jobs")
+
+
+def test_every_manifest_is_valid_kubernetes(overlay, retry_jobs_overlay):
     base = render(DEPLOY / "kubernetes" / "base")
-    for doc in base + overlay:
+    for doc in base + overlay + retry_jobs_overlay:
         validate(doc, KUBERNETES_VERSION, strict=True)
 
 
@@ -106,13 +115,16 @@ def test_a_workload_that_breaks_the_policy_is_flagged():
         assert flaw in found
 
 
-def test_every_workload_and_the_reconcilers_cronjobs_meet_the_policy(overlay):
+def test_every_workload_and_the_cronjobs_and_retry_jobs_meet_the_policy(overlay):
     workloads = [doc for doc in overlay if doc["kind"] in WORKLOADS]
     assert {doc["metadata"]["name"] for doc in workloads} == {"tickwarden-control-plane", "tickwarden-worker"}
+    settings = KubernetesSettings(image="registry.example.com/tickwarden:0.1.0")
     cronjob = cronjob_manifest(DesiredCronJob(7, 3, "0 2 * * *", "Europe/Paris", "active", 300, "acme", "nightly",
-                                              False), KubernetesSettings(image="registry.example.com/tickwarden:0.1.0"))
-    validate(cronjob, KUBERNETES_VERSION, strict=True)
-    assert [v for doc in [*workloads, cronjob] for v in policy_violations(doc)] == []
+                                              False), settings)
+    retry = retry_job_manifest(QueuedRetry(41, 9, 2, "acme", "nightly-"), settings)
+    for doc in (cronjob, retry):
+        validate(doc, KUBERNETES_VERSION, strict=True)
+    assert [v for doc in [*workloads, cronjob, retry] for v in policy_violations(doc)] == []
 
 
 def test_the_control_plane_is_replicated_probed_and_protected_from_drains(overlay):
@@ -138,6 +150,17 @@ def test_rbac_grants_the_reconciler_cronjobs_in_its_namespace_and_nothing_else(o
                               "verbs": ["get", "list", "create", "patch", "delete"]}]
     (binding,) = [d for d in overlay if d["kind"] == "RoleBinding"]
     assert [s["name"] for s in binding["subjects"]] == ["tickwarden-control-plane"]
+    assert not [d for d in overlay if d["kind"] == "ConfigMap" and "TICKWARDEN_KUBERNETES_RETRIES" in d["data"]]
     accounts = {d["metadata"]["name"]: d for d in overlay if d["kind"] == "ServiceAccount"}
     assert accounts["tickwarden-worker"]["automountServiceAccountToken"] is False
     assert accounts["tickwarden-tick"]["automountServiceAccountToken"] is False
+
+
+def test_retries_as_jobs_add_a_role_for_jobs_and_the_setting(retry_jobs_overlay):
+    roles = {d["metadata"]["name"]: d for d in retry_jobs_overlay if d["kind"] == "Role"}
+    assert roles["tickwarden-retry-jobs"]["rules"] == [{"apiGroups": ["batch"], "resources": ["jobs"],
+                                                         "verbs": ["list", "create"]}]
+    assert {d["metadata"]["namespace"] for d in retry_jobs_overlay if d["kind"] != "Namespace"} == {"tickwarden"}
+    (config,) = [d for d in retry_jobs_overlay if d["kind"] == "ConfigMap"]
+    assert config["data"]["TICKWARDEN_KUBERNETES_RETRIES"] == "jobs"
+    assert config["data"]["TICKWARDEN_TRIGGER"] == "kubernetes"

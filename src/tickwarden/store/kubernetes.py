@@ -44,6 +44,17 @@ class TickContext:
     policy_overrides: str
 
 
+@dataclass(frozen=True)
+class QueuedRetry:
+    """A retry attempt waiting to run, with the names its Job is labelled with."""
+
+    attempt_id: int
+    run_id: int
+    number: int
+    tenant: str
+    workflow: str
+
+
 class KubernetesStore(StoreBase):
     def kubernetes_desired_cronjobs(self) -> list[DesiredCronJob]:
         return [DesiredCronJob(**row) for row in self._rows("kubernetes_desired_cronjobs")]
@@ -67,3 +78,14 @@ class KubernetesStore(StoreBase):
         """Archive a live workflow; return its id, or None when it is missing or already archived."""
         row = self._row("kubernetes_archive_workflow", {"tenant": tenant, "workflow": workflow, "now": now})
         return row["id"] if row else None
+
+    def kubernetes_queued_retries(self, now: datetime, limit: int) -> list[QueuedRetry]:
+        return [QueuedRetry(**row) for row in self._rows("kubernetes_queued_retries", {"now": now, "limit": limit})]
+
+    def kubernetes_lease_attempt(self, attempt_id: int, worker_id: str, now: datetime,
+                                 lease_seconds: float) -> Attempt | None:
+        """Lease one queued attempt by id; None when it is not queued (or not yet due)."""
+        row = self._row("kubernetes_lease_attempt",
+                        {"attempt_id": attempt_id, "worker_id": worker_id, "now": now,
+                         "lease_expires_at": now + timedelta(seconds=lease_seconds)})
+        return from_row(Attempt, row) if row else None

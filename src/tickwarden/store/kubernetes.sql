@@ -57,3 +57,37 @@ UPDATE workflows w
   FROM tenants t
  WHERE t.id = w.tenant_id AND t.name = %(tenant)s AND w.name = %(workflow)s AND w.archived_at IS NULL
 RETURNING w.id;
+
+-- kubernetes_queued_retries --
+-- Retry attempts due to run (queued, number > 1), oldest first through the queued index:
+-- what the retry launcher starts a Job for when retries run as Jobs.
+SELECT a.id AS attempt_id, a.run_id, a.number, t.name AS tenant, w.name AS workflow
+  FROM attempts a
+  JOIN workflows w ON w.id = a.workflow_id
+  JOIN tenants t ON t.id = a.tenant_id
+ WHERE a.status = 'queued' AND a.queued_at <= %(now)s AND a.number > 1
+ ORDER BY a.queued_at, a.id
+ LIMIT %(limit)s;
+
+-- kubernetes_lease_attempt --
+-- Lease one queued attempt by id for the Job started for it: the worker's lease
+-- (lease_attempts) narrowed to that attempt. A worker of the pool that took it first
+-- leaves nothing to lease.
+WITH next AS (
+    SELECT a.id FROM attempts a
+     WHERE a.id = %(attempt_id)s AND a.status = 'queued' AND a.queued_at <= %(now)s
+       FOR UPDATE SKIP LOCKED
+), leased AS (
+    UPDATE attempts a
+       SET status = 'running', worker_id = %(worker_id)s, started_at = %(now)s,
+           heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
+      FROM next
+     WHERE a.id = next.id
+    RETURNING a.*
+), started AS (
+    UPDATE runs r
+       SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
+      FROM leased
+     WHERE r.id = leased.run_id AND r.status IN ('queued', 'pending_retry')
+)
+SELECT leased.* FROM leased;

@@ -31,13 +31,15 @@ from typing import Any
 from tickwarden import __version__
 from tickwarden.errors import InvalidInput, TickwardenError
 from tickwarden.sanitize import sanitize_error
-from tickwarden.store.kubernetes import DesiredCronJob
+from tickwarden.store.kubernetes import DesiredCronJob, QueuedRetry
 
 TRIGGERS = ("builtin", "kubernetes")
 LABEL_SCHEDULE = "tickwarden.io/schedule-id"
 LABEL_VERSION = "tickwarden.io/schedule-version"
 LABEL_TENANT = "tickwarden.io/tenant"
 LABEL_WORKFLOW = "tickwarden.io/workflow"
+LABEL_RUN = "tickwarden.io/run-id"
+LABEL_ATTEMPT = "tickwarden.io/attempt-id"
 # Label values cannot hold every name tickwarden accepts; the exact names ride in annotations.
 ANNOTATION_TENANT = "tickwarden.io/tenant-name"
 ANNOTATION_WORKFLOW = "tickwarden.io/workflow-name"
@@ -76,6 +78,8 @@ class KubernetesSettings:
     # A Secret whose keys become the tick pod's environment (TICKWARDEN_DATABASE_URL, …).
     env_secret: str = "tickwarden"
     service_account: str = "tickwarden-tick"
+    # Where retry attempts run: `pool` (the worker Deployment) or `jobs` (one Job per attempt).
+    retries: str = "pool"
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> KubernetesSettings:
@@ -86,7 +90,10 @@ class KubernetesSettings:
             image=env.get("TICKWARDEN_KUBERNETES_IMAGE") or cls.image,
             env_secret=env.get("TICKWARDEN_KUBERNETES_ENV_SECRET") or cls.env_secret,
             service_account=env.get("TICKWARDEN_KUBERNETES_TICK_SERVICE_ACCOUNT") or cls.service_account,
+            retries=(env.get("TICKWARDEN_KUBERNETES_RETRIES") or cls.retries).strip().lower(),
         )
+        if settings.retries not in ("pool", "jobs"):
+            raise InvalidInput(f"TICKWARDEN_KUBERNETES_RETRIES must be pool or jobs, not {settings.retries[:40]!r}.")
         for name, value in (("namespace", settings.namespace), ("env secret", settings.env_secret),
                             ("tick service account", settings.service_account)):
             if not _DNS_LABEL.match(value):
@@ -168,34 +175,64 @@ def cronjob_manifest(desired: DesiredCronJob, settings: KubernetesSettings) -> d
                 "spec": {
                     "backoffLimit": 0,
                     "ttlSecondsAfterFinished": 3600,
-                    "template": {
-                        "metadata": {"labels": pod_labels},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "serviceAccountName": settings.service_account,
-                            "automountServiceAccountToken": False,
-                            "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                                                "seccompProfile": {"type": "RuntimeDefault"}},
-                            "containers": [{
-                                "name": "tick",
-                                "image": settings.image,
-                                "args": ["tick", "--schedule", str(desired.schedule_id),
-                                         "--job-name", "$(TICKWARDEN_JOB_NAME)"],
-                                "env": [{"name": "TICKWARDEN_JOB_NAME", "valueFrom": {
-                                    "fieldRef": {"fieldPath": "metadata.labels['job-name']"}}}],
-                                "envFrom": [{"secretRef": {"name": settings.env_secret}}],
-                                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
-                                              "limits": {"cpu": "1", "memory": "1Gi"}},
-                                "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
-                                                    "readOnlyRootFilesystem": True,
-                                                    "capabilities": {"drop": ["ALL"]}},
-                                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-                            }],
-                            "volumes": [{"name": "tmp", "emptyDir": {}}],
-                        },
-                    },
+                    "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec(
+                        ["tick", "--schedule", str(desired.schedule_id), "--job-name", "$(TICKWARDEN_JOB_NAME)"],
+                        settings, job_name_env=True)},
                 },
             },
+        },
+    }
+
+
+def pod_spec(args: list[str], settings: KubernetesSettings, *, job_name_env: bool = False) -> dict[str, Any]:
+    """Return the pod of a tick or retry: tickwarden's image, the database Secret, nothing more."""
+    env = [{"name": "TICKWARDEN_JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['job-name']"}}}]
+    return {
+        "restartPolicy": "Never",
+        "serviceAccountName": settings.service_account,
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{
+            "name": "tick",
+            "image": settings.image,
+            "args": args,
+            **({"env": env} if job_name_env else {}),
+            "envFrom": [{"secretRef": {"name": settings.env_secret}}],
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                          "limits": {"cpu": "1", "memory": "1Gi"}},
+            "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                                "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        }],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+
+
+def retry_job_name(attempt_id: int) -> str:
+    return f"tickwarden-a{attempt_id}"
+
+
+def retry_job_manifest(retry: QueuedRetry, settings: KubernetesSettings) -> dict[str, Any]:
+    """Return the Job that runs one retry attempt: the tick pod's command for that attempt."""
+    tags = {
+        LABEL_TENANT: label_value(retry.tenant),
+        LABEL_WORKFLOW: label_value(retry.workflow),
+        LABEL_RUN: str(retry.run_id),
+        LABEL_ATTEMPT: str(retry.attempt_id),
+        "app.kubernetes.io/name": "tickwarden",
+        "app.kubernetes.io/component": "retry",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": retry_job_name(retry.attempt_id), "namespace": settings.namespace, "labels": tags,
+                     "annotations": {ANNOTATION_TENANT: retry.tenant, ANNOTATION_WORKFLOW: retry.workflow}},
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": 3600,
+            "template": {"metadata": {"labels": tags},
+                         "spec": pod_spec(["tick", "--attempt", str(retry.attempt_id)], settings)},
         },
     }
 
@@ -276,8 +313,10 @@ def load_api_client() -> Any:
     return client.ApiClient(configuration)
 
 
-class CronJobApi:
-    """tickwarden's CronJobs in one namespace; every call's failure becomes one clear error."""
+class _BatchApi:
+    """One kind of tickwarden's batch objects in one namespace; every call's failure becomes one clear error."""
+
+    kind = "objects"
 
     def __init__(self, api_client: Any, namespace: str, *, page_size: int = PAGE_SIZE):
         from kubernetes import client
@@ -291,21 +330,60 @@ class CronJobApi:
     def host(self) -> str:
         return str(self.api_client.configuration.host)
 
-    def list(self) -> Iterator[LiveCronJob]:
-        """Yield every CronJob labelled with a schedule id, page by page."""
+    def _pages(self, list_call: Any, label: str) -> Iterator[dict[str, Any]]:
+        """Yield every object carrying `label`, as plain dicts, page by page."""
         token: str | None = None
         while True:
-            page = self._call("list", lambda token=token: self.batch.list_namespaced_cron_job(
-                self.namespace, label_selector=LABEL_SCHEDULE, limit=self.page_size, _continue=token,
+            page = self._call("list", lambda token=token: list_call(
+                self.namespace, label_selector=label, limit=self.page_size, _continue=token,
                 _request_timeout=REQUEST_TIMEOUT))
             for item in page.items or []:
-                body = self.api_client.sanitize_for_serialization(item)
-                found = _live(body)
-                if found is not None:  # never touch what is not ours, whatever the server returns
-                    yield found
+                yield self.api_client.sanitize_for_serialization(item)
             token = page.metadata.var_continue if page.metadata else None
             if not token:
                 return
+
+    def _call(self, what: str, call: Any, tolerate: tuple[int, ...] = ()) -> Any:
+        """Run one API call; None for a tolerated status, tickwarden's errors for the others."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return call()
+        except ApiException as exc:
+            status = exc.status or 0
+            if status in tolerate:
+                return None
+            if status in (401, 403):
+                raise KubernetesRefused(
+                    f"The Kubernetes API refused to {what} {self.kind} in namespace {self.namespace} "
+                    f"({status} {sanitize_error(exc.reason or '')}); check tickwarden's RBAC.") from None
+            if status >= 500 or status == 429 or status == 0:
+                raise KubernetesUnavailable(
+                    f"The Kubernetes API at {self.host} failed to {what} {self.kind} "
+                    f"({status} {sanitize_error(exc.reason or '')}); the pass will be retried.") from None
+            raise CronJobRejected(status, sanitize_error(_status_message(exc) or exc.reason or ""), self.kind) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise KubernetesUnavailable(
+                f"The Kubernetes API at {self.host} cannot be reached ({sanitize_error(type(exc).__name__)}); "
+                "the pass will be retried.") from None
+
+
+class CronJobApi(_BatchApi):
+    """tickwarden's CronJobs in one namespace."""
+
+    kind = "CronJobs"
+
+    def jobs(self) -> JobApi:
+        """The retry Jobs' API on the same client and namespace."""
+        return JobApi(self.api_client, self.namespace, page_size=self.page_size)
+
+    def list(self) -> Iterator[LiveCronJob]:
+        """Yield every CronJob labelled with a schedule id, page by page."""
+        for body in self._pages(self.batch.list_namespaced_cron_job, LABEL_SCHEDULE):
+            found = _live(body)
+            if found is not None:  # never touch what is not ours, whatever the server returns
+                yield found
 
     def create(self, body: dict[str, Any]) -> bool:
         """Create a CronJob; False when it already exists (another replica got there first)."""
@@ -336,37 +414,12 @@ class CronJobApi:
         return self._call("delete", lambda: self.batch.delete_namespaced_cron_job(
             name, self.namespace, body=options, _request_timeout=REQUEST_TIMEOUT), tolerate=(404, 409)) is not None
 
-    def _call(self, what: str, call: Any, tolerate: tuple[int, ...] = ()) -> Any:
-        """Run one API call; None for a tolerated status, tickwarden's errors for the others."""
-        import urllib3
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return call()
-        except ApiException as exc:
-            status = exc.status or 0
-            if status in tolerate:
-                return None
-            if status in (401, 403):
-                raise KubernetesRefused(
-                    f"The Kubernetes API refused to {what} CronJobs in namespace {self.namespace} "
-                    f"({status} {sanitize_error(exc.reason or '')}); check tickwarden's RBAC.") from None
-            if status >= 500 or status == 429 or status == 0:
-                raise KubernetesUnavailable(
-                    f"The Kubernetes API at {self.host} failed to {what} CronJobs "
-                    f"({status} {sanitize_error(exc.reason or '')}); the pass will be retried.") from None
-            raise CronJobRejected(status, sanitize_error(_status_message(exc) or exc.reason or "")) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise KubernetesUnavailable(
-                f"The Kubernetes API at {self.host} cannot be reached ({sanitize_error(type(exc).__name__)}); "
-                "the pass will be retried.") from None
-
 
 class CronJobRejected(TickwardenError):
-    """The Kubernetes API rejected one CronJob."""
+    """The Kubernetes API rejected one CronJob (or retry Job)."""
 
-    def __init__(self, status: int, reason: str):
-        super().__init__(f"the Kubernetes API rejected the CronJob ({status}): {reason}")
+    def __init__(self, status: int, reason: str, kind: str = "CronJobs"):
+        super().__init__(f"the Kubernetes API rejected the {'Job' if kind == 'Jobs' else 'CronJob'} ({status}): {reason}")
         self.status = status
 
 
@@ -388,3 +441,24 @@ def _live(body: dict[str, Any]) -> LiveCronJob | None:
         return None
     return LiveCronJob(name=name, schedule_id=int(schedule_id), version=int(version) if version.isdigit() else None,
                        resource_version=meta.get("resourceVersion"), body=body)
+
+
+class JobApi(_BatchApi):
+    """The Jobs tickwarden starts for retry attempts, in one namespace."""
+
+    kind = "Jobs"
+
+    def launched(self) -> set[int]:
+        """Return the attempt ids that already have a Job (running, finished or failed)."""
+        ids = set()
+        for body in self._pages(self.batch.list_namespaced_job, LABEL_ATTEMPT):
+            meta = body.get("metadata") or {}
+            attempt = str((meta.get("labels") or {}).get(LABEL_ATTEMPT, ""))
+            if attempt.isdigit() and meta.get("name") == retry_job_name(int(attempt)):
+                ids.add(int(attempt))
+        return ids
+
+    def create(self, body: dict[str, Any]) -> bool:
+        """Create a Job; False when it already exists (another replica got there first)."""
+        return self._call("create", lambda: self.batch.create_namespaced_job(
+            self.namespace, body, _request_timeout=REQUEST_TIMEOUT), tolerate=(409,)) is not None

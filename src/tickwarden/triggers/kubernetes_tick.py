@@ -15,7 +15,8 @@ is recorded only when the database agrees it is one:
 
 The run's queued attempt is leased in the same transaction and executed by
 `Worker.execute`, the worker's own path (watchdog, environment, outcome, retry
-budget). Retries the outcome poller queues later go to the worker pool.
+budget). Retries the outcome poller queues later go to the worker pool, or, with
+`TICKWARDEN_KUBERNETES_RETRIES=jobs`, to a Job each whose pod runs `run_attempt`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ ONE_MICROSECOND = timedelta(microseconds=1)
 
 @dataclass(frozen=True)
 class TickOutcome:
-    """What a tick pod did: `recorded` (a new run), `duplicate` (the run existed) or `refused`."""
+    """What a pod did: `recorded` (a new run), `duplicate` (the run existed), `leased` (a retry) or `refused`."""
 
     status: str
     reason: str
@@ -90,6 +91,23 @@ def run_tick(db: Database, schedule_id: int, tick: datetime, clock: Clock, worke
     finally:
         worker.close(clock.now())
     return TickOutcome(outcome.status, outcome.reason, outcome.run_id, outcome.attempt, finished)
+
+
+def run_attempt(db: Database, attempt_id: int, clock: Clock, worker_id: str, *,
+                lease_seconds: float = 30) -> TickOutcome:
+    """Lease one queued attempt (a retry's Job) and execute it on the worker's path."""
+    from tickwarden.worker import Worker
+
+    with db.transaction() as store:
+        attempt = store.kubernetes_lease_attempt(attempt_id, worker_id, clock.now(), lease_seconds)
+    if attempt is None:
+        return TickOutcome("refused", f"attempt {attempt_id} is not queued (another worker took it, or it is done)")
+    worker = Worker(db, worker_id, lease_seconds=lease_seconds, clock=clock)
+    try:
+        finished = worker.execute(attempt)
+    finally:
+        worker.close(clock.now())
+    return TickOutcome("leased", f"ran attempt {attempt_id}", attempt.run_id, attempt, finished)
 
 
 def _iso(moment: datetime) -> str:
