@@ -164,3 +164,30 @@ def test_retries_as_jobs_add_a_role_for_jobs_and_the_setting(retry_jobs_overlay)
     (config,) = [d for d in retry_jobs_overlay if d["kind"] == "ConfigMap"]
     assert config["data"]["TICKWARDEN_KUBERNETES_RETRIES"] == "jobs"
     assert config["data"]["TICKWARDEN_TRIGGER"] == "kubernetes"
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(e["operator"] == "In" and labels.get(e["key"]) in e["values"]
+               for e in selector.get("matchExpressions") or [])
+
+
+def test_every_pod_is_covered_by_a_network_policy_and_only_the_control_plane_takes_connections(overlay):
+    policies = [d for d in overlay if d["kind"] == "NetworkPolicy"]
+    settings = KubernetesSettings(image="registry.example.com/tickwarden:0.1.0")
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
+            for d in overlay if d["kind"] in WORKLOADS}
+    pods["tick"] = cronjob_manifest(DesiredCronJob(7, 3, "0 2 * * *", "UTC", "active", 300, "acme", "nightly",
+                                                   False), settings)["spec"]["jobTemplate"]["spec"]["template"][
+        "metadata"]["labels"]
+    pods["retry"] = retry_job_manifest(QueuedRetry(41, 9, 2, "acme", "nightly"), settings)["spec"]["template"][
+        "metadata"]["labels"]
+    for name, labels in pods.items():
+        covering = [p for p in policies if selects(p["spec"]["podSelector"], labels)]
+        assert covering, f"no NetworkPolicy selects the {name} pods"
+        opened = [rule for p in covering for rule in p["spec"].get("ingress", [])]
+        if name == "tickwarden-control-plane":
+            assert [port["port"] for rule in opened for port in rule["ports"]] == [8080]
+        else:
+            assert opened == [], f"the {name} pods accept connections"
