@@ -130,6 +130,8 @@ def apply_file(db: Database, path: str | Path, now: datetime) -> ApplyReport:
         for planned in plan.workflows:
             spec = planned.spec
             tenant_id = tenant_ids[planned.tenant]
+            if spec.archived and _already_archived(store, planned.tenant, spec.name, report):
+                continue  # re-applying an archived workflow's file changes nothing
             applied = store.apply_workflow(
                 tenant_id, spec.name, now,
                 description=spec.description,
@@ -141,6 +143,8 @@ def apply_file(db: Database, path: str | Path, now: datetime) -> ApplyReport:
                 policy_overrides=planned.policy,
                 shadow=spec.shadow,
             )
+            if spec.archived and store.kubernetes_archive_workflow(planned.tenant, spec.name, now) is not None:
+                applied = Applied(applied.kind, applied.id, "created" if applied.change == "created" else "updated")
             report.add(applied)
             report.add(store.apply_schedule(
                 tenant_id=tenant_id, workflow_id=applied.id, cron=spec.schedule.cron,
@@ -151,6 +155,17 @@ def apply_file(db: Database, path: str | Path, now: datetime) -> ApplyReport:
         if report.created or report.updated:
             store.notify_wake("reconciler")  # schedule changes take effect now, not at the next poll
     return report
+
+
+def _already_archived(store: Store, tenant: str, workflow: str, report: ApplyReport) -> bool:
+    found = store.get_workflow_by_name(tenant, workflow)
+    if found is None or found.archived_at is None:
+        return False
+    report.add(Applied("workflow", found.id, "unchanged"))
+    schedule = store.get_schedule_for_workflow(found.id)
+    if schedule is not None:
+        report.add(Applied("schedule", schedule.id, "unchanged"))
+    return True
 
 
 def parse_ref(ref: str) -> tuple[str, str]:

@@ -35,3 +35,37 @@ def test_the_api_archives_a_workflow_of_the_callers_tenant_only(db, clock):
     with db.transaction() as store:
         assert store.get_workflow_by_name("acme", "nightly").archived_at is not None
         assert store.get_workflow_by_name("globex", "nightly").archived_at is None
+
+
+FILE = """
+tenants: [{name: acme}]
+users: [{email: ops@acme.test}]
+environments: [{name: default}]
+workflows:
+  - name: export
+    environment: default
+    publisher: ops@acme.test
+    schedule: {cron: "0 3 * * *"}
+    steps: [{name: a, kind: python, call: "tickwarden.examples_steps:extract"}]
+%s
+"""
+
+
+def test_a_workflow_file_archives_with_archived_true_once_and_restores_without_it(db, clock, tmp_path):
+    path = tmp_path / "acme.yaml"
+    path.write_text(FILE % "")
+    catalog.apply_file(db, path, clock.now())
+    path.write_text(FILE % "    archived: true")
+    archived = catalog.apply_file(db, path, clock.now() + timedelta(minutes=1))
+    assert archived.counts["workflow"] == {"created": 0, "updated": 1, "unchanged": 0}
+    with db.transaction() as store:
+        assert store.get_workflow_by_name("acme", "export").archived_at == clock.now() + timedelta(minutes=1)
+    again = catalog.apply_file(db, path, clock.now() + timedelta(minutes=2))
+    assert again.created == 0 and again.updated == 0
+    with db.transaction() as store:
+        assert store.get_workflow_by_name("acme", "export").archived_at == clock.now() + timedelta(minutes=1)
+    path.write_text(FILE % "")
+    restored = catalog.apply_file(db, path, clock.now() + timedelta(minutes=3))
+    assert restored.counts["workflow"]["updated"] == 1
+    with db.transaction() as store:
+        assert store.get_workflow_by_name("acme", "export").archived_at is None
