@@ -14,18 +14,10 @@ inside the reconciler's transaction:
 `needs_ticker` says whether tickwarden's own `Ticker` fires the ticks (the built-in
 backend) or something outside does (a Kubernetes CronJob per schedule).
 
-The Kubernetes CronJob seam (not shipped; what a backend would do):
-
-- `drift`: list the CronJobs labelled `tickwarden.io/schedule-id` in the
-  namespace, compare their `tickwarden.io/schedule-version` label with
-  `store.trigger_drift_upserts`-style rows of every active schedule (the backend
-  reads the desired side from the store, the actual side from the API server);
-- `upsert`: create or patch the CronJob: `spec.schedule = cron`,
-  `spec.timeZone = timezone`, `spec.startingDeadlineSeconds =
-  starting_deadline_seconds`, `concurrencyPolicy: Allow`, and a job template that
-  runs `tickwarden` to record the tick with `store.create_tick_runs` (the same
-  `ON CONFLICT DO NOTHING` insert, so a CronJob firing twice still makes one run);
-- `delete`: delete the CronJob; `needs_ticker = False`.
+The Kubernetes trigger (`TICKWARDEN_TRIGGER=kubernetes`, `triggers.kubernetes`) does
+not go through this seam: its own reconciler (`triggers.kubernetes_reconciler`) converges
+one CronJob per schedule straight from the schedules table, outside any database
+transaction, and the CronJobs' pods record the ticks (docs/kubernetes.md).
 """
 
 from __future__ import annotations
