@@ -9,10 +9,13 @@ else `tickwarden`). The client is configured the standard way: in-cluster, else
 - the CronJob a schedule should have (`cronjob_manifest`), named `tickwarden-s<id>`
   and labelled with `tickwarden.io/schedule-id`, `schedule-version`, `tenant` and
   `workflow`; its pod runs `tickwarden tick --schedule <id> --job-name <job>`;
-- `CronJobApi`, the only code that calls the API server, translating its failures
-  into tickwarden's errors: unreachable or failing (5xx) is `KubernetesUnavailable`
-  (the pass is retried, nothing is lost since the next pass converges from the
-  database again), a refusal (401/403) is `KubernetesRefused`;
+- the Job of a retry attempt (`retry_job_manifest`, `tickwarden-a<attempt id>`), when
+  retries run as Jobs (`TICKWARDEN_KUBERNETES_RETRIES=jobs`);
+- `CronJobApi` and `JobApi`, the only code that calls the API server, translating its
+  failures into tickwarden's errors: unreachable or failing (5xx, 429) is
+  `KubernetesUnavailable` (the pass is retried, nothing is lost since the next pass
+  converges from the database again), a refusal (401/403) is `KubernetesRefused`, a
+  rejected object (4xx) is `CronJobRejected` for that object alone;
 - `tick_from_job_name`: the CronJob controller names each Job
   `<cronjob>-<scheduled time in minutes since the epoch>`, so a pod started late
   still knows the tick it was started for.
@@ -20,6 +23,7 @@ else `tickwarden`). The client is configured the standard way: in-cluster, else
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -124,8 +128,6 @@ def label_value(name: str) -> str:
     """Return `name` as a valid label value: itself when it is one, else a stable look-alike."""
     if len(name) <= 63 and _LABEL_VALUE.match(name):
         return name
-    import hashlib
-
     # A name may end in `-`, `_` or `.` (tickwarden allows it, labels do not): trim it and
     # add a short digest so two such names never share a label value.
     stem = re.sub(r"[^A-Za-z0-9]+$", "", re.sub(r"[^-A-Za-z0-9_.]", "-", name))[:52]
