@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+from tests.dbutil import TEST_URL
 from tests.kubernetes.test_cronjob_reconciler import apply
 from tickwarden.errors import InvalidInput
-from tickwarden.reconciler import Reconciler
 from tickwarden.service import build_loops
 from tickwarden.triggers import kubernetes
 from tickwarden.triggers.kubernetes import (
@@ -18,11 +21,13 @@ from tickwarden.triggers.kubernetes import (
 )
 from tickwarden.triggers.kubernetes_reconciler import KubernetesReconciler
 
+BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "tickwarden"
+
 
 def test_the_builtin_trigger_is_the_default(db, monkeypatch):
     monkeypatch.delenv("TICKWARDEN_TRIGGER", raising=False)
-    names = {loop.name: loop for loop in build_loops(db, "r1")}
-    assert isinstance(names["reconciler"], Reconciler) and "ticker" in names
+    loops = build_loops(db, "r1")
+    assert loops and not any(isinstance(loop, KubernetesReconciler) for loop in loops)
 
 
 def test_the_kubernetes_trigger_replaces_the_ticker_and_uses_kubeconfig(db, cluster, monkeypatch, tmp_path):
@@ -62,3 +67,18 @@ def test_it_says_so_when_no_kubernetes_configuration_exists(monkeypatch, tmp_pat
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(KubernetesUnavailable, match="set KUBECONFIG"):
         load_api_client()
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    ({"TICKWARDEN_TRIGGER": "cron"}, "TICKWARDEN_TRIGGER must be builtin or kubernetes"),
+    ({"TICKWARDEN_TRIGGER": "kubernetes", "KUBECONFIG": "/nonexistent/kubeconfig"}, "set KUBECONFIG"),
+])
+def test_serve_stops_with_one_sentence_when_the_trigger_cannot_start(schema, tmp_path, environ, message):
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST", "TICKWARDEN_SCHEMA")}
+    env.update(environ, TICKWARDEN_DATABASE_URL=f"{TEST_URL}?options=-c%20search_path%3D{schema}",
+               TICKWARDEN_DATA_DIR=str(tmp_path))
+    done = subprocess.run([str(BIN), "serve", "--no-api"], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 1
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("tickwarden: ")
