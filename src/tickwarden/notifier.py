@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tickwarden import metrics
 from tickwarden.db import Database
 from tickwarden.messages import AlertMessage, render
 from tickwarden.sanitize import sanitize_error
@@ -162,8 +163,10 @@ class Notifier:
                 try:
                     outcome = self._deliver(ctx, now, failed_channels)
                 except Exception:  # a fault on one row must not stop the pass; its lease will expire
-                    log.exception("notification %d could not be processed", ctx.outbox_id)
+                    log.exception("notification %d could not be processed", ctx.outbox_id,
+                                  extra={"alert_id": ctx.alert_id, "outbox_id": ctx.outbox_id})
                     continue
+                metrics.current().notification_outcome(ctx, outcome, now)
                 if outcome:
                     counts[outcome] += 1
         self.last_pass = PassReport(**counts)
@@ -231,7 +234,8 @@ class Notifier:
                                              next_attempt_at=next_at, max_tries=self.max_tries)
         if status == "dead":
             log.warning("gave up on notification %d to %s after %d tries: %s",
-                        ctx.outbox_id, ctx.channel.label, ctx.tries + 1, sanitize_error(error))
+                        ctx.outbox_id, ctx.channel.label, ctx.tries + 1, sanitize_error(error),
+                        extra={"alert_id": ctx.alert_id, "outbox_id": ctx.outbox_id, "channel_id": ctx.channel.id})
             return "dead"
         return "retried" if status else None
 
@@ -240,7 +244,8 @@ class Notifier:
         with self.db.transaction() as store:
             store.mark_outbox_dead(ctx.outbox_id, self.replica_id, reason)
             store.disable_notification_channel(channel.id, reason, now)
-        log.error("disabled notification channel %s: %s", channel.label, reason)
+        log.error("disabled notification channel %s: %s", channel.label, reason,
+                  extra={"alert_id": ctx.alert_id, "channel_id": channel.id})
         return "disabled_channels"
 
 

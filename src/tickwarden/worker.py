@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from tickwarden import auth, secrets
+from tickwarden import auth, metrics, secrets
 from tickwarden.categories import categorize, is_retryable
 from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
@@ -157,7 +157,7 @@ class Worker:
         # The lease is one statement and the context only reads; a lease is a claim, not
         # an outcome, so it need not wait for the disk (see `autocommit`).
         with autocommit(self.db, relaxed=True) as store:
-            leased = store.lease_attempts(self.worker_id, now, self.lease_seconds, limit=1)
+            leased = metrics.current().attempts_leased(store.lease_attempts_with_ticks(self.worker_id, now, self.lease_seconds, limit=1), now)
             context = store.execution_context(leased[0].workflow_id, now) if leased else None
         if not leased:
             return now + timedelta(seconds=self.poll_seconds)
@@ -197,7 +197,8 @@ class Worker:
         log.info("attempt %s (run %s, workflow %s): %s%s%s", attempt.id, attempt.run_id,
                  context.workflow.name if context else attempt.workflow_id, outcome.status,
                  f" [{outcome.error_category}] {outcome.error}" if outcome.status != "succeeded" else "",
-                 "" if finished.applied else " (already recorded: ignored)")
+                 "" if finished.applied else " (already recorded: ignored)",
+                 extra={"attempt_id": attempt.id, "run_id": attempt.run_id, "workflow_id": attempt.workflow_id})
         return finished
 
     def record(self, attempt: Attempt, result: Result, warm: Instance | None = None) -> FinishedAttempt:
@@ -212,6 +213,7 @@ class Worker:
                 store.record_attempt_steps(attempt.id, attempt.tenant_id, [s.row() for s in result.steps])
             if warm is not None:
                 self.environments.release(warm, now, store)
+        metrics.current().attempt_finished(attempt, result.outcome.status, finished, now)
         return finished
 
     # -- execution -------------------------------------------------------------------------

@@ -62,7 +62,7 @@ class EnvironmentSpec(_Model):
 class ChannelSpec(_Model):
     tenant: str | None = None
     name: str = Field(min_length=1, max_length=100)
-    kind: Literal["slack", "email", "webhook"]
+    kind: Literal["slack", "email", "webhook", "pagerduty", "teams"]
     audience: Literal["customer", "engineering", "shadow"] = "customer"
     config: dict[str, Any] = Field(default_factory=dict)
     secret_ref: str | None = None
@@ -70,7 +70,7 @@ class ChannelSpec(_Model):
 
 class PlatformChannelSpec(_Model):
     name: str = Field(min_length=1, max_length=100)
-    kind: Literal["slack", "email", "webhook"]
+    kind: Literal["slack", "email", "webhook", "pagerduty", "teams"]
     audience: Literal["engineering", "shadow"] = "engineering"
     config: dict[str, Any] = Field(default_factory=dict)
     secret_ref: str | None = None

@@ -26,8 +26,9 @@ from tickwarden.cli import alerts_cmd, catalog_cmd, channels_cmd, db_cmd, profil
 def main() -> None:
     """Run the CLI, turning tickwarden's errors into one clear line and exit status 1."""
     from tickwarden.errors import TickwardenError
+    from tickwarden.logs import configure_or_exit
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_or_exit()
     try:
         app(standalone_mode=False)
     except TickwardenError as exc:

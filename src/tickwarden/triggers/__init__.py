@@ -1,9 +1,11 @@
 """Trigger backends: what turns active schedules into fired ticks.
 
-The database is the source of truth; a backend is the world the reconciler
-converges towards it, the way the seed's reconciler converges Kubernetes CronJobs
-with the schedules table. A backend answers three questions for the reconciler,
-inside the reconciler's transaction:
+The built-in trigger is no backend at all: each schedule row carries its next fire
+time, written with the schedule, and the `Ticker` fires due schedules straight
+from the table (`ticker.py`). Nothing converges, so nothing can lag.
+
+A backend is for a world outside the database that must be converged towards the
+schedules. `Reconciler(db, backend)` drives one, inside its own transaction:
 
 - `drift(store, now, limit)`: which schedules need their trigger created or
   rewritten (missing, or built from another `schedules.version`), and which
@@ -11,8 +13,7 @@ inside the reconciler's transaction:
 - `upsert(store, triggers, now)`: create or rewrite those triggers;
 - `delete(store, schedule_ids, now)`: remove those triggers.
 
-`needs_ticker` says whether tickwarden's own `Ticker` fires the ticks (the built-in
-backend) or something outside does (a Kubernetes CronJob per schedule).
+`needs_ticker` says whether tickwarden's own `Ticker` still fires the ticks.
 
 The Kubernetes trigger (`TICKWARDEN_TRIGGER=kubernetes`, `triggers.kubernetes`) does
 not go through this seam: its own reconciler (`triggers.kubernetes_reconciler`) converges
@@ -58,10 +59,4 @@ class TriggerBackend(Protocol):
         """Remove the triggers of these schedules; return how many were removed."""
 
 
-def default_backend() -> TriggerBackend:
-    from tickwarden.triggers.builtin import BuiltinTriggerBackend
-
-    return BuiltinTriggerBackend()
-
-
-__all__ = ["DesiredTrigger", "Drift", "TriggerBackend", "default_backend"]
+__all__ = ["DesiredTrigger", "Drift", "TriggerBackend"]
