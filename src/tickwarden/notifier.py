@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tickwarden import metrics
+from tickwarden import metrics, secrets
 from tickwarden.db import Database
 from tickwarden.messages import AlertMessage, render
 from tickwarden.sanitize import sanitize_error
@@ -189,15 +189,16 @@ class Notifier:
                 store.defer_outbox(ctx.outbox_id, self.replica_id, failed_channels[channel.id])
             return None
         transport = self.transports[channel.kind]
-        message = OutgoingMessage(
-            channel=channel,
-            rendered=render(alert_message(ctx, self.dashboard_url)),
-            key=delivery_key(ctx),
-            alert_id=ctx.alert_id,
-            thread=Thread(ctx.thread_key, ctx.parent_ref) if ctx.thread_key else None,
-            sent_at=now,
-        )
         try:
+            message = OutgoingMessage(
+                channel=channel,
+                rendered=render(alert_message(ctx, self.dashboard_url)),
+                key=delivery_key(ctx),
+                alert_id=ctx.alert_id,
+                thread=Thread(ctx.thread_key, ctx.parent_ref) if ctx.thread_key else None,
+                sent_at=now,
+                secret_value=secrets.channel_secret(self.db, channel),
+            )
             delivery = transport.send(message)
         except TransportError as exc:
             if exc.permanent:

@@ -405,3 +405,17 @@ $$;
 REVOKE EXECUTE ON FUNCTION tickwarden_enforce_tenant_isolation() FROM PUBLIC;
 
 SELECT tickwarden_enforce_tenant_isolation();
+
+-- Tenant secrets (encrypted by the application; see secrets.py): `secret:NAME` of a tenant.
+CREATE TABLE tenant_secrets (
+    tenant_id   bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    name        text NOT NULL CHECK (name ~ '^[A-Za-z_][A-Za-z0-9_]{0,63}$'),
+    key_id      text NOT NULL,
+    ciphertext  bytea NOT NULL,
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, name)
+);
+CREATE INDEX tenant_secrets_key_id ON tenant_secrets (key_id);
+
+SELECT tickwarden_enforce_tenant_isolation();

@@ -102,7 +102,7 @@ def test_pause_resume_and_run_now_act_on_the_schedule_and_ledger(server, fleet):
 def test_publishing_creates_a_workflow_with_its_schedule(server, fleet):
     acme, _, _ = fleet
     body = {"environment": "default", "publisher": "ops@acme.test", "cron": "*/5 * * * *",
-            "steps": [{"name": "check", "kind": "sql", "query": "select 1", "database": "env:WAREHOUSE"}]}
+            "steps": [{"name": "check", "kind": "sql", "query": "select 1", "database": "secret:WAREHOUSE"}]}
     with api(server, acme.token) as client:
         created = client.put("/api/tenants/acme/workflows/quality-check", json=body)
         assert created.status_code == 200, created.text

@@ -13,20 +13,34 @@ from typing import Any
 
 import httpx
 
+from tickwarden import outbound
 from tickwarden.transports.base import TransportError
 
 
 def post_json(url: str, data: Any, *, what: str, timeout: float, headers: dict[str, str] | None = None,
-              client: httpx.Client | None = None) -> httpx.Response:
-    """POST `data` as JSON to `url`; return a 2xx answer or raise the TransportError it means."""
-    body = json.dumps(data, separators=(",", ":")).encode()
+              client: httpx.Client | None = None, tenant_owned: bool = False,
+              body: bytes | None = None) -> httpx.Response:
+    """POST `data` (or the already encoded `body`) as JSON to `url`; return a 2xx answer or raise the TransportError it means.
+
+    A URL a tenant chose is checked against the outbound address policy before the
+    request and again at connect time, so DNS cannot be swapped in between.
+    """
+    if body is None:
+        body = json.dumps(data, separators=(",", ":")).encode()
     sent = {"Content-Type": "application/json", "User-Agent": "tickwarden/1", **(headers or {})}
     try:
+        if tenant_owned:
+            outbound.check_url(url)
         if client is not None:
             response = client.post(url, content=body, headers=sent, timeout=timeout)
+        elif tenant_owned:
+            with outbound.guarded_client(timeout) as own:
+                response = own.post(url, content=body, headers=sent)
         else:
             with httpx.Client(timeout=timeout, follow_redirects=False) as own:
                 response = own.post(url, content=body, headers=sent)
+    except outbound.OutboundRefused as exc:
+        raise TransportError(f"the {what} URL was refused: {exc.message}", permanent=True) from None
     except httpx.TimeoutException:
         raise TransportError(f"{what} timed out", permanent=False) from None
     except httpx.HTTPError as exc:

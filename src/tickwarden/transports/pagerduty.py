@@ -29,7 +29,7 @@ from tickwarden.transports.base import (
     Delivery,
     OutgoingMessage,
     TransportError,
-    resolve_secret,
+    channel_secret,
 )
 from tickwarden.transports.http import post_json
 
@@ -86,7 +86,7 @@ class PagerDutyTransport:
 
     def send(self, message: OutgoingMessage) -> Delivery:
         channel = message.channel
-        routing_key = resolve_secret(channel.secret_ref)
+        routing_key = channel_secret(message)
         if not routing_key:
             raise TransportError(f"channel {channel.label} has no secret_ref for its PagerDuty routing key",
                                  permanent=True)
@@ -105,7 +105,8 @@ class PagerDutyTransport:
     def _post(self, message: OutgoingMessage, body: dict[str, Any]) -> None:
         url = str(message.channel.config.get("url") or self.url or DEFAULT_URL)
         timeout = float(message.channel.config.get("timeout") or self.timeout)
-        response = post_json(url, body, what="PagerDuty", timeout=timeout, client=self._client)
+        response = post_json(url, body, what="PagerDuty", timeout=timeout, client=self._client,
+                             tenant_owned=message.channel.tenant_id is not None)
         answer = _json(response)
         if answer.get("status") not in (None, "success"):
             raise TransportError(f"PagerDuty did not accept the event: {answer.get('status')}", permanent=False)

@@ -19,7 +19,7 @@ from tickwarden.transports.base import (
     Delivery,
     OutgoingMessage,
     TransportError,
-    resolve_secret,
+    channel_secret,
 )
 from tickwarden.transports.http import post_json
 
@@ -77,7 +77,7 @@ class TeamsTransport:
 
     def send(self, message: OutgoingMessage) -> Delivery:
         channel = message.channel
-        url = resolve_secret(channel.secret_ref)
+        url = channel_secret(message)
         if not url:
             raise TransportError(f"channel {channel.label} has no secret_ref for its Teams webhook URL",
                                  permanent=True)
@@ -85,7 +85,8 @@ class TeamsTransport:
             raise TransportError(f"channel {channel.label}: its Teams webhook secret is not an http(s) URL",
                                  permanent=True)
         timeout = float(channel.config.get("timeout") or self.timeout)
-        response = post_json(url, card(message), what="Teams", timeout=timeout, client=self._client)
+        response = post_json(url, card(message), what="Teams", timeout=timeout, client=self._client,
+                             tenant_owned=channel.tenant_id is not None)
         if THROTTLED in response.text:
             raise TransportError("Teams throttled the webhook (HTTP error 429)", permanent=False)
         thread = message.thread.key if message.thread else f"alert-{message.alert_id}"

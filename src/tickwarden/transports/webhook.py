@@ -13,7 +13,8 @@ connections are retried; any other 4xx is permanent and disables the channel.
 
 Channel config: `url` (required), `timeout` (seconds), `headers` (extra,
 non-secret headers). The signing key comes from the channel's `secret_ref`;
-without one the body is sent unsigned.
+without one the body is sent unsigned. A tenant's webhook may only reach addresses
+the outbound policy allows (`outbound.py`); redirects are never followed.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from tickwarden.clock import isoformat_z
-from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, config_value, resolve_secret
+from tickwarden.transports.base import Delivery, OutgoingMessage, channel_secret, config_value
+from tickwarden.transports.http import post_json
 
 SIGNATURE_HEADER = "X-Tickwarden-Signature"
 TIMESTAMP_HEADER = "X-Tickwarden-Timestamp"
@@ -64,7 +66,7 @@ class WebhookTransport:
     def send(self, message: OutgoingMessage) -> Delivery:
         channel = message.channel
         url = str(config_value(channel, "url"))
-        secret = resolve_secret(channel.secret_ref)
+        secret = channel_secret(message)
         timestamp = str(int(message.sent_at.timestamp()))
         thread_key = message.thread.key if message.thread else f"alert-{message.alert_id}"
         body_data = {**message.rendered.payload, "thread": thread_key, "delivery": message.key,
@@ -81,29 +83,6 @@ class WebhookTransport:
             headers[SIGNATURE_HEADER] = sign(secret, body)
             headers.update(standard_headers(secret, message.key, message.sent_at, body))
         timeout = float(channel.config.get("timeout") or self.timeout)
-        try:
-            if self._client is not None:
-                response = self._client.post(url, content=body, headers=headers, timeout=timeout)
-            else:
-                with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-                    response = client.post(url, content=body, headers=headers)
-        except httpx.TimeoutException:
-            raise TransportError("the webhook timed out", permanent=False) from None
-        except httpx.HTTPError as exc:
-            raise TransportError(f"the webhook is unreachable: {type(exc).__name__}", permanent=False) from None
-        status = response.status_code
-        if 200 <= status < 300:
-            return Delivery(message_id=message.key, thread_key=thread_key)
-        if status in (408, 429) or status >= 500:
-            retry_after = _retry_after(response.headers.get("Retry-After"))
-            raise TransportError(f"the webhook answered HTTP {status}", permanent=False, retry_after=retry_after)
-        raise TransportError(f"the webhook answered HTTP {status}", permanent=True)
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date: the back-off decides
+        post_json(url, None, what="webhook", timeout=timeout, headers=headers, client=self._client,
+                  tenant_owned=channel.tenant_id is not None, body=body)
+        return Delivery(message_id=message.key, thread_key=thread_key)
