@@ -157,6 +157,8 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
             spec = planned.spec
             tenant_id = tenant_ids[planned.tenant]
             label = f"{planned.tenant}/{spec.name}"
+            if spec.archived and _already_archived(store, planned.tenant, spec.name, report):
+                continue  # re-applying an archived workflow's file changes nothing
             existing = store.get_workflow_by_name(planned.tenant, spec.name)
             current = store.get_schedule_for_workflow(existing.id) if existing else None
             if current is not None and current.status == "paused" and spec.schedule.status == "active":
@@ -174,6 +176,8 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
                 policy_overrides=planned.policy,
                 shadow=spec.shadow,
             )
+            if spec.archived and _archive(store, applied.id, "apply", now) is not None:
+                applied = Applied(applied.kind, applied.id, "created" if applied.change == "created" else "updated")
             report.add(applied, label)
             report.add(store.apply_schedule(
                 tenant_id=tenant_id, workflow_id=applied.id, cron=spec.schedule.cron,
@@ -184,7 +188,24 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
         if dry_run:
             raise _DryRun
         if report.created or report.updated:
-            store.notify_wake("ticker")  # sooner than its next pass; correct without it
+            _wake_trigger(store)  # sooner than its next pass; correct without it
+
+
+def _wake_trigger(store: Store) -> None:
+    """Wake whichever trigger runs: the built-in ticker, or the Kubernetes trigger's reconciler."""
+    store.notify_wake("ticker")
+    store.notify_wake("reconciler")
+
+
+def _already_archived(store: Store, tenant: str, workflow: str, report: ApplyReport) -> bool:
+    found = store.get_workflow_by_name(tenant, workflow)
+    if found is None or found.archived_at is None:
+        return False
+    report.add(Applied("workflow", found.id, "unchanged"))
+    schedule = store.get_schedule_for_workflow(found.id)
+    if schedule is not None:
+        report.add(Applied("schedule", schedule.id, "unchanged"))
+    return True
 
 
 def parse_ref(ref: str) -> tuple[str, str]:
@@ -234,12 +255,17 @@ def archive(db: Database, tenant: str, workflow: str, now: datetime, actor: str 
     """
     with db.transaction() as store:
         found = find_workflow(store, tenant, workflow)
-        archived = store.archive_workflow(found.id, now)
-        if archived is None:  # already archived: nothing to do
-            return found
-        store.notify_wake("reconciler")
-        alerts.note_paused(store, found.id, actor, now, alerts.ARCHIVED_NOTE)
-        return archived
+        archived = _archive(store, found.id, actor, now)
+        return archived or found
+
+
+def _archive(store: Store, workflow_id: int, actor: str, now: datetime) -> Workflow | None:
+    """The one write that archives a workflow; None when it already was archived."""
+    archived = store.archive_workflow(workflow_id, now)
+    if archived is not None:
+        _wake_trigger(store)  # the reconciler deletes its CronJob; the ticker simply stops seeing it
+        alerts.note_paused(store, workflow_id, actor, now, alerts.ARCHIVED_NOTE)
+    return archived
 
 
 def resume(db: Database, tenant: str, workflow: str, now: datetime) -> Schedule:
@@ -255,7 +281,7 @@ def _set_status(db: Database, tenant: str, workflow: str, status: str, now: date
             raise Conflict(f"Workflow {tenant}/{workflow} is archived; apply its file again to restore it.")
         changed = store.set_schedule_status(schedule, status, now)
         if changed:
-            store.notify_wake("ticker")
+            _wake_trigger(store)
             if status == "paused":
                 alerts.note_paused(store, found.id, actor, now)
         return changed or schedule

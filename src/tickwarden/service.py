@@ -76,10 +76,22 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
     from tickwarden.reaper import LeaseReaper
     from tickwarden.retention import RetentionSweeper
     from tickwarden.ticker import Ticker
+    from tickwarden.triggers.kubernetes import trigger_mode
 
     options = options or ServiceOptions()
+    if trigger_mode() == "kubernetes":  # CronJobs fire the ticks; the reconciler converges them
+        from tickwarden.triggers.kubernetes_reconciler import KubernetesReconciler
+
+        reconciler = KubernetesReconciler.from_environment(db)
+        trigger: list[Loop] = [reconciler]
+        if reconciler.settings.retries == "jobs":
+            from tickwarden.triggers.kubernetes_retries import RetryJobLauncher
+
+            trigger.append(RetryJobLauncher(db, reconciler.api.jobs(), reconciler.settings))
+    else:
+        trigger = [Ticker(db, batch=options.ticker_batch)]
     return [
-        Ticker(db, batch=options.ticker_batch),
+        *trigger,
         LeaseReaper(db, server_restarts=True),
         OutcomePoller(db, replica_id),
         DeadlineDetector(db),

@@ -120,6 +120,7 @@ class WorkflowSpec(_Model):
     monitoring: bool = True
     policy: dict[str, Any] = Field(default_factory=dict)
     shadow: bool = False
+    archived: bool = False  # no more ticks; runs and alerts stay readable; false (or absent) restores it
     steps: list[StepSpec] = Field(min_length=1, max_length=100)
 
 

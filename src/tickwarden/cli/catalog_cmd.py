@@ -127,6 +127,15 @@ def pause_command(
     console.print(f"{tenant}/{workflow} is paused")
 
 
+@app.command("archive")
+def archive_command(ref: Ref) -> None:
+    """Archive a workflow: no more ticks, its history stays readable; apply its file again to restore it."""
+    tenant, workflow = catalog.parse_ref(ref)
+    with _db() as db:
+        catalog.archive(db, tenant, workflow, WallClock().now())
+    console.print(f"{tenant}/{workflow} is archived")
+
+
 @app.command("resume")
 def resume_command(ref: Ref) -> None:
     """Resume a paused schedule: it ticks again from its next fire time."""

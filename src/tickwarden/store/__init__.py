@@ -12,6 +12,7 @@ from tickwarden.store.catalog import CatalogStore
 from tickwarden.store.erasure import ErasureStore
 from tickwarden.store.execution import ExecutionStore
 from tickwarden.store.heartbeat import HeartbeatStore
+from tickwarden.store.kubernetes import KubernetesStore
 from tickwarden.store.ledger import LedgerStore, TickRequest
 from tickwarden.store.monitoring import MonitoringStore
 from tickwarden.store.outbox import OutboxStore
@@ -22,7 +23,7 @@ from tickwarden.store.trigger import TriggerStore
 
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
-            TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore):
+            TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore):
     """All store operations, bound to one connection and its transaction."""
 
 

@@ -5,9 +5,7 @@ time, written with the schedule, and the `Ticker` fires due schedules straight
 from the table (`ticker.py`). Nothing converges, so nothing can lag.
 
 A backend is for a world outside the database that must be converged towards the
-schedules, the way the seed's reconciler converges Kubernetes CronJobs with the
-schedules table (`TICKWARDEN_TRIGGER=kubernetes`, in `triggers/kubernetes.py`).
-`Reconciler(db, backend)` drives one, inside its own transaction:
+schedules. `Reconciler(db, backend)` drives one, inside its own transaction:
 
 - `drift(store, now, limit)`: which schedules need their trigger created or
   rewritten (missing, or built from another `schedules.version`), and which
@@ -15,11 +13,12 @@ schedules table (`TICKWARDEN_TRIGGER=kubernetes`, in `triggers/kubernetes.py`).
 - `upsert(store, triggers, now)`: create or rewrite those triggers;
 - `delete(store, schedule_ids, now)`: remove those triggers.
 
-`needs_ticker` says whether tickwarden's own `Ticker` still fires the ticks; a
-CronJob backend says False: its jobs record their ticks with `store.create_tick_runs`
-(the same `ON CONFLICT DO NOTHING` insert, so a CronJob firing twice still makes one
-run). The deadline detector arms each schedule's watermark from when it was written,
-so a backend that converges late must not fire ticks from before its trigger existed.
+`needs_ticker` says whether tickwarden's own `Ticker` still fires the ticks.
+
+The Kubernetes trigger (`TICKWARDEN_TRIGGER=kubernetes`, `triggers.kubernetes`) does
+not go through this seam: its own reconciler (`triggers.kubernetes_reconciler`) converges
+one CronJob per schedule straight from the schedules table, outside any database
+transaction, and the CronJobs' pods record the ticks (docs/kubernetes.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Workflows and their schedules: list, detail, publish, pause, resume, run now, profile, runs."""
+"""Workflows and their schedules: list, detail, publish, pause, resume, archive, run now, profile, runs."""
 
 from __future__ import annotations
 
@@ -127,6 +127,14 @@ def pause_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) ->
 def resume_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.WorkflowOut:
     find_workflow(scope, tenant, workflow)
     catalog.resume(scope.db, tenant, workflow, scope.clock.now())
+    return convert.workflow_out(find_workflow(scope, tenant, workflow), scope.clock.now())
+
+
+@router.post("/api/tenants/{tenant}/workflows/{workflow}/archive", response_model=s.WorkflowOut,
+             summary="Archive a workflow: no more ticks; its runs and alerts stay readable")
+def archive_workflow_and_show(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.WorkflowOut:
+    find_workflow(scope, tenant, workflow)
+    catalog.archive(scope.db, tenant, workflow, scope.clock.now(), actor=scope.principal.actor)
     return convert.workflow_out(find_workflow(scope, tenant, workflow), scope.clock.now())
 
 
