@@ -219,7 +219,7 @@ def _simulate(name: str) -> dict[str, Any]:
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
 def main() -> None:
@@ -255,7 +255,7 @@ def main() -> None:
     context = (scenario, incidents, classes, cadences, observable)
     results: dict[str, dict[str, Any]] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs), initializer=_init, initargs=(context,)) as pool:
-        for name, result in zip(names, pool.map(_simulate, names)):
+        for name, result in zip(names, pool.map(_simulate, names), strict=True):
             results[name] = result
             print(f"  simulated {name}: {result['runs']:,} runs in {result['wall']:.0f} s — "
                   f"{result['messages']:,} messages, recall {result['detected']}/{result['genuine']}, "

@@ -25,7 +25,6 @@ import argparse
 import multiprocessing as mp
 import statistics
 import time
-from datetime import timedelta
 
 from benchmarks.common import BENCH_URL, EPOCH, bench_schema, connect, report
 
@@ -68,7 +67,7 @@ def load_outcomes(schema: str, workflows: int, history: int, outcomes: int) -> i
         conn.execute("DELETE FROM notification_outbox")
         conn.execute("DELETE FROM alerts")
         conn.execute("DELETE FROM runs WHERE scheduled_for > %(e)s::timestamptz + %(h)s * "
-                     f"(ARRAY[300, 3600, 86400])[1 + workflow_id %% 3] * interval '1 second'",
+                     "(ARRAY[300, 3600, 86400])[1 + workflow_id %% 3] * interval '1 second'",
                      {"e": EPOCH, "h": history})
         conn.execute(
             f"""INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
@@ -91,7 +90,7 @@ def load_outcomes(schema: str, workflows: int, history: int, outcomes: int) -> i
                       created_at, started_at, coalesce(finished_at, started_at + interval '1 minute'), true,
                       error_category, error
                  FROM runs WHERE scheduled_for > %(e)s::timestamptz + %(h)s * """
-            f"""(ARRAY[300, 3600, 86400])[1 + workflow_id %% 3] * interval '1 second'""",
+            """(ARRAY[300, 3600, 86400])[1 + workflow_id %% 3] * interval '1 second'""",
             {"e": EPOCH, "h": history}).rowcount
         conn.commit()
         conn.autocommit = True
