@@ -192,14 +192,16 @@ def raw_claims(cases: list[tuple[int, int]], seconds: float, rows: int) -> dict[
 
     The floor of any PostgreSQL queue on this machine: one statement per claim on a bare
     job table with one partial index, no ledger and no rows to move. Each case starts
-    from a freshly filled table, so that none pays for the dead rows of the one before.
+    from a freshly filled table, so that none pays for the dead rows of the one before; the
+    table holds `rows`, or fewer for small claims, which cannot drain as many in the time.
     """
     result = {}
     for clients, limit in cases:
+        fill = min(rows, limit * 50_000)
         with bench_schema("benchpeer") as schema:
             with connect(schema) as conn:
                 conn.execute("CREATE TABLE peer_jobs (id bigint PRIMARY KEY, status text NOT NULL)")
-                conn.execute("INSERT INTO peer_jobs SELECT g, 'todo' FROM generate_series(1, %s) g", (rows,))
+                conn.execute("INSERT INTO peer_jobs SELECT g, 'todo' FROM generate_series(1, %s) g", (fill,))
                 conn.execute("CREATE INDEX ON peer_jobs (id) WHERE status = 'todo'")
                 conn.commit()
                 conn.autocommit = True
