@@ -50,10 +50,10 @@ def main() -> None:
     # The target speaks of 1,000 workflows over one virtual day; no floor or peer can backtest.
     at_size = args.workflows == 1000 and args.hours == 24
     finish("simulate figures", [
-        Figure(f"simulate {args.workflows:,} workflows x {args.hours} virtual hours, wall", wall, "s",
+        Figure(f"{args.workflows:,} workflows x {args.hours} virtual hours, wall", wall, "s",
                target=Target("<", 5) if at_size else None),
-        Figure(f"simulate {args.workflows:,} workflows x {args.hours} virtual hours, client CPU", cpu, "s"),
-        Figure(f"simulate {args.workflows:,} workflows x {args.hours} virtual hours, runs", len(outcome.runs), "runs"),
+        Figure(f"{args.workflows:,} workflows x {args.hours} virtual hours, client CPU", cpu, "s"),
+        Figure(f"{args.workflows:,} workflows x {args.hours} virtual hours, runs", len(outcome.runs), "runs"),
     ], args.json)
 
 
