@@ -15,6 +15,7 @@ import asyncio
 import importlib.util
 import multiprocessing as mp
 import time
+from typing import Any
 
 from benchmarks import common
 from benchmarks.common import BENCH_URL, Figure, bench_schema, finish, progress, rate
@@ -39,7 +40,7 @@ def _span() -> tuple[int, float, float]:
     return (int(_SPAN[2]), _SPAN[0], _SPAN[1]) if _SPAN else (0, time.perf_counter(), time.perf_counter())
 
 
-def _procrastinate_app(schema: str):  # type: ignore[no-untyped-def]
+def _procrastinate_app(schema: str) -> tuple[Any, Any]:
     import procrastinate
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(
