@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -13,7 +14,11 @@ from tickwarden.clock import VirtualClock
 from tickwarden.db import Database
 from tickwarden.migrate import upgrade
 
-from tests.dbutil import TEST_URL, drop_schema, make_schema
+# Fake receivers listen on loopback: allow it for tenant channels, as a local setup would
+# (tests of the outbound policy itself set their own value).
+os.environ.setdefault("TICKWARDEN_ALLOW_PRIVATE_URLS", "127.0.0.0/8")
+
+from tests.dbutil import TEST_URL, drop_database, drop_schema, make_database, make_schema
 
 
 @pytest.fixture
@@ -57,3 +62,11 @@ def counted(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(db, "transaction", transaction)
     return opened
+
+
+@pytest.fixture
+def tenant_database() -> Iterator[str]:
+    """A second database on the same server: a tenant's own, not the platform's."""
+    url = make_database()
+    yield url
+    drop_database(url)

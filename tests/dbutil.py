@@ -25,3 +25,19 @@ def make_schema(prefix: str = "t") -> str:
 def drop_schema(name: str) -> None:
     with psycopg.connect(TEST_URL, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def make_database(prefix: str = "tenantdb") -> str:
+    """Create a separate, empty database (a tenant's own) and return its URL."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+    name = f"{prefix}_{worker}_{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(TEST_URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+    return TEST_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1].split("?")[0]
+    with psycopg.connect(TEST_URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

@@ -5,11 +5,18 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from tickwarden import secrets
 from tickwarden.db import Database
 from tickwarden.models import Run, Workflow
 from tickwarden.store import TickRequest
 
 SECRET = "test-signing-key"
+
+
+def set_secret(db: Database, tenant_id: int, name: str, value: str, now: datetime) -> None:
+    """Store a tenant secret the way `tickwarden secrets set` does, sealed with the test key."""
+    with db.transaction() as store:
+        secrets.set_secret(store, secrets.Keyring(SECRET), tenant_id, name, value, now)
 
 
 def python_step(name: str, call: str, *, depends_on: list[str] | None = None, params: dict[str, Any] | None = None,

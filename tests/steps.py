@@ -63,3 +63,43 @@ def interpreter(params, inputs):
     import sys
 
     return {"executable": sys.executable, "has_tickwarden": "tickwarden" in sys.modules}
+
+
+def probe_platform(params, inputs):
+    """Try every way a hostile step might reach the worker's secrets; report what it got."""
+    import hashlib
+
+    found = {"environ": dict(os.environ)}
+    for label, path in (("proc_environ", f"/proc/{params['worker_pid']}/environ"),
+                        ("key_file", params["key_file"]), ("data_file", params["data_file"])):
+        try:
+            found[label] = Path(path).read_bytes().decode(errors="replace")
+        except OSError as exc:
+            found[label] = f"refused: {type(exc).__name__}"
+    try:
+        found["data_dir"] = sorted(os.listdir(params["data_dir"]))
+    except OSError as exc:
+        found["data_dir"] = f"refused: {type(exc).__name__}"
+    found["uid"] = os.getuid()
+    found["cwd"] = os.getcwd()
+    token = os.environ.get("API_TOKEN")
+    found["declared_digest"] = hashlib.sha256(token.encode()).hexdigest()[:12] if token else None
+    return found
+
+
+def run_key(params, inputs):
+    found = {k: os.environ.get(k) for k in ("TICKWARDEN_RUN_KEY", "TICKWARDEN_ATTEMPT")}
+    # One character at a time, so the test can check the credential it was handed
+    # (whole, it is scrubbed from the stored output like every value a step is given).
+    found["chars"] = list(os.environ.get("TICKWARDEN_RUN_CREDENTIAL", ""))
+    return found
+
+
+def leak(params, inputs):
+    """Print, return and raise with credentials, the way careless customer code does."""
+    given = os.environ.get(params.get("echo", ""), "")
+    print(params["text"])
+    print(f"connecting with {given}")
+    if params.get("succeed"):
+        return {"note": params["text"], "used": given}
+    raise RuntimeError(f"{params['text']} (used {given})")

@@ -6,8 +6,8 @@ the injected clock, and that the user still exists in that tenant and is active.
 A deactivated or missing publisher is a permanent `auth` failure, never retried.
 
 The signing key is `TICKWARDEN_SECRET_KEY`; without it, a key generated once into
-the data directory. A worker verifies the credentials it issues, so per-machine keys
-work; share one key when another component must verify them too.
+the data directory. The secret store derives its own key from the same one
+(`secrets.derive_key`), so every process that reads tenant secrets must share it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import os
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner
@@ -57,7 +57,9 @@ def secret_key(directory: Path | None = None) -> str:
     if configured:
         return configured
     root = directory or data_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    # 0700: the data directory holds this key and the embedded database, and an
+    # environment process (another uid) must not even list it.
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = root / KEY_FILE
     if not path.exists():
         candidate = secrets.token_urlsafe(32)
@@ -110,3 +112,50 @@ def authenticate(publisher: User | None, tenant_id: int, now: datetime, key: str
     if not publisher.active:
         raise AuthError("the publisher of this workflow is deactivated")
     return identity
+
+
+RUN_SALT = "tickwarden.run"
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """What identifies one execution to the customer's code: (tenant, workflow, scheduled_for, attempt).
+
+    `idempotency_key` leaves the attempt out on purpose: a retry or a redelivery of the
+    same tick must be recognised as the same write.
+    """
+
+    tenant: str
+    workflow: str
+    scheduled_for: datetime
+    attempt: int
+    publisher: str
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.tenant}/{self.workflow}/{self.scheduled_for.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def issue_run_credential(run: RunKey, now: datetime, key: str) -> str:
+    """Return a short-lived signed credential naming the tenant, the publisher and the run key."""
+    payload = json.dumps({"tenant": run.tenant, "workflow": run.workflow, "publisher": run.publisher,
+                          "scheduled_for": run.idempotency_key.rsplit("/", 1)[1], "attempt": run.attempt},
+                         separators=(",", ":"), sort_keys=True)
+    return _RunSigner(key, now).sign(payload).decode()
+
+
+def verify_run_credential(token: str, now: datetime, key: str, max_age: int = CREDENTIAL_SECONDS) -> dict:
+    """Check a run credential's signature and age at `now`; return what it names."""
+    try:
+        raw = _RunSigner(key, now).unsign(token, max_age=max_age)
+    except SignatureExpired:
+        raise AuthError("the run credential has expired") from None
+    except BadSignature:
+        raise AuthError("the run credential is not validly signed") from None
+    return json.loads(raw)
+
+
+class _RunSigner(_Signer):
+    def __init__(self, key: str | bytes, now: datetime):
+        TimestampSigner.__init__(self, key, salt=RUN_SALT)
+        self._now = now

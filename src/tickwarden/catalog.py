@@ -2,8 +2,9 @@
 
 `apply_file` turns a validated workflow file into upserts, all in one transaction;
 `pause`, `resume` and `run_now` act on one workflow named `TENANT/WORKFLOW`.
-Pausing and resuming only change the schedule and its version: the reconciler
-converges the trigger with it, and the ticker never fires a paused schedule.
+A schedule's write sets its next fire time in the same statement (`store.apply_schedule`,
+`store.set_schedule_status`), so the ticker fires it from its next pass; the wake-up
+sent with the commit only makes that pass come sooner.
 """
 
 from __future__ import annotations
@@ -62,17 +63,18 @@ class ApplyReport:
 
 @dataclass(frozen=True)
 class Budget:
-    """What a tick (or manual run) of a workflow gets: retries and the timeout its deadline assumes."""
+    """What a tick (or manual run) of a workflow gets: retries, their backoffs and the timeout its deadline assumes."""
 
     retries: int
     timeout_seconds: int
     interval_seconds: int
+    backoffs: tuple[int, ...] = ()
 
     def deadline(self, scheduled_for: datetime) -> datetime:
         return profile.run_deadline(
             scheduled_for,
             timeout_seconds=self.timeout_seconds,
-            retries=self.retries,
+            backoffs=self.backoffs,
             interval_seconds=self.interval_seconds,
         )
 
@@ -80,9 +82,9 @@ class Budget:
 @functools.lru_cache(maxsize=4096)
 def _budget(cadence_seconds: int, overrides_json: str, monitoring_enabled: bool, timeout_seconds: int | None) -> Budget:
     derived = profile.derive_profile(cadence_seconds, json.loads(overrides_json))
-    retries = derived.retries if monitoring_enabled else 0
+    backoffs = derived.backoffs() if monitoring_enabled else ()
     timeout = timeout_seconds or profile.default_timeout_seconds(cadence_seconds)
-    return Budget(retries=retries, timeout_seconds=timeout, interval_seconds=cadence_seconds)
+    return Budget(retries=len(backoffs), timeout_seconds=timeout, interval_seconds=cadence_seconds, backoffs=backoffs)
 
 
 def budget_for(
@@ -90,7 +92,7 @@ def budget_for(
 ) -> Budget:
     """Return the retry budget and timeout of a workflow; cached, since a fleet shares few profiles.
 
-    Retries come from the profile when monitoring is on, else none; the timeout is
+    Retries and their backoffs come from the profile when monitoring is on, else none; the timeout is
     the workflow's own or the profile's default for its cadence.
     """
     text = overrides if isinstance(overrides, str) else json.dumps(overrides or {}, sort_keys=True)
@@ -149,7 +151,7 @@ def apply_file(db: Database, path: str | Path, now: datetime) -> ApplyReport:
                 starting_deadline_seconds=spec.schedule.starting_deadline_seconds, now=now,
             ))
         if report.created or report.updated:
-            store.notify_wake("reconciler")  # schedule changes take effect now, not at the next poll
+            store.notify_wake("ticker")  # sooner than its next pass; correct without it
     return report
 
 
@@ -200,9 +202,9 @@ def _set_status(db: Database, tenant: str, workflow: str, status: str, now: date
         found, schedule = find_schedule(store, tenant, workflow)
         if found.archived_at is not None:
             raise Conflict(f"Workflow {tenant}/{workflow} is archived; apply its file again to restore it.")
-        changed = store.set_schedule_status(found.id, status, now)
+        changed = store.set_schedule_status(schedule, status, now)
         if changed:
-            store.notify_wake("reconciler")
+            store.notify_wake("ticker")
         return changed or schedule
 
 
@@ -219,6 +221,7 @@ def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_b
             tenant_id=found.tenant_id,
             workflow_id=found.id,
             retry_budget=budget.retries,
+            retry_backoff_seconds=list(budget.backoffs),
             deadline_at=budget.deadline(now),
             now=now,
             requested_by=requested_by,

@@ -37,7 +37,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from tickwarden import evaluator
+from tickwarden import evaluator, metrics
 from tickwarden.cadence import HORIZON, CronSchedule, parse_schedule
 from tickwarden.db import Database
 from tickwarden.evaluator import EvaluationReport
@@ -143,6 +143,7 @@ class DeadlineDetector:
 
     def run_once(self, now: datetime) -> datetime:
         self.last = self.detect(now)
+        metrics.current().runs_closed("missed", len(self.last.overdue_runs) + len(self.last.missed_ticks))
         if self.last.full:
             return now + timedelta(seconds=1)
         return now + self.interval

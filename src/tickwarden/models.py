@@ -275,3 +275,34 @@ class AttemptStep:
     output: Any
     error: str | None
     tenant_id: int | None = None
+
+
+@dataclass(frozen=True)
+class SecretInfo:
+    """A tenant secret as anyone but the run that uses it sees it: a name, never a value."""
+
+    tenant_id: int
+    name: str
+    key_id: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class SealedSecret:
+    """A tenant secret as stored: encrypted, bound to its tenant and name."""
+
+    tenant_id: int
+    name: str
+    key_id: str
+    ciphertext: bytes
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """A run as the step's own code may name it: the run key's parts."""
+
+    tenant: str
+    workflow: str
+    scheduled_for: datetime
+    manual: bool

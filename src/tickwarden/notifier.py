@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tickwarden import metrics, secrets
 from tickwarden.db import Database
 from tickwarden.messages import AlertMessage, render
 from tickwarden.sanitize import sanitize_error
@@ -162,8 +163,10 @@ class Notifier:
                 try:
                     outcome = self._deliver(ctx, now, failed_channels)
                 except Exception:  # a fault on one row must not stop the pass; its lease will expire
-                    log.exception("notification %d could not be processed", ctx.outbox_id)
+                    log.exception("notification %d could not be processed", ctx.outbox_id,
+                                  extra={"alert_id": ctx.alert_id, "outbox_id": ctx.outbox_id})
                     continue
+                metrics.current().notification_outcome(ctx, outcome, now)
                 if outcome:
                     counts[outcome] += 1
         self.last_pass = PassReport(**counts)
@@ -186,15 +189,16 @@ class Notifier:
                 store.defer_outbox(ctx.outbox_id, self.replica_id, failed_channels[channel.id])
             return None
         transport = self.transports[channel.kind]
-        message = OutgoingMessage(
-            channel=channel,
-            rendered=render(alert_message(ctx, self.dashboard_url)),
-            key=delivery_key(ctx),
-            alert_id=ctx.alert_id,
-            thread=Thread(ctx.thread_key, ctx.parent_ref) if ctx.thread_key else None,
-            sent_at=now,
-        )
         try:
+            message = OutgoingMessage(
+                channel=channel,
+                rendered=render(alert_message(ctx, self.dashboard_url)),
+                key=delivery_key(ctx),
+                alert_id=ctx.alert_id,
+                thread=Thread(ctx.thread_key, ctx.parent_ref) if ctx.thread_key else None,
+                sent_at=now,
+                secret_value=secrets.channel_secret(self.db, channel),
+            )
             delivery = transport.send(message)
         except TransportError as exc:
             if exc.permanent:
@@ -231,7 +235,8 @@ class Notifier:
                                              next_attempt_at=next_at, max_tries=self.max_tries)
         if status == "dead":
             log.warning("gave up on notification %d to %s after %d tries: %s",
-                        ctx.outbox_id, ctx.channel.label, ctx.tries + 1, sanitize_error(error))
+                        ctx.outbox_id, ctx.channel.label, ctx.tries + 1, sanitize_error(error),
+                        extra={"alert_id": ctx.alert_id, "outbox_id": ctx.outbox_id, "channel_id": ctx.channel.id})
             return "dead"
         return "retried" if status else None
 
@@ -240,7 +245,8 @@ class Notifier:
         with self.db.transaction() as store:
             store.mark_outbox_dead(ctx.outbox_id, self.replica_id, reason)
             store.disable_notification_channel(channel.id, reason, now)
-        log.error("disabled notification channel %s: %s", channel.label, reason)
+        log.error("disabled notification channel %s: %s", channel.label, reason,
+                  extra={"alert_id": ctx.alert_id, "channel_id": channel.id})
         return "disabled_channels"
 
 

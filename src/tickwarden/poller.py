@@ -11,7 +11,8 @@ One pass:
    and an attempt is marked processed at claim time, so a fault further down is
    logged once and never reprocessed forever (the next run is evaluated afresh).
 2. In the same transaction, hand runs now `pending_retry` to the retry engine
-   (one statement for the batch) and commit.
+   (one statement for the batch), which queues each next attempt with its
+   not-before time (the profile's backoff for categories time can heal), and commit.
 3. Evaluate, in the same transaction under a savepoint, the workflows of runs with
    a verdict, once per workflow per batch, set-based: every failure (failed,
    missed), and a success only when its workflow has an open alert to resolve (a
@@ -19,7 +20,10 @@ One pass:
    evaluation faults, the savepoint is rolled back, the claim still commits, and
    the workflows are evaluated one per transaction, each fault logged once.
 4. Wake again after `interval_seconds`, or after one second when the batch was
-   full (more is waiting).
+   full (more is waiting). The statements that finish an attempt (the worker's
+   `finish_attempts`, the reaper's `expire_leases`) notify `poller` as they commit,
+   so a retry or a verdict waits for no poll; the interval only bounds the delay
+   when a notification is lost.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from tickwarden import evaluator, retries
+from tickwarden import evaluator, metrics, retries
 from tickwarden.db import Database
 from tickwarden.categories import is_retryable
 from tickwarden.evaluator import EvaluationReport
@@ -43,6 +47,7 @@ class PollResult:
     claimed: int = 0
     finished_at: list[datetime] = field(default_factory=list)  # of each claimed attempt: decision latency
     retried: list[int] = field(default_factory=list)
+    retry_due: list[datetime] = field(default_factory=list)  # when each launched retry may start
     evaluation: EvaluationReport = field(default_factory=EvaluationReport)
 
 
@@ -81,6 +86,7 @@ class OutcomePoller:
                 check_retryable=any(not is_retryable(c.run_error_category or "") for c in pending),
             )
             result.retried = outcome.launched
+            result.retry_due = outcome.due
             # A failure always needs a decision; a success only when it may resolve an open
             # alert (with no alert open, a success cannot open one: failures since it are none).
             workflows = {
@@ -90,6 +96,7 @@ class OutcomePoller:
             }
             workflows |= {workflow_id for _, workflow_id in outcome.failed}
             result.evaluation, redo = evaluator.evaluate_batch(store, workflows, now)
+        metrics.current().retries_decided(outcome)
         if redo:
             result.evaluation.merge(evaluator.evaluate_each(self.db, redo, now))
         return result

@@ -6,16 +6,19 @@ tomorrow, so a failure there warrants immediate retries and a fast, severe alert
 
 Default profile by cadence band (the interval is `cadence.cadence_of`):
 
-| band      | interval          | retries | alert after | first severity | escalation × cadence | escalate at failures |
-|-----------|-------------------|---------|-------------|----------------|----------------------|----------------------|
-| frequent  | ≤ 15 min          | 0       | 3           | warning        | 6                    | 6                    |
-| hourly    | ≤ 2 h             | 1       | 2           | warning        | 4                    | 4                    |
-| intraday  | < 20 h            | 2       | 1           | warning        | 2                    | 2                    |
-| daily     | < 6.5 days        | 2       | 1           | critical       | 1                    | 1                    |
-| weekly    | ≥ 6.5 days        | 3       | 1           | critical       | 1                    | 1                    |
+| band      | interval          | retries | backoff (s)   | alert after | first severity | escalation × cadence | escalate at failures |
+|-----------|-------------------|---------|---------------|-------------|----------------|----------------------|----------------------|
+| frequent  | ≤ 15 min          | 0       | —             | 3           | warning        | 6                    | 6                    |
+| hourly    | ≤ 2 h             | 1       | 30            | 2           | warning        | 4                    | 4                    |
+| intraday  | < 20 h            | 2       | 60, 300       | 1           | warning        | 2                    | 2                    |
+| daily     | < 6.5 days        | 3       | 60, 300, 900  | 1           | critical       | 1                    | 1                    |
+| weekly    | ≥ 6.5 days        | 3       | 60, 300, 900  | 1           | critical       | 1                    | 1                    |
 
 Along the bands retries never decrease, the threshold never increases and the
-severity never softens: rarer means more recovery and faster escalation. A warning
+severity never softens: rarer means more recovery and faster escalation. Retry n
+waits `backoff[n]` after attempt n failed (the last entry repeats), but only when
+the failure's category is one that time can heal (`retries.PATIENT_CATEGORIES`); a
+deterministic error in customer code is retried at once, so it still pages fast. A warning
 is promoted to critical at `opened_at + escalation_multiplier × cadence` (cadence
 captured when the alert opens), or as soon as the consecutive confirmed failures
 reach `escalate_after`, whichever comes first.
@@ -26,16 +29,20 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tickwarden.errors import InvalidPolicy
 
 Severity = Literal["warning", "critical"]
-
-# Default interval at which the outcome poller runs; deadlines leave room for it.
-POLL_INTERVAL_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -47,15 +54,19 @@ class Band:
     first_severity: Severity
     escalation_multiplier: float
     escalate_after: int
+    backoff_seconds: tuple[int, ...]
     inclusive: bool = True
 
 
+# Backoffs grow with the cadence: a daily job rides out a ten-minute warehouse outage
+# (1 + 5 + 15 minutes between its attempts) where an hourly one, whose next tick is
+# near, waits only half a minute before its single retry.
 BANDS: tuple[Band, ...] = (
-    Band("frequent", 15 * 60, 0, 3, "warning", 6.0, 6),
-    Band("hourly", 2 * 3600, 1, 2, "warning", 4.0, 4),
-    Band("intraday", 20 * 3600, 2, 1, "warning", 2.0, 2, inclusive=False),
-    Band("daily", 6.5 * 86400, 2, 1, "critical", 1.0, 1, inclusive=False),
-    Band("weekly", math.inf, 3, 1, "critical", 1.0, 1),
+    Band("frequent", 15 * 60, 0, 3, "warning", 6.0, 6, ()),
+    Band("hourly", 2 * 3600, 1, 2, "warning", 4.0, 4, (30,)),
+    Band("intraday", 20 * 3600, 2, 1, "warning", 2.0, 2, (60, 300), inclusive=False),
+    Band("daily", 6.5 * 86400, 3, 1, "critical", 1.0, 1, (60, 300, 900), inclusive=False),
+    Band("weekly", math.inf, 3, 1, "critical", 1.0, 1, (60, 300, 900)),
 )
 
 
@@ -69,6 +80,12 @@ class PolicyOverrides(BaseModel):
     first_severity: Severity | None = None
     escalation_multiplier: float | None = Field(default=None, gt=0, le=10000)
     escalate_after: int | None = Field(default=None, ge=1, le=10000)
+    backoff_seconds: tuple[Annotated[int, Field(ge=0, le=86400)], ...] | None = Field(default=None, max_length=10)
+
+    @field_validator("backoff_seconds", mode="before")
+    @classmethod
+    def _one_backoff_is_a_list_of_one(cls, value: Any) -> Any:
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _escalation_after_threshold(self) -> PolicyOverrides:
@@ -89,7 +106,15 @@ class Profile:
     first_severity: Severity
     escalation_multiplier: float
     escalate_after: int
+    backoff_seconds: tuple[int, ...] = ()
     overridden: tuple[str, ...] = field(default=())
+
+    def backoffs(self) -> tuple[int, ...]:
+        """Return the wait before each of the `retries` retries: the last entry repeats, none means at once."""
+        if not self.backoff_seconds:
+            return (0,) * self.retries
+        tail = self.backoff_seconds[-1]
+        return tuple(self.backoff_seconds[i] if i < len(self.backoff_seconds) else tail for i in range(self.retries))
 
     def escalate_at(self, opened_at: datetime, cadence_seconds: int | None = None) -> datetime:
         """Return when a warning opened at `opened_at` is promoted if nothing else promotes it."""
@@ -99,6 +124,7 @@ class Profile:
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["overridden"] = list(self.overridden)
+        data["backoff_seconds"] = list(self.backoffs())
         return data
 
 
@@ -141,6 +167,7 @@ def derive_profile(interval_seconds: int, overrides: dict[str, Any] | PolicyOver
         "first_severity": band.first_severity,
         "escalation_multiplier": band.escalation_multiplier,
         "escalate_after": band.escalate_after,
+        "backoff_seconds": band.backoff_seconds,
     }
     parsed = parse_overrides(overrides if not isinstance(overrides, PolicyOverrides) else overrides.model_dump())
     chosen = parsed.model_dump(exclude_none=True)
@@ -169,19 +196,19 @@ def run_deadline(
     scheduled_for: datetime,
     *,
     timeout_seconds: int,
-    retries: int,
+    backoffs: tuple[int, ...],
     interval_seconds: int,
-    poll_interval_seconds: int = POLL_INTERVAL_SECONDS,
 ) -> datetime:
     """Return when a tick without a terminal outcome is declared missed.
 
-    Every attempt may use its whole timeout and wait one poll before its retry is
-    launched; on top of that a grace of a quarter of the cadence, between one and
-    fifteen minutes, absorbs a slow wake or a busy worker:
+    Every attempt may use its whole timeout and every retry its whole backoff; a
+    finished attempt wakes the poller at once, so no poll interval is added. On top,
+    a grace of a quarter of the cadence, between one and fifteen minutes, absorbs a
+    slow wake or a busy worker:
 
-        deadline = scheduled_for + (retries + 1) × (timeout + poll) + grace
+        deadline = scheduled_for + (retries + 1) × timeout + Σ backoffs + grace
         grace    = clamp(cadence / 4, 60 s, 900 s)
     """
     grace = min(max(interval_seconds / 4, 60), 900)
-    total = (retries + 1) * (timeout_seconds + poll_interval_seconds) + grace
+    total = (len(backoffs) + 1) * timeout_seconds + sum(backoffs) + grace
     return scheduled_for + timedelta(seconds=total)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from tickwarden import metrics
 from tickwarden.db import Database
 from tickwarden.models import FinishedAttempt
 
@@ -43,6 +44,8 @@ class LeaseReaper:
             reaped = store.expire_leases(now, limit=self.batch)
             store.abandon_environment_instances(now)
         self.last_reaped = reaped
+        metrics.current().leases_expired(reaped)
         for item in reaped:
-            log.warning("attempt %s lost its lease; run %s is now %s", item.attempt_id, item.run_id, item.run_status)
+            log.warning("attempt %s lost its lease; run %s is now %s", item.attempt_id, item.run_id, item.run_status,
+                        extra={"attempt_id": item.attempt_id, "run_id": item.run_id})
         return now if len(reaped) >= self.batch else now + self.interval

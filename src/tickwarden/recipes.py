@@ -15,7 +15,8 @@ from typing import Any
 
 KINDS = ("python", "sql")
 CALL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
-SECRET_REF = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
+# `secret:NAME` (the tenant's own); `env:NAME` only where the platform maps it (see `secrets`).
+SECRET_REF = re.compile(r"^(secret:[A-Za-z_][A-Za-z0-9_]{0,63}|env:[A-Za-z_][A-Za-z0-9_]*)$")
 
 
 class RecipeError(Exception):
@@ -32,6 +33,11 @@ class Step:
     query: str | None = None
     database: str | None = None
     timeout_seconds: int | None = None
+    secrets: tuple[str, ...] = ()
+
+    def references(self) -> tuple[str, ...]:
+        """Every secret reference the step declares."""
+        return (self.database,) + self.secrets if self.database else self.secrets
 
     def request(self) -> dict[str, Any]:
         """Return the step as sent to an environment (the secret stays a reference)."""
@@ -101,13 +107,17 @@ def _parse_step(item: object, index: int) -> Step:
         call = item.get("call")
         if not isinstance(call, str) or not CALL.match(call):
             raise RecipeError(f"step {name!r} needs a call of the form 'package.module:function'")
-        return Step(name, kind, tuple(depends), call=call, params=dict(params), timeout_seconds=timeout)
+        declared = item.get("secrets") or []
+        if not isinstance(declared, list) or not all(isinstance(r, str) and SECRET_REF.match(r) for r in declared):
+            raise RecipeError(f"step {name!r} has secrets that are not a list of references such as 'secret:NAME'")
+        return Step(name, kind, tuple(depends), call=call, params=dict(params), timeout_seconds=timeout,
+                    secrets=tuple(declared))
     query = item.get("query")
     database = item.get("database")
     if not isinstance(query, str) or not query.strip():
         raise RecipeError(f"step {name!r} has no query")
     if not isinstance(database, str) or not SECRET_REF.match(database):
-        raise RecipeError(f"step {name!r} needs a database secret reference such as 'env:NAME'")
+        raise RecipeError(f"step {name!r} needs a database secret reference such as 'secret:NAME'")
     return Step(name, kind, tuple(depends), query=query, database=database, timeout_seconds=timeout)
 
 

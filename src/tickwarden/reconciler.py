@@ -1,6 +1,8 @@
-"""The reconciler: converge the trigger backend with the schedules in the database.
+"""The reconciler: converge an external trigger backend with the schedules in the database.
 
-One pass, in one transaction:
+The built-in trigger needs none (the ticker fires straight from the schedules
+table); a backend outside the database, such as Kubernetes CronJobs, does. One
+pass, in one transaction:
 
 1. Ask the backend for its drift: schedules whose trigger is missing or was built
    from another schedule version, and triggers whose schedule is paused or whose
@@ -9,7 +11,7 @@ One pass, in one transaction:
    an immediate next pass).
 3. When anything changed, notify `tickwarden_wake` so sleeping tickers look again.
 
-This is where schedule edits, pauses and resumes take effect for the trigger.
+This is where schedule edits, pauses and resumes take effect for such a backend.
 Replicas may run at once: writes are guarded by the schedule version (an entry
 never goes back to an older version, and an entry is written only for a version
 the schedule still has), deletes re-check that the schedule is still paused, and
@@ -22,7 +24,7 @@ import logging
 from datetime import datetime, timedelta
 
 from tickwarden.db import Database
-from tickwarden.triggers import TriggerBackend, default_backend
+from tickwarden.triggers import TriggerBackend
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +35,10 @@ class Reconciler:
     name = "reconciler"
 
     def __init__(
-        self, db: Database, backend: TriggerBackend | None = None, *, batch: int = 5000, interval: timedelta = INTERVAL
+        self, db: Database, backend: TriggerBackend, *, batch: int = 5000, interval: timedelta = INTERVAL
     ):
         self.db = db
-        self.backend = backend or default_backend()
+        self.backend = backend
         self.batch = batch
         self.interval = interval
 

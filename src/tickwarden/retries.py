@@ -1,14 +1,24 @@
-"""The retry engine: an immediate next attempt of a run that still has budget for its tick.
+"""The retry engine: the next attempt of a run that still has budget for its tick.
 
 The budget is per tick, captured on the run from the profile when the tick was
-recorded; the worker (`finish_attempt`) and the lease reaper (`expire_leases`)
-already compare the attempt number with it and write `pending_retry` only while
-budget remains. The engine's job is to launch the next attempt of those runs, once,
-however many pollers saw them: `queue_retries` moves each run from pending_retry
-to queued with a compare-and-set and inserts attempt n+1 under UNIQUE (run, number).
+recorded, with the backoff before each retry; the worker (`finish_attempts`) and
+the lease reaper (`expire_leases`) already compare the attempt number with it and
+write `pending_retry` only while budget remains. The engine's job is to launch the
+next attempt of those runs, once, however many pollers saw them: `queue_retries`
+moves each run from pending_retry to queued with a compare-and-set and inserts
+attempt n+1 under UNIQUE (run, number), with its not-before time.
 
-A run pending a retry whose error category can never succeed on retry (config,
-auth: `categories.NOT_RETRYABLE`) is given its verdict `failed` instead.
+The error's category chooses between patience and speed:
+
+- a category that time can heal (`PATIENT_CATEGORIES`: a refused connection, an
+  environment that died, a lost worker, a timeout, tickwarden's own fault) waits
+  the run's backoff, counted from the failed attempt's finish, so a warehouse that
+  is down for ten minutes is ridden out instead of paged;
+- a deterministic error in customer code (`step_error`) is retried at once: waiting
+  would not change the code, only delay the page, while an immediate retry still
+  absorbs a flaky step;
+- a category that can never succeed on retry (config, auth: `categories.NOT_RETRYABLE`)
+  gets its verdict `failed` instead.
 """
 
 from __future__ import annotations
@@ -20,10 +30,13 @@ from datetime import datetime
 from tickwarden.categories import NOT_RETRYABLE
 from tickwarden.store import Store
 
+PATIENT_CATEGORIES = frozenset({"connection", "environment", "lost", "timeout", "internal"})
+
 
 @dataclass
 class RetryOutcome:
     launched: list[int] = field(default_factory=list)  # run ids with a new queued attempt
+    due: list[datetime] = field(default_factory=list)  # when each launched attempt may start
     failed: list[tuple[int, int]] = field(default_factory=list)  # (run, workflow) failed for good
 
 
@@ -40,5 +53,7 @@ def launch_retries(store: Store, run_ids: Sequence[int], now: datetime, *, check
         outcome.failed = store.fail_unretryable(run_ids, sorted(NOT_RETRYABLE), now)
     failed = {run_id for run_id, _ in outcome.failed}
     remaining = [r for r in run_ids if r not in failed]
-    outcome.launched = [a.run_id for a in store.queue_retries(remaining, now)]
+    queued = store.queue_retries(remaining, now, sorted(PATIENT_CATEGORIES))
+    outcome.launched = [a.run_id for a in queued]
+    outcome.due = [a.queued_at for a in queued]
     return outcome

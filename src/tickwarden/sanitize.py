@@ -1,66 +1,171 @@
-"""Data minimisation: what may leave tickwarden in a log line, an error or a message.
+"""Data minimisation: what may leave tickwarden in a log line, an error, an output or a message.
 
-Errors and log tails are reduced before they are stored or sent: one line, bounded
-length, credentials and tokens redacted, quoted literal values (which are usually
-customer data) replaced, while identifiers such as column or step names survive so
-the message still says what broke.
+Errors, log tails and step outputs are reduced before they are stored or sent: one
+line and bounded length where it applies, credentials and tokens redacted, personal
+data (e-mail addresses, phone numbers, SSN-like and card numbers) replaced, quoted
+literal values (usually customer data) replaced, while identifiers such as column or
+step names survive so the message still says what broke.
+
+Credentials are recognised by their key, wherever the key hides: inside a longer
+identifier (`AWS_SECRET_ACCESS_KEY=`, `DB_PASSWORD=`, `PGPASSWORD=`), in quotes
+(`{'password': …}`, `{"api_key": …}`), with the value on the next line (`password:`
+then the value), or as a whole authorization value (`Authorization: Basic …`,
+`token …`). The values a step was actually given are scrubbed by value on top
+(`secrets.scrub`), whatever key they appear under.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from typing import Any
 
 MAX_ERROR = 300
 MAX_LOG_TAIL_LINES = 20
 MAX_LOG_TAIL_CHARS = 2000
 REDACTED = "[redacted]"
 
+# A word that makes a key secret, wherever it sits in an identifier.
+_SECRET_WORD = (r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"
+                r"private[_-]?key|credential|auth|session[_-]?id|cookie|signature|dsn")
+# The lookbehind anchors a key at the start of an identifier: without it the scan retries
+# from every character of every word, which made this the costliest pattern by far.
+_KEY = rf"(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*?(?:{_SECRET_WORD})[A-Za-z0-9_.-]*"
+_VALUE = r"(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s,;}\])\"']+)"
+
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # user:password@ in any URL
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1" + REDACTED + "@"),
-    (re.compile(r"(?i)\bbearer\s+[a-z0-9._~+/=-]+"), "Bearer " + REDACTED),
-    # key=value and key: value for secret-sounding keys
-    (
-        re.compile(
-            r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|auth|authorization|credential|private[_-]?key)"
-            r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
-        ),
-        r"\1\2" + REDACTED,
-    ),
-    # well-known token shapes: Slack, GitHub, OpenAI-style, AWS access keys, JWTs
+    # the whole value of an authorization header, whatever its scheme
+    (re.compile(r"(?im)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*)[^\n,;}]+"), r"\1" + REDACTED),
+    (re.compile(r"(?i)\b(bearer|basic|digest)\s+[A-Za-z0-9._~+/=-]{4,}"), r"\1 " + REDACTED),
+    # `token abc123…`: a digit is required so that prose ("token expired") survives
+    (re.compile(r"(?i)\b(token)\s+(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
+    # key=value, key: value, 'key': 'value', key:<newline>value, for secret-sounding keys;
+    # `\s*` spans the newline on purpose
+    (re.compile(rf"(?i)([\"']?{_KEY}[\"']?)(\s*[=:]\s*)({_VALUE})"), r"\1\2" + REDACTED),
+    # well-known token shapes: Slack, GitHub, OpenAI-style, AWS access keys, JWTs, PEM keys
     (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]+"), REDACTED),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
     (re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"), REDACTED),
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"), REDACTED),
+)
+# After detect-secrets' token shapes, which need the whole token to recognise it.
+_LATE: tuple[tuple[re.Pattern[str], str], ...] = (
     # long opaque strings (keys, hashes, signed blobs)
     (re.compile(r"\b[A-Za-z0-9+/_-]{40,}={0,2}"), REDACTED),
-    # e-mail addresses are personal data
+    # personal data
     (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[email]"),
+    (re.compile(r"\b\d{3}-\d{2}-\d{4}\b"), "[ssn]"),
 )
 
+_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+_PHONE = re.compile(r"(?<![\w.+-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,4}(?:[ .-]\d{2,4}){1,4}(?![\w.:-])")
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
 _QUOTED = re.compile(r"(['\"])(.*?)\1")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$")
+_SECRET_KEY = re.compile(rf"(?i)^{_KEY}$")
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _card(match: re.Match[str]) -> str:
+    digits = re.sub(r"\D", "", match.group(0))
+    return "[card]" if 13 <= len(digits) <= 19 and _luhn(digits) else match.group(0)
+
+
+def _phone(match: re.Match[str]) -> str:
+    text = match.group(0)
+    if _IPV4.match(text):
+        return text
+    digits = re.sub(r"\D", "", text)
+    # A phone number is international (+…) or has an area code: 10+ digits, or 9+ with
+    # a parenthesised prefix. Fewer digits are counts, ids and times, and stay.
+    international = text.startswith("+") and len(digits) >= 8
+    if international or (9 <= len(digits) <= 15 and ("(" in text or len(digits) >= 10)):
+        return "[phone]"
+    return text
 
 
 def _literal(match: re.Match[str]) -> str:
     quote, body = match.group(1), match.group(2)
-    if _IDENTIFIER.match(body) or body == REDACTED:
+    if _IDENTIFIER.match(body) or body in (REDACTED, "[email]", "[phone]", "[card]", "[ssn]"):
         return match.group(0)
     return f"{quote}[value]{quote}"
+
+
+# detect-secrets' detectors that flag things which are not secrets here (public IPs
+# are what an error about an unreachable host should name).
+_NOT_SECRETS = frozenset({"IPPublicDetector"})
+
+
+@functools.cache
+def _known_token_patterns() -> tuple[re.Pattern[str], ...]:
+    """The token shapes detect-secrets knows (AWS, GitHub, GitLab, Stripe, Twilio, …), loaded once.
+
+    Its regex-based detectors are a kept list that grows with new providers; the
+    entropy and keyword detectors are left out (the keyword rules above cover keys).
+    Loaded lazily: the import costs a fifth of a second that only text-reducing
+    processes need to pay.
+    """
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    by_flags: dict[int, list[str]] = {}
+    for detector in get_mapping_from_secret_type_to_class().values():
+        if issubclass(detector, RegexBasedDetector) and detector.__name__ not in _NOT_SECRETS:
+            for pattern in detector.denylist:
+                # Keyword-in-context rules (`aws.{0,20}?key…`, `(?<=\W)cloudant…`) duplicate the
+                # key rules above at several times their cost; only token shapes are taken.
+                if ".{0," not in pattern.pattern and "(?<=" not in pattern.pattern:
+                    by_flags.setdefault(pattern.flags, []).append(pattern.pattern)
+    # One alternation per set of flags: a single scan of the text instead of one per detector.
+    return tuple(re.compile("|".join(f"(?:{p})" for p in patterns), flags) for flags, patterns in by_flags.items())
 
 
 def redact(text: str) -> str:
     """Remove credentials, tokens, personal data and quoted literal values."""
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
+    # The whole match goes: a detector's group is not always the secret (GitLab's is the prefix).
+    for pattern in _known_token_patterns():
+        text = pattern.sub(REDACTED, text)
+    for pattern, replacement in _LATE:
+        text = pattern.sub(replacement, text)
+    text = _CARD.sub(_card, text)
+    text = _PHONE.sub(_phone, text)
     return _QUOTED.sub(_literal, text)
+
+
+def redact_value(value: Any) -> Any:
+    """Redact a JSON value (a step's output): secret-keyed values whole, every string as text."""
+    if isinstance(value, dict):
+        return {k: REDACTED if isinstance(k, str) and _SECRET_KEY.match(k) and v not in (None, "")
+                else redact_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_value(v) for v in value]
+    if isinstance(value, str):
+        redacted = redact(value)
+        # An output string is a value, not a message: redact() leaves a bare string alone
+        # unless it holds something recognisable, so this keeps counts and names readable.
+        return redacted
+    return value
 
 
 def sanitize_error(message: object, limit: int = MAX_ERROR) -> str:
     """Return an error as one redacted line of at most `limit` characters."""
-    text = " ".join(str(message).split())
-    text = redact(text)
+    text = redact(str(message))  # before joining lines, so a value on the next line is still seen as one
+    text = " ".join(text.split())
     if len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
     return text
@@ -68,7 +173,9 @@ def sanitize_error(message: object, limit: int = MAX_ERROR) -> str:
 
 def sanitize_log_tail(log: str, lines: int = MAX_LOG_TAIL_LINES, limit: int = MAX_LOG_TAIL_CHARS) -> str:
     """Return the last `lines` lines of a log, redacted and bounded to `limit` characters."""
-    tail = [redact(line.rstrip()) for line in log.splitlines()[-lines:]]
+    # Redacted whole before it is cut, so `password:` on the last kept line and its
+    # value on the next one, or a value whose key was cut off, are both seen.
+    tail = [line.rstrip() for line in redact(log).splitlines()[-lines:]]
     text = "\n".join(tail)
     if len(text) > limit:
         text = "…" + text[-(limit - 1) :]

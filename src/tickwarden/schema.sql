@@ -86,27 +86,17 @@ CREATE TABLE schedules (
     cadence_seconds            integer NOT NULL CHECK (cadence_seconds > 0),
     -- ticks older than this when first seen by a trigger are recorded missed, never run late
     starting_deadline_seconds  integer NOT NULL DEFAULT 300 CHECK (starting_deadline_seconds BETWEEN 1 AND 86400),
-    version                    integer NOT NULL DEFAULT 1,   -- bumped on every edit; the reconciler converges on it
+    version                    integer NOT NULL DEFAULT 1,   -- bumped on every edit of what fires
     published_at               timestamptz,
     created_at                 timestamptz NOT NULL,
-    updated_at                 timestamptz NOT NULL
+    updated_at                 timestamptz NOT NULL,
+    -- the next fire time, written with the schedule (first tick after the write) and moved
+    -- on by the ticker that fires it; NULL while paused or when it never fires again
+    next_fire_at               timestamptz,
+    last_fired_at              timestamptz
 );
-
--- The built-in trigger backend's own state, converged from schedules by the
--- reconciler the way a Kubernetes backend would converge CronJobs.
-CREATE TABLE trigger_entries (
-    schedule_id       bigint PRIMARY KEY REFERENCES schedules (id) ON DELETE CASCADE,
-    tenant_id         bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
-    workflow_id       bigint NOT NULL REFERENCES workflows (id) ON DELETE CASCADE,
-    cron              text NOT NULL,
-    timezone          text NOT NULL,
-    schedule_version  integer NOT NULL,
-    next_fire_at      timestamptz,           -- NULL: the expression never fires again
-    last_fired_at     timestamptz,
-    updated_at        timestamptz NOT NULL
-);
--- The ticker asks "which entries are due?": an index range scan, whatever the fleet size.
-CREATE INDEX trigger_entries_due_idx ON trigger_entries (next_fire_at) WHERE next_fire_at IS NOT NULL;
+-- The ticker asks "which schedules are due?": an index range scan, whatever the fleet size.
+CREATE INDEX schedules_due_idx ON schedules (next_fire_at) WHERE status = 'active';
 
 -- The run ledger: one row per tick (or manual run), the customer's view.
 --
@@ -135,6 +125,7 @@ CREATE TABLE runs (
     created_at       timestamptz NOT NULL,
     started_at       timestamptz,
     finished_at      timestamptz,
+    retry_backoff_seconds integer[] NOT NULL DEFAULT '{}',  -- wait before each retry, captured per tick
     CHECK (recovered = false OR status = 'succeeded'),
     CHECK ((status IN ('succeeded', 'failed', 'missed', 'cancelled')) = (finished_at IS NOT NULL))
 );
@@ -146,6 +137,8 @@ CREATE INDEX runs_workflow_recent_idx ON runs (workflow_id, scheduled_for DESC, 
 CREATE INDEX runs_workflow_success_idx ON runs (workflow_id, scheduled_for DESC) WHERE status = 'succeeded';
 -- The deadline detector scans only runs still waiting for an outcome.
 CREATE INDEX runs_open_deadline_idx ON runs (deadline_at) WHERE status IN ('queued', 'running', 'pending_retry');
+-- /metrics: each tenant's newest success in one index probe, whatever the ledger's length.
+CREATE INDEX runs_tenant_success_idx ON runs (tenant_id, finished_at DESC) WHERE status = 'succeeded';
 
 -- Attempts: every execution of a run, the engineer's view.
 --
@@ -259,7 +252,7 @@ CREATE TABLE notification_channels (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     tenant_id        bigint REFERENCES tenants (id) ON DELETE CASCADE,
     name             text NOT NULL,
-    kind             text NOT NULL CHECK (kind IN ('slack', 'email', 'webhook', 'recording')),
+    kind             text NOT NULL CHECK (kind IN ('slack', 'email', 'webhook', 'recording', 'pagerduty', 'teams')),
     audience         text NOT NULL CHECK (audience IN ('customer', 'engineering', 'shadow')),
     -- non-secret settings only (channel id, addresses, url); secrets are referenced by name
     config           jsonb NOT NULL DEFAULT '{}'::jsonb,
@@ -410,5 +403,19 @@ BEGIN
 END
 $$;
 REVOKE EXECUTE ON FUNCTION tickwarden_enforce_tenant_isolation() FROM PUBLIC;
+
+SELECT tickwarden_enforce_tenant_isolation();
+
+-- Tenant secrets (encrypted by the application; see secrets.py): `secret:NAME` of a tenant.
+CREATE TABLE tenant_secrets (
+    tenant_id   bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    name        text NOT NULL CHECK (name ~ '^[A-Za-z_][A-Za-z0-9_]{0,63}$'),
+    key_id      text NOT NULL,
+    ciphertext  bytea NOT NULL,
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, name)
+);
+CREATE INDEX tenant_secrets_key_id ON tenant_secrets (key_id);
 
 SELECT tickwarden_enforce_tenant_isolation();

@@ -55,7 +55,6 @@ class ServiceOptions:
     """What `build_loops` may be told by `tickwarden serve`."""
 
     ticker_batch: int = 20000
-    reconciler_batch: int = 5000
     dashboard_url: str = ""  # the public address notifications link alerts to
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -63,7 +62,8 @@ class ServiceOptions:
 def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = None) -> list[Loop]:
     """Return every loop one control-plane replica runs, in pipeline order.
 
-    The trigger (reconciler, ticker), the lease reaper, the outcome poller (retry
+    The ticker (the built-in trigger: it fires straight from the schedules table,
+    so no reconciler runs beside it), the lease reaper, the outcome poller (retry
     engine and evaluator), the deadline detector, the escalation clock and the
     notifier. Workers run beside them as their own processes (`serve --workers N`).
     """
@@ -72,12 +72,10 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
     from tickwarden.notifier import Notifier
     from tickwarden.poller import OutcomePoller
     from tickwarden.reaper import LeaseReaper
-    from tickwarden.reconciler import Reconciler
     from tickwarden.ticker import Ticker
 
     options = options or ServiceOptions()
     return [
-        Reconciler(db, batch=options.reconciler_batch),
         Ticker(db, batch=options.ticker_batch),
         LeaseReaper(db),
         OutcomePoller(db, replica_id),

@@ -1,30 +1,32 @@
-"""The ticker: turn due trigger entries into runs, one run per tick across any number of replicas.
+"""The ticker: turn due schedules into runs, one run per tick across any number of replicas.
 
+The schedule row is the trigger: every write of a schedule (publish, apply, pause,
+resume) sets its `next_fire_at` in its own transaction, so a published schedule is
+fired by the next pass, whoever published it and whether or not a wake-up arrived.
 One pass at `now`, in one transaction:
 
-1. Lock up to `batch` due entries (`next_fire_at <= now`, earliest first, through
+1. Lock up to `batch` due schedules (`next_fire_at <= now`, earliest first, through
    the partial index) with `FOR UPDATE SKIP LOCKED`: concurrent tickers take
-   disjoint entries and never wait for each other.
-2. For each entry, list its fire times from `next_fire_at` up to `now`. A tick
+   disjoint schedules and never wait for each other, nor for a publish in flight.
+2. For each schedule, list its fire times from `next_fire_at` up to `now`. A tick
    older than the schedule's `starting_deadline_seconds` when first seen is not
    run late: it is skipped (the deadline detector records it `missed`), and
    scheduling continues with the ticks inside the deadline and then the next
    future tick. Never a burst of stale runs, never a schedule that stops.
 3. Skip ticks that `suppressed(workflow_id, tick)` rejects (a simulated trigger
    outage): they are treated exactly like ticks the trigger never saw.
-4. Insert one run per remaining tick with `create_tick_runs` (`ON CONFLICT DO
+4. Insert one run per remaining tick and move every claimed schedule to its first
+   fire time after `now`, in one statement (`create_tick_runs`; `ON CONFLICT DO
    NOTHING` on (workflow, tick): a tick fired twice, by two replicas or after an
-   edit, is still one run), each with its retry budget (the profile's retries when
-   monitoring is on, else 0) and its deadline (`profile.run_deadline`).
-5. Advance every claimed entry to its first fire time after `now`; the same
-   statement says which entry fires next.
+   edit, is still one run), each run with its retry budget and backoffs (the
+   profile's when monitoring is on, else none) and its deadline (`profile.run_deadline`).
 
-The next wake-up is the earliest `next_fire_at` of all entries, but no later than
-`max_sleep` ahead (so schedules written by another replica's reconciler are noticed
-even without a wake-up notification), and immediately when the batch was full.
+The next wake-up is the earliest `next_fire_at` of all schedules, but no later than
+`max_sleep` ahead (so schedules written by another replica are noticed even without
+a wake-up notification), and immediately when the batch was full.
 
 Fire times are computed per distinct (cron, zone, window) and shared by every
-entry with the same key: a fleet of 100,000 schedules has few distinct expressions
+schedule with the same key: a fleet of 100,000 schedules has few distinct expressions
 and, at a given minute, fewer distinct windows still.
 """
 
@@ -40,14 +42,14 @@ from tickwarden.cadence import CronSchedule
 from tickwarden.catalog import budget_for
 from tickwarden.db import Database
 from tickwarden.store.ledger import TickRequest
-from tickwarden.store.trigger import Advance, DueEntry
+from tickwarden.store.trigger import Advance, DueSchedule
 
 log = logging.getLogger(__name__)
 
 Suppressed = Callable[[int, datetime], bool]
 ONE_MICROSECOND = timedelta(microseconds=1)
-# When the earliest entry is due but not ours to fire (locked by another replica, or
-# waiting for the reconciler), look again shortly instead of spinning.
+# When the earliest schedule is due but not ours to fire (locked by another replica or
+# by a publish in flight), look again shortly instead of spinning.
 RETRY_SOON = timedelta(seconds=1)
 
 
@@ -93,7 +95,7 @@ class Ticker:
         self.last_pass: PassStats | None = None
 
     def run_once(self, now: datetime) -> datetime:
-        """Fire every due tick of up to one batch of entries at `now`; return the next wake-up."""
+        """Fire every due tick of up to one batch of schedules at `now`; return the next wake-up."""
         windows: dict[tuple[str, str, datetime, int], Window] = {}
         t0 = time.perf_counter()
         with self.db.transaction() as store:
@@ -112,20 +114,20 @@ class Ticker:
                         if self.suppressed is not None and self.suppressed(entry.workflow_id, tick):
                             continue
                         ticks.append(TickRequest(entry.tenant_id, entry.workflow_id, tick, budget.retries,
-                                                 budget.deadline(tick)))
+                                                 budget.deadline(tick), budget.backoffs))
                         last_fired = tick
                 advances.append(Advance(entry.schedule_id, window.next_fire_at, last_fired))
             t1 = time.perf_counter()
-            created = store.create_tick_runs(ticks, now) if ticks else []
+            created = store.create_tick_runs(ticks, now, advances)
             t2 = time.perf_counter()
-            earliest = store.trigger_advance_entries(advances, now)
+            earliest = store.trigger_earliest_fire()
         t3 = time.perf_counter()
         self.fired += len(ticks)
         self.created += len(created)
         self.last_pass = PassStats(len(due), len(ticks), len(created), (t1 - t0) * 1000, (t2 - t1) * 1000,
                                    (t3 - t2) * 1000)
         if created:
-            log.info("ticker: %d run(s) created for %d due trigger(s)", len(created), len(due))
+            log.info("ticker: %d run(s) created for %d due schedule(s)", len(created), len(due))
         if len(due) >= self.batch:
             return now
         if earliest is None:
@@ -134,7 +136,7 @@ class Ticker:
             return now + RETRY_SOON
         return min(earliest, now + self.max_sleep)
 
-    def _window(self, cache: dict[tuple[str, str, datetime, int], Window], entry: DueEntry, now: datetime) -> Window:
+    def _window(self, cache: dict[tuple[str, str, datetime, int], Window], entry: DueSchedule, now: datetime) -> Window:
         # Ticks before `now - deadline` are stale when first seen: start listing after them.
         oldest_allowed = now - timedelta(seconds=entry.starting_deadline_seconds)
         key = (entry.cron, entry.timezone, entry.next_fire_at, entry.starting_deadline_seconds)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from tickwarden import auth, secrets
+from tickwarden import auth, metrics, secrets
 from tickwarden.categories import categorize, is_retryable
 from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
@@ -35,7 +35,7 @@ from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
 from tickwarden.store.execution import ExecutionContext, autocommit
 from tickwarden.profile import default_timeout_seconds
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
-from tickwarden.sanitize import sanitize_error, sanitize_log_tail
+from tickwarden.sanitize import redact_value, sanitize_error, sanitize_log_tail
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,7 @@ class Worker:
         self.poll_seconds = poll_seconds
         self._key = secret_key or auth.secret_key()
         self._environ = environ
+        self._keyring = secrets.Keyring(self._key, secrets.Keyring.old_keys(environ))
         # Set by the owner to give up on the current attempt (a stopping worker past its grace).
         self.abort = threading.Event()
         self._warm: Instance | None = None
@@ -157,7 +158,7 @@ class Worker:
         # The lease is one statement and the context only reads; a lease is a claim, not
         # an outcome, so it need not wait for the disk (see `autocommit`).
         with autocommit(self.db, relaxed=True) as store:
-            leased = store.lease_attempts(self.worker_id, now, self.lease_seconds, limit=1)
+            leased = metrics.current().attempts_leased(store.lease_attempts_with_ticks(self.worker_id, now, self.lease_seconds, limit=1), now)
             context = store.execution_context(leased[0].workflow_id, now) if leased else None
         if not leased:
             return now + timedelta(seconds=self.poll_seconds)
@@ -197,7 +198,8 @@ class Worker:
         log.info("attempt %s (run %s, workflow %s): %s%s%s", attempt.id, attempt.run_id,
                  context.workflow.name if context else attempt.workflow_id, outcome.status,
                  f" [{outcome.error_category}] {outcome.error}" if outcome.status != "succeeded" else "",
-                 "" if finished.applied else " (already recorded: ignored)")
+                 "" if finished.applied else " (already recorded: ignored)",
+                 extra={"attempt_id": attempt.id, "run_id": attempt.run_id, "workflow_id": attempt.workflow_id})
         return finished
 
     def record(self, attempt: Attempt, result: Result, warm: Instance | None = None) -> FinishedAttempt:
@@ -212,6 +214,7 @@ class Worker:
                 store.record_attempt_steps(attempt.id, attempt.tenant_id, [s.row() for s in result.steps])
             if warm is not None:
                 self.environments.release(warm, now, store)
+        metrics.current().attempt_finished(attempt, result.outcome.status, finished, now)
         return finished
 
     # -- execution -------------------------------------------------------------------------
@@ -229,6 +232,15 @@ class Worker:
             auth.authenticate(publisher, attempt.tenant_id, self.clock.now(), self._key)
         except auth.AuthError as exc:
             return _failed(_Failure("auth", str(exc)), _all_skipped(recipe), notes)
+        try:
+            with self.db.transaction() as store:
+                handoff = secrets.prepare(
+                    store, self._keyring, tenant_id=attempt.tenant_id, run_id=attempt.run_id, attempt=attempt.number,
+                    refs=[r for s in recipe.steps for r in s.references()], publisher=publisher.email if publisher else "",
+                    has_sql=any(s.kind == "sql" for s in recipe.steps), now=self.clock.now(), signing_key=self._key,
+                    environ=self._environ)
+        except secrets.SecretError as exc:
+            return _failed(_Failure("config", exc.message), _all_skipped(recipe), notes)
         timeout = workflow.timeout_seconds or (
             default_timeout_seconds(context.cadence_seconds) if context.cadence_seconds else DEFAULT_TIMEOUT_SECONDS)
         # The watchdog measures real elapsed time, whatever clock the ledger uses.
@@ -244,7 +256,8 @@ class Worker:
             notes.append(f"environment {environment.name} was warm (pid {instance.pid})")
         healthy = False  # until the steps return normally: an exception leaves the process suspect
         try:
-            steps, failure, healthy = self._run_steps(attempt, recipe, instance, deadline, timeout, heartbeat)
+            steps, failure, healthy = self._run_steps(attempt, recipe, instance, deadline, timeout, heartbeat,
+                                                      handoff)
         finally:
             if healthy:
                 self._warm = instance  # marked warm when the outcome is recorded
@@ -257,7 +270,7 @@ class Worker:
                                      outputs=outputs), steps)
 
     def _run_steps(self, attempt: Attempt, recipe: Recipe, instance: Instance, deadline: float, timeout: int,
-                   heartbeat: Heartbeat) -> tuple[list[StepRecord], _Failure | None, bool]:
+                   heartbeat: Heartbeat, handoff: secrets.Handoff) -> tuple[list[StepRecord], _Failure | None, bool]:
         """Run each step in order; return the records, the first failure and whether the process is reusable."""
         records: list[StepRecord] = []
         outputs: dict[str, Any] = {}
@@ -274,14 +287,9 @@ class Worker:
             limit = min(step.timeout_seconds or remaining, remaining)
             record = StepRecord(step.name, position, "failed", started_at=self.clock.now())
             records.append(record)
-            try:
-                secret_values, request = self._request(attempt, step, {d: outputs.get(d) for d in step.depends_on})
-            except secrets.SecretError as exc:
-                record.finished_at = self.clock.now()
-                record.error = sanitize_error(exc)
-                failure = failure or _Failure("config", str(exc), step.name)
-                not_ok.add(step.name)
-                continue
+            # Every value the attempt was given is scrubbed from every step's text, not only its own.
+            secret_values = handoff.sensitive
+            request = self._request(attempt, step, {d: outputs.get(d) for d in step.depends_on}, handoff)
             try:
                 if limit <= 0:
                     raise WatchdogTimeout()
@@ -334,15 +342,17 @@ class Worker:
             records.append(StepRecord(step.name, later, "skipped", log="skipped: the attempt was stopped"))
         return records
 
-    def _request(self, attempt: Attempt, step: Step, inputs: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    @staticmethod
+    def _request(attempt: Attempt, step: Step, inputs: dict[str, Any], handoff: secrets.Handoff) -> dict[str, Any]:
         request: dict[str, Any] = {"op": "run", "tenant_id": attempt.tenant_id, "step": step.request(),
                                    "inputs": inputs}
         if step.kind != "sql":
-            return [], request
+            request["environment"] = handoff.step_environment(step.secrets)
+            return request
         assert step.database is not None
-        url = secrets.resolve(step.database, self._environ)
-        request["database_url"] = url
-        return [url], request
+        request["database_url"] = handoff.values[step.database]
+        request["platform_database"] = handoff.platform_database
+        return request
 
 
 def _category(answer: dict[str, Any]) -> str:
@@ -351,6 +361,8 @@ def _category(answer: dict[str, Any]) -> str:
         return "config"
     if phase == "connect":
         return "connection"
+    if phase == "refused":  # the step reached what no tenant may reach: retrying cannot help
+        return "auth"
     if phase == "isolation":
         return "internal"
     if answer.get("error_type") in ("ConnectionError", "ConnectionResetError", "ConnectionRefusedError",
@@ -386,7 +398,8 @@ def _step_log(text: str, secret_values: list[str]) -> str:
 
 
 def _small(output: Any, secret_values: list[str]) -> Any:
-    """Keep an output only if it is small JSON without secrets; larger ones are summarised."""
+    """Keep an output only if it is small JSON without secrets, redacted; larger ones are summarised."""
+    output = redact_value(output)
     text = json.dumps(output, default=str)
     if secret_values and secrets.scrub(text, secret_values) != text:
         return {"omitted": "the output contained a secret"}

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tickwarden import cadence, profile
+from tickwarden import cadence, profile, secrets
 from tickwarden.errors import InvalidInput, TickwardenError
 
 TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -62,7 +62,7 @@ class EnvironmentSpec(_Model):
 class ChannelSpec(_Model):
     tenant: str | None = None
     name: str = Field(min_length=1, max_length=100)
-    kind: Literal["slack", "email", "webhook"]
+    kind: Literal["slack", "email", "webhook", "pagerduty", "teams"]
     audience: Literal["customer", "engineering", "shadow"] = "customer"
     config: dict[str, Any] = Field(default_factory=dict)
     secret_ref: str | None = None
@@ -70,7 +70,7 @@ class ChannelSpec(_Model):
 
 class PlatformChannelSpec(_Model):
     name: str = Field(min_length=1, max_length=100)
-    kind: Literal["slack", "email", "webhook"]
+    kind: Literal["slack", "email", "webhook", "pagerduty", "teams"]
     audience: Literal["engineering", "shadow"] = "engineering"
     config: dict[str, Any] = Field(default_factory=dict)
     secret_ref: str | None = None
@@ -91,6 +91,7 @@ class StepSpec(_Model):
     params: dict[str, Any] | None = None
     query: str | None = None
     database: str | None = None
+    secrets: list[str] | None = Field(default=None, max_length=50)
     timeout_seconds: int | None = Field(default=None, ge=1, le=604800)
 
 
@@ -228,10 +229,10 @@ def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
 
     channels = [(tenant_of("channels", i, c.tenant), c) for i, c in enumerate(document.channels)]
     _no_duplicates("channels", [f"{t}/{c.name}" for t, c in channels], label="channel")
-    for i, (_, channel) in enumerate(channels):
+    for i, (tenant, channel) in enumerate(channels):
         if channel.audience == "engineering":
             raise _Invalid(f"channels[{i}].audience", "engineering channels belong to the platform: declare them under platform_channels")
-        _check_secret_ref(f"channels[{i}].secret_ref", channel.secret_ref)
+        _check_tenant_ref(f"channels[{i}].secret_ref", channel.secret_ref, tenant)
     _no_duplicates("platform_channels", [c.name for c in document.platform_channels], label="channel")
     for i, channel in enumerate(document.platform_channels):
         _check_secret_ref(f"platform_channels[{i}].secret_ref", channel.secret_ref)
@@ -252,7 +253,7 @@ def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
             raise _Invalid(f"{where}.publisher", f"unknown user {spec.publisher!r} of tenant {tenant!r}")
         cadence_seconds = _check_schedule(f"{where}.schedule", spec.schedule, now)
         policy = _check_policy(f"{where}.policy", spec.policy, cadence_seconds)
-        recipe = _check_steps(f"{where}.steps", spec.steps)
+        recipe = _check_steps(f"{where}.steps", spec.steps, tenant=tenant)
         planned.append(PlannedWorkflow(tenant, spec, recipe, cadence_seconds, policy))
     return Plan(
         source=source,
@@ -280,6 +281,16 @@ def _check_secret_ref(where: str, ref: str | None) -> None:
         raise _Invalid(where, "not a secret reference such as 'env:NAME' (the value is not shown)")
 
 
+def _check_tenant_ref(where: str, ref: str | None, tenant: str) -> None:
+    """Refuse what a tenant may not refer to: anything but its own `secret:NAME` (or a mapped `env:`)."""
+    if ref is None:
+        return
+    try:
+        secrets.check_tenant_reference(ref, tenant)
+    except secrets.SecretError as exc:
+        raise _Invalid(where, exc.message) from None
+
+
 def _check_schedule(where: str, schedule: ScheduleSpec, now: datetime) -> int:
     try:
         parsed = cadence.parse_schedule(schedule.cron, schedule.timezone)
@@ -298,7 +309,7 @@ def _check_policy(where: str, policy: dict[str, Any], cadence_seconds: int) -> d
     return parsed.model_dump(exclude_none=True)
 
 
-def _check_steps(where: str, steps: list[StepSpec]) -> dict[str, Any]:
+def _check_steps(where: str, steps: list[StepSpec], *, tenant: str) -> dict[str, Any]:
     """Check the recipe graph and return it in the stored recipe format.
 
     1. Names are unique; kind-specific keys are present and only those.
@@ -321,15 +332,19 @@ def _check_steps(where: str, steps: list[StepSpec]) -> dict[str, Any]:
             for key in ("query", "database"):
                 if getattr(step, key) is not None:
                     raise _Invalid(f"{at}.{key}", "only sql steps take this key")
+            for j, ref in enumerate(step.secrets or []):
+                _check_tenant_ref(f"{at}.secrets[{j}]", ref, tenant)
             entry: dict[str, Any] = {"name": step.name, "kind": "python", "depends_on": list(step.depends_on),
                                      "call": step.call, "params": dict(step.params or {})}
+            if step.secrets:
+                entry["secrets"] = list(dict.fromkeys(step.secrets))
         else:
             if not step.query or not step.query.strip():
                 raise _Invalid(f"{at}.query", "a sql step needs a non-empty 'query'")
             if step.database is None:
-                raise _Invalid(f"{at}.database", "a sql step needs 'database' as a secret reference such as 'env:NAME'")
-            _check_secret_ref(f"{at}.database", step.database)
-            for key in ("call", "params"):
+                raise _Invalid(f"{at}.database", "a sql step needs 'database' as a secret reference such as 'secret:NAME'")
+            _check_tenant_ref(f"{at}.database", step.database, tenant)
+            for key in ("call", "params", "secrets"):
                 if getattr(step, key) is not None:
                     raise _Invalid(f"{at}.{key}", "only python steps take this key")
             entry = {"name": step.name, "kind": "sql", "depends_on": list(step.depends_on),

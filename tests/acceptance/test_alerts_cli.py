@@ -31,7 +31,7 @@ def cli(schema, tmp_path):
 def alert_id(db, clock):
     wf = workflow(db, clock.now(), cadence=DAILY)
     tick(db, OutcomePoller(db, "p1"), wf, clock.now() + timedelta(minutes=5),
-         [fail("connection", "connection reset by peer")] * 3, clock)
+         [fail("connection", "connection reset by peer")] * 4, clock)  # a daily tick: 1 + 3 retries
     with db.transaction() as store:
         (view,) = store.list_alerts()
     return view.alert.id

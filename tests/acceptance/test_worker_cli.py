@@ -1,7 +1,9 @@
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -49,6 +51,15 @@ def spawn(cli_env, tmp_path):
             proc.wait()
 
 
+@pytest.fixture
+def shared_dir():
+    """A directory the environment process may write to: it runs as its own user, not the test's."""
+    path = Path(tempfile.mkdtemp(prefix="tw-shared-"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def wait_for(predicate, timeout=30.0, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -69,9 +80,9 @@ def test_the_database_url_can_select_the_schema(schema):
         assert conn.execute("SELECT current_schema()").fetchone()[0] == schema
 
 
-def test_a_killed_worker_loses_its_attempt_and_a_second_worker_runs_the_retry(db, spawn, tmp_path):
+def test_a_killed_worker_loses_its_attempt_and_a_second_worker_runs_the_retry(db, spawn, shared_dir):
     wall = WallClock()
-    marker = tmp_path / "started"
+    marker = shared_dir / "started"
     wf = make_runnable(db, wall.now(), [python_step("slow", "hang_once", params={"marker": str(marker)})], timeout=600)
     run = queue_run(db, wf, wall.now() - timedelta(seconds=1), wall.now(), budget=2)
     first = spawn("--id", "first", "--lease", "2")
@@ -131,9 +142,9 @@ def test_two_worker_processes_never_run_the_same_attempt(db, spawn, cli_env, tmp
     assert sum(r["runs_served"] for r in rows) == 10
 
 
-def test_a_stopping_worker_releases_an_attempt_that_outlives_its_grace(db, spawn, tmp_path):
+def test_a_stopping_worker_releases_an_attempt_that_outlives_its_grace(db, spawn, shared_dir):
     wall = WallClock()
-    marker = tmp_path / "started"
+    marker = shared_dir / "started"
     wf = make_runnable(db, wall.now(), [python_step("slow", "hang_once", params={"marker": str(marker)})], timeout=600)
     run = queue_run(db, wf, wall.now() - timedelta(seconds=1), wall.now())
     worker = spawn("--id", "leaving", "--grace", "0.5")

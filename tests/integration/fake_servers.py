@@ -182,3 +182,94 @@ class SMTPFake:
         if self._controller is not None:
             self._controller.stop()
             self._controller = None
+
+
+@dataclass
+class PagerDutyFake(HTTPFake):
+    """Answers POST /v2/enqueue like PagerDuty's Events API v2 and keeps each incident's state by dedup key."""
+
+    routing_key: str = "R0UTINGKEY0TEST0TICKWARDEN000001"
+    fail_status: int | None = None
+    retry_after: int | None = None
+    incidents: dict[str, str] = field(default_factory=dict)   # dedup key → triggered | acknowledged | resolved
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def events_url(self) -> str:
+        return f"{self.url}/v2/enqueue"
+
+    def answer(self, request: Request) -> tuple[int, dict[str, str], bytes]:
+        headers = {"Content-Type": "application/json"}
+        if self.fail_status is not None:
+            if self.retry_after is not None:
+                headers["Retry-After"] = str(self.retry_after)
+            return self.fail_status, headers, b'{"status": "throttle event", "message": "Requests for this service are arriving too quickly."}'
+        if request.path != "/v2/enqueue":
+            return 404, headers, b'{"status": "not found"}'
+        try:
+            event = json.loads(request.body)
+        except ValueError:
+            return 400, headers, b'{"status": "invalid event", "message": "Event object is invalid", "errors": ["Invalid JSON"]}'
+        errors = []
+        if event.get("routing_key") != self.routing_key:
+            errors.append("Invalid routing key")
+        action = event.get("event_action")
+        if action not in ("trigger", "acknowledge", "resolve"):
+            errors.append("'event_action' is invalid")
+        if action != "trigger" and not event.get("dedup_key"):
+            errors.append("'dedup_key' is required for this event_action")
+        if action == "trigger":
+            payload = event.get("payload") or {}
+            if not payload.get("summary") or not payload.get("source"):
+                errors.append("'payload.summary' and 'payload.source' are required")
+            if payload.get("severity") not in ("critical", "error", "warning", "info"):
+                errors.append("'payload.severity' is invalid")
+        if errors:
+            return 400, headers, json.dumps({"status": "invalid event", "message": "Event object is invalid",
+                                             "errors": errors}).encode()
+        self.events.append(event)
+        key = event.get("dedup_key") or f"generated-{len(self.events)}"
+        state = {"trigger": "triggered", "acknowledge": "acknowledged", "resolve": "resolved"}[action]
+        if action == "trigger" and self.incidents.get(key) == "acknowledged":
+            state = "acknowledged"  # a repeated trigger folds into the open incident
+        if action != "trigger" and key not in self.incidents:
+            state = None  # acknowledging or resolving nothing is accepted and ignored
+        if state:
+            self.incidents[key] = state
+        return 202, headers, json.dumps({"status": "success", "message": "Event processed",
+                                         "dedup_key": key}).encode()
+
+
+@dataclass
+class TeamsFake(HTTPFake):
+    """A Teams Workflows webhook: takes a message with an Adaptive Card attachment and answers 202."""
+
+    fail_status: int | None = None
+    retry_after: int | None = None
+    throttle_in_body: bool = False   # what an old connector does: HTTP 200, the 429 in its text
+    cards: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def webhook_url(self) -> str:
+        return f"{self.url}/workflows/abc123/triggers/manual/paths/invoke?sig=SIGNATURE0SECRET"
+
+    def answer(self, request: Request) -> tuple[int, dict[str, str], bytes]:
+        if self.fail_status is not None:
+            headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+            return self.fail_status, headers, b'{"error": {"code": "TooManyRequests"}}'
+        if self.throttle_in_body:
+            return 200, {"Content-Type": "text/plain"}, (
+                b"Webhook message delivery failed with error: Microsoft Teams endpoint returned HTTP error 429 "
+                b"with ContextId tcid=0,server=msgapi-production")
+        if "sig=SIGNATURE0SECRET" not in request.path:
+            return 401, {}, b'{"error": {"code": "DirectApiAuthorizationRequired"}}'
+        try:
+            message = json.loads(request.body)
+            [attachment] = message["attachments"]
+            assert message["type"] == "message"
+            assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
+            assert attachment["content"]["type"] == "AdaptiveCard"
+        except (ValueError, KeyError, TypeError, AssertionError):
+            return 400, {"Content-Type": "application/json"}, b'{"error": {"code": "InvalidRequestContent"}}'
+        self.cards.append(attachment["content"])
+        return 202, {}, b""

@@ -53,7 +53,7 @@ def budget_of(db: Database, wf: Workflow) -> tuple[int, int]:
 
 def create_tick(db: Database, wf: Workflow, scheduled_for: datetime, now: datetime) -> Run:
     retries, cadence = budget_of(db, wf)
-    deadline = run_deadline(scheduled_for, timeout_seconds=600, retries=retries, interval_seconds=cadence)
+    deadline = run_deadline(scheduled_for, timeout_seconds=600, backoffs=(0,) * retries, interval_seconds=cadence)
     with db.transaction() as store:
         run = store.create_tick_run(TickRequest(wf.tenant_id, wf.id, scheduled_for, retries, deadline), now)
     assert run is not None

@@ -74,6 +74,17 @@ def test_profile_overrides_are_validated_and_applied(server, fleet):
                        "Unknown field 'colour'")
 
 
+def test_the_retry_backoff_is_shown_and_overridable_like_every_profile_field(server, fleet):
+    acme, _, _ = fleet
+    with api(server, acme.token) as client:
+        assert client.get("/api/tenants/acme/workflows/nightly/profile").json()["backoff_seconds"] == [60, 300, 900]
+        changed = client.put("/api/tenants/acme/workflows/nightly/profile", json={"backoff_seconds": [120]})
+        assert changed.status_code == 200 and changed.json()["backoff_seconds"] == [120, 120, 120]
+        assert client.get("/api/tenants/acme/workflows/nightly/profile").json()["backoff_seconds"] == [120, 120, 120]
+        assert_problem(client.put("/api/tenants/acme/workflows/nightly/profile", json={"backoff_seconds": [-1]}), 422,
+                       "backoff_seconds")
+
+
 def test_pause_resume_and_run_now_act_on_the_schedule_and_ledger(server, fleet):
     acme, _, _ = fleet
     with api(server, acme.token) as client:
@@ -91,7 +102,7 @@ def test_pause_resume_and_run_now_act_on_the_schedule_and_ledger(server, fleet):
 def test_publishing_creates_a_workflow_with_its_schedule(server, fleet):
     acme, _, _ = fleet
     body = {"environment": "default", "publisher": "ops@acme.test", "cron": "*/5 * * * *",
-            "steps": [{"name": "check", "kind": "sql", "query": "select 1", "database": "env:WAREHOUSE"}]}
+            "steps": [{"name": "check", "kind": "sql", "query": "select 1", "database": "secret:WAREHOUSE"}]}
     with api(server, acme.token) as client:
         created = client.put("/api/tenants/acme/workflows/quality-check", json=body)
         assert created.status_code == 200, created.text

@@ -24,7 +24,7 @@ environments:
   - {tenant: acme, name: default, python: null, idle_timeout_seconds: 300}
   - {tenant: globex, name: default}
 channels:
-  - {tenant: acme, name: acme-slack, kind: slack, audience: customer, config: {channel: "#alerts"}, secret_ref: "env:SLACK_TOKEN"}
+  - {tenant: acme, name: acme-slack, kind: slack, audience: customer, config: {channel: "#alerts"}, secret_ref: "secret:SLACK_TOKEN"}
 platform_channels:
   - {name: platform, kind: email, config: {to: ["oncall@platform.test"]}}
 workflows:
@@ -36,7 +36,7 @@ workflows:
     policy: {retries: 3}
     steps:
       - {name: extract, kind: python, call: "tickwarden.examples_steps:extract", params: {count: 3}}
-      - {name: load, kind: sql, query: "SELECT 1", database: "env:WAREHOUSE", depends_on: [extract]}
+      - {name: load, kind: sql, query: "SELECT 1", database: "secret:WAREHOUSE", depends_on: [extract]}
   - tenant: globex
     name: quality
     environment: default
@@ -44,7 +44,7 @@ workflows:
     schedule: {cron: "*/5 * * * *", status: paused}
     monitoring: false
     steps:
-      - {name: check, kind: sql, query: "SELECT 1", database: "env:GLOBEX_DB"}
+      - {name: check, kind: sql, query: "SELECT 1", database: "secret:GLOBEX_DB"}
 """
 
 BAD = {
@@ -58,10 +58,10 @@ BAD = {
                             "fleet.yaml: workflows[0].environment: unknown environment 'gpu' of tenant 'acme'."),
     "unknown publisher": (("publisher: ops@acme.test", "publisher: nobody@acme.test"),
                           "fleet.yaml: workflows[0].publisher: unknown user 'nobody@acme.test' of tenant 'acme'."),
-    "duplicate workflow": (('database: "env:GLOBEX_DB"}\n', 'database: "env:GLOBEX_DB"}\n'
+    "duplicate workflow": (('database: "secret:GLOBEX_DB"}\n', 'database: "secret:GLOBEX_DB"}\n'
                             "  - tenant: globex\n    name: quality\n    environment: default\n"
                             "    publisher: data@globex.test\n    schedule: {cron: '@daily'}\n"
-                            "    steps: [{name: a, kind: sql, query: 'SELECT 1', database: 'env:X'}]\n"),
+                            "    steps: [{name: a, kind: sql, query: 'SELECT 1', database: 'secret:X'}]\n"),
                            "fleet.yaml: workflows[2].name: duplicate workflow 'quality' (also workflows[1])."),
     "duplicate step": (("{name: load,", "{name: extract,"),
                        "fleet.yaml: workflows[0].steps[1].name: duplicate step 'extract' (also workflows[0].steps[0])."),
@@ -72,14 +72,23 @@ BAD = {
                     "fleet.yaml: workflows[1].colour: unknown key."),
     "unknown tenant": (("tenant: globex\n    name: quality", "tenant: initech\n    name: quality"),
                        "fleet.yaml: workflows[1].tenant: unknown tenant 'initech'."),
-    "sql step without database": ((', database: "env:GLOBEX_DB"', ""),
+    "sql step without database": ((', database: "secret:GLOBEX_DB"', ""),
                                   "fleet.yaml: workflows[1].steps[0].database: a sql step needs 'database'"),
     "python step without call": (('call: "tickwarden.examples_steps:extract", ', ""),
                                  "fleet.yaml: workflows[0].steps[0].call: a python step needs 'call'"),
     "bad call": (("tickwarden.examples_steps:extract", "tickwarden.examples_steps.extract"),
                  "fleet.yaml: workflows[0].steps[0].call: 'tickwarden.examples_steps.extract' is not of the form"),
-    "bad secret ref": (('"env:WAREHOUSE"', '"postgresql://u:p@h/db"'),
-                       "fleet.yaml: workflows[0].steps[1].database: not a secret reference such as 'env:NAME' (the value is not shown)."),
+    "bad secret ref": (('"secret:WAREHOUSE"', '"postgresql://u:p@h/db"'),
+                       "fleet.yaml: workflows[0].steps[1].database: not a secret reference such as 'secret:NAME' (the value is not shown)."),
+    "platform variable in a step": (('"secret:WAREHOUSE"', '"env:TICKWARDEN_DATABASE_URL"'),
+                                    "fleet.yaml: workflows[0].steps[1].database: 'env:TICKWARDEN_DATABASE_URL' names a "
+                                    "variable of the platform, which tenant resources may not use: store the value with "
+                                    "`tickwarden secrets set TENANT TICKWARDEN_DATABASE_URL` and refer to it as "
+                                    "'secret:TICKWARDEN_DATABASE_URL'."),
+    "platform variable in a python step": (('params: {count: 3}}', 'params: {count: 3}, secrets: ["env:HOME"]}'),
+                                           "fleet.yaml: workflows[0].steps[0].secrets[0]: 'env:HOME' names a variable"),
+    "platform variable in a tenant channel": (('"secret:SLACK_TOKEN"', '"env:SLACK_TOKEN"'),
+                                              "fleet.yaml: channels[0].secret_ref: 'env:SLACK_TOKEN' names a variable"),
     "bad name": (("name: nightly", "name: Nightly Job"), "fleet.yaml: workflows[0].name: 'Nightly Job' is not a valid name"),
     "yaml syntax": (("tenants:\n", "tenants:\n  - {name: [\n"), "fleet.yaml: YAML syntax error at line"),
     "wrong type": (("idle_timeout_seconds: 300", "idle_timeout_seconds: soon"),
@@ -102,7 +111,7 @@ def test_it_applies_a_file_and_reports_what_it_created(db, tmp_path):
         schedule = store.get_schedule_for_workflow(nightly.id)
     assert [s["name"] for s in nightly.recipe["steps"]] == ["extract", "load"]
     assert nightly.recipe["steps"][1] == {"name": "load", "kind": "sql", "depends_on": ["extract"], "query": "SELECT 1",
-                                          "database": "env:WAREHOUSE", "timeout_seconds": None}
+                                          "database": "secret:WAREHOUSE", "timeout_seconds": None}
     assert nightly.policy_overrides == {"retries": 3}
     assert (schedule.cron, schedule.timezone, schedule.cadence_seconds, schedule.status) == (
         "0 2 * * *", "Europe/Berlin", 86400, "active")
@@ -155,7 +164,7 @@ def test_the_quickstart_example_applies_cleanly(db):
         workflow = store.get_workflow_by_name("acme", "quickstart")
     kinds = [(s["name"], s["kind"]) for s in workflow.recipe["steps"]]
     assert kinds == [("extract", "python"), ("check", "sql"), ("summarize", "python")]
-    assert workflow.recipe["steps"][1]["database"] == "env:TICKWARDEN_QUICKSTART_DB"
+    assert workflow.recipe["steps"][1]["database"] == "secret:QUICKSTART_DB"
 
 
 def test_run_now_queues_a_manual_run_with_the_profile_budget(db, tmp_path):

@@ -102,11 +102,11 @@ def test_ticks_before_publication_outside_the_lookback_or_while_paused_are_not_m
     detector = DeadlineDetector(db, lookback=timedelta(hours=1))
     detector.run_once(clock.now())
     with db.transaction() as store:
-        store.set_schedule_status(wf.id, "paused", clock.now())
+        store.set_schedule_status(store.get_schedule_for_workflow(wf.id), "paused", clock.now())
     detector.run_once(clock.advance(3600))
     assert runs_of(db, wf) == []
     with db.transaction() as store:
-        store.set_schedule_status(wf.id, "active", clock.now())
+        store.set_schedule_status(store.get_schedule_for_workflow(wf.id), "active", clock.now())
     resumed = clock.now()
     detector.run_once(clock.advance(5 * 3600))  # the detector itself was down for five hours
     runs = runs_of(db, wf)

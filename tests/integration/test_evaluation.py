@@ -58,8 +58,8 @@ def test_a_five_minute_workflow_opens_a_warning_only_at_the_third_confirmed_fail
 def test_a_daily_workflow_opens_critical_at_the_first_confirmed_failure_after_its_retries(db, clock, poller):
     wf = workflow(db, clock.now(), cadence=DAILY)
     run = tick(db, poller, wf, clock.now().replace(hour=2, minute=0) + timedelta(days=1),
-               [fail("connection", "connection reset by peer")] * 3, clock)
-    assert run.status == "failed" and run.attempts_count == 3
+               [fail("connection", "connection reset by peer")] * 4, clock)
+    assert run.status == "failed" and run.attempts_count == 4
     (alert,) = alerts_of(db, wf)
     assert (alert.first_severity, alert.severity, alert.failure_count, alert.owner) == ("critical", "critical", 1, "engineering")
     assert alert.last_error == "connection reset by peer" and alert.last_run_id == run.id
@@ -108,7 +108,7 @@ def test_one_open_alert_per_workflow_with_the_count_updated(db, clock, poller):
 
 def test_a_manual_success_resolves_with_downtime(db, clock, poller):
     wf = workflow(db, clock.now(), cadence=DAILY)
-    failed = tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail()] * 3, clock)
+    failed = tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail()] * 4, clock)
     clock.advance(7 * 3600)
     run = manual_run(db, wf, clock.now())
     drive(db, poller, run, [OK], clock)
@@ -121,7 +121,7 @@ def test_a_manual_success_resolves_with_downtime(db, clock, poller):
 
 def test_a_manual_failure_does_not_open_a_second_alert(db, clock, poller):
     wf = workflow(db, clock.now(), cadence=DAILY)
-    tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail()] * 3, clock)
+    tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail()] * 4, clock)
     drive(db, poller, manual_run(db, wf, clock.advance(600)), [fail()], clock)
     (alert,) = alerts_of(db, wf)
     assert alert.failure_count == 2 and alert.status == "open"
@@ -130,9 +130,9 @@ def test_a_manual_failure_does_not_open_a_second_alert(db, clock, poller):
 def test_after_resolution_a_new_failure_opens_a_new_alert(db, clock, poller):
     wf = workflow(db, clock.now(), cadence=DAILY)
     day = clock.now().replace(hour=2, minute=0) + timedelta(days=1)
-    tick(db, poller, wf, day, [fail()] * 3, clock)
+    tick(db, poller, wf, day, [fail()] * 4, clock)
     tick(db, poller, wf, day + timedelta(days=1), [OK], clock)
-    tick(db, poller, wf, day + timedelta(days=2), [fail()] * 3, clock)
+    tick(db, poller, wf, day + timedelta(days=2), [fail()] * 4, clock)
     states = sorted((a.status, a.failure_count) for a in alerts_of(db, wf))
     assert states == [("open", 1), ("resolved", 1)]
 
@@ -167,7 +167,7 @@ def test_reassign_rejects_a_bad_owner_a_missing_and_a_resolved_alert(db, clock, 
     from tickwarden.errors import Conflict, InvalidInput, NotFound
 
     wf = workflow(db, clock.now(), cadence=DAILY)
-    tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail()] * 3, clock)
+    tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail()] * 4, clock)
     (alert,) = alerts_of(db, wf)
     with pytest.raises(InvalidInput):
         alerts.reassign(db, alert.id, "nobody", None, "ana", clock.now())
@@ -180,7 +180,7 @@ def test_reassign_rejects_a_bad_owner_a_missing_and_a_resolved_alert(db, clock, 
 
 def test_monitoring_disabled_workflows_are_not_evaluated(db, clock, poller):
     wf = workflow(db, clock.now(), cadence=DAILY, monitoring=False)
-    run = tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail()] * 3, clock)
+    run = tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail()] * 4, clock)
     assert run.status == "failed" and alerts_of(db, wf) == []
 
 
@@ -188,9 +188,9 @@ def test_notifications_go_to_customer_and_engineering_and_shadow_alerts_only_to_
     loud = workflow(db, clock.now(), cadence=DAILY, name="loud")
     quiet = workflow(db, clock.now(), cadence=DAILY, name="quiet", shadow=True)
     add_channels(db, clock)
-    tick(db, poller, loud, clock.now() + timedelta(minutes=5), [fail()] * 3, clock)
+    tick(db, poller, loud, clock.now() + timedelta(minutes=5), [fail()] * 4, clock)
     assert sorted((k, a) for k, _, a in outbox(db)) == [("opened", "customer"), ("opened", "engineering")]
-    tick(db, poller, quiet, clock.now() + timedelta(minutes=5), [fail()] * 3, clock)
+    tick(db, poller, quiet, clock.now() + timedelta(minutes=5), [fail()] * 4, clock)
     (alert,) = alerts_of(db, quiet)
     assert alert.shadow
     assert [(k, a) for k, _, a in outbox(db)][2:] == [("opened", "shadow")]
@@ -199,7 +199,7 @@ def test_notifications_go_to_customer_and_engineering_and_shadow_alerts_only_to_
 def test_a_shadow_tenant_makes_every_alert_shadow(db, clock, poller):
     wf = workflow(db, clock.now(), cadence=DAILY, tenant="beta", tenant_shadow=True)
     add_channels(db, clock, "beta")
-    tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail()] * 3, clock)
+    tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail()] * 4, clock)
     assert alerts_of(db, wf)[0].shadow
     assert [a for _, _, a in outbox(db)] == ["shadow"]
 

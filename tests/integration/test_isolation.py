@@ -7,6 +7,7 @@ import re
 import httpx
 
 from tests.apiutil import api, live_server, make_token, seed_tenant
+from tickwarden import secrets
 from tickwarden.transports.recording import RecordingTransport
 
 # A valid body for every endpoint that takes one, so requests pass validation and reach authorization.
@@ -17,6 +18,7 @@ BODIES = {
     ("put", "/api/tenants/{tenant}/workflows/{workflow}/profile"): {"retries": 7},
     ("post", "/api/alerts/{alert_id}/reassign"): {"owner": "customer", "note": "hijack"},
     ("post", "/api/alerts/{alert_id}/notes"): {"note": "hijack"},
+    ("put", "/api/tenants/{tenant}/secrets/{name}"): {"value": "hijack"},
 }
 SECRET = "acme-secret-log"
 
@@ -30,6 +32,7 @@ def acme_snapshot(db, acme):
             conn.execute("SELECT count(*) FROM runs WHERE tenant_id = %s", (acme.tenant_id,)).fetchone(),
             conn.execute("SELECT policy_overrides FROM workflows WHERE tenant_id = %s", (acme.tenant_id,)).fetchall(),
             conn.execute("SELECT count(*) FROM workflows WHERE tenant_id = %s", (acme.tenant_id,)).fetchone(),
+            conn.execute("SELECT count(*) FROM tenant_secrets WHERE tenant_id = %s", (acme.tenant_id,)).fetchone(),
         )
 
 
@@ -45,10 +48,12 @@ def test_every_endpoint_hides_another_tenants_objects(db, clock):
     acme = seed_tenant(db, clock.now(), "acme")
     globex = seed_tenant(db, clock.now(), "globex")
     intruder = make_token(db, clock.now(), tenant="globex", name="mallory")
+    with db.transaction() as store:
+        secrets.set_secret(store, secrets.Keyring("test-key"), acme.tenant_id, "WAREHOUSE", SECRET, clock.now())
     before = acme_snapshot(db, acme)
     recording = RecordingTransport()
     values = {"tenant": "acme", "workflow": "nightly", "run_id": acme.run_ids[-1], "alert_id": acme.alert_id,
-              "environment_id": acme.environment_id, "channel_id": acme.channel_id}
+              "environment_id": acme.environment_id, "channel_id": acme.channel_id, "name": "WAREHOUSE"}
     with live_server(db, clock, transports=lambda: {"recording": recording}) as base, api(base, intruder) as client:
         spec = client.get("/openapi.json").json()
         checked = 0
@@ -58,7 +63,7 @@ def test_every_endpoint_hides_another_tenants_objects(db, clock):
                 params = {p["name"] for p in operation.get("parameters", []) if p["in"] == "query"}
                 body = BODIES.get((method, path))
                 if "{" in path:
-                    assert body is not None or method in ("get", "post"), f"no body for {method} {path}"
+                    assert body is not None or method in ("get", "post", "delete"), f"no body for {method} {path}"
                     response = client.request(method, url, json=body)
                     assert response.status_code in (403, 404), (method, path, response.status_code, response.text)
                 elif "tenant" in params:

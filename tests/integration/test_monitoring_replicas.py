@@ -64,7 +64,7 @@ def test_three_replicas_of_every_loop_double_nothing_and_lose_nothing(db, schema
                     if name == "outage" and fire.minute in (15, 20, 25):
                         continue  # the trigger was down: no run at all
                     retries = profile_of(cadence, {}).retries
-                    deadline = run_deadline(fire, timeout_seconds=120, retries=retries, interval_seconds=cadence)
+                    deadline = run_deadline(fire, timeout_seconds=120, backoffs=(0,) * retries, interval_seconds=cadence)
                     ticks.append(TickRequest(wf.tenant_id, wf.id, fire, retries, deadline))
             last = now
             with db.transaction() as store:

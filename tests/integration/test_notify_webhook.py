@@ -1,9 +1,12 @@
+import base64
 import json
 
 import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from tests.integration.fake_servers import WebhookFake, free_port
 from tests.integration.notify_builders import add_channel, add_event, channel_row, open_alert, outbox
+from tickwarden.clock import WallClock
 from tickwarden.notifier import Notifier
 from tickwarden.transports.webhook import verify
 from tickwarden.transports.webhook import WebhookTransport
@@ -91,3 +94,41 @@ def test_client_errors_are_permanent_except_timeout_and_rate_limit(db, clock, ho
     notifier(db).run_once(clock.now())
     assert channel_row(db, channel.id)["enabled"] is not permanent
     assert outbox(db)[0]["status"] == ("dead" if permanent else "failed")
+
+
+STANDARD_SECRET = "whsec_" + base64.b64encode(b"a-32-byte-key-for-standard-hooks").decode()
+
+
+@pytest.mark.parametrize("secret,receiver_key", [(STANDARD_SECRET, STANDARD_SECRET),
+                                                 (SECRET, SECRET.encode())])
+def test_webhooks_verify_with_a_standard_webhooks_library(db, clock, hook, monkeypatch, secret, receiver_key):
+    monkeypatch.setenv("TW_TEST_HOOK_SECRET", secret)
+    clock.set(WallClock().now())  # the receiver's library checks the timestamp against its own clock
+    hook_channel(db, clock, hook.url)
+    open_alert(db, clock.now())
+    n = notifier(db)
+    hook.status = 500
+    n.run_once(clock.now())
+    hook.status = 200
+    clock.set(outbox(db)[0]["next_attempt_at"])
+    n.run_once(clock.now())
+    first, retry = hook.requests
+    receiver = Webhook(receiver_key)
+    for request in (first, retry):
+        body = receiver.verify(request.body, request.headers)
+        assert body["event"] == "opened"
+    assert first.headers["webhook-id"] == retry.headers["webhook-id"] == first.headers["idempotency-key"]
+    assert first.headers["webhook-timestamp"] != retry.headers["webhook-timestamp"]
+    with pytest.raises(WebhookVerificationError):
+        receiver.verify(retry.body.replace(b"opened", b"resolved"), retry.headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(b"another-key").verify(retry.body, retry.headers)
+
+
+def test_webhook_times_are_iso_8601_in_utc(db, clock, hook):
+    hook_channel(db, clock, hook.url)
+    open_alert(db, clock.now())
+    notifier(db).run_once(clock.now())
+    body = json.loads(hook.requests[0].body)
+    assert body["sent_at"] == clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert body["at"].endswith("Z") and body["alert"]["opened_at"].endswith("Z")

@@ -8,7 +8,6 @@ import time
 from datetime import datetime, timedelta
 
 from tickwarden.clock import WallClock
-from tickwarden.reconciler import Reconciler
 from tickwarden.service import Service, build_loops
 from tickwarden.ticker import Ticker
 
@@ -104,9 +103,9 @@ def test_stop_returns_promptly_even_when_loops_sleep_for_long(db):
     assert time.monotonic() - started < 2
 
 
-def test_build_loops_gives_every_loop_of_the_pipeline_once(db):
+def test_build_loops_gives_every_loop_of_the_pipeline_once_and_no_reconciler_for_the_builtin_trigger(db):
     loops = build_loops(db, "replica-1")
     assert [loop.name for loop in loops] == [
-        "reconciler", "ticker", "lease-reaper", "poller", "deadlines", "escalation", "notifier",
+        "ticker", "lease-reaper", "poller", "deadlines", "escalation", "notifier",
     ]
-    assert isinstance(loops[0], Reconciler) and isinstance(loops[1], Ticker)
+    assert isinstance(loops[0], Ticker)

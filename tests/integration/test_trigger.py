@@ -1,4 +1,4 @@
-"""The trigger: reconciler and ticker over real PostgreSQL on a virtual clock."""
+"""The trigger: the ticker fires straight from the schedules table, over real PostgreSQL on a virtual clock."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from tickwarden import catalog
-from tickwarden.reconciler import Reconciler
 from tickwarden.ticker import Ticker
 
 T0 = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
@@ -41,15 +40,18 @@ def ticks(db, workflow: str = "every-minute") -> list[datetime]:
     return sorted(r.scheduled_for for r in runs if not r.manual)
 
 
-def drive(db, start: datetime, end: datetime, *, step: timedelta = timedelta(seconds=20), ticker=None,
-          reconciler=None) -> None:
+def drive(db, start: datetime, end: datetime, *, step: timedelta = timedelta(seconds=20), ticker=None) -> None:
     ticker = ticker or Ticker(db)
-    reconciler = reconciler or Reconciler(db)
     now = start
     while now <= end:
-        reconciler.run_once(now)
         ticker.run_once(now)
         now += step
+
+
+def next_fire_times(db) -> dict[str, datetime | None]:
+    with db.connection() as conn:
+        rows = conn.execute("SELECT w.name, s.next_fire_at FROM schedules s JOIN workflows w ON w.id = s.workflow_id")
+        return dict(rows.fetchall())
 
 
 def minute(h: int, m: int) -> datetime:
@@ -67,7 +69,7 @@ def test_a_tick_gets_its_retry_budget_and_deadline_from_the_profile(db, tmp_path
     apply(db, tmp_path, T0)
     drive(db, T0, datetime(2026, 12, 1, 2, 0, 40, tzinfo=UTC), step=timedelta(hours=1))
     nightly = catalog.list_runs(db, "acme", "nightly")
-    assert len(nightly) == 1 and nightly[0].retry_budget == 2
+    assert len(nightly) == 1 and nightly[0].retry_budget == 3
     every = catalog.list_runs(db, "acme", "every-minute", limit=1)[0]
     assert every.retry_budget == 0
     assert every.deadline_at > every.scheduled_for
@@ -75,20 +77,19 @@ def test_a_tick_gets_its_retry_budget_and_deadline_from_the_profile(db, tmp_path
 
 def test_a_paused_schedule_gets_no_new_ticks_and_resumes_from_the_next_future_tick(db, tmp_path):
     apply(db, tmp_path, T0)
-    ticker, reconciler = Ticker(db), Reconciler(db)
-    drive(db, T0, minute(12, 2) + timedelta(seconds=15), ticker=ticker, reconciler=reconciler)
+    ticker = Ticker(db)
+    drive(db, T0, minute(12, 2) + timedelta(seconds=15), ticker=ticker)
     catalog.pause(db, "acme", "every-minute", minute(12, 2) + timedelta(seconds=15))
-    drive(db, minute(12, 2) + timedelta(seconds=20), minute(12, 10), ticker=ticker, reconciler=reconciler)
+    drive(db, minute(12, 2) + timedelta(seconds=20), minute(12, 10), ticker=ticker)
     assert ticks(db) == [minute(12, 1), minute(12, 2)]
-    with db.transaction() as store:
-        assert [e.workflow_id for e in store.trigger_entries()] == [2]   # only nightly keeps an entry
+    assert next_fire_times(db) == {"every-minute": None, "nightly": datetime(2026, 12, 1, 2, 0, tzinfo=UTC)}
     catalog.resume(db, "acme", "every-minute", minute(12, 10) + timedelta(seconds=30))
     drive(db, minute(12, 10) + timedelta(seconds=40), minute(12, 13) + timedelta(seconds=5),
-          ticker=ticker, reconciler=reconciler)
+          ticker=ticker)
     assert ticks(db) == [minute(12, 1), minute(12, 2), minute(12, 11), minute(12, 12), minute(12, 13)]
 
 
-def test_pausing_takes_effect_even_before_the_reconciler_runs(db, tmp_path):
+def test_pausing_takes_effect_at_the_tickers_next_pass(db, tmp_path):
     apply(db, tmp_path, T0)
     ticker = Ticker(db)
     drive(db, T0, minute(12, 1) + timedelta(seconds=15), ticker=ticker)
@@ -98,29 +99,28 @@ def test_pausing_takes_effect_even_before_the_reconciler_runs(db, tmp_path):
     assert ticks(db) == [minute(12, 1)]
 
 
-def test_a_cron_edit_takes_effect_through_the_reconciler(db, tmp_path):
+def test_a_cron_edit_takes_effect_at_the_tickers_next_pass(db, tmp_path):
     apply(db, tmp_path, T0)
-    ticker, reconciler = Ticker(db), Reconciler(db)
-    drive(db, T0, minute(12, 1) + timedelta(seconds=15), ticker=ticker, reconciler=reconciler)
+    ticker = Ticker(db)
+    drive(db, T0, minute(12, 1) + timedelta(seconds=15), ticker=ticker)
     path = tmp_path / "fleet.yaml"
     path.write_text(path.read_text().replace('"* * * * *"', '"*/5 * * * *"'))
     catalog.apply_file(db, path, minute(12, 1) + timedelta(seconds=30))
-    drive(db, minute(12, 1) + timedelta(seconds=40), minute(12, 11), ticker=ticker, reconciler=reconciler)
+    drive(db, minute(12, 1) + timedelta(seconds=40), minute(12, 11), ticker=ticker)
     assert ticks(db) == [minute(12, 1), minute(12, 5), minute(12, 10)]
 
 
 def test_ticks_older_than_the_starting_deadline_are_not_run_late(db, tmp_path):
     apply(db, tmp_path, T0, deadline=120)
-    ticker, reconciler = Ticker(db), Reconciler(db)
-    drive(db, T0, minute(12, 1) + timedelta(seconds=15), ticker=ticker, reconciler=reconciler)
+    ticker = Ticker(db)
+    drive(db, T0, minute(12, 1) + timedelta(seconds=15), ticker=ticker)
     # every replica is down from 12:01:15 to 12:30:10: 29 ticks pass unseen
     back = minute(12, 30) + timedelta(seconds=10)
     ticker.run_once(back)
     # only the ticks inside the two-minute deadline run (12:29 and 12:30), no burst of stale ones
     assert ticks(db) == [minute(12, 1), minute(12, 29), minute(12, 30)]
     assert ticker.stale == 27
-    drive(db, back + timedelta(seconds=20), minute(12, 32) + timedelta(seconds=15), ticker=ticker,
-          reconciler=reconciler)
+    drive(db, back + timedelta(seconds=20), minute(12, 32) + timedelta(seconds=15), ticker=ticker)
     assert ticks(db)[-2:] == [minute(12, 31), minute(12, 32)]
 
 
@@ -132,20 +132,23 @@ def test_suppressed_ticks_are_skipped_and_not_run_late(db, tmp_path):
     assert ticks(db) == [minute(12, 1), minute(12, 4), minute(12, 5), minute(12, 6)]
 
 
-def test_an_archived_workflow_loses_its_trigger(db, tmp_path):
+def test_an_archived_workflow_fires_no_more(db, tmp_path):
     apply(db, tmp_path, T0)
-    reconciler = Reconciler(db)
-    reconciler.run_once(T0)
+    ticker = Ticker(db)
+    drive(db, T0, minute(12, 1) + timedelta(seconds=15), ticker=ticker)
     with db.connection() as conn:
-        conn.execute("UPDATE workflows SET archived_at = %s WHERE name = 'nightly'", (T0,))
-    reconciler.run_once(T0 + timedelta(seconds=5))
-    with db.transaction() as store:
-        assert [e.workflow_id for e in store.trigger_entries()] == [1]
+        conn.execute("UPDATE workflows SET archived_at = %s WHERE name = 'every-minute'", (T0,))
+    drive(db, minute(12, 1) + timedelta(seconds=20), minute(12, 5), ticker=ticker)
+    assert ticks(db) == [minute(12, 1)]
+
+
+def test_a_published_schedule_carries_its_first_fire_time_from_the_same_transaction(db, tmp_path):
+    apply(db, tmp_path, T0)
+    assert next_fire_times(db) == {"every-minute": minute(12, 1), "nightly": datetime(2026, 12, 1, 2, 0, tzinfo=UTC)}
 
 
 def test_the_ticker_sleeps_until_the_next_fire_time_but_not_longer_than_its_cap(db, tmp_path):
     apply(db, tmp_path, T0)
-    Reconciler(db).run_once(T0)
     ticker = Ticker(db, max_sleep=timedelta(seconds=60))
     assert ticker.run_once(T0) == minute(12, 1)
     assert Ticker(db, max_sleep=timedelta(seconds=10)).run_once(T0) == T0 + timedelta(seconds=10)
@@ -176,7 +179,7 @@ def test_replicas_racing_make_exactly_one_run_per_tick(db, tmp_path):
             errors.append(exc)
             barrier.abort()
 
-    loops = [Ticker(db, batch=7) for _ in range(3)] + [Reconciler(db, batch=5) for _ in range(2)]
+    loops = [Ticker(db, batch=7) for _ in range(5)]
     threads = [threading.Thread(target=run, args=(loop,)) for loop in loops]
     for thread in threads:
         thread.start()
@@ -185,7 +188,6 @@ def test_replicas_racing_make_exactly_one_run_per_tick(db, tmp_path):
     assert not errors
     # each racing pass leaves whatever it could not take to the next one; one final
     # quiet pass settles the last minute
-    Reconciler(db).run_once(T0 + timedelta(minutes=minutes))
     Ticker(db).run_once(T0 + timedelta(minutes=minutes))
     with db.connection() as conn:
         rows = conn.execute(
@@ -198,9 +200,8 @@ def test_replicas_racing_make_exactly_one_run_per_tick(db, tmp_path):
         assert count == distinct == minutes and first == minute(12, 1) and last == minute(12, 12)
 
 
-def test_a_pass_sleeps_until_the_next_fire_or_looks_again_soon_while_a_due_entry_is_held_elsewhere(db, tmp_path):
+def test_a_pass_sleeps_until_the_next_fire_or_looks_again_soon_while_a_due_schedule_is_held_elsewhere(db, tmp_path):
     apply(db, tmp_path, T0)
-    Reconciler(db).run_once(T0)
     ticker = Ticker(db)
     # both entries moved on: the every-minute one fires next, at 12:02
     assert ticker.run_once(minute(12, 1)) == minute(12, 2)

@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 
 from tests.dbutil import TEST_URL
-from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
+from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run, set_secret
 from tickwarden.db import Database
 from tickwarden.models import AttemptOutcome
 from tickwarden.worker import Result, Worker
@@ -129,17 +129,17 @@ def test_an_unimportable_call_is_a_config_failure(db, clock, workers):
     assert attempt.error_category == "config" and run.status == "failed" and attempt.failed_step == "a"
 
 
-def test_a_sql_step_runs_through_a_secret_reference_that_never_leaks(db, clock, workers, schema):
+def test_a_sql_step_runs_through_a_secret_reference_that_never_leaks(db, clock, workers, tenant_database):
     canary_password = "canary-pw-7f3a9c"
-    url = TEST_URL.replace("postgres@", f"postgres:{canary_password}@")
-    environ = {"TENANT_DB": url + f"?options=-c%20search_path%3D{schema}"}
+    url = tenant_database.replace("postgres@", f"postgres:{canary_password}@")
     wf = make_runnable(db, clock.now(), [
-        {"name": "count", "kind": "sql", "query": "SELECT id, name, display_name FROM tenants",
-         "database": "env:TENANT_DB"},
-        {"name": "broken", "kind": "sql", "query": "SELECT nope FROM tenants", "database": "env:TENANT_DB"},
+        {"name": "count", "kind": "sql", "query": "SELECT 1 AS id, 'acme' AS name, 'Acme' AS display_name",
+         "database": "secret:TENANT_DB"},
+        {"name": "broken", "kind": "sql", "query": "SELECT nope FROM pg_class", "database": "secret:TENANT_DB"},
     ])
+    set_secret(db, wf.tenant_id, "TENANT_DB", url, clock.now())
     run = queue_run(db, wf, clock.now(), clock.now())
-    workers(environ=environ).run_once(clock.now())
+    workers(environ={}).run_once(clock.now())
     run, attempt, steps = outcome(db, run.id)
     assert steps["count"].status == "succeeded"
     assert steps["count"].output == {"rows": 1, "columns": ["id", "name", "display_name"]}
@@ -147,15 +147,16 @@ def test_a_sql_step_runs_through_a_secret_reference_that_never_leaks(db, clock, 
     with db.connection() as conn:
         dump = str(conn.execute("SELECT a.*, r.* FROM attempts a JOIN runs r ON r.id = a.run_id").fetchall())
         dump += str(conn.execute("SELECT * FROM attempt_steps").fetchall())
+        dump += str(conn.execute("SELECT * FROM tenant_secrets").fetchall())
     assert canary_password not in dump and url not in dump and "acme" not in str(steps["count"].output)
 
 
 def test_a_missing_secret_is_a_config_failure_naming_only_the_reference(db, clock, workers):
-    wf = make_runnable(db, clock.now(), [{"name": "q", "kind": "sql", "query": "SELECT 1", "database": "env:NOPE"}])
+    wf = make_runnable(db, clock.now(), [{"name": "q", "kind": "sql", "query": "SELECT 1", "database": "secret:NOPE"}])
     run = queue_run(db, wf, clock.now(), clock.now())
     workers(environ={}).run_once(clock.now())
     run, attempt, _ = outcome(db, run.id)
-    assert attempt.error_category == "config" and "env:NOPE" in attempt.error
+    assert attempt.error_category == "config" and "no secret named NOPE" in attempt.error and not attempt.retryable
 
 
 def test_the_environment_stays_warm_across_runs_and_stops_when_idle(db, clock, workers):
@@ -306,16 +307,16 @@ def test_a_bug_in_the_worker_is_recorded_as_internal_instead_of_waiting_for_the_
     assert attempt.status == "failed" and attempt.error_category == "internal" and run.status == "pending_retry"
 
 
-def test_a_slow_sql_step_is_stopped_at_its_timeout_on_the_server_too(db, clock, workers, schema):
-    environ = {"TENANT_DB": TEST_URL + f"?options=-c%20search_path%3D{schema}"}
+def test_a_slow_sql_step_is_stopped_at_its_timeout_on_the_server_too(db, clock, workers, tenant_database):
     wf = make_runnable(db, clock.now(), [
-        {"name": "slow", "kind": "sql", "query": "SELECT pg_sleep(30)", "database": "env:TENANT_DB",
+        {"name": "slow", "kind": "sql", "query": "SELECT pg_sleep(30)", "database": "secret:TENANT_DB",
          "timeout_seconds": 1},
-        {"name": "after", "kind": "sql", "query": "SELECT 1", "database": "env:TENANT_DB", "depends_on": ["slow"]},
+        {"name": "after", "kind": "sql", "query": "SELECT 1", "database": "secret:TENANT_DB", "depends_on": ["slow"]},
     ])
+    set_secret(db, wf.tenant_id, "TENANT_DB", tenant_database, clock.now())
     run = queue_run(db, wf, clock.now(), clock.now())
     started = time.monotonic()
-    workers(environ=environ).run_once(clock.now())
+    workers(environ={}).run_once(clock.now())
     assert time.monotonic() - started < 5
     run, attempt, steps = outcome(db, run.id)
     assert attempt.error_category == "timeout" and attempt.failed_step == "slow"
@@ -369,12 +370,13 @@ def test_an_environment_runs_its_own_interpreter(db, clock, workers):
     base = sys._base_executable  # the interpreter under the venv: no tickwarden, no psycopg
     wf = make_runnable(db, clock.now(), [
         python_step("which", "interpreter"),
-        {"name": "query", "kind": "sql", "query": "SELECT 1", "database": "env:ANY_DB"},
+        {"name": "query", "kind": "sql", "query": "SELECT 1", "database": "secret:ANY_DB"},
     ])
+    set_secret(db, wf.tenant_id, "ANY_DB", TEST_URL, clock.now())
     with db.transaction() as store:
         store.upsert_environment(wf.tenant_id, "main", clock.now(), python=base)
     run = queue_run(db, wf, clock.now(), clock.now())
-    workers(environ={"ANY_DB": TEST_URL}).run_once(clock.now())
+    workers(environ={}).run_once(clock.now())
     run, attempt, steps = outcome(db, run.id)
     assert steps["which"].output == {"executable": base, "has_tickwarden": False}
     assert attempt.error_category == "config" and "psycopg is not installed" in attempt.error

@@ -22,7 +22,7 @@ def test_hourly_workflow_gets_the_intermediate_profile():
 
 def test_daily_workflow_gets_the_urgent_profile():
     profile = derive_profile(86400)
-    assert (profile.band, profile.retries, profile.alert_after, profile.first_severity) == ("daily", 2, 1, "critical")
+    assert (profile.band, profile.retries, profile.alert_after, profile.first_severity) == ("daily", 3, 1, "critical")
 
 
 def test_a_daily_schedule_shortened_by_dst_stays_daily():
@@ -38,6 +38,7 @@ def test_defaults_are_monotone_in_cadence(a, b):
     assert q.alert_after <= p.alert_after
     assert SEVERITY_RANK[q.first_severity] >= SEVERITY_RANK[p.first_severity]
     assert q.escalate_after <= p.escalate_after
+    assert sum(q.backoffs()) >= sum(p.backoffs())
 
 
 def test_bands_cover_every_cadence_in_order():
@@ -66,6 +67,10 @@ def test_raising_the_threshold_keeps_escalation_beyond_it():
         ({"escalation_multiplier": 0}, "escalation_multiplier"),
         ({"retires": 1}, "Unknown policy field"),
         ({"alert_after": 5, "escalate_after": 2}, "escalate_after"),
+        ({"backoff_seconds": [-1]}, "backoff_seconds"),
+        ({"backoff_seconds": [90000]}, "backoff_seconds"),
+        ({"backoff_seconds": "soon"}, "backoff_seconds"),
+        ({"backoff_seconds": list(range(11))}, "backoff_seconds"),
     ],
 )
 def test_bad_overrides_are_rejected_with_one_sentence(raw, fragment):
@@ -81,7 +86,29 @@ def test_escalation_deadline_uses_the_captured_cadence():
     assert profile.escalate_at(opened, cadence_seconds=600) == opened + timedelta(minutes=60)
 
 
-def test_run_deadline_leaves_room_for_every_attempt():
+def test_a_daily_workflow_backs_off_long_enough_to_ride_out_a_ten_minute_outage():
+    profile = derive_profile(86400)
+    assert profile.backoffs() == (60, 300, 900)
+    assert sum(profile.backoffs()[:-1]) < 600 < sum(profile.backoffs())
+
+
+def test_an_hourly_workflow_backs_off_less_than_a_daily_one():
+    assert derive_profile(3600).backoffs() == (30,)
+    assert derive_profile(3600).backoffs()[0] < derive_profile(86400).backoffs()[0]
+
+
+def test_a_frequent_workflow_has_no_retry_to_back_off():
+    assert derive_profile(300).backoffs() == ()
+
+
+def test_the_last_backoff_repeats_for_extra_retries_and_none_means_at_once():
+    assert derive_profile(86400, {"retries": 5}).backoffs() == (60, 300, 900, 900, 900)
+    assert derive_profile(86400, {"retries": 2, "backoff_seconds": []}).backoffs() == (0, 0)
+    overridden = derive_profile(3600, {"backoff_seconds": [10, 20], "retries": 2})
+    assert overridden.backoffs() == (10, 20) and "backoff_seconds" in overridden.overridden
+
+
+def test_run_deadline_leaves_room_for_every_attempt_and_backoff_but_no_poll():
     tick = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
-    deadline = run_deadline(tick, timeout_seconds=600, retries=2, interval_seconds=86400)
-    assert deadline == tick + timedelta(seconds=3 * (600 + 30) + 900)
+    deadline = run_deadline(tick, timeout_seconds=600, backoffs=(60, 300, 900), interval_seconds=86400)
+    assert deadline == tick + timedelta(seconds=4 * 600 + 60 + 300 + 900 + 900)

@@ -22,7 +22,8 @@ def test_it_orders_steps_after_their_dependencies_keeping_file_order_for_ties():
         ({"steps": [step("a"), step("a")]}, "declared twice"),
         ({"steps": [{"name": "a", "kind": "shell"}]}, "unknown kind"),
         ({"steps": [{"name": "a", "kind": "python", "call": "not a call"}]}, "package.module:function"),
-        ({"steps": [{"name": "q", "kind": "sql", "query": "SELECT 1", "database": "postgres://x"}]}, "env:NAME"),
+        ({"steps": [{"name": "q", "kind": "sql", "query": "SELECT 1", "database": "postgres://x"}]}, "secret:NAME"),
+        ({"steps": [step("a", secrets=["env:X=1"])]}, "secret:NAME"),
         ({"steps": [step("a", timeout_seconds=0)]}, "positive integer"),
     ],
 )

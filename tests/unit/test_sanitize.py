@@ -1,7 +1,7 @@
 import pytest
 
 from tickwarden.categories import categorize, is_retryable, owner_for
-from tickwarden.sanitize import sanitize_error, sanitize_log_tail
+from tickwarden.sanitize import redact_value, sanitize_error, sanitize_log_tail
 
 CANARIES = [
     ("postgresql://app:CANARY-PW-1@db.internal:5432/sales failed", "CANARY-PW-1"),
@@ -52,3 +52,59 @@ def test_categories_and_owners(message, category, owner):
 
 def test_config_and_auth_are_not_retried():
     assert not is_retryable("auth") and not is_retryable("config") and is_retryable("connection")
+
+
+# Each canary form of a credential, as a failing step might print or raise it.
+CREDENTIAL_FORMS = {
+    "aws env": ("AWS_SECRET_ACCESS_KEY=CANARYaws0001xyz", "CANARYaws0001xyz"),
+    "db env": ("DB_PASSWORD=CANARYdb0002xyz", "CANARYdb0002xyz"),
+    "pg env": ("PGPASSWORD=CANARYpg0003xyz", "CANARYpg0003xyz"),
+    "python dict": ("{'password': 'CANARYdict0004'}", "CANARYdict0004"),
+    "json": ('{"api_key": "CANARYjson0005"}', "CANARYjson0005"),
+    "basic auth": ("Authorization: Basic Q0FOQVJZYmFzaWMwMDA2", "Q0FOQVJZYmFzaWMwMDA2"),
+    "token word": ("token CANARYtok0007xyz", "CANARYtok0007xyz"),
+    "next line": ("password:\n    CANARYnext0008", "CANARYnext0008"),
+    "quoted key next line": ('"secret":\n"CANARYnext0009"', "CANARYnext0009"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(CREDENTIAL_FORMS))
+def test_every_credential_form_is_redacted_in_errors_logs_and_outputs(form):
+    text, secret = CREDENTIAL_FORMS[form]
+    assert secret not in sanitize_error(f"step failed: {text}")
+    assert secret not in sanitize_log_tail(f"starting\n{text}\ndone")
+    assert secret not in str(redact_value({"log": text, "nested": [text]}))
+
+
+def test_a_secret_keyed_output_value_is_redacted_whole():
+    assert redact_value({"password": "plain words", "rows": 3}) == {"password": "[redacted]", "rows": 3}
+
+
+@pytest.mark.parametrize(("text", "gone", "mark"), [
+    ("call +1 415 555 0134 about it", "555 0134", "[phone]"),
+    ("phone (030) 1234 5678 unreachable", "1234 5678", "[phone]"),
+    ("ssn 123-45-6789 invalid", "123-45-6789", "[ssn]"),
+    ("card 4111 1111 1111 1111 declined", "4111 1111", "[card]"),
+    ("card 4111-1111-1111-1111 declined", "4111-1111", "[card]"),
+])
+def test_personal_data_is_replaced(text, gone, mark):
+    assert gone not in sanitize_error(text) and mark in sanitize_error(text)
+
+
+@pytest.mark.parametrize("text", [
+    "loaded 1234567 rows in 2026-11-30 02:00:00",
+    "order 4111111111111112 is not a card (fails Luhn)",
+    "token expired for step load",
+    "connecting to 192.168.100.200 port 5432",
+])
+def test_ordinary_numbers_and_prose_survive(text):
+    assert sanitize_error(text) == text
+
+
+@pytest.mark.parametrize("token", [
+    "glpat-CANARYabcdefghij0123456789",             # GitLab, known to detect-secrets, not to our own list
+    "sk_live_CANARYabcdefghij0123456789",           # Stripe
+    "SG.CANARYabcdefghij012345.CANARYabcdefghijklmnopqrstuvwxyz0123456789abcde",  # SendGrid
+])
+def test_token_shapes_known_to_detect_secrets_are_redacted(token):
+    assert "CANARY" not in sanitize_error(f"upstream rejected {token} at login")

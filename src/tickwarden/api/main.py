@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 
 from tickwarden.api import problems
 from tickwarden.api.routers import alerts, channels, environments, ops, runs, tenants, workflows
+from tickwarden.api.routers import secrets as secrets_router
 from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
 from tickwarden.metrics import registry_for
@@ -48,7 +49,7 @@ def create_app(
     app.state.registry = registry_for(db, clock)
     app.state.transports = transports or _default_transports()
     problems.install(app)
-    for module in (tenants, workflows, runs, alerts, environments, channels, ops):
+    for module in (tenants, workflows, runs, alerts, environments, channels, ops, secrets_router):
         app.include_router(module.router)
     app.include_router(dashboard.router)
     static = resources.files("tickwarden").joinpath("static")

@@ -117,6 +117,7 @@ class ProfileOut(BaseModel):
     first_severity: str
     escalation_multiplier: float
     escalate_after: int
+    backoff_seconds: list[int] = []
     overridden: list[str]
 
 
@@ -321,6 +322,7 @@ class PolicyIn(Input):
     first_severity: Literal["warning", "critical"] | None = None
     escalation_multiplier: Annotated[float, Field(gt=0, le=10000)] | None = None
     escalate_after: Annotated[int, Field(ge=1, le=10000)] | None = None
+    backoff_seconds: Annotated[list[Annotated[int, Field(ge=0, le=86400)]], Field(max_length=10)] | None = None
 
 
 class PublishIn(Input):

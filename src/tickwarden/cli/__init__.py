@@ -21,13 +21,15 @@ app = typer.Typer(
 
 # Importing a command module registers its commands on `app`.
 from tickwarden.cli import alerts_cmd, catalog_cmd, channels_cmd, db_cmd, profile_cmd, service_cmd, sim_cmd, tokens_cmd, worker_cmd  # noqa: E402,F401
+from tickwarden.cli import secrets_cmd  # noqa: E402,F401
 
 
 def main() -> None:
     """Run the CLI, turning tickwarden's errors into one clear line and exit status 1."""
     from tickwarden.errors import TickwardenError
+    from tickwarden.logs import configure_or_exit
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_or_exit()
     try:
         app(standalone_mode=False)
     except TickwardenError as exc:

@@ -88,7 +88,7 @@ def _parse_config(pairs: list[str]) -> dict[str, Any]:
 @channels_app.command("add")
 def add_command(
     name: Annotated[str, typer.Argument(help="Channel name, unique within its tenant.")],
-    kind: Annotated[str, typer.Option("--kind", help="slack, email, webhook or recording.")],
+    kind: Annotated[str, typer.Option("--kind", help="slack, email, webhook, pagerduty, teams or recording.")],
     tenant: Annotated[str | None, typer.Option("--tenant", help="Tenant; omit for the platform's channel.")] = None,
     audience: Annotated[str | None, typer.Option("--audience", help="customer, engineering or shadow.")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Config key=value (repeatable), e.g. channel=C123.")] = [],  # noqa: B006

@@ -13,6 +13,7 @@ from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock, isoformat_z
 from tickwarden.errors import InvalidPolicy
 from tickwarden.profile import BANDS, derive_profile, parse_overrides
+from tickwarden.retries import PATIENT_CATEGORIES
 
 
 def parse_settings(settings: list[str]) -> dict[str, Any]:
@@ -23,6 +24,9 @@ def parse_settings(settings: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise InvalidPolicy(f"Override {item!r} is not of the form key=value.")
         text = value.strip()
+        if "," in text:  # a list, such as backoff_seconds=60,300,900
+            raw[key.strip()] = [_number(part.strip()) for part in text.split(",")]
+            continue
         parsed: Any = text
         for convert in (int, float):
             try:
@@ -32,6 +36,23 @@ def parse_settings(settings: list[str]) -> dict[str, Any]:
                 continue
         raw[key.strip()] = parsed
     return raw
+
+
+def _retries_text(retries: int, backoffs: tuple[int, ...]) -> str:
+    if not retries:
+        return "0 (the next tick is the retry)"
+    waits = ", ".join(f"{b} s" for b in backoffs)
+    patient = ", ".join(sorted(PATIENT_CATEGORIES))
+    return f"{retries}, after {waits} when the fault can heal ({patient}); any other error at once"
+
+
+def _number(text: str) -> Any:
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            continue
+    return text
 
 
 @app.command("profile")
@@ -72,7 +93,7 @@ def profile_command(
     table.add_column("value")
     table.add_row("cadence", cadence.summary)
     table.add_row("band", profile.band)
-    table.add_row("retries per tick", f"{profile.retries} (immediate)" if profile.retries else "0 (the next tick is the retry)")
+    table.add_row("retries per tick", _retries_text(profile.retries, profile.backoffs()))
     table.add_row("alert after", f"{profile.alert_after} consecutive confirmed failure(s)")
     table.add_row("first severity", profile.first_severity)
     table.add_row(
@@ -97,6 +118,7 @@ def profiles_command(as_json: Annotated[bool, typer.Option("--json", help="Print
             "first_severity": b.first_severity,
             "escalation_multiplier": b.escalation_multiplier,
             "escalate_after": b.escalate_after,
+            "backoff_seconds": list(b.backoff_seconds),
         }
         for b in BANDS
     ]
@@ -104,9 +126,10 @@ def profiles_command(as_json: Annotated[bool, typer.Option("--json", help="Print
         print_json(rows)
         return
     table = Table(title="default cadence profiles")
-    for column in ("band", "interval up to", "retries", "alert after", "first severity", "escalate ×cadence", "escalate at"):
+    for column in ("band", "interval up to", "retries", "backoff (s)", "alert after", "first severity", "escalate ×cadence",
+                   "escalate at"):
         table.add_column(column)
     for b in BANDS:
         bound = "∞" if b.max_interval_seconds == float("inf") else f"{'≤' if b.inclusive else '<'} {b.max_interval_seconds / 3600:g} h"
-        table.add_row(b.name, bound, str(b.retries), str(b.alert_after), b.first_severity, f"{b.escalation_multiplier:g}", str(b.escalate_after))
+        table.add_row(b.name, bound, str(b.retries), ", ".join(map(str, b.backoff_seconds)) or "—", str(b.alert_after), b.first_severity, f"{b.escalation_multiplier:g}", str(b.escalate_after))
     console.print(table)

@@ -19,6 +19,7 @@ from tickwarden.cli import app
 from tickwarden.clock import WallClock
 from tickwarden.db import Database, describe_url
 from tickwarden.errors import InvalidInput
+from tickwarden.logs import default_level as default_log_level
 from tickwarden.loops import replica_id as new_replica_id
 from tickwarden.migrate import upgrade
 from tickwarden.service import Service, ServiceOptions, build_loops
@@ -125,7 +126,7 @@ def serve_command(
     """Run one control-plane replica: migrate, then the loops, N workers and the API until SIGTERM."""
     if workers < 0:
         raise InvalidInput("--workers must be zero or more.")
-    logging.getLogger("tickwarden").setLevel(logging.INFO)
+    default_log_level(logging.INFO)
     clock = WallClock()
     replica = replica or new_replica_id("serve")
     db = Database(min_size=1, max_size=10, application_name="tickwarden-serve")

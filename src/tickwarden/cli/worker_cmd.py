@@ -17,7 +17,9 @@ from tickwarden.db import Database
 from tickwarden.environments import EnvironmentPool
 from tickwarden.environments.pool import MAX_LIVE
 from tickwarden.errors import InvalidInput
+from tickwarden.logs import default_level as default_log_level
 from tickwarden.loops import replica_id
+from tickwarden.metrics import serve_process_metrics
 from tickwarden.worker import Worker
 
 log = logging.getLogger("tickwarden.worker")
@@ -58,11 +60,16 @@ def worker_command(
     poll: Annotated[float, typer.Option("--poll", help="Seconds between looks at an empty queue.")] = 1.0,
     max_environments: Annotated[int, typer.Option("--max-environments",
                                                   help="Warm environment processes kept per worker.")] = MAX_LIVE,
+    metrics_port: Annotated[int, typer.Option("--metrics-port",
+                                              help="Serve this process's Prometheus metrics on this port (0: off).")] = 0,
+    metrics_host: Annotated[str, typer.Option("--metrics-host", help="Address the metrics listen on.")] = "127.0.0.1",
 ) -> None:
     """Execute queued attempts until SIGTERM (then finish or release the current ones)."""
     if concurrency < 1 or lease < 1 or poll <= 0 or max_environments < 1:
         raise InvalidInput("--concurrency, --lease and --max-environments must be at least 1 and --poll positive.")
-    logging.getLogger("tickwarden").setLevel(logging.INFO)
+    if not 0 <= metrics_port <= 65535:
+        raise InvalidInput("--metrics-port must be a port number (1-65535), or 0 for none.")
+    default_log_level(logging.INFO)
     base = worker_id or replica_id("worker")
     clock = WallClock()
     stop = threading.Event()
@@ -88,6 +95,8 @@ def worker_command(
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        if metrics_port:
+            serve_process_metrics(metrics_port, metrics_host)
         log.info("worker %s started (concurrency %s, lease %s s)", base, concurrency, lease)
         run_workers(db, workers, stop, clock)
 

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from tickwarden.db import Database
+from tickwarden.environments import sandbox
 from tickwarden.environments.process import EnvironmentFailed, EnvironmentProcess
 from tickwarden.models import Environment
 from tickwarden.store.execution import autocommit
@@ -28,21 +29,6 @@ if TYPE_CHECKING:
     from tickwarden.store import Store
 
 log = logging.getLogger(__name__)
-
-
-# What a customer's process inherits from the worker: enough to run Python, nothing
-# else. The worker's own variables hold the platform's database URL, its signing key
-# and every tenant's secrets; a step reaches a secret only through its recipe's reference.
-INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH")
-
-
-def process_environment(tenant_id: int, extra: object = None) -> dict[str, str]:
-    """Return the environment variables of a new environment process."""
-    env = {k: os.environ[k] for k in INHERITED if k in os.environ}
-    if isinstance(extra, dict):
-        env.update({str(k): str(v) for k, v in extra.items() if not str(k).startswith("TICKWARDEN_")})
-    env["TICKWARDEN_TENANT_ID"] = str(tenant_id)
-    return env
 
 
 MAX_LIVE = 16
@@ -116,15 +102,21 @@ class EnvironmentPool:
             oldest = min(self._live.values(), key=lambda i: i.last_used_at)
             self._retire(oldest, "stopped", now)
         settings = environment.settings if isinstance(environment.settings, dict) else {}
-        paths = settings.get("paths")
-        env = process_environment(tenant_id, settings.get("env"))
+        # Steps import from the worker's code directory (as before) and the configured paths;
+        # the process itself runs elsewhere, in its own directory.
+        paths = [os.getcwd(), *(settings.get("paths") or [])]
+        try:
+            box = sandbox.prepare(environment, settings.get("env"))
+        except (sandbox.SandboxError, OSError) as exc:
+            raise EnvironmentFailed(f"the environment's sandbox could not be prepared: {exc}") from None
         with self.db.transaction() as store:
             row = store.start_environment_instance(
                 tenant_id=tenant_id, environment_id=environment.id, worker_id=self.worker_id,
                 pid=None, status="starting", now=now,
             )
         try:
-            process = self._spawn(tenant_id, environment.python, paths=list(paths or []), env=env)
+            process = self._spawn(tenant_id, environment.python, paths=paths, env=box.env, cwd=box.cwd,
+                                  uid=box.uid, gid=box.gid)
         except EnvironmentFailed:
             with self.db.transaction() as store:
                 store.update_environment_instance(row.id, "dead", now)

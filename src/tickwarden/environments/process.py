@@ -40,7 +40,8 @@ class EnvironmentProcess:
     """A running execution server for one tenant."""
 
     def __init__(self, tenant_id: int, python: str | None = None, *, paths: list[str] | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, cwd: str | None = None, uid: int | None = None,
+                 gid: int | None = None):
         self.tenant_id = tenant_id
         self.python = python or sys.executable
         command = [self.python, "-u", str(RUNNER), "--tenant", str(tenant_id)]
@@ -55,6 +56,12 @@ class EnvironmentProcess:
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
                 env=env,
+                cwd=cwd,
+                # Dropped in the child before exec: the step never holds the worker's uid or groups.
+                user=uid,
+                group=gid,
+                extra_groups=[] if uid is not None else None,
+                umask=0o077 if uid is not None else -1,
             )
         except OSError as exc:
             raise EnvironmentFailed(f"the environment interpreter {self.python} could not be started: {exc.strerror}") from None

@@ -7,10 +7,11 @@ private copy of stdout; the step's own prints and logging are captured per reque
 and returned as its log. It serves one tenant only and refuses requests of another,
 and it exits when its worker dies (its parent changes), so no orphan keeps running.
 
-Requests: {"op": "ping"} · {"op": "run", "tenant_id", "step", "inputs", "database_url", "timeout_ms"}
+Requests: {"op": "ping"} · {"op": "run", "tenant_id", "step", "inputs", "environment" (python: the
+declared secrets and run variables), "database_url", "platform_database", "timeout_ms" (sql)}
 · {"op": "shutdown"}. Answers: {"ok": true, ...} or {"ok": false, "error", "error_type",
 "phase"} where phase is `resolve` (the call could not be imported), `connect`
-(the database could not be reached), `timeout` (the server cancelled the query at
+(the database could not be reached), `refused` (it is the platform's own database), `timeout` (the server cancelled the query at
 its statement timeout), `output` (not JSON) or `step` (the step raised).
 """
 
@@ -49,7 +50,28 @@ def _resolve(call: str):
     return getattr(module, attr)
 
 
-def _run_python(step: dict, inputs: dict) -> dict:
+@contextlib.contextmanager
+def _variables(given: dict):
+    """Expose the step's declared secrets and run variables for this call only.
+
+    The process itself starts with next to nothing; what one step was given must
+    not linger for the next step of the same environment.
+    """
+    saved = dict(os.environ)
+    os.environ.update({str(k): str(v) for k, v in given.items()})
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _run_python(step: dict, inputs: dict, given: dict | None = None) -> dict:
+    with _variables(given or {}):
+        return _call_python(step, inputs)
+
+
+def _call_python(step: dict, inputs: dict) -> dict:
     try:
         fn = _resolve(step["call"])
     except Exception as exc:  # ImportError, AttributeError, anything the import raised
@@ -84,7 +106,15 @@ def _run_python(step: dict, inputs: dict) -> dict:
     return {"ok": True, "output": output, "log": _tail(buffer.getvalue())}
 
 
-def _run_sql(step: dict, url: str, timeout_ms: int | None = None) -> dict:
+# The same statement as the store's `secret_platform_identity`: both sides must format alike.
+IDENTITY = ("SELECT current_database() || '/' || current_setting('port') || '/' "
+            "|| extract(epoch FROM pg_postmaster_start_time())::text")
+# No apostrophes: redaction would take the text between two of them for a quoted value.
+REFUSED = ("refused: this is the platform database of tickwarden, which no tenant step may use "
+           "(store the URL of the tenant database with `tickwarden secrets set`)")
+
+
+def _run_sql(step: dict, url: str, timeout_ms: int | None = None, platform: str | None = None) -> dict:
     try:
         import psycopg
     except ImportError as exc:
@@ -98,6 +128,13 @@ def _run_sql(step: dict, url: str, timeout_ms: int | None = None) -> dict:
     try:
         with conn:
             with conn.cursor() as cur:
+                # What the server says it is, after connecting: a URL can name the platform's
+                # database in many spellings (another host alias, a socket, an IP), the server only one.
+                if platform is not None:
+                    cur.execute(IDENTITY)
+                    row = cur.fetchone()
+                    if row is not None and row[0] == platform:
+                        return {"ok": False, "phase": "refused", "error_type": "PlatformDatabase", "error": REFUSED}
                 if timeout_ms:
                     # The watchdog kills this process at the timeout, but the server would
                     # keep running the query; make the server give up by then too,
@@ -136,9 +173,10 @@ def serve(tenant_id: int, requests, answers) -> None:
         elif op == "run":
             step = request["step"]
             if step.get("kind") == "sql":
-                answer = _run_sql(step, request.get("database_url") or "", request.get("timeout_ms"))
+                answer = _run_sql(step, request.get("database_url") or "", request.get("timeout_ms"),
+                                  request.get("platform_database"))
             else:
-                answer = _run_python(step, request.get("inputs") or {})
+                answer = _run_python(step, request.get("inputs") or {}, request.get("environment"))
         else:
             answer = {"ok": False, "phase": "protocol", "error_type": "ProtocolError", "error": f"unknown op {op!r}"}
         answers.write(json.dumps(answer, default=str) + "\n")

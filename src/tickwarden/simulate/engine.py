@@ -2,7 +2,7 @@
 
 A simulation runs on a fresh schema of the configured database. It sets the
 scenario's tenants and workflows up through the store, then drives the very same
-loop objects the service runs — reconciler, ticker, lease reaper, outcome poller,
+loop objects the service runs — ticker, lease reaper, outcome poller,
 deadline detector, escalation clock, notifier — each at the wake-up time its
 previous pass returned. Only execution is simulated: a `SimulatedWorker` leases
 attempts through the real ledger and finishes them when the scenario says they
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 # Order of events that fall on the same instant.
 ORDER = {
     "world": 0,
-    "reconciler": 1,
     "ticker": 2,
     "worker": 3,
     "lease-reaper": 4,
@@ -59,8 +58,7 @@ ORDER = {
 # Passes that read what the worker writes (attempt outcomes, lease renewals) and so
 # must see the worker's buffered writes first (the lease reaper: see SimulatedWorker).
 # The others read neither: the ticker inserts runs by tick, the worker's lease takes
-# queued attempts (which outcomes and renewals never create), the reconciler reads the
-# catalog, the escalation clock reads alerts, and the notifier reads alert events and
+# queued attempts (which outcomes and renewals never create), the escalation clock reads alerts, and the notifier reads alert events and
 # the attempts of runs the poller already judged (so written).
 SEES_WORKER = frozenset({"poller", "deadlines"})
 WORKER_ID = "simulated-worker"
@@ -204,6 +202,7 @@ class SimulatedWorker:
         self.workflows = workflows
         self.in_flight: dict[int, datetime] = {}  # attempt id -> when it stops heartbeating
         self.on_busy: Callable[[datetime], None] = lambda now: None  # wakes the heartbeat
+        self.on_finished: Callable[[datetime], None] = lambda now: None  # wakes the poller, as NOTIFY does
         self.finished: list[tuple[int, AttemptOutcome, datetime]] = []  # outcomes not yet written
         self.renewed: dict[int, datetime] = {}  # attempt id -> its newest renewal not yet written
         self.written_lease: dict[int, datetime] = {}  # attempt id -> lease expiry the ledger shows
@@ -261,6 +260,7 @@ class SimulatedWorker:
             # outcome is written, the lease the ledger shows still tells the reaper when to flush.
             self.renewed.pop(attempt.id, None)
             self.finished.append((attempt.id, plan.outcome, now))
+            self.on_finished(now)
 
         return end
 
@@ -419,7 +419,6 @@ class Simulation:
         from tickwarden.notifier import Notifier
         from tickwarden.poller import OutcomePoller
         from tickwarden.reaper import LeaseReaper
-        from tickwarden.reconciler import Reconciler
         from tickwarden.ticker import Ticker
         from tickwarden.transports.recording import RecordingTransport
 
@@ -436,7 +435,6 @@ class Simulation:
         worker = SimulatedWorker(db, model, self.queue, setup.workflow_names)
         ticker = Ticker(db, suppressed=suppressed)
         loops: list[Any] = [
-            Reconciler(db),
             ticker,
             worker,
             LeaseReaper(db),
@@ -451,12 +449,13 @@ class Simulation:
         assert not unknown, f"loops without a place in the event order: {unknown}"
         # A pass that queued attempts or notifications wakes their consumers at once, as
         # LISTEN/NOTIFY does in the service; polling on each loop's own interval still runs.
-        wakes: dict[str, Callable[[Any], tuple[str, ...]]] = {
-            "ticker": lambda ticker: ("worker",) if ticker.last_pass and ticker.last_pass.created else (),
-            "poller": lambda poller: (("worker",) if poller.last.retried else ())
+        wakes: dict[str, Callable[[Any, datetime], tuple[str, ...]]] = {
+            "ticker": lambda ticker, now: ("worker",) if ticker.last_pass and ticker.last_pass.created else (),
+            "poller": lambda poller, now: (("worker",) if any(due <= now for due in poller.last.retry_due) else ())
             + (("notifier",) if poller.last.evaluation.event_ids else ()),
-            "deadlines": lambda deadlines: ("notifier",) if deadlines.last.evaluation.event_ids else (),
-            "escalation": lambda escalation: ("notifier",) if escalation.last else (),
+            "lease-reaper": lambda reaper, now: ("poller",) if reaper.last_reaped else (),
+            "deadlines": lambda deadlines, now: ("notifier",) if deadlines.last.evaluation.event_ids else (),
+            "escalation": lambda escalation, now: ("notifier",) if escalation.last else (),
         }
 
         def schedule(name: str, when: datetime) -> None:
@@ -468,8 +467,13 @@ class Simulation:
             following = loop.run_once(now)
             schedule(name, max(following, now + timedelta(milliseconds=1)))
             woken = wakes.get(name)
-            for consumer in woken(loop) if woken else ():
+            for consumer in woken(loop, now) if woken else ():
                 schedule(consumer, now)
+            if name == "poller":
+                # A retry held back by its backoff is leased when it falls due, as the
+                # real worker's one-second idle poll would; not at the simulated worker's next poll.
+                for due in sorted({due for due in loop.last.retry_due if due > now}):
+                    self.queue.at(due, ORDER["worker"], lambda at: step("worker", at))
 
         self._schedule = schedule
         self._flush = lambda: worker.flush(self.clock.now())
@@ -477,6 +481,7 @@ class Simulation:
             first = self.scenario.start if loop is worker else self.scenario.start + CONTROL_PLANE_OFFSET
             schedule(loop.name, first)
         self._heartbeat(worker)
+        worker.on_finished = lambda now: schedule("poller", now)
         for key, at in self.scenario.manual_runs:
             self.queue.at(at, ORDER["world"], self._manual(db, key, setup))
 

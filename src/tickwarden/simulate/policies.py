@@ -7,7 +7,7 @@ retry budget and threshold every workflow gets, and how messages are counted:
 |-----------------|-----------------------------|---------|-----------------------------------------------------------------|
 | tickwarden      | this project                | cadence | alert state: opened, escalated, reassigned, resolved, threaded  |
 | naive           | the old one-message scheduler | 0     | one message per failed (or missed) run, each its own thread      |
-| fixed-retries   | Airflow `retries=N`         | N (2)   | one message per run that failed after its retries                |
+| fixed-retries   | Airflow `retries=N`         | N (2), 5 min apart | one message per run that failed after its retries     |
 | first-failure   | Healthchecks.io             | 0       | "down" on the first failure, "up" on the next success            |
 | threshold       | Sentry Crons                | 0       | opens after N (3) consecutive failures, resolves on a success    |
 
@@ -23,6 +23,7 @@ from typing import Any
 from tickwarden.simulate.engine import SimulationOutcome
 
 FIXED_RETRIES = 2
+FIXED_RETRY_DELAY = 300  # Airflow's default retry_delay
 THRESHOLD = 3
 
 
@@ -38,7 +39,8 @@ POLICIES: dict[str, Policy] = {
     "tickwarden": Policy("tickwarden", "cadence-derived retries and thresholds, alerts as state"),
     "naive": Policy("naive", "one message per failed run, no retries", {"retries": 0}, per_failed_run=True),
     "fixed-retries": Policy(
-        "fixed-retries", f"{FIXED_RETRIES} retries, then one message per failed run", {"retries": FIXED_RETRIES},
+        "fixed-retries", f"{FIXED_RETRIES} retries {FIXED_RETRY_DELAY} s apart, then one message per failed run",
+        {"retries": FIXED_RETRIES, "backoff_seconds": [FIXED_RETRY_DELAY]},
         per_failed_run=True,
     ),
     "first-failure": Policy(

@@ -14,12 +14,13 @@ from tickwarden.store.heartbeat import HeartbeatStore
 from tickwarden.store.ledger import LedgerStore, TickRequest
 from tickwarden.store.monitoring import MonitoringStore
 from tickwarden.store.outbox import OutboxStore
+from tickwarden.store.secrets import SecretStore
 from tickwarden.store.simulation import SimulationStore
 from tickwarden.store.trigger import TriggerStore
 
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
-            TriggerStore, HeartbeatStore):
+            TriggerStore, HeartbeatStore, SecretStore):
     """All store operations, bound to one connection and its transaction."""
 
 

@@ -118,8 +118,8 @@ class TenantOverview:
 class OperationsSnapshot:
     """What /metrics reports, read in one transaction."""
 
-    runs_by_status: dict[str, int]
-    retries: int
+    runs_in_flight: dict[str, int]
+    tenant_last_success: dict[int, datetime | None]
     open_alerts: dict[str, int]
     oldest_unprocessed: datetime | None
     outbox: dict[str, int]
@@ -306,10 +306,10 @@ class ApiStore(StoreBase):
 
     def api_operations_snapshot(self) -> OperationsSnapshot:
         lag = self._row("api_metrics_poll_lag")
-        retries = self._row("api_metrics_retries")
         return OperationsSnapshot(
-            runs_by_status={r["status"]: int(r["n"]) for r in self._rows("api_metrics_runs")},
-            retries=int(retries["n"]) if retries else 0,
+            runs_in_flight={r["status"]: int(r["n"]) for r in self._rows("api_metrics_runs_in_flight")},
+            tenant_last_success={int(r["tenant_id"]): r["last_success_at"]
+                                 for r in self._rows("api_metrics_tenant_last_success")},
             open_alerts={r["severity"]: int(r["n"]) for r in self._rows("api_metrics_open_alerts")},
             oldest_unprocessed=lag["oldest"] if lag else None,
             outbox={r["status"]: int(r["n"]) for r in self._rows("api_metrics_outbox")},

@@ -222,13 +222,19 @@ SELECT a.*, t.name AS tenant_name, w.name AS workflow_name
  ORDER BY (a.severity = 'critical') DESC, a.opened_at, a.id
  LIMIT %(limit)s;
 
--- api_metrics_runs --
--- Runs by status: the ledger's outcomes.
-SELECT status, count(*) AS n FROM runs GROUP BY status;
+-- api_metrics_runs_in_flight --
+-- Runs still waiting for a verdict, by status: only the deadline index's partial range, never the ledger.
+SELECT status, count(*) AS n FROM runs
+ WHERE status IN ('queued', 'running', 'pending_retry') GROUP BY status;
 
--- api_metrics_retries --
--- Attempts beyond the first of their run: how often the retry engine stepped in.
-SELECT count(*) AS n FROM attempts WHERE number > 1;
+-- api_metrics_tenant_last_success --
+-- Each tenant's newest success: one probe per tenant on runs_tenant_success_idx.
+SELECT t.id AS tenant_id,
+       (SELECT r.finished_at FROM runs r
+         WHERE r.tenant_id = t.id AND r.status = 'succeeded'
+         ORDER BY r.finished_at DESC LIMIT 1) AS last_success_at
+  FROM tenants t
+ ORDER BY t.id;
 
 -- api_metrics_open_alerts --
 -- Open alerts by severity.

@@ -8,8 +8,14 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from tickwarden.cadence import parse_schedule
 from tickwarden.models import Environment, Schedule, Tenant, User, Workflow, from_row
 from tickwarden.store.base import StoreBase
+
+
+def first_fire_after(cron: str, timezone: str, now: datetime) -> datetime | None:
+    """Return the first tick a schedule written at `now` fires: strictly after the write, never a burst."""
+    return parse_schedule(cron, timezone).next_after(now)
 
 
 @dataclass(frozen=True)
@@ -155,9 +161,12 @@ class CatalogStore(StoreBase):
         row = self._row("get_schedule_for_workflow", {"workflow_id": workflow_id})
         return from_row(Schedule, row) if row else None
 
-    def set_schedule_status(self, workflow_id: int, status: str, now: datetime) -> Schedule | None:
-        """Pause or resume; None when it already had that status."""
-        row = self._row("set_schedule_status", {"workflow_id": workflow_id, "status": status, "now": now})
+    def set_schedule_status(self, schedule: Schedule, status: str, now: datetime) -> Schedule | None:
+        """Pause or resume, with the next fire time a resume starts from; None when it already had that status."""
+        row = self._row("set_schedule_status", {
+            "workflow_id": schedule.workflow_id, "status": status, "now": now,
+            "next_fire_at": first_fire_after(schedule.cron, schedule.timezone, now),
+        })
         return from_row(Schedule, row) if row else None
 
     # Workflow files: upserts that say whether they created, updated or left a row alone.
@@ -245,7 +254,8 @@ class CatalogStore(StoreBase):
             "schedule", Schedule, "catalog_apply_schedule",
             {"tenant_id": tenant_id, "workflow_id": workflow_id, "cron": cron, "timezone": timezone,
              "status": status, "cadence_seconds": cadence_seconds,
-             "starting_deadline_seconds": starting_deadline_seconds, "now": now},
+             "starting_deadline_seconds": starting_deadline_seconds, "now": now,
+             "next_fire_at": first_fire_after(cron, timezone, now)},
         )
 
     def workflow_summaries(self, tenant: str | None = None) -> list[WorkflowSummary]:

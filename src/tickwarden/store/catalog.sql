@@ -35,10 +35,13 @@ SELECT * FROM workflows WHERE tenant_id = %(tenant_id)s ORDER BY name;
 SELECT * FROM schedules WHERE workflow_id = %(workflow_id)s;
 
 -- set_schedule_status --
--- Pause or resume; the version moves so the reconciler converges the trigger.
+-- Pause or resume. A resumed schedule fires from its first tick after the resume
+-- (never a burst of the ticks it slept through), a paused one fires nothing: the
+-- ticker reads next_fire_at from this row, so the change takes effect at commit.
 UPDATE schedules
    SET status = %(status)s, version = version + 1, updated_at = %(now)s,
-       published_at = CASE WHEN %(status)s = 'active' THEN %(now)s::timestamptz ELSE published_at END
+       published_at = CASE WHEN %(status)s = 'active' THEN %(now)s::timestamptz ELSE published_at END,
+       next_fire_at = CASE WHEN %(status)s = 'active' THEN %(next_fire_at)s::timestamptz END
  WHERE workflow_id = %(workflow_id)s AND status <> %(status)s
 RETURNING *;
 
@@ -135,17 +138,26 @@ SELECT w.*, 'unchanged' FROM workflows w
  WHERE w.tenant_id = %(tenant_id)s AND w.name = %(name)s AND NOT EXISTS (SELECT 1 FROM up);
 
 -- catalog_apply_schedule --
--- Upsert a workflow's schedule from a workflow file. The version moves only when
--- something the trigger acts on changed, so the reconciler converges on it; an
--- identical schedule is left alone (no version bump, no new updated_at).
+-- Upsert a workflow's schedule (apply, the API, tests: the one write of a schedule).
+-- The version moves only when something the trigger acts on changed; an identical
+-- schedule is left alone (no version bump, no new updated_at). A new expression,
+-- zone or activation fires from its first tick strictly after this write
+-- (`next_fire_at`, computed by the caller), in the same transaction, so the ticker
+-- needs nobody to prepare the schedule for it; otherwise the next fire time stays.
 WITH up AS (
     INSERT INTO schedules (tenant_id, workflow_id, cron, timezone, status, cadence_seconds,
-                           starting_deadline_seconds, version, published_at, created_at, updated_at)
+                           starting_deadline_seconds, version, published_at, created_at, updated_at, next_fire_at)
     VALUES (%(tenant_id)s, %(workflow_id)s, %(cron)s, %(timezone)s, %(status)s, %(cadence_seconds)s,
             %(starting_deadline_seconds)s, 1, CASE WHEN %(status)s = 'active' THEN %(now)s::timestamptz END,
-            %(now)s, %(now)s)
+            %(now)s, %(now)s,
+            CASE WHEN %(status)s = 'active' THEN %(next_fire_at)s::timestamptz END)
         ON CONFLICT (workflow_id) DO UPDATE
-       SET cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, status = EXCLUDED.status,
+       SET next_fire_at = CASE
+               WHEN EXCLUDED.status <> 'active' THEN NULL
+               WHEN (schedules.cron, schedules.timezone, schedules.status)
+                    IS DISTINCT FROM (EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.status)
+               THEN EXCLUDED.next_fire_at ELSE schedules.next_fire_at END,
+           cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, status = EXCLUDED.status,
            cadence_seconds = EXCLUDED.cadence_seconds,
            starting_deadline_seconds = EXCLUDED.starting_deadline_seconds,
            version = schedules.version + CASE

@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, Run, from_row
 from tickwarden.store.base import StoreBase
+from tickwarden.store.trigger import Advance
 
 # Before any success: every confirmed failure of the workflow belongs to the streak.
 NEVER = datetime(1, 1, 1, tzinfo=UTC)
@@ -30,12 +31,20 @@ class TickRequest:
     scheduled_for: datetime
     retry_budget: int
     deadline_at: datetime
+    retry_backoff_seconds: tuple[int, ...] = ()
+
+
+def int_array_literal(values: Sequence[int]) -> str:
+    """Return PostgreSQL's text form of an integer array (one element of a ragged batch)."""
+    return "{" + ",".join(str(int(v)) for v in values) + "}"
 
 
 class LedgerStore(StoreBase):
-    def create_tick_runs(self, ticks: Sequence[TickRequest], now: datetime) -> list[Run]:
-        """Record each tick as a run with a queued first attempt; return only those created."""
-        if not ticks:
+    def create_tick_runs(
+        self, ticks: Sequence[TickRequest], now: datetime, advances: Sequence[Advance] = ()
+    ) -> list[Run]:
+        """Record each tick as a run with a queued first attempt, and move claimed schedules on; return the runs created."""
+        if not ticks and not advances:
             return []
         rows = self._rows(
             "create_tick_runs",
@@ -45,6 +54,10 @@ class LedgerStore(StoreBase):
                 "scheduled_fors": [t.scheduled_for for t in ticks],
                 "retry_budgets": [t.retry_budget for t in ticks],
                 "deadlines": [t.deadline_at for t in ticks],
+                "retry_backoffs": [int_array_literal(t.retry_backoff_seconds) for t in ticks],
+                "advance_ids": [a.schedule_id for a in advances],
+                "advance_next": [a.next_fire_at for a in advances],
+                "advance_last": [a.last_fired_at for a in advances],
                 "now": now,
             },
         )
@@ -64,6 +77,7 @@ class LedgerStore(StoreBase):
         deadline_at: datetime,
         now: datetime,
         requested_by: str | None = None,
+        retry_backoff_seconds: Sequence[int] = (),
     ) -> Run:
         row = self._row(
             "create_manual_run",
@@ -73,6 +87,7 @@ class LedgerStore(StoreBase):
                 "retry_budget": retry_budget,
                 "deadline_at": deadline_at,
                 "requested_by": requested_by,
+                "retry_backoff_seconds": list(retry_backoff_seconds),
                 "now": now,
             },
         )
@@ -144,11 +159,11 @@ class LedgerStore(StoreBase):
             for r in rows
         ]
 
-    def queue_retries(self, run_ids: Sequence[int], now: datetime) -> list[Attempt]:
-        """Queue the next attempt of every run still pending a retry."""
+    def queue_retries(self, run_ids: Sequence[int], now: datetime, patient: Sequence[str] = ()) -> list[Attempt]:
+        """Queue the next attempt of every run still pending a retry, after its backoff for `patient` categories."""
         if not run_ids:
             return []
-        rows = self._rows("queue_retries", {"run_ids": list(run_ids), "now": now})
+        rows = self._rows("queue_retries", {"run_ids": list(run_ids), "now": now, "patient": list(patient)})
         return [from_row(Attempt, row) for row in rows]
 
     def close_run(

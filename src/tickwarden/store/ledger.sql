@@ -1,15 +1,20 @@
 -- create_tick_runs --
--- Insert one run (and its first queued attempt) per wanted tick. Racing triggers
--- insert the same ticks; the unique index turns all but the first into nothing.
+-- Insert one run (and its first queued attempt) per wanted tick, and move the
+-- schedules the ticker claimed to their next fire time, in one statement: a tick is
+-- recorded exactly when its schedule moves past it. Racing triggers insert the same
+-- ticks; the unique index turns all but the first into nothing. Callers that only
+-- record ticks (a CronJob's report) pass no schedules to advance.
 WITH wanted AS (
     SELECT *
       FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)b::timestamptz[],
-                  %(retry_budgets)s::integer[], %(deadlines)b::timestamptz[])
-           AS w (tenant_id, workflow_id, scheduled_for, retry_budget, deadline_at)
+                  %(retry_budgets)s::integer[], %(deadlines)b::timestamptz[], %(retry_backoffs)s::text[])
+           AS w (tenant_id, workflow_id, scheduled_for, retry_budget, deadline_at, retry_backoff)
 ), run AS (
+    -- each tick's backoffs arrive as an array literal: unnest cannot carry ragged arrays
     INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,
-                      attempts_count, deadline_at, created_at)
-    SELECT tenant_id, workflow_id, scheduled_for, false, 'queued', retry_budget, 1, deadline_at, %(now)s
+                      attempts_count, deadline_at, created_at, retry_backoff_seconds)
+    SELECT tenant_id, workflow_id, scheduled_for, false, 'queued', retry_budget, 1, deadline_at, %(now)s,
+           retry_backoff::integer[]
       FROM wanted
         ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
     RETURNING *
@@ -17,6 +22,12 @@ WITH wanted AS (
     INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
     SELECT tenant_id, workflow_id, id, 1, 'queued', %(now)s FROM run
     RETURNING run_id
+), advanced AS (
+    UPDATE schedules s
+       SET next_fire_at = a.next_fire_at, last_fired_at = coalesce(a.last_fired_at, s.last_fired_at)
+      FROM unnest(%(advance_ids)s::bigint[], %(advance_next)b::timestamptz[], %(advance_last)b::timestamptz[])
+           AS a (schedule_id, next_fire_at, last_fired_at)
+     WHERE s.id = a.schedule_id
 )
 SELECT run.* FROM run ORDER BY run.scheduled_for, run.workflow_id;
 
@@ -24,9 +35,9 @@ SELECT run.* FROM run ORDER BY run.scheduled_for, run.workflow_id;
 -- A manual run is a run like any other, flagged manual, through the same worker path.
 WITH run AS (
     INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,
-                      attempts_count, deadline_at, requested_by, created_at)
+                      attempts_count, deadline_at, requested_by, created_at, retry_backoff_seconds)
     VALUES (%(tenant_id)s, %(workflow_id)s, %(now)s, true, 'queued', %(retry_budget)s, 1,
-            %(deadline_at)s, %(requested_by)s, %(now)s)
+            %(deadline_at)s, %(requested_by)s, %(now)s, %(retry_backoff_seconds)s::integer[])
     RETURNING *
 ), attempt AS (
     INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
@@ -108,9 +119,13 @@ WITH outcome AS (
       FROM decided
      WHERE r.id = decided.run_id AND r.status = 'running'
     RETURNING r.id, r.status
+), woken AS (
+    -- the poller decides the retry or the verdict now, not at its next poll (sent at commit)
+    SELECT pg_notify('tickwarden_wake', 'poller') FROM (SELECT 1 FROM done LIMIT 1) one
 )
 SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS run_status
   FROM decided LEFT JOIN moved ON moved.id = decided.run_id
+ CROSS JOIN (SELECT count(*) FROM woken) w
  ORDER BY decided.id;
 
 -- expire_leases --
@@ -141,21 +156,33 @@ WITH expired AS (
       FROM decided
      WHERE r.id = decided.run_id AND r.status = 'running'
     RETURNING r.id, r.status
+), woken AS (
+    SELECT pg_notify('tickwarden_wake', 'poller') FROM (SELECT 1 FROM done LIMIT 1) one
 )
 SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS run_status
-  FROM decided LEFT JOIN moved ON moved.id = decided.run_id;
+  FROM decided LEFT JOIN moved ON moved.id = decided.run_id
+ CROSS JOIN (SELECT count(*) FROM woken) w;
 
 -- queue_retries --
--- Launch the next attempt of each given run that is still pending a retry. The
--- status compare-and-set and UNIQUE (run_id, number) keep racing engines to one.
+-- Launch the next attempt of each given run that is still pending a retry, not
+-- before the run's backoff for it has passed since the failed attempt finished,
+-- when the failure's category is one that time can heal (`patient`); any other
+-- retry is queued at once. The status compare-and-set and UNIQUE (run_id, number)
+-- keep racing engines to one.
 WITH moved AS (
     UPDATE runs r
        SET status = 'queued', attempts_count = r.attempts_count + 1
      WHERE r.id = ANY(%(run_ids)s::bigint[]) AND r.status = 'pending_retry'
-    RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count
+    RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count, r.error_category, r.retry_backoff_seconds
 )
 INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
-SELECT tenant_id, workflow_id, id, attempts_count, 'queued', %(now)s FROM moved
+SELECT m.tenant_id, m.workflow_id, m.id, m.attempts_count, 'queued',
+       CASE WHEN m.error_category = ANY(%(patient)s::text[])
+            THEN greatest(%(now)s, failed.finished_at
+                          + make_interval(secs => coalesce(m.retry_backoff_seconds[m.attempts_count - 1], 0)))
+            ELSE %(now)s END
+  FROM moved m
+  JOIN attempts failed ON failed.run_id = m.id AND failed.number = m.attempts_count - 1
 RETURNING *;
 
 -- close_run --

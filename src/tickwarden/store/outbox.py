@@ -21,7 +21,7 @@ from tickwarden.models import Channel, from_row
 from tickwarden.store.base import StoreBase
 
 NOTIFYING_EVENTS = ("opened", "escalated", "reassigned", "resolved")
-CHANNEL_KINDS = ("slack", "email", "webhook", "recording")
+CHANNEL_KINDS = ("slack", "email", "webhook", "recording", "pagerduty", "teams")
 AUDIENCES = ("customer", "engineering", "shadow")
 
 

@@ -55,6 +55,8 @@ class OutgoingMessage:
     alert_id: int | None
     thread: Thread | None
     sent_at: datetime
+    # the value of a tenant channel's `secret:NAME`, resolved by the sender from the secret store
+    secret_value: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,23 @@ def resolve_secret(ref: str | None, environ: dict[str, str] | None = None) -> st
         return None
     scheme, sep, name = ref.partition(":")
     if scheme != "env" or not sep or not name:
-        raise TransportError(f"secret reference {ref!r} is not of the form env:NAME", permanent=True)
+        # The reference is not repeated: it may be a pasted value.
+        raise TransportError("the secret reference is not of the form env:NAME or secret:NAME", permanent=True)
     value = (os.environ if environ is None else environ).get(name)
     if not value:
         raise TransportError(f"secret reference env:{name} is not set in the environment", permanent=True)
     return value
+
+
+def channel_secret(message: OutgoingMessage) -> str | None:
+    """Return the channel's secret: a tenant's `secret:NAME` as resolved for this message, or an `env:NAME`."""
+    ref = message.channel.secret_ref
+    if ref and ref.startswith("secret:"):
+        if message.secret_value is None:
+            raise TransportError(f"channel {message.channel.label}: its secret {ref.split(':', 1)[1]} could not be "
+                                 "resolved; set it with `tickwarden secrets set`", permanent=True)
+        return message.secret_value
+    return resolve_secret(ref)
 
 
 def config_value(channel: Channel, key: str, *, required: bool = True, default: object = None) -> object:

@@ -17,7 +17,8 @@ import smtplib
 from email.message import EmailMessage
 from email.utils import format_datetime
 
-from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, config_value, resolve_secret
+from tickwarden import outbound
+from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, channel_secret, config_value
 
 
 class EmailTransport:
@@ -35,7 +36,7 @@ class EmailTransport:
         recipients = config_value(channel, "to")
         to = [recipients] if isinstance(recipients, str) else [str(r) for r in recipients]  # type: ignore[union-attr]
         username = channel.config.get("username")
-        password = resolve_secret(channel.secret_ref) if username else None
+        password = channel_secret(message) if username else None
         timeout = float(channel.config.get("timeout") or self.timeout)
 
         domain = sender.rpartition("@")[2] or "tickwarden.local"
@@ -53,6 +54,11 @@ class EmailTransport:
             mail["X-Tickwarden-Alert"] = str(message.alert_id)
         mail.set_content(message.rendered.text)
 
+        if channel.tenant_id is not None:
+            try:
+                outbound.check_host(host, port)
+            except outbound.OutboundRefused as exc:
+                raise TransportError(f"the SMTP host was refused: {exc.message}", permanent=True) from None
         try:
             smtp_class = smtplib.SMTP_SSL if use_ssl else smtplib.SMTP
             with smtp_class(host, port, timeout=timeout) as smtp:

@@ -20,7 +20,8 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, config_value, resolve_secret
+from tickwarden import outbound
+from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, channel_secret, config_value
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,15 @@ class SlackTransport:
 
     def _client(self, message: OutgoingMessage) -> WebClient:
         channel = message.channel
-        token = resolve_secret(channel.secret_ref)
+        token = channel_secret(message)
         if not token:
             raise TransportError(f"channel {channel.label} has no secret_ref for its Slack token", permanent=True)
         base_url = str(channel.config.get("base_url") or self.base_url or DEFAULT_BASE_URL)
+        if channel.tenant_id is not None and channel.config.get("base_url"):
+            try:
+                outbound.check_url(base_url)
+            except outbound.OutboundRefused as exc:
+                raise TransportError(f"the Slack base_url was refused: {exc.message}", permanent=True) from None
         if not base_url.endswith("/"):
             base_url += "/"
         timeout = int(channel.config.get("timeout") or self.timeout)

@@ -1,15 +1,20 @@
 """Webhooks over HTTP: a signed JSON body with an idempotency key.
 
-Headers: `X-Tickwarden-Signature: sha256=<hex HMAC-SHA256 of the raw body, keyed
-with the channel secret>`, `X-Tickwarden-Timestamp` (the send time, Unix seconds;
-also inside the body, so it is covered by the signature), `Idempotency-Key` (the
-delivery's identity, the same on every retry: a receiver that saw it answers 2xx
-and does nothing). 2xx is delivered; 408, 429 and 5xx, timeouts and refused
+Signed the Standard Webhooks way (standardwebhooks.com): `webhook-id` (the
+delivery's identity, the same on every retry), `webhook-timestamp` (the send time,
+Unix seconds) and `webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`,
+so any Standard Webhooks library verifies it. A secret of the standard form
+`whsec_<base64>` is decoded as the standard says; any other secret is the key's raw
+bytes. The older `X-Tickwarden-Signature: sha256=<hex HMAC of the body>` is still
+sent for receivers built against it. `X-Tickwarden-Timestamp` repeats the send time,
+`Idempotency-Key` the delivery's identity (a receiver that saw it answers 2xx and
+does nothing); times inside the body are UTC ISO 8601. 2xx is delivered; 408, 429 and 5xx, timeouts and refused
 connections are retried; any other 4xx is permanent and disables the channel.
 
 Channel config: `url` (required), `timeout` (seconds), `headers` (extra,
 non-secret headers). The signing key comes from the channel's `secret_ref`;
-without one the body is sent unsigned.
+without one the body is sent unsigned. A tenant's webhook may only reach addresses
+the outbound policy allows (`outbound.py`); redirects are never followed.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from datetime import datetime
 
 import httpx
+from standardwebhooks.webhooks import Webhook
 
-from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, config_value, resolve_secret
+from tickwarden.clock import isoformat_z
+from tickwarden.transports.base import Delivery, OutgoingMessage, channel_secret, config_value
+from tickwarden.transports.http import post_json
 
 SIGNATURE_HEADER = "X-Tickwarden-Signature"
 TIMESTAMP_HEADER = "X-Tickwarden-Timestamp"
@@ -30,6 +39,16 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 def sign(secret: str, body: bytes) -> str:
     """Return the signature header value for a raw body."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def standard_headers(secret: str, message_id: str, sent_at: datetime, body: bytes) -> dict[str, str]:
+    """Return the Standard Webhooks headers of one delivery: its id, its time and the v1 signature."""
+    key = Webhook(secret) if secret.startswith("whsec_") else Webhook(secret.encode())
+    return {
+        "webhook-id": message_id,
+        "webhook-timestamp": str(int(sent_at.timestamp())),
+        "webhook-signature": key.sign(msg_id=message_id, timestamp=sent_at, data=body.decode()),
+    }
 
 
 def verify(secret: str, body: bytes, header: str) -> bool:
@@ -47,11 +66,11 @@ class WebhookTransport:
     def send(self, message: OutgoingMessage) -> Delivery:
         channel = message.channel
         url = str(config_value(channel, "url"))
-        secret = resolve_secret(channel.secret_ref)
+        secret = channel_secret(message)
         timestamp = str(int(message.sent_at.timestamp()))
         thread_key = message.thread.key if message.thread else f"alert-{message.alert_id}"
         body_data = {**message.rendered.payload, "thread": thread_key, "delivery": message.key,
-                     "sent_at": timestamp}
+                     "sent_at": isoformat_z(message.sent_at)}
         body = json.dumps(body_data, separators=(",", ":"), sort_keys=True).encode()
         headers = {str(k): str(v) for k, v in (channel.config.get("headers") or {}).items()}
         headers.update({
@@ -62,30 +81,8 @@ class WebhookTransport:
         })
         if secret:
             headers[SIGNATURE_HEADER] = sign(secret, body)
+            headers.update(standard_headers(secret, message.key, message.sent_at, body))
         timeout = float(channel.config.get("timeout") or self.timeout)
-        try:
-            if self._client is not None:
-                response = self._client.post(url, content=body, headers=headers, timeout=timeout)
-            else:
-                with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-                    response = client.post(url, content=body, headers=headers)
-        except httpx.TimeoutException:
-            raise TransportError("the webhook timed out", permanent=False) from None
-        except httpx.HTTPError as exc:
-            raise TransportError(f"the webhook is unreachable: {type(exc).__name__}", permanent=False) from None
-        status = response.status_code
-        if 200 <= status < 300:
-            return Delivery(message_id=message.key, thread_key=thread_key)
-        if status in (408, 429) or status >= 500:
-            retry_after = _retry_after(response.headers.get("Retry-After"))
-            raise TransportError(f"the webhook answered HTTP {status}", permanent=False, retry_after=retry_after)
-        raise TransportError(f"the webhook answered HTTP {status}", permanent=True)
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date: the back-off decides
+        post_json(url, None, what="webhook", timeout=timeout, headers=headers, client=self._client,
+                  tenant_owned=channel.tenant_id is not None, body=body)
+        return Delivery(message_id=message.key, thread_key=thread_key)

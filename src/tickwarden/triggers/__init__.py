@@ -1,9 +1,13 @@
 """Trigger backends: what turns active schedules into fired ticks.
 
-The database is the source of truth; a backend is the world the reconciler
-converges towards it, the way the seed's reconciler converges Kubernetes CronJobs
-with the schedules table. A backend answers three questions for the reconciler,
-inside the reconciler's transaction:
+The built-in trigger is no backend at all: each schedule row carries its next fire
+time, written with the schedule, and the `Ticker` fires due schedules straight
+from the table (`ticker.py`). Nothing converges, so nothing can lag.
+
+A backend is for a world outside the database that must be converged towards the
+schedules, the way the seed's reconciler converges Kubernetes CronJobs with the
+schedules table (`TICKWARDEN_TRIGGER=kubernetes`, in `triggers/kubernetes.py`).
+`Reconciler(db, backend)` drives one, inside its own transaction:
 
 - `drift(store, now, limit)`: which schedules need their trigger created or
   rewritten (missing, or built from another `schedules.version`), and which
@@ -11,21 +15,11 @@ inside the reconciler's transaction:
 - `upsert(store, triggers, now)`: create or rewrite those triggers;
 - `delete(store, schedule_ids, now)`: remove those triggers.
 
-`needs_ticker` says whether tickwarden's own `Ticker` fires the ticks (the built-in
-backend) or something outside does (a Kubernetes CronJob per schedule).
-
-The Kubernetes CronJob seam (not shipped; what a backend would do):
-
-- `drift`: list the CronJobs labelled `tickwarden.io/schedule-id` in the
-  namespace, compare their `tickwarden.io/schedule-version` label with
-  `store.trigger_drift_upserts`-style rows of every active schedule (the backend
-  reads the desired side from the store, the actual side from the API server);
-- `upsert`: create or patch the CronJob: `spec.schedule = cron`,
-  `spec.timeZone = timezone`, `spec.startingDeadlineSeconds =
-  starting_deadline_seconds`, `concurrencyPolicy: Allow`, and a job template that
-  runs `tickwarden` to record the tick with `store.create_tick_runs` (the same
-  `ON CONFLICT DO NOTHING` insert, so a CronJob firing twice still makes one run);
-- `delete`: delete the CronJob; `needs_ticker = False`.
+`needs_ticker` says whether tickwarden's own `Ticker` still fires the ticks; a
+CronJob backend says False: its jobs record their ticks with `store.create_tick_runs`
+(the same `ON CONFLICT DO NOTHING` insert, so a CronJob firing twice still makes one
+run). The deadline detector arms each schedule's watermark from when it was written,
+so a backend that converges late must not fire ticks from before its trigger existed.
 """
 
 from __future__ import annotations
@@ -66,10 +60,4 @@ class TriggerBackend(Protocol):
         """Remove the triggers of these schedules; return how many were removed."""
 
 
-def default_backend() -> TriggerBackend:
-    from tickwarden.triggers.builtin import BuiltinTriggerBackend
-
-    return BuiltinTriggerBackend()
-
-
-__all__ = ["DesiredTrigger", "Drift", "TriggerBackend", "default_backend"]
+__all__ = ["DesiredTrigger", "Drift", "TriggerBackend"]

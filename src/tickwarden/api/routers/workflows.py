@@ -70,7 +70,7 @@ def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, 
         raise Problem(422, "Invalid input", exc.message) from None
     try:
         # The workflow file's own step checks (names, kinds, dependencies, cycles), so both paths agree.
-        recipe = workflow_file._check_steps("steps", list(body.steps))
+        recipe = workflow_file._check_steps("steps", list(body.steps), tenant=tenant)
     except workflow_file._Invalid as exc:
         raise Problem(422, "Invalid input", f"{exc.path}: {exc.message}.") from None
     with scope.store() as store:

@@ -1,0 +1,151 @@
+"""Logs: one JSON object a line for machines, plain text on a terminal; set up once per command.
+
+Every record carries its time (UTC, from the record itself), level, logger and
+message; the ids a line is about (`run_id`, `attempt_id`, `alert_id`, …) are
+fields of their own, given with `extra={...}` or bound for a block with `bind`, so
+a log search can follow one run or one alert without parsing sentences.
+
+The message and any traceback pass through `sanitize.redact` on the way out: a
+credential or a customer value that slipped into an error never reaches the logs.
+
+Settings: `TICKWARDEN_LOG_LEVEL` (debug, info, warning, error; default: what the
+command chooses, warning for one-off commands, info for `serve` and `worker`) and
+`TICKWARDEN_LOG_FORMAT` (`json` or `text`; default text on a terminal, else JSON).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import structlog
+from structlog.typing import EventDict, WrappedLogger
+
+from tickwarden.errors import InvalidInput
+from tickwarden.sanitize import redact
+
+LEVEL_ENV = "TICKWARDEN_LOG_LEVEL"
+FORMAT_ENV = "TICKWARDEN_LOG_FORMAT"
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+FORMATS = ("json", "text")
+HANDLER_NAME = "tickwarden"
+
+_explicit_level = False
+# Attributes every LogRecord has (and `message`, which formatting adds): the rest came from `extra`.
+_RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+def configure(environ: Mapping[str, str] | None = None, stream: TextIO | None = None) -> None:
+    """Install tickwarden's one handler on the root logger (replacing an earlier one), per the settings."""
+    global _explicit_level
+    env = os.environ if environ is None else environ
+    stream = stream or sys.stderr
+    level_name = env.get(LEVEL_ENV, "").strip().lower()
+    if level_name and level_name not in LEVELS:
+        raise InvalidInput(f"{LEVEL_ENV} must be one of {', '.join(LEVELS)}, not {level_name!r}.")
+    fmt = env.get(FORMAT_ENV, "").strip().lower() or ("text" if _is_terminal(stream) else "json")
+    if fmt not in FORMATS:
+        raise InvalidInput(f"{FORMAT_ENV} must be json or text, not {fmt!r}.")
+    handler = logging.StreamHandler(stream)
+    handler.set_name(HANDLER_NAME)
+    handler.setFormatter(formatter(fmt))
+    root = logging.getLogger()
+    # Ours from an earlier call, and a plain basicConfig handler: either would print every line twice.
+    for old in [h for h in root.handlers
+                if h.get_name() == HANDLER_NAME or (type(h) is logging.StreamHandler and h.stream is stream)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    _explicit_level = bool(level_name)
+    root.setLevel(LEVELS.get(level_name, logging.WARNING))
+    logging.getLogger("tickwarden").setLevel(logging.NOTSET)
+
+
+def configure_or_exit() -> None:
+    """Configure logging for the command line: a bad setting is one line on stderr and exit status 2."""
+    try:
+        configure()
+    except InvalidInput as exc:
+        print(f"tickwarden: {exc.message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def default_level(level: int) -> None:
+    """Set the level a command logs at unless TICKWARDEN_LOG_LEVEL chose one."""
+    if not _explicit_level:
+        logging.getLogger("tickwarden").setLevel(level)
+
+
+@contextmanager
+def bind(**ids: Any) -> Iterator[None]:
+    """Add these ids to every line logged in this block (this thread or task only)."""
+    with structlog.contextvars.bound_contextvars(**ids):
+        yield
+
+
+def formatter(fmt: str) -> logging.Formatter:
+    """Return the formatter of one output format, `json` or `text`."""
+    chain = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        _extra,
+        _timestamp,
+    ]
+    if fmt == "json":
+        renderer: Any = structlog.processors.JSONRenderer(sort_keys=False)
+        tail = [structlog.processors.format_exc_info, _redact, renderer]
+    else:
+        tail = [structlog.processors.format_exc_info, _redact, _text]
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=chain,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tail],
+    )
+
+
+def _timestamp(logger: WrappedLogger, name: str, event: EventDict) -> EventDict:
+    # The record's own creation time: no second reading of the clock, and lines from threads stay ordered.
+    record = event.get("_record")
+    created = record.created if record is not None else 0.0
+    stamp = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {"timestamp": stamp, **event}
+
+
+def _extra(logger: WrappedLogger, name: str, event: EventDict) -> EventDict:
+    # What `extra={...}` put on the record: everything a plain LogRecord does not have.
+    record = event.get("_record")
+    if record is not None:
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRIBUTES and key not in event:
+                event[key] = value
+    return event
+
+
+def _redact(logger: WrappedLogger, name: str, event: EventDict) -> EventDict:
+    if isinstance(event.get("event"), str):
+        event["event"] = redact(event["event"])
+    if isinstance(event.get("exception"), str):
+        # `File "…", line n` keeps its path for whoever debugs; source lines and messages may carry values.
+        event["exception"] = "\n".join(line if line.startswith('  File "') else redact(line)
+                                        for line in event["exception"].splitlines())
+    return event
+
+
+def _text(logger: WrappedLogger, name: str, event: EventDict) -> str:
+    """`<time> LEVEL logger: message key=value …`, then the traceback when there is one."""
+    stamp, level, source = event.pop("timestamp", ""), event.pop("level", ""), event.pop("logger", "")
+    message, exception = event.pop("event", ""), event.pop("exception", None)
+    fields = " ".join(f"{key}={value}" for key, value in event.items())
+    line = f"{stamp} {str(level).upper():<7} {source}: {message}" + (f"  {fields}" if fields else "")
+    return line + (f"\n{exception}" if exception else "")
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
