@@ -1,7 +1,7 @@
-# tickwarden: `make demo` runs the demo on the embedded database, `make test` runs every test.
-# Both create the virtual environment and install what they need on first use: the demo only
-# tickwarden itself, the tests also their extras and, when it is missing, Debian's Chromium for
-# the dashboard's browser tests. The demo stops the embedded PostgreSQL it started.
+# tickwarden: `make demo` runs the demo on the embedded database, `make test` runs every test,
+# `make lint` runs ruff and mypy. Each creates the virtual environment and installs what it needs
+# on first use: the demo only tickwarden itself, the others also the test extras and, for the
+# tests, Debian's Chromium when it is missing. The demo stops the embedded PostgreSQL it started.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test bench install clean
+.PHONY: demo test lint bench bench-quick install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,18 @@ test: $(TEST_STAMP)
 	PYTHON=$(BIN)/python sh scripts/install-browser.sh
 	$(BIN)/python -m pytest -n 2 --dist loadfile -q
 
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# Every benchmark in its own process, then one table of figures, floors, ratios and targets.
+# `make bench-quick` runs them at small sizes (minutes, figures not comparable with the targets);
+# Procrastinate and PgQueuer are measured beside tickwarden when installed (pip install -e '.[bench]').
 bench: $(TEST_STAMP)
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+bench-quick: $(TEST_STAMP)
+	$(BIN)/python -m benchmarks --quick $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

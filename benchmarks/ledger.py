@@ -1,25 +1,25 @@
 """Ledger benchmark: consecutive-failure count vs history size; run creation and lease throughput.
 
-    python -m benchmarks.ledger [--large 10000000] [--small 10000] [--seconds 5]
+    python -m benchmarks.ledger [--large 10000000] [--small 10000] [--seconds 4] [--json]
 
 1. The count for one workflow (a streak of 5 failures after its newest success)
    with `small` and then `large` rows of other history in the ledger (half of it
    the same workflow's older runs, half other workflows'), median of many calls.
 2. Runs created per second (ticks in batches of 100 per transaction, and one per
    transaction) and attempts leased per second, with 1 and 4 concurrent clients.
-3. The peer beside it, in the same run: a raw `FOR UPDATE SKIP LOCKED` claim of 100
-   rows per transaction on a bare job table (no ledger, no run rows to move), with 1
-   and 4 clients — the ceiling any Postgres queue reaches on this machine.
+3. The floor beside each lease figure, in the same run: a raw `FOR UPDATE SKIP LOCKED`
+   claim of as many rows per transaction on a bare job table (no ledger, no run rows to
+   move), with as many clients — the ceiling any Postgres queue reaches on this machine.
 """
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import time
 from datetime import timedelta
 
-from benchmarks.common import EPOCH, bench_schema, connect, median_ms, report
+from benchmarks import common
+from benchmarks.common import EPOCH, Figure, Target, bench_schema, connect, finish, median_ms, progress, rate, report
 from tickwarden.store import Store, TickRequest
 
 
@@ -78,13 +78,14 @@ def time_count(schema: str, rows: int, repeat: int) -> float:
         return median_ms(lambda: store.count_consecutive_failures(1), repeat)
 
 
-def _create_worker(args: tuple[str, int, int, float, int]) -> int:
+def _create_worker(args: tuple[str, int, int, float, int]) -> tuple[int, float, float]:
     schema, client, batch, seconds, workflows = args
     created = 0
     with connect(schema) as conn:
         store = Store(conn)
         base = EPOCH + timedelta(days=client * 1000)
-        deadline = time.perf_counter() + seconds
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
         minute = 0
         while time.perf_counter() < deadline:
             ticks = []
@@ -93,54 +94,23 @@ def _create_worker(args: tuple[str, int, int, float, int]) -> int:
                 minute += 1
             with conn.transaction():
                 created += len(store.create_tick_runs(ticks, base))
-    return created
+    return created, t0, time.perf_counter()
 
 
-def _lease_worker(args: tuple[str, int, float, int]) -> int:
+def _lease_worker(args: tuple[str, int, float, int]) -> tuple[int, float, float]:
     schema, client, seconds, limit = args
     leased = 0
     with connect(schema) as conn:
         store = Store(conn)
-        deadline = time.perf_counter() + seconds
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
         while time.perf_counter() < deadline:
             with conn.transaction():
                 got = store.lease_attempts(f"bench-{client}", EPOCH + timedelta(days=10_000), 60, limit=limit)
             if not got:
                 break
             leased += len(got)
-    return leased
-
-
-def _raw_claim_worker(args: tuple[str, float]) -> int:
-    schema, seconds = args
-    claimed = 0
-    with connect(schema) as conn:
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            with conn.transaction():
-                rows = conn.execute(
-                    "UPDATE peer_jobs SET status = 'done' WHERE id IN ("
-                    " SELECT id FROM peer_jobs WHERE status = 'todo' ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED)"
-                    " RETURNING id"
-                ).fetchall()
-            if not rows:
-                break
-            claimed += len(rows)
-    return claimed
-
-
-def raw_claim(clients: int, seconds: float, rows: int = 2_000_000) -> float:
-    """Rows per second a bare SKIP LOCKED claim of 100 rows per transaction reaches."""
-    with bench_schema("benchpeer") as schema:
-        with connect(schema) as conn:
-            conn.execute("CREATE TABLE peer_jobs (id bigint PRIMARY KEY, status text NOT NULL)")
-            conn.execute("INSERT INTO peer_jobs SELECT g, 'todo' FROM generate_series(1, %s) g", (rows,))
-            conn.execute("CREATE INDEX ON peer_jobs (id) WHERE status = 'todo'")
-            conn.execute("ANALYZE peer_jobs")
-        with mp.get_context("spawn").Pool(clients) as pool:
-            t0 = time.perf_counter()
-            claimed = sum(pool.map(_raw_claim_worker, [(schema, seconds)] * clients))
-            return claimed / (time.perf_counter() - t0)
+    return leased, t0, time.perf_counter()
 
 
 def throughput(clients: int, seconds: float, batch: int) -> tuple[float, float, float]:
@@ -153,20 +123,14 @@ def throughput(clients: int, seconds: float, batch: int) -> tuple[float, float, 
                 (EPOCH, EPOCH),
             )
         with mp.get_context("spawn").Pool(clients) as pool:
-            t0 = time.perf_counter()
-            created = sum(pool.map(_create_worker, [(schema, c, batch, seconds, 1000) for c in range(clients)]))
-            create_rate = created / (time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            leased1 = sum(pool.map(_lease_worker, [(schema, c, seconds, 1) for c in range(clients)]))
-            lease1_rate = leased1 / (time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            leased10 = sum(pool.map(_lease_worker, [(schema, c, seconds, 10) for c in range(clients)]))
-            lease10_rate = leased10 / (time.perf_counter() - t0)
+            create_rate = rate(pool.map(_create_worker, [(schema, c, batch, seconds, 1000) for c in range(clients)]))
+            lease1_rate = rate(pool.map(_lease_worker, [(schema, c, seconds, 1) for c in range(clients)]))
+            lease10_rate = rate(pool.map(_lease_worker, [(schema, c, seconds, 10) for c in range(clients)]))
     return create_rate, lease1_rate, lease10_rate
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__)
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--large", type=int, default=10_000_000)
     parser.add_argument("--repeat", type=int, default=2000)
@@ -174,9 +138,11 @@ def main() -> None:
     args = parser.parse_args()
 
     with bench_schema() as schema:
+        progress(f"consecutive-failure count over {args.small:,} rows of history")
         small = time_count(schema, args.small, args.repeat)
     t0 = time.perf_counter()
     with bench_schema() as schema:
+        progress(f"filling {args.large:,} rows of history (the longest set-up here)")
         large = time_count(schema, args.large, args.repeat)
     fill = time.perf_counter() - t0
     report(
@@ -187,19 +153,32 @@ def main() -> None:
             ("ratio large/small", f"{large / small:.2f}x"),
         ],
     )
+    flat = args.large >= 10_000_000 and args.small <= 10_000
+    figures = [
+        Figure(f"consecutive-failure count, {args.large:,} vs {args.small:,} rows of history", large, "ms", small,
+               Target("<=", 1.2, of_floor=True) if flat else None),
+        Figure(f"consecutive-failure count, {args.large:,} rows of history", large, "ms", target=Target("<", 1)),
+    ]
+    progress("floor: raw SKIP LOCKED claims on a bare job table")
+    raw = common.raw_claims([(c, n) for c in (1, 4) for n in (1, 10, 100)], args.seconds, 1_000_000)
+    report("floor: raw SKIP LOCKED claim on a bare job table",
+           [(f"{c} client(s), {n} per txn", f"{r:,.0f} rows/s") for (c, n), r in raw.items()])
     rows = []
     for clients in (1, 4):
         for batch in (100, 1):
+            progress(f"run creation (batch {batch}) and lease, {clients} client(s)")
             create_rate, lease1, lease10 = throughput(clients, args.seconds, batch)
             rows.append((f"{clients} client(s), create batch {batch}", f"{create_rate:,.0f} runs/s"))
+            figures.append(Figure(f"runs created, {clients} client(s), batch {batch} per txn", create_rate, "runs/s"))
             if batch == 100:
                 rows.append((f"{clients} client(s), lease 1 per txn", f"{lease1:,.0f} attempts/s"))
                 rows.append((f"{clients} client(s), lease 10 per txn", f"{lease10:,.0f} attempts/s"))
+                for limit, leased in ((1, lease1), (10, lease10)):
+                    figures.append(Figure(f"attempts leased, {clients} client(s), {limit} per txn", leased,
+                                          "attempts/s", raw[(clients, limit)]))
     report("run creation and lease throughput", rows)
-    report(
-        "peer: raw SKIP LOCKED claim, 100 rows per transaction",
-        [(f"{clients} client(s)", f"{raw_claim(clients, args.seconds):,.0f} rows/s") for clients in (1, 4)],
-    )
+    finish("ledger figures (floor: the smaller ledger; a raw SKIP LOCKED claim of as many rows per txn)",
+           figures, args.json)
 
 
 if __name__ == "__main__":

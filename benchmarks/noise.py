@@ -1,6 +1,7 @@
 """Noise benchmark: messages, threads, recall, false alarms and detection delay, per policy.
 
     python -m benchmarks.noise [--workflows 1000] [--days 30] [--seed 7] [--policies all] [--jobs 2] [--details]
+                               [--json]
 
 A seeded synthetic fleet across cadences (every 10 minutes to weekly) lives through a
 period with incidents of five kinds (transient ones up to one a workflow every two days,
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from benchmarks.common import BENCH_URL
+from benchmarks.common import BENCH_URL, Figure, Target, finish
 from tickwarden.cadence import cadence_of, parse_schedule
 from tickwarden.clock import isoformat_z, parse_utc
 from tickwarden.db import describe_url
@@ -219,7 +220,7 @@ def _simulate(name: str) -> dict[str, Any]:
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
 def main() -> None:
@@ -230,6 +231,7 @@ def main() -> None:
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--jobs", type=int, default=1, help="policies simulated at once, each in its own process")
     parser.add_argument("--details", action="store_true", help="list every false alarm and missed incident")
+    parser.add_argument("--json", action="store_true", help="print the figures as a JSON list on the last line")
     args = parser.parse_args()
     import logging
 
@@ -255,7 +257,7 @@ def main() -> None:
     context = (scenario, incidents, classes, cadences, observable)
     results: dict[str, dict[str, Any]] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs), initializer=_init, initargs=(context,)) as pool:
-        for name, result in zip(names, pool.map(_simulate, names)):
+        for name, result in zip(names, pool.map(_simulate, names), strict=True):
             results[name] = result
             print(f"  simulated {name}: {result['runs']:,} runs in {result['wall']:.0f} s — "
                   f"{result['messages']:,} messages, recall {result['detected']}/{result['genuine']}, "
@@ -293,10 +295,19 @@ def main() -> None:
             if name != "tickwarden":
                 ratio = r["messages"] / ours if ours else float("inf")
                 print(f"  {name}: {r['messages']:,} vs {ours:,} → {ratio:.1f}× more")
-        missed = results["tickwarden"]["missed"]
-        if missed:
-            print(f"tickwarden missed {len(missed)} genuine incident(s): {missed}", file=sys.stderr)
-            sys.exit(1)
+    month = args.workflows == 1000 and args.days == 30   # the size the DESIGN.md target speaks of
+    figures = []
+    for name, r in results.items():
+        figures += [Figure(f"{name}: wall time of the simulation", r["wall"], "s",
+                           target=Target("<", 120) if month else None),
+                    Figure(f"{name}: messages", r["messages"], "messages", results.get("tickwarden", r)["messages"]),
+                    Figure(f"{name}: genuine incidents detected", r["detected"], "incidents", r["genuine"])]
+    finish(f"noise figures ({args.workflows:,} workflows x {args.days} days; floor: tickwarden's messages, "
+           "all genuine incidents)", figures, args.json)
+    missed = results["tickwarden"]["missed"] if "tickwarden" in results else []
+    if missed:
+        print(f"tickwarden missed {len(missed)} genuine incident(s): {missed}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Notifier benchmark: outbox deliveries per second through claim → render → send → record.
 
-    python -m benchmarks.notifier [--alerts 2000] [--history 200000] [--batch 100]
+    python -m benchmarks.notifier [--alerts 2000] [--history 200000] [--batch 100] [--json]
 
 1. `history` delivered rows (resolved alerts of the past) fill the outbox first, so the
    claim is measured over a realistic table, not an empty one.
@@ -11,16 +11,18 @@
    recording transport until the outbox is drained. Figures: deliveries/s, and the
    median time of one claim of `batch` rows. The transport costs nothing here: these
    are tickwarden's own costs per message (SQL, rendering, bookkeeping).
+4. The floor beside each: a raw `SKIP LOCKED` claim of `batch` rows per transaction on a
+   bare job table, with as many clients. DESIGN.md sets no target here.
 """
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import time
 from datetime import timedelta
 
-from benchmarks.common import BENCH_URL, EPOCH, bench_schema, connect, median_ms, report
+from benchmarks import common
+from benchmarks.common import BENCH_URL, EPOCH, Figure, bench_schema, connect, finish, median_ms, progress, report
 
 
 def fill(schema: str, alerts: int, history: int) -> None:
@@ -116,17 +118,25 @@ def time_claim(schema: str, batch: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = common.parser(__doc__)
     parser.add_argument("--alerts", type=int, default=2000)
     parser.add_argument("--history", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=100)
     args = parser.parse_args()
     rows = []
+    progress(f"floor: raw SKIP LOCKED claims of {args.batch} rows per transaction, 1 and 2 clients")
+    raw = common.raw_claims([(1, args.batch), (2, args.batch)], 4.0, args.alerts * 4)
+    figures: list[Figure] = []
     for replicas in (1, 2):
+        progress(f"{replicas} replica(s): filling the outbox, then draining it")
         rate, sent, claim_ms = drain(args.alerts, args.history, args.batch, replicas)
         rows.append((f"{replicas} replica(s)", f"{rate:,.0f} deliveries/s ({sent} rows, 2 per thread, in order)"))
         rows.append((f"claim of {args.batch} ({replicas})", f"{claim_ms:.2f} ms median over {args.history:,} delivered rows"))
+        figures.append(Figure(f"deliveries, {replicas} replica(s), recording transport", rate, "deliveries/s",
+                              raw[(replicas, args.batch)]))
     report(f"notifier: {args.alerts} open alerts × 2 events × 2 channels, recording transport", rows)
+    finish(f"notifier figures (floor: a raw SKIP LOCKED claim of {args.batch} rows per txn, as many clients)",
+           figures, args.json)
 
 
 if __name__ == "__main__":

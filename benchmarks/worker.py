@@ -1,6 +1,6 @@
 """Worker benchmark: per-attempt overhead warm vs cold, and attempts per second.
 
-    python -m benchmarks.worker [--attempts 200] [--repeat 60] [--cold 8]
+    python -m benchmarks.worker [--attempts 200] [--repeat 60] [--cold 8] [--seconds 4] [--json]
 
 1. Overhead of one attempt of a no-op python step on a warm environment: the whole
    `run_once` (lease, load, authenticate, run in the environment process, record the
@@ -11,11 +11,13 @@
 3. Attempts per second through 1 and 4 workers (threads of one process, as
    `tickwarden worker --concurrency 4`), each draining `attempts` queued no-op runs,
    and through 4 `tickwarden worker` processes.
+4. Beside them, in the same run: a raw `SKIP LOCKED` claim of one row per transaction
+   (the floor of any lease), and Procrastinate's and PgQueuer's no-op job throughput
+   when they are installed (`pip install -e '.[bench]'`; see benchmarks/peers.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import statistics
@@ -25,7 +27,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from benchmarks.common import BENCH_URL, bench_schema, report
+from benchmarks import common, peers
+from benchmarks.common import BENCH_URL, Figure, Target, bench_schema, finish, progress, report
 from tickwarden.clock import WallClock
 from tickwarden.db import Database
 from tickwarden.store import TickRequest
@@ -71,12 +74,17 @@ def timed_attempt(worker: Worker, clock: WallClock) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = common.parser(__doc__)
     parser.add_argument("--attempts", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=60)
     parser.add_argument("--cold", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of each floor and peer measurement")
     args = parser.parse_args()
     clock = WallClock()
+    progress("floor: raw SKIP LOCKED claims of one row per transaction, 1 and 4 clients")
+    raw = common.raw_claims([(1, 1), (4, 1)], args.seconds, 1_000_000)
+    peer_rates = peers.measure(args.seconds)
+    figures: list[Figure] = []
     with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12) as db:
         wf = setup(db, clock)
         worker = Worker(db, "bench-1", clock=clock, secret_key=KEY)
@@ -106,6 +114,11 @@ def main() -> None:
             ("  of which environment round trip", f"{statistics.median(trips):.2f} ms"),
             ("cold wake + attempt (median)", f"{statistics.median(cold):.1f} ms"),
         ]
+        figures += [
+            Figure("warm attempt overhead, no-op step (median)", statistics.median(warm), "ms",
+                   statistics.median(trips), Target("<", 5)),
+            Figure("cold wake + attempt (median)", statistics.median(cold), "ms", statistics.median(warm)),
+        ]
         for n in (1, 4):
             queue(db, wf, clock, args.attempts)
             workers = [Worker(db, f"bench-{n}-{i}", clock=clock, secret_key=KEY) for i in range(n)]
@@ -124,9 +137,24 @@ def main() -> None:
             seconds = time.perf_counter() - t0
             for w in workers:
                 w.environments.close(clock.now())
-            rows.append((f"throughput, {n} worker{'s' if n > 1 else ''}", f"{args.attempts / seconds:.0f} attempts/s"))
-        rows.append(("throughput, 4 worker processes", f"{through_processes(db, wf, clock, schema, args.attempts):.0f} attempts/s"))
+            label = f"{n} worker{'s' if n > 1 else ''}"
+            rows.append((f"throughput, {label}", f"{args.attempts / seconds:.0f} attempts/s"))
+            figures.append(Figure(f"throughput, {label} (threads of one process)", args.attempts / seconds,
+                                  "attempts/s", raw[(n, 1)], Target(">=", 1000) if n == 4 else None))
+        progress("4 tickwarden worker processes")
+        processes = through_processes(db, wf, clock, schema, args.attempts)
+        rows.append(("throughput, 4 worker processes", f"{processes:.0f} attempts/s"))
+        figures.append(Figure("throughput, 4 worker processes", processes, "attempts/s", raw[(4, 1)],
+                              Target(">=", 1000)))
+        for peer, peer_rate in peer_rates.items():
+            figures.append(Figure(f"throughput, 4 worker processes vs {peer}", processes, "attempts/s", peer_rate))
         report("worker: per-attempt overhead and throughput (no-op recipe)", rows)
+        report("floor and peers, measured in this run", [
+            *((f"raw SKIP LOCKED claim, {c} client(s), 1 per txn", f"{r:,.0f} rows/s") for (c, _), r in raw.items()),
+            *((peer, f"{r:,.0f} no-op jobs/s") for peer, r in peer_rates.items()),
+        ] + ([] if peer_rates else [("peers", "Procrastinate and PgQueuer not installed (pip install -e '.[bench]')")]))
+    finish("worker figures (floor: a raw SKIP LOCKED claim of one row per txn, as many clients; or a peer)",
+           figures, args.json)
 
 
 def pending(db: Database) -> int:

@@ -255,7 +255,7 @@ def cadence_of(schedule: CronSchedule, now: datetime) -> Cadence:
         raise InvalidSchedule(
             f"Cron expression {schedule.cron!r} does not fire at least twice in eight years, so it has no cadence."
         )
-    gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:])]
+    gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:], strict=False)]
     interval = int(statistics.median(gaps))
     # A DST transition stretches or shrinks one gap by an hour; that is not irregularity.
     regular = all(abs(gap - interval) <= 3600 and gap > 0 for gap in gaps) and (

@@ -80,11 +80,11 @@ def outbox(db: Database) -> list[dict[str, Any]]:
         cur = conn.execute("SELECT o.*, e.kind FROM notification_outbox o JOIN alert_events e ON e.id = o.event_id"
                            " ORDER BY o.id")
         names = [c.name for c in cur.description]
-        return [dict(zip(names, r)) for r in cur.fetchall()]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
 def channel_row(db: Database, channel_id: int) -> dict[str, Any]:
     with db.connection() as conn:
         cur = conn.execute("SELECT * FROM notification_channels WHERE id = %s", (channel_id,))
         names = [c.name for c in cur.description]
-        return dict(zip(names, cur.fetchone()))
+        return dict(zip(names, cur.fetchone(), strict=True))

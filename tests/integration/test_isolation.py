@@ -89,7 +89,7 @@ def test_every_endpoint_hides_another_tenants_objects(db, clock):
                     assert response.status_code == 200, (method, path, response.text)
                 assert leaks(response, acme) == [], (method, path, response.text)
                 checked += 1
-        for page in (f"/dashboard/tenants/acme", f"/dashboard/alerts/{acme.alert_id}",
+        for page in ("/dashboard/tenants/acme", f"/dashboard/alerts/{acme.alert_id}",
                      f"/dashboard/runs/{acme.run_ids[-1]}"):
             response = httpx.get(base + page, cookies={"tickwarden_token": intruder}, follow_redirects=False)
             assert response.status_code == 404 and leaks(response, acme) == [], page

@@ -163,7 +163,7 @@ def test_the_environment_stays_warm_across_runs_and_stops_when_idle(db, clock, w
     wf = make_runnable(db, clock.now(), [python_step("who", "pid")], idle_timeout=60)
     worker = workers()
     pids = []
-    for minute in range(3):
+    for _minute in range(3):
         run = queue_run(db, wf, clock.now(), clock.now())
         worker.run_once(clock.now())
         pids.append(outcome(db, run.id)[2]["who"].output["pid"])

@@ -54,7 +54,7 @@ def test_a_year_of_dst_transitions_walks_like_cronsim(cron, zone, small_chains):
         got.append(instant)
     assert got == expected
     # and halfway between any two fires, the later one
-    for earlier, later in zip(expected[::37], expected[1::37]):
+    for earlier, later in zip(expected[::37], expected[1::37], strict=False):
         assert small_chains.next_after(schedule, earlier + (later - earlier) / 2) == later
 
 

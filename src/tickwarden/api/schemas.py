@@ -75,7 +75,7 @@ def decode_cursor(cursor: str | None, shape: tuple[type, ...]) -> list[Any] | No
         if not isinstance(values, list) or len(values) != len(shape):
             raise ValueError
         decoded: list[Any] = []
-        for value, kind in zip(values, shape):
+        for value, kind in zip(values, shape, strict=True):
             if kind is datetime:
                 decoded.append(parse_utc(value))
             elif kind is int:

@@ -14,7 +14,6 @@ Channel config: `host` (required), `port` (default 25, or 465 with `ssl`), `from
 from __future__ import annotations
 
 import smtplib
-import socket
 from email.message import EmailMessage
 from email.utils import format_datetime
 
@@ -80,7 +79,7 @@ class EmailTransport:
                                  permanent=500 <= exc.smtp_code < 600) from None
         except smtplib.SMTPNotSupportedError as exc:
             raise TransportError(f"the SMTP server does not support what the channel asks: {exc}", permanent=True) from None
-        except (smtplib.SMTPException, OSError, socket.timeout) as exc:
+        except (TimeoutError, smtplib.SMTPException, OSError) as exc:
             raise TransportError(f"the SMTP server is unreachable: {type(exc).__name__}", permanent=False) from None
         thread_key = message.thread.key if message.thread is not None else message_id
         return Delivery(message_id=message_id, thread_key=thread_key)

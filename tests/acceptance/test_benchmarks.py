@@ -1,0 +1,45 @@
+"""A benchmark in its own process: its JSON figures on its last line, gathered by the runner."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.__main__ import run
+from tests.dbutil import TEST_URL
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL_TICKER = ["--schedules", "300", "--repeat", "1", "--batch", "100"]
+
+
+def test_a_benchmark_prints_its_figures_with_their_floor_as_its_last_line():
+    env = {**os.environ, "TICKWARDEN_BENCH_DATABASE_URL": TEST_URL}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.ticker", "--json", *SMALL_TICKER], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(set(f) == {"name", "value", "unit", "floor", "ratio", "target", "met"} for f in figures)
+    [one_pass] = [f for f in figures if f["name"] == "300 due at once, one pass (batch = fleet)"]
+    assert one_pass["floor"] > 0 and one_pass["value"] > 0
+    assert abs(one_pass["ratio"] - one_pass["value"] / one_pass["floor"]) < 0.01
+    assert one_pass["target"] == "<= 1.5x floor" and one_pass["met"] == (one_pass["ratio"] <= 1.5)
+    assert "filling 300 schedules" in done.stderr   # progress goes to stderr, never after the JSON
+
+
+def test_the_runner_gathers_a_benchmarks_figures_from_its_own_process(monkeypatch, capsys):
+    monkeypatch.setenv("TICKWARDEN_BENCH_DATABASE_URL", TEST_URL)
+    monkeypatch.chdir(ROOT)
+    figures = run("ticker", SMALL_TICKER)
+    assert figures is not None
+    names = [f.name for f in figures]
+    assert "ticker: 300 due at once, batched passes (batch 100)" in names
+    assert all(f.floor for f in figures if "due at once" in f.name)
+    assert "######## ticker" in capsys.readouterr().out
+
+
+def test_the_runner_refuses_an_unknown_benchmark_with_a_usage_error():
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "tickr"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert "unknown benchmark 'tickr'" in done.stderr and "Traceback" not in done.stderr
