@@ -149,7 +149,7 @@ def resolve(db: Database, alert_id: int, note: str, actor: str, now: datetime) -
     if not note or not _clean_note(note):
         raise InvalidInput("Resolving an alert by hand needs a note saying why.")
     return _by_hand(db, alert_id, "resolved", now,
-                    lambda store, clean: store.resolve_alert_by_hand(alert_id, _clean_actor(actor), clean, now), note)
+                    lambda store, clean: store.resolve_alert_by_hand(alert_id, _clean_actor(actor), clean or "", now), note)
 
 
 PAUSED_NOTE = "The workflow is paused: no ticks until it is resumed."

@@ -290,6 +290,7 @@ class SecretInfo:
     name: str
     key_id: str
     created_at: datetime
+    updated_at: datetime
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ class ErasureStore(StoreBase):
 
         match = tests([address])
         if names:
-            scope = sql.SQL("true")
+            scope: sql.Composable = sql.SQL("true")
             if target.tenant_column:
                 scope = sql.SQL("{} = ANY({})").format(sql.Identifier(target.tenant_column),
                                                       sql.Literal(list(tenant_ids)))

@@ -136,7 +136,8 @@ class ExecutionStore(StoreBase):
         """When the database server last started."""
         row = self._row("reaper_server_started", {})
         assert row is not None
-        return row["started"]
+        started: datetime = row["started"]
+        return started
 
     def reaper_waiting(self, now: datetime, grace_seconds: int = 300) -> bool:
         """Whether a lease reaper pass would find an expired lease or an abandoned instance."""
