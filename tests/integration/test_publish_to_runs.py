@@ -12,7 +12,7 @@ from tickwarden.service import build_loops
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 PUBLISHED = T0 + timedelta(seconds=30)
 FIVE_MINUTES_LATER = PUBLISHED + timedelta(minutes=5)
-STEPS = [{"name": "check", "kind": "sql", "query": "select 1", "database": "env:WAREHOUSE"}]
+STEPS = [{"name": "check", "kind": "sql", "query": "select 1", "database": "secret:WAREHOUSE"}]
 
 FILE = """
 tenants: [{name: acme}]
@@ -71,7 +71,7 @@ def test_a_schedule_published_through_the_api_runs_every_tick_and_raises_no_fals
             "starting_deadline_seconds": 60, "steps": STEPS}
     with live_server(db, clock) as server, api(server, token) as client:
         published = client.put("/api/tenants/acme/workflows/minutely", json=body)
-        assert published.status_code == 200, published.text
+        assert published.status_code == 201, published.text
     fleet.run(PUBLISHED, FIVE_MINUTES_LATER)
     assert outcome(db, "minutely") == (["succeeded"] * 5, 0)
 
