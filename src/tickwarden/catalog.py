@@ -173,6 +173,7 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
                 monitoring_enabled=spec.monitoring,
                 policy_overrides=planned.policy,
                 shadow=spec.shadow,
+                expect_rows=spec.expect_rows,
             )
             report.add(applied, label)
             report.add(store.apply_schedule(

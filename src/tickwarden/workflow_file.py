@@ -120,6 +120,7 @@ class WorkflowSpec(_Model):
     monitoring: bool = True
     policy: dict[str, Any] = Field(default_factory=dict)
     shadow: bool = False
+    expect_rows: bool = False
     steps: list[StepSpec] = Field(min_length=1, max_length=100)
 
 

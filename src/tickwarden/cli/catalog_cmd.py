@@ -159,6 +159,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "failed_step": run.failed_step,
         "deadline_at": isoformat_z(run.deadline_at),
         "requested_by": run.requested_by,
+        "rows": run.rows,
     }
 
 
@@ -225,10 +226,11 @@ def runs_command(
         print_json([run_json(run) for run in runs])
         return
     print_table(
-        ("id", "scheduled_for", "manual", "status", "attempts", "duration", "finished_at", "error"),
+        ("id", "scheduled_for", "manual", "status", "attempts", "duration", "rows", "finished_at", "error"),
         [(str(run.id), isoformat_z(run.scheduled_for), "yes" if run.manual else "",
           status(run.status + (" (recovered)" if run.recovered else "")), str(run.attempts_count),
           format_duration(run_duration(run)) if run_duration(run) is not None else "",
+          "" if run.rows is None else str(run.rows),
           isoformat_z(run.finished_at) or "", run.error or "") for run in runs],
         no_wrap=("id", "scheduled_for", "status", "finished_at"),
     )

@@ -62,6 +62,9 @@ ORDER = {
 # the attempts of runs the poller already judged (so written).
 SEES_WORKER = frozenset({"poller", "deadlines"})
 WORKER_ID = "simulated-worker"
+# Rows an undisturbed attempt of a workflow that expects rows reports: the simulator
+# models whether records arrived, not how many (a `mode: empty` fault reports zero).
+SIMULATED_ROWS = 1
 # The control plane comes up this long after the scenario starts, so that its passes
 # are not in lockstep with the round times faults are usually written at.
 CONTROL_PLANE_OFFSET = timedelta(seconds=15)
@@ -87,6 +90,7 @@ class FaultWindowModel:
 
     def __init__(self, scenario: Scenario, timeouts: dict[str, int]):
         self.durations = {spec.key: spec.duration for spec in scenario.workflows}
+        self.expect_rows = {spec.key for spec in scenario.workflows if spec.expect_rows}
         self.timeouts = timeouts
         self.faults: dict[str, list[Fault]] = {}
         for fault in scenario.faults:
@@ -97,6 +101,9 @@ class FaultWindowModel:
         end = start + duration
         hits = [f for f in self.faults.get(workflow, ()) if f.start < end and f.end > start]
         timeout = timedelta(seconds=self.timeouts[workflow])
+        # An empty window does not stop the attempt: it succeeds on time having committed nothing.
+        empty = any(f.mode == "empty" for f in hits)
+        hits = [f for f in hits if f.mode != "empty"]
         if hits:
             fault = min(hits, key=lambda f: (max(start, f.start), f.end))
             at = max(start, fault.start)
@@ -124,7 +131,10 @@ class FaultWindowModel:
                     retryable=True,
                 ),
             )
-        return Plan(end, AttemptOutcome(status="succeeded"))
+        if empty:
+            return Plan(end, AttemptOutcome(status="succeeded", rows=0))
+        return Plan(end, AttemptOutcome(status="succeeded",
+                                        rows=SIMULATED_ROWS if workflow in self.expect_rows else None))
 
 
 @dataclass(frozen=True)
@@ -378,7 +388,8 @@ class Simulation:
                 derive_profile(interval, policy)  # validated before anything runs
                 timeout = default_timeout_seconds(interval)
                 workflow = store.upsert_workflow(
-                    tenants[spec.tenant].id, spec.name, now, timeout_seconds=timeout, policy_overrides=policy
+                    tenants[spec.tenant].id, spec.name, now, timeout_seconds=timeout, policy_overrides=policy,
+                    expect_rows=spec.expect_rows,
                 )
                 store.upsert_schedule(
                     tenant_id=workflow.tenant_id,

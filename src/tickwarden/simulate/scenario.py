@@ -34,6 +34,7 @@ class WorkflowSpec(_Strict):
     timezone: str = "UTC"
     duration: float = Field(default=60, gt=0, le=7 * 86400)
     policy: dict[str, Any] = Field(default_factory=dict)
+    expect_rows: bool = False
 
     @property
     def key(self) -> str:
@@ -46,7 +47,7 @@ class FaultSpec(_Strict):
     end: datetime
     error: str = "simulated failure"
     retryable: bool = True
-    mode: Literal["error", "crash"] = "error"
+    mode: Literal["error", "crash", "empty"] = "error"
 
 
 class ManualRunSpec(_Strict):

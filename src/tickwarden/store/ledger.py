@@ -232,4 +232,5 @@ def finish_params(worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, 
         "retryables": [outcome.retryable for _, outcome, _ in finished],
         "log_tails": [outcome.log_tail for _, outcome, _ in finished],
         "outputs": [Jsonb(outcome.outputs) for _, outcome, _ in finished],
+        "rows": [outcome.rows for _, outcome, _ in finished],
     }

@@ -1,7 +1,7 @@
 -- sim_runs --
 -- Every run of the simulation with its tenant and workflow names, in tick order.
 SELECT t.name AS tenant, w.name AS workflow, r.id, r.scheduled_for, r.manual, r.status, r.recovered,
-       r.attempts_count AS attempts, r.finished_at, r.error, r.error_category, r.created_at
+       r.attempts_count AS attempts, r.finished_at, r.error, r.error_category, r.created_at, r.rows
   FROM runs r
   JOIN workflows w ON w.id = r.workflow_id
   JOIN tenants t ON t.id = r.tenant_id
