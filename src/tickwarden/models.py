@@ -112,6 +112,7 @@ class Run:
     started_at: datetime | None
     finished_at: datetime | None
     rows: int | None = None
+    cancelled_by: str | None = None
 
     @property
     def terminal(self) -> bool:

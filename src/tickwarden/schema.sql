@@ -131,6 +131,7 @@ CREATE TABLE runs (
     lost_requeues    integer NOT NULL DEFAULT 0 CHECK (lost_requeues >= 0),
     retry_backoff_seconds integer[] NOT NULL DEFAULT '{}',  -- wait before each retry, captured per tick
     rows             bigint CHECK (rows IS NULL OR rows >= 0),  -- rows the verdict's attempt reported
+    cancelled_by     text CHECK (length(cancelled_by) <= 254),  -- who cancelled the run by hand
     CHECK (recovered = false OR status = 'succeeded'),
     CHECK ((status IN ('succeeded', 'failed', 'missed', 'cancelled')) = (finished_at IS NOT NULL))
 );

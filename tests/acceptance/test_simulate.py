@@ -207,3 +207,47 @@ def test_a_bad_fault_mode_is_refused_with_one_sentence(tmp_path):
     path.write_text(EMPTY_FEED.replace("mode: empty}", "mode: hollow}", 1))
     done = tickwarden("simulate", str(path), "--json")
     assert done.returncode != 0 and "faults[0].mode" in done.stderr and "Traceback" not in done.stderr
+
+
+CANCELLED_TICK = """
+name: cancelled tick
+start: "2026-12-01T00:55:00Z"
+end:   "2026-12-01T01:50:00Z"
+tenants: [acme]
+workflows:
+  - {tenant: acme, name: feed, cron: "*/10 * * * *", duration: 300}
+faults:
+  - {workflow: acme/feed, start: "2026-12-01T01:02:00Z", end: "2026-12-01T01:03:00Z", retryable: false}
+  - {workflow: acme/feed, start: "2026-12-01T01:12:00Z", end: "2026-12-01T01:13:00Z", retryable: false}
+  - {workflow: acme/feed, start: "2026-12-01T01:22:00Z", end: "2026-12-01T01:23:00Z", retryable: false}
+  - {workflow: acme/feed, start: "2026-12-01T01:32:00Z", end: "2026-12-01T01:33:00Z", retryable: false}
+cancellations:
+  - {workflow: acme/feed, at: "2026-12-01T01:21:00Z", by: oncall}
+"""
+
+
+def test_a_cancelled_run_is_not_retried_and_neither_breaks_nor_extends_the_streak(tmp_path):
+    path = tmp_path / "cancel.yaml"
+    path.write_text(CANCELLED_TICK)
+    result = simulate(path)
+    feed = {r["scheduled_for"][11:16]: r for r in runs_of(result, "feed")}
+    assert [(t, feed[t]["status"]) for t in ("01:00", "01:10", "01:20", "01:30")] == [
+        ("01:00", "failed"), ("01:10", "failed"), ("01:20", "cancelled"), ("01:30", "failed")]
+    assert feed["01:20"]["attempts"] == 1 and feed["01:20"]["error"] is None
+    # the third confirmed failure is 01:30's: the alert opens then, counting three failures
+    (alert,) = result["alerts"]
+    assert alert["failure_count"] == 3 and alert["opened_at"].startswith("2026-12-01T01:32")
+
+
+def test_without_the_cancel_the_same_night_alerts_a_tick_earlier(tmp_path):
+    path = tmp_path / "uncancelled.yaml"
+    path.write_text(CANCELLED_TICK.split("cancellations:")[0])
+    (alert,) = simulate(path)["alerts"]
+    assert alert["opened_at"].startswith("2026-12-01T01:22")
+
+
+def test_a_cancellation_of_an_unknown_workflow_is_refused(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(CANCELLED_TICK.replace("{workflow: acme/feed, at:", "{workflow: acme/nope, at:"))
+    done = tickwarden("simulate", str(path), "--json")
+    assert done.returncode != 0 and "cancellations[0].workflow" in done.stderr and "Traceback" not in done.stderr

@@ -196,6 +196,7 @@ class RunOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     rows: int | None = None  # rows the verdict's attempt reported; None: no step reported a count
+    cancelled_by: str | None = None
 
 
 class StepOut(BaseModel):

@@ -14,7 +14,7 @@ from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json, print_table, status
 from tickwarden.clock import WallClock, isoformat_z
 from tickwarden.db import Database
-from tickwarden.errors import InvalidInput, NotFound
+from tickwarden.errors import InvalidInput, NotFound, UsageError
 from tickwarden.messages import format_duration
 from tickwarden.models import Attempt, Run
 
@@ -113,6 +113,27 @@ def _wait_for_verdict(db: Database, run: Run, timeout: float | None) -> Run:
     return run
 
 
+@app.command("cancel")
+def cancel_command(
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run to cancel.")],
+    by: Annotated[str | None, typer.Option("--by", help="Who cancels it (recorded).")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Cancel a run in progress: its attempt is stopped, it is not retried and counts as no failure."""
+    from tickwarden.cli.alerts_cmd import _actor
+
+    try:
+        wanted = _run_id(run_id)
+    except InvalidInput as exc:
+        raise UsageError(exc.message) from None
+    with _db() as db:
+        run = catalog.cancel(db, wanted, WallClock().now(), _actor(by))
+    if as_json:
+        print_json(run_json(run))
+    else:
+        console.print(f"run {run.id} is cancelled (by {run.cancelled_by})")
+
+
 @app.command("pause")
 def pause_command(
     ref: Ref,
@@ -160,6 +181,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "deadline_at": isoformat_z(run.deadline_at),
         "requested_by": run.requested_by,
         "rows": run.rows,
+        "cancelled_by": run.cancelled_by,
     }
 
 

@@ -495,6 +495,8 @@ class Simulation:
         worker.on_finished = lambda now: schedule("poller", now)
         for key, at in self.scenario.manual_runs:
             self.queue.at(at, ORDER["world"], self._manual(db, key, setup))
+        for key, at, by in self.scenario.cancellations:
+            self.queue.at(at, ORDER["world"], self._cancel(db, key, by, setup))
 
         while True:
             event = self.queue.pop()
@@ -524,6 +526,18 @@ class Simulation:
             self._schedule("worker", now)
 
         return request
+
+    def _cancel(self, db: Database, key: str, by: str, setup: SimulationSetup) -> Callable[[datetime], None]:
+        def cancel(now: datetime) -> None:
+            from tickwarden.catalog import cancel as cancel_run
+
+            self._flush()  # the operator sees what the worker already wrote
+            with db.transaction() as store:
+                run_id = store.sim_run_in_progress(setup.workflow_ids[key])
+            if run_id is not None:  # nothing in progress: the operator has nothing to cancel
+                cancel_run(db, run_id, now, by)
+
+        return cancel
 
     def _collect(self, db: Database, setup: SimulationSetup) -> SimulationOutcome:
         with db.transaction() as store:

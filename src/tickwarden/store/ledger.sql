@@ -225,6 +225,28 @@ WITH closed AS (
 )
 SELECT * FROM closed;
 
+-- cancel_run --
+-- An operator's cancel: a run with no verdict yet becomes cancelled with its actor,
+-- and its queued or running attempt with it. The attempts are marked processed, so
+-- the poller neither retries nor evaluates them (a cancel is no verdict on the
+-- workflow: it neither breaks nor extends a failure streak). The worker still running
+-- one finds its next lease renewal refused and abandons the attempt, and its late
+-- outcome is refused by finish_attempts' compare-and-set on running.
+WITH closed AS (
+    UPDATE runs
+       SET status = 'cancelled', finished_at = %(now)s, cancelled_by = %(actor)s,
+           error_category = NULL, error = NULL, failed_step = NULL, recovered = false
+     WHERE id = %(run_id)s AND status IN ('queued', 'running', 'pending_retry')
+    RETURNING *
+), stopped AS (
+    UPDATE attempts a
+       SET status = 'cancelled', finished_at = %(now)s, lease_expires_at = NULL, processed_at = %(now)s
+      FROM closed
+     WHERE a.run_id = closed.id AND a.status IN ('queued', 'running')
+    RETURNING a.id
+)
+SELECT closed.* FROM closed CROSS JOIN (SELECT count(*) FROM stopped) s;
+
 -- newest_success --
 -- When the workflow's newest success was scheduled: one probe of a partial index.
 SELECT scheduled_for FROM runs

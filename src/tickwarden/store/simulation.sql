@@ -113,3 +113,10 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- sim_run_in_progress --
+-- The newest run of a workflow that has no verdict yet: what a scenario's cancel stops.
+SELECT id FROM runs
+ WHERE workflow_id = %(workflow_id)s AND status IN ('queued', 'running', 'pending_retry')
+ ORDER BY scheduled_for DESC, id DESC
+ LIMIT 1;
