@@ -102,3 +102,28 @@ def test_the_api_cancels_a_tenants_own_run_with_the_tokens_actor_and_hides_other
             again = client.post(f"/api/runs/{run.id}/cancel")
             assert again.status_code == 409 and again.json()["detail"].endswith(".")
         assert httpx.post(f"{base}/api/runs/{run.id}/cancel").status_code == 401
+
+
+def test_the_dashboard_button_cancels_with_the_signed_in_actor_and_shows_rows(db, clock):
+    acme = seed_tenant(db, clock.now(), "acme")
+    seed_tenant(db, clock.now(), "globex")
+    acme_token = make_token(db, clock.now(), tenant="acme", name="alice")
+    globex_token = make_token(db, clock.now(), tenant="globex", name="gina")
+    with db.transaction() as store:
+        wf = store.get_workflow(acme.workflow_id)
+    run = create_run(db, wf, clock.now() + timedelta(days=1), clock.now())
+    with live_server(db, clock) as base:
+        with httpx.Client(base_url=base, cookies={"tickwarden_token": globex_token}) as intruder:
+            assert intruder.post(f"/dashboard/runs/{run.id}/cancel").status_code == 404
+        with httpx.Client(base_url=base, cookies={"tickwarden_token": acme_token}) as client:
+            page = client.get(f"/dashboard/runs/{run.id}")
+            assert 'id="cancel-form"' in page.text
+            done = client.post(f"/dashboard/runs/{run.id}/cancel")
+            assert done.status_code == 303
+            after = client.get(f"/dashboard/runs/{run.id}")
+            assert "cancelled by" in after.text and 'id="cancel-form"' not in after.text
+            assert "not reported" in after.text
+            again = client.post(f"/dashboard/runs/{run.id}/cancel")
+            assert again.status_code == 409 and "already cancelled" in again.text
+    with db.transaction() as store:
+        assert store.get_run(run.id).cancelled_by
