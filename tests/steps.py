@@ -126,3 +126,8 @@ def fail_while(params, inputs):
     if Path(params["marker"]).exists():
         raise RuntimeError("the marker file says this step fails")
     return {"ok": True}
+
+
+def rows(params, inputs):
+    """Report committing `params['rows']` rows, as a loading step does."""
+    return {"rows": params["rows"]}

@@ -175,6 +175,7 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
                 monitoring_enabled=spec.monitoring,
                 policy_overrides=planned.policy,
                 shadow=spec.shadow,
+                expect_rows=spec.expect_rows,
             )
             if spec.archived and _archive(store, applied.id, "apply", now) is not None:
                 applied = Applied(applied.kind, applied.id, "created" if applied.change == "created" else "updated")
@@ -305,6 +306,24 @@ def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_b
             now=now,
             requested_by=requested_by,
         )
+
+
+def cancel(db: Database, run_id: int, now: datetime, actor: str) -> Run:
+    """Cancel a run in progress: the one path of the CLI, the API, the dashboard and scenarios.
+
+    The run becomes `cancelled` with its actor and is never retried; its running
+    attempt is stopped through the worker's abort path (the next lease renewal is
+    refused). A run that already has a verdict is refused, so a cancel never rewrites
+    history.
+    """
+    with db.transaction() as store:
+        cancelled = store.cancel_run(run_id, actor, now)
+        if cancelled is not None:
+            return cancelled
+        run = store.get_run(run_id)
+        if run is None:
+            raise NotFound(f"There is no run {run_id}.")
+        raise Conflict(f"Run {run_id} is already {run.status}; only a run in progress can be cancelled.")
 
 
 def list_runs(db: Database, tenant: str, workflow: str, limit: int = 50) -> list[Run]:

@@ -10,6 +10,7 @@ while nobody has reassigned it by hand):
 | config        | the workflow or its inputs are misconfigured        | customer    | no        |
 | auth          | the publisher is deactivated or lacks access        | customer    | no        |
 | timeout       | the watchdog stopped the run at its timeout         | customer    | yes       |
+| empty_result  | a workflow that expects rows succeeded with none    | customer    | yes       |
 | connection    | a network or upstream connection failed             | engineering | yes       |
 | environment   | the environment could not be woken or died          | engineering | yes       |
 | lost          | the worker stopped renewing its lease               | engineering | yes       |
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-CUSTOMER_CATEGORIES = frozenset({"step_error", "config", "auth", "timeout"})
+CUSTOMER_CATEGORIES = frozenset({"step_error", "config", "auth", "timeout", "empty_result"})
 ENGINEERING_CATEGORIES = frozenset({"connection", "environment", "lost", "missed", "internal"})
 CATEGORIES = CUSTOMER_CATEGORIES | ENGINEERING_CATEGORIES
 NOT_RETRYABLE = frozenset({"config", "auth"})

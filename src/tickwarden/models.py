@@ -73,6 +73,7 @@ class Workflow:
     created_at: datetime
     updated_at: datetime
     archived_at: datetime | None = None
+    expect_rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,8 @@ class Run:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    rows: int | None = None
+    cancelled_by: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -150,6 +153,7 @@ class AttemptOutcome:
     retryable: bool = True
     log_tail: str | None = None
     outputs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rows: int | None = None  # rows the steps reported committing; None: no step reported a count
 
 
 @dataclass(frozen=True)

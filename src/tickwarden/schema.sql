@@ -72,6 +72,8 @@ CREATE TABLE workflows (
     created_at          timestamptz NOT NULL,
     updated_at          timestamptz NOT NULL,
     archived_at         timestamptz,
+    -- a zero-row success is a failed tick (category empty_result)
+    expect_rows         boolean NOT NULL DEFAULT false,
     UNIQUE (tenant_id, name)
 );
 
@@ -128,6 +130,8 @@ CREATE TABLE runs (
     -- attempts lost to the platform that were queued again without spending the budget
     lost_requeues    integer NOT NULL DEFAULT 0 CHECK (lost_requeues >= 0),
     retry_backoff_seconds integer[] NOT NULL DEFAULT '{}',  -- wait before each retry, captured per tick
+    rows             bigint CHECK (rows IS NULL OR rows >= 0),  -- rows the verdict's attempt reported
+    cancelled_by     text CHECK (length(cancelled_by) <= 254),  -- who cancelled the run by hand
     CHECK (recovered = false OR status = 'succeeded'),
     CHECK ((status IN ('succeeded', 'failed', 'missed', 'cancelled')) = (finished_at IS NOT NULL))
 );
@@ -168,6 +172,7 @@ CREATE TABLE attempts (
     outputs           jsonb NOT NULL DEFAULT '{}'::jsonb,
     -- set when the outcome poller claims the finished attempt; NULL = not yet processed
     processed_at      timestamptz,
+    rows              bigint CHECK (rows IS NULL OR rows >= 0),  -- rows its steps reported; NULL: none did
     UNIQUE (run_id, number),
     CHECK ((status = 'running') = (lease_expires_at IS NOT NULL)),
     CHECK ((status IN ('succeeded', 'failed', 'lost', 'cancelled')) = (finished_at IS NOT NULL))

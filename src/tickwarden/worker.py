@@ -294,7 +294,7 @@ class Worker:
             return _failed(failure, steps, notes)
         outputs = _bounded_outputs(steps)
         return Result(AttemptOutcome(status="succeeded", retryable=True, log_tail=_log_tail(steps, notes),
-                                     outputs=outputs), steps)
+                                     outputs=outputs, rows=reported_rows(steps)), steps)
 
     def _run_steps(self, attempt: Attempt, recipe: Recipe, instance: Instance, deadline: float, timeout: int,
                    heartbeat: Heartbeat, handoff: secrets.Handoff) -> tuple[list[StepRecord], _Failure | None, bool]:
@@ -433,6 +433,19 @@ def _small(output: Any, secret_values: list[str]) -> Any:
     if len(text.encode()) > MAX_OUTPUT_BYTES:
         return {"omitted": f"output of {len(text.encode())} bytes is larger than {MAX_OUTPUT_BYTES}"}
     return output
+
+
+def reported_rows(steps: list[StepRecord]) -> int | None:
+    """The rows an attempt committed: the sum of every succeeded step's reported `rows`.
+
+    A sql step reports its row count; a python step reports by returning a mapping
+    with a non-negative integer `rows`. None when no step reported a count, so a
+    workflow that never reports is told apart from one that reported zero.
+    """
+    counts = [record.output["rows"] for record in steps
+              if record.status == "succeeded" and isinstance(record.output, dict)
+              and type(record.output.get("rows")) is int and record.output["rows"] >= 0]
+    return sum(counts) if counts else None
 
 
 def _bounded_outputs(steps: list[StepRecord]) -> dict[str, Any]:

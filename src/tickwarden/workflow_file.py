@@ -121,6 +121,7 @@ class WorkflowSpec(_Model):
     policy: dict[str, Any] = Field(default_factory=dict)
     shadow: bool = False
     archived: bool = False  # no more ticks; runs and alerts stay readable; false (or absent) restores it
+    expect_rows: bool = False
     steps: list[StepSpec] = Field(min_length=1, max_length=100)
 
 

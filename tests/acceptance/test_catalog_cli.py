@@ -115,3 +115,18 @@ def test_run_now_wait_reports_the_verdict_or_gives_up_after_the_timeout(cli, sch
         log.close()
     assert waited.returncode == 0, (waited.stdout, waited.stderr, (tmp_path / "worker.log").read_text())
     assert json.loads(waited.stdout)["status"] == "succeeded"
+
+
+def test_cancel_stops_a_queued_run_records_the_actor_and_refuses_twice(cli):
+    assert cli("apply", str(QUICKSTART)).returncode == 0
+    queued = json.loads(cli("run-now", "acme/quickstart", "--json").stdout)
+    done = cli("cancel", str(queued["id"]), "--by", "oncall", "--json")
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert (body["status"], body["cancelled_by"]) == ("cancelled", "oncall")
+    assert json.loads(cli("runs", "acme/quickstart", "--json").stdout)[0]["status"] == "cancelled"
+    assert_one_line_error(cli("cancel", str(queued["id"])), "already cancelled")
+    unknown = cli("cancel", "999999")
+    assert unknown.returncode != 0 and "no run 999999" in unknown.stderr and "Traceback" not in unknown.stderr
+    usage = cli("cancel", "abc")
+    assert usage.returncode == 2 and "not a number" in usage.stderr and "Traceback" not in usage.stderr

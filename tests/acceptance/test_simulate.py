@@ -170,3 +170,84 @@ def test_simulate_runs_a_shipped_scenario_by_name():
     assert json.loads(done.stdout)["scenario"] == "nightly genuine defect"
     unknown = tickwarden("simulate", "seed-nope")
     assert unknown.returncode == 1 and "No scenario file or shipped scenario named 'seed-nope'" in unknown.stderr
+
+
+EMPTY_FEED = """
+name: empty feed
+start: "2026-12-01T00:55:00Z"
+end:   "2026-12-01T02:55:00Z"
+tenants: [acme]
+workflows:
+  - {tenant: acme, name: orders-feed, cron: "*/10 * * * *", duration: 60, expect_rows: true}
+  - {tenant: acme, name: audit-feed, cron: "*/10 * * * *", duration: 60}
+faults:
+  - {workflow: acme/orders-feed, start: "2026-12-01T01:00:00Z", end: "2026-12-01T02:00:00Z", mode: empty}
+  - {workflow: acme/audit-feed, start: "2026-12-01T01:00:00Z", end: "2026-12-01T02:00:00Z", mode: empty}
+"""
+
+
+def test_a_feed_that_expects_rows_alerts_on_zero_row_successes_and_shows_the_rows(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text(EMPTY_FEED)
+    result = simulate(path)
+    orders = {r["scheduled_for"]: r for r in runs_of(result, "orders-feed")}
+    assert orders["2026-12-01T01:10:00Z"]["status"] == "failed"
+    assert orders["2026-12-01T01:10:00Z"]["rows"] == 0
+    assert orders["2026-12-01T02:10:00Z"] == {**orders["2026-12-01T02:10:00Z"], "status": "succeeded", "rows": 1}
+    # the same empty window on a feed that does not expect rows is a success with zero rows
+    audit = runs_of(result, "audit-feed")
+    assert {r["status"] for r in audit} == {"succeeded"}
+    assert {r["rows"] for r in audit} == {0, None}
+    assert [(a["workflow"], a["owner"]) for a in result["alerts"]] == [("orders-feed", "customer")]
+    assert result["alerts"][0]["resolved_at"] is not None
+
+
+def test_a_bad_fault_mode_is_refused_with_one_sentence(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(EMPTY_FEED.replace("mode: empty}", "mode: hollow}", 1))
+    done = tickwarden("simulate", str(path), "--json")
+    assert done.returncode != 0 and "faults[0].mode" in done.stderr and "Traceback" not in done.stderr
+
+
+CANCELLED_TICK = """
+name: cancelled tick
+start: "2026-12-01T00:55:00Z"
+end:   "2026-12-01T01:50:00Z"
+tenants: [acme]
+workflows:
+  - {tenant: acme, name: feed, cron: "*/10 * * * *", duration: 300}
+faults:
+  - {workflow: acme/feed, start: "2026-12-01T01:02:00Z", end: "2026-12-01T01:03:00Z", retryable: false}
+  - {workflow: acme/feed, start: "2026-12-01T01:12:00Z", end: "2026-12-01T01:13:00Z", retryable: false}
+  - {workflow: acme/feed, start: "2026-12-01T01:22:00Z", end: "2026-12-01T01:23:00Z", retryable: false}
+  - {workflow: acme/feed, start: "2026-12-01T01:32:00Z", end: "2026-12-01T01:33:00Z", retryable: false}
+cancellations:
+  - {workflow: acme/feed, at: "2026-12-01T01:21:00Z", by: oncall}
+"""
+
+
+def test_a_cancelled_run_is_not_retried_and_neither_breaks_nor_extends_the_streak(tmp_path):
+    path = tmp_path / "cancel.yaml"
+    path.write_text(CANCELLED_TICK)
+    result = simulate(path)
+    feed = {r["scheduled_for"][11:16]: r for r in runs_of(result, "feed")}
+    assert [(t, feed[t]["status"]) for t in ("01:00", "01:10", "01:20", "01:30")] == [
+        ("01:00", "failed"), ("01:10", "failed"), ("01:20", "cancelled"), ("01:30", "failed")]
+    assert feed["01:20"]["attempts"] == 1 and feed["01:20"]["error"] is None
+    # the third confirmed failure is 01:30's: the alert opens then, counting three failures
+    (alert,) = result["alerts"]
+    assert alert["failure_count"] == 3 and alert["opened_at"].startswith("2026-12-01T01:32")
+
+
+def test_without_the_cancel_the_same_night_alerts_a_tick_earlier(tmp_path):
+    path = tmp_path / "uncancelled.yaml"
+    path.write_text(CANCELLED_TICK.split("cancellations:")[0])
+    (alert,) = simulate(path)["alerts"]
+    assert alert["opened_at"].startswith("2026-12-01T01:22")
+
+
+def test_a_cancellation_of_an_unknown_workflow_is_refused(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(CANCELLED_TICK.replace("{workflow: acme/feed, at:", "{workflow: acme/nope, at:"))
+    done = tickwarden("simulate", str(path), "--json")
+    assert done.returncode != 0 and "cancellations[0].workflow" in done.stderr and "Traceback" not in done.stderr

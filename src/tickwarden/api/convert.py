@@ -85,7 +85,7 @@ def _run_fields(run: Run, tenant: str, workflow: str) -> dict:
         status=run.status, recovered=run.recovered, retry_budget=run.retry_budget, attempts_count=run.attempts_count,
         deadline_at=run.deadline_at, error_category=run.error_category, error=run.error, failed_step=run.failed_step,
         requested_by=run.requested_by, created_at=run.created_at, started_at=run.started_at,
-        finished_at=run.finished_at,
+        finished_at=run.finished_at, rows=run.rows, cancelled_by=run.cancelled_by,
     )
 
 

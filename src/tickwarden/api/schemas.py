@@ -195,6 +195,8 @@ class RunOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    rows: int | None = None  # rows the verdict's attempt reported; None: no step reported a count
+    cancelled_by: str | None = None
 
 
 class StepOut(BaseModel):
@@ -360,6 +362,7 @@ class PublishIn(Input):
     timeout_seconds: Annotated[StrictInt, Field(ge=1, le=604800)] | None = None
     monitoring: bool = True
     policy: PolicyIn = Field(default_factory=PolicyIn)
+    expect_rows: bool = False
     steps: list[StepSpec] = Field(min_length=1, max_length=100)
 
 

@@ -14,7 +14,7 @@ from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json, print_table, status
 from tickwarden.clock import WallClock, isoformat_z
 from tickwarden.db import Database
-from tickwarden.errors import InvalidInput, NotFound
+from tickwarden.errors import InvalidInput, NotFound, UsageError
 from tickwarden.messages import format_duration
 from tickwarden.models import Attempt, Run
 
@@ -113,6 +113,27 @@ def _wait_for_verdict(db: Database, run: Run, timeout: float | None) -> Run:
     return run
 
 
+@app.command("cancel")
+def cancel_command(
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run to cancel.")],
+    by: Annotated[str | None, typer.Option("--by", help="Who cancels it (recorded).")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Cancel a run in progress: its attempt is stopped, it is not retried and counts as no failure."""
+    from tickwarden.cli.alerts_cmd import _actor
+
+    try:
+        wanted = _run_id(run_id)
+    except InvalidInput as exc:
+        raise UsageError(exc.message) from None
+    with _db() as db:
+        run = catalog.cancel(db, wanted, WallClock().now(), _actor(by))
+    if as_json:
+        print_json(run_json(run))
+    else:
+        console.print(f"run {run.id} is cancelled (by {run.cancelled_by})")
+
+
 @app.command("pause")
 def pause_command(
     ref: Ref,
@@ -168,6 +189,8 @@ def run_json(run: Run) -> dict[str, Any]:
         "failed_step": run.failed_step,
         "deadline_at": isoformat_z(run.deadline_at),
         "requested_by": run.requested_by,
+        "rows": run.rows,
+        "cancelled_by": run.cancelled_by,
     }
 
 
@@ -234,10 +257,11 @@ def runs_command(
         print_json([run_json(run) for run in runs])
         return
     print_table(
-        ("id", "scheduled_for", "manual", "status", "attempts", "duration", "finished_at", "error"),
+        ("id", "scheduled_for", "manual", "status", "attempts", "duration", "rows", "finished_at", "error"),
         [(str(run.id), isoformat_z(run.scheduled_for), "yes" if run.manual else "",
           status(run.status + (" (recovered)" if run.recovered else "")), str(run.attempts_count),
           format_duration(run_duration(run)) if run_duration(run) is not None else "",
+          "" if run.rows is None else str(run.rows),
           isoformat_z(run.finished_at) or "", run.error or "") for run in runs],
         no_wrap=("id", "scheduled_for", "status", "finished_at"),
     )

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from tickwarden import alerts
+from tickwarden import alerts, catalog
 from tickwarden.api import convert
 from tickwarden.api.deps import COOKIE_NAME, MAX_ID, NAME_PATTERN, Scope, authenticate
 from tickwarden.clock import isoformat_z
@@ -280,3 +280,25 @@ def run_page(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)]) ->
         steps = store.api_list_run_steps(run_id)
     detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
     return _render(request, "run.html", scope, run=detail)
+
+
+@router.post("/dashboard/runs/{run_id}/cancel")
+def cancel_form(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> Response:
+    """The dashboard's cancel button: the same `catalog.cancel` as the CLI and the API."""
+    scope = _scope(request)
+    if scope is None:
+        return _login_redirect(request)
+    with scope.store() as store:
+        view = store.api_get_run(run_id)  # another tenant's run is not found, as for reading it
+    if view is None:
+        return _not_found(request, scope, f"run {run_id}")
+    try:
+        catalog.cancel(scope.db, run_id, scope.clock.now(), scope.principal.actor)
+    except TickwardenError as exc:
+        with scope.store() as store:
+            attempts = store.list_attempts(run_id)
+            steps = store.api_list_run_steps(run_id)
+            view = store.api_get_run(run_id) or view
+        detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
+        return _render(request, "run.html", scope, status=409, error=exc.message, run=detail)
+    return RedirectResponse(f"/dashboard/runs/{run_id}", status_code=303)

@@ -62,6 +62,9 @@ ORDER = {
 # the attempts of runs the poller already judged (so written).
 SEES_WORKER = frozenset({"poller", "deadlines"})
 WORKER_ID = "simulated-worker"
+# Rows an undisturbed attempt of a workflow that expects rows reports: the simulator
+# models whether records arrived, not how many (a `mode: empty` fault reports zero).
+SIMULATED_ROWS = 1
 # The control plane comes up this long after the scenario starts, so that its passes
 # are not in lockstep with the round times faults are usually written at.
 CONTROL_PLANE_OFFSET = timedelta(seconds=15)
@@ -87,6 +90,7 @@ class FaultWindowModel:
 
     def __init__(self, scenario: Scenario, timeouts: dict[str, int]):
         self.durations = {spec.key: spec.duration for spec in scenario.workflows}
+        self.expect_rows = {spec.key for spec in scenario.workflows if spec.expect_rows}
         self.timeouts = timeouts
         self.faults: dict[str, list[Fault]] = {}
         for fault in scenario.faults:
@@ -97,6 +101,9 @@ class FaultWindowModel:
         end = start + duration
         hits = [f for f in self.faults.get(workflow, ()) if f.start < end and f.end > start]
         timeout = timedelta(seconds=self.timeouts[workflow])
+        # An empty window does not stop the attempt: it succeeds on time having committed nothing.
+        empty = any(f.mode == "empty" for f in hits)
+        hits = [f for f in hits if f.mode != "empty"]
         if hits:
             fault = min(hits, key=lambda f: (max(start, f.start), f.end))
             at = max(start, fault.start)
@@ -124,7 +131,10 @@ class FaultWindowModel:
                     retryable=True,
                 ),
             )
-        return Plan(end, AttemptOutcome(status="succeeded"))
+        if empty:
+            return Plan(end, AttemptOutcome(status="succeeded", rows=0))
+        return Plan(end, AttemptOutcome(status="succeeded",
+                                        rows=SIMULATED_ROWS if workflow in self.expect_rows else None))
 
 
 @dataclass(frozen=True)
@@ -378,7 +388,8 @@ class Simulation:
                 derive_profile(interval, policy)  # validated before anything runs
                 timeout = default_timeout_seconds(interval)
                 workflow = store.upsert_workflow(
-                    tenants[spec.tenant].id, spec.name, now, timeout_seconds=timeout, policy_overrides=policy
+                    tenants[spec.tenant].id, spec.name, now, timeout_seconds=timeout, policy_overrides=policy,
+                    expect_rows=spec.expect_rows,
                 )
                 store.upsert_schedule(
                     tenant_id=workflow.tenant_id,
@@ -484,6 +495,8 @@ class Simulation:
         worker.on_finished = lambda now: schedule("poller", now)
         for key, at in self.scenario.manual_runs:
             self.queue.at(at, ORDER["world"], self._manual(db, key, setup))
+        for key, at, by in self.scenario.cancellations:
+            self.queue.at(at, ORDER["world"], self._cancel(db, key, by, setup))
 
         while True:
             event = self.queue.pop()
@@ -513,6 +526,18 @@ class Simulation:
             self._schedule("worker", now)
 
         return request
+
+    def _cancel(self, db: Database, key: str, by: str, setup: SimulationSetup) -> Callable[[datetime], None]:
+        def cancel(now: datetime) -> None:
+            from tickwarden.catalog import cancel as cancel_run
+
+            self._flush()  # the operator sees what the worker already wrote
+            with db.transaction() as store:
+                run_id = store.sim_run_in_progress(setup.workflow_ids[key])
+            if run_id is not None:  # nothing in progress: the operator has nothing to cancel
+                cancel_run(db, run_id, now, by)
+
+        return cancel
 
     def _collect(self, db: Database, setup: SimulationSetup) -> SimulationOutcome:
         with db.transaction() as store:

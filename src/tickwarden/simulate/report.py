@@ -28,6 +28,7 @@ def to_json(outcome: SimulationOutcome) -> dict[str, Any]:
                 "attempts": r["attempts"],
                 "finished_at": isoformat_z(r["finished_at"]),
                 "error": r["error"],
+                "rows": r["rows"],
             }
             for r in outcome.runs
         ],

@@ -34,6 +34,7 @@ class WorkflowSpec(_Strict):
     timezone: str = "UTC"
     duration: float = Field(default=60, gt=0, le=7 * 86400)
     policy: dict[str, Any] = Field(default_factory=dict)
+    expect_rows: bool = False
 
     @property
     def key(self) -> str:
@@ -46,7 +47,7 @@ class FaultSpec(_Strict):
     end: datetime
     error: str = "simulated failure"
     retryable: bool = True
-    mode: Literal["error", "crash"] = "error"
+    mode: Literal["error", "crash", "empty"] = "error"
 
 
 class ManualRunSpec(_Strict):
@@ -60,6 +61,12 @@ class OutageSpec(_Strict):
     end: datetime
 
 
+class CancellationSpec(_Strict):
+    workflow: str
+    at: datetime
+    by: str = Field(default="scenario", min_length=1, max_length=254)
+
+
 class ScenarioSpec(_Strict):
     name: str | None = None
     start: datetime
@@ -69,6 +76,7 @@ class ScenarioSpec(_Strict):
     faults: list[FaultSpec] = Field(default_factory=list)
     manual_runs: list[ManualRunSpec] = Field(default_factory=list)
     trigger_outages: list[OutageSpec] = Field(default_factory=list)
+    cancellations: list[CancellationSpec] = Field(default_factory=list)
 
     @field_validator("start", "end")
     @classmethod
@@ -100,6 +108,7 @@ class Scenario:
     faults: tuple[Fault, ...] = ()
     manual_runs: tuple[tuple[str, datetime], ...] = ()
     trigger_outages: tuple[tuple[str, datetime, datetime], ...] = field(default=())
+    cancellations: tuple[tuple[str, datetime, str], ...] = ()  # (workflow, at, by)
 
     def workflow(self, key: str) -> WorkflowSpec:
         for spec in self.workflows:
@@ -223,7 +232,21 @@ def _resolve(spec: ScenarioSpec, source: str, default_name: str) -> Scenario:
         faults=tuple(faults),
         manual_runs=tuple(sorted(manual, key=lambda m: (m[1], m[0]))),
         trigger_outages=tuple(outages),
+        cancellations=_cancellations(spec, keys, fail),
     )
+
+
+def _cancellations(spec: ScenarioSpec, keys: set[str], fail: Any) -> tuple[tuple[str, datetime, str], ...]:
+    """An operator's cancels: each names a declared workflow, inside the scenario's span."""
+    found = []
+    for index, cancel in enumerate(spec.cancellations):
+        if cancel.workflow not in keys:
+            fail(f"cancellations[{index}].workflow: unknown workflow {cancel.workflow!r}.")
+        at = _aware(cancel.at, f"cancellations[{index}].at", fail)
+        if not spec.start <= at <= spec.end:
+            fail(f"cancellations[{index}].at: {at.isoformat()} is outside the scenario's start and end.")
+        found.append((cancel.workflow, at, cancel.by))
+    return tuple(sorted(found, key=lambda c: (c[1], c[0])))
 
 
 def _aware(value: datetime, where: str, fail: Any) -> datetime:

@@ -119,13 +119,14 @@ class CatalogStore(StoreBase):
         monitoring_enabled: bool = True,
         policy_overrides: dict[str, Any] | None = None,
         shadow: bool = False,
+        expect_rows: bool = False,
     ) -> Workflow:
         """Create or update a workflow (the same statement `apply` uses)."""
         return self.apply_workflow(
             tenant_id, name, now, description=description, environment_id=environment_id,  # type: ignore[arg-type]
             publisher_id=publisher_id, recipe=recipe or {"steps": []},  # type: ignore[arg-type]
             timeout_seconds=timeout_seconds, monitoring_enabled=monitoring_enabled,
-            policy_overrides=policy_overrides or {}, shadow=shadow,
+            policy_overrides=policy_overrides or {}, shadow=shadow, expect_rows=expect_rows,
         ).row
 
     def get_workflow(self, workflow_id: int) -> Workflow | None:
@@ -234,13 +235,14 @@ class CatalogStore(StoreBase):
         monitoring_enabled: bool,
         policy_overrides: dict[str, Any],
         shadow: bool,
+        expect_rows: bool = False,
     ) -> Applied:
         return self._applied(
             "workflow", Workflow, "catalog_apply_workflow",
             {"tenant_id": tenant_id, "name": name, "description": description, "environment_id": environment_id,
              "publisher_id": publisher_id, "recipe": Jsonb(recipe), "timeout_seconds": timeout_seconds,
              "monitoring_enabled": monitoring_enabled, "policy_overrides": Jsonb(policy_overrides),
-             "shadow": shadow, "now": now},
+             "shadow": shadow, "expect_rows": expect_rows, "now": now},
         )
 
     def apply_schedule(

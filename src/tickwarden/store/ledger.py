@@ -185,6 +185,11 @@ class LedgerStore(StoreBase):
         )
         return from_row(Run, row) if row else None
 
+    def cancel_run(self, run_id: int, actor: str, now: datetime) -> Run | None:
+        """Cancel a run that has no verdict yet, and its queued or running attempt; None if it has one."""
+        row = self._row("cancel_run", {"run_id": run_id, "actor": actor, "now": now})
+        return from_row(Run, row) if row else None
+
     def count_consecutive_failures(self, workflow_id: int) -> int:
         """Count confirmed failures (failed or missed) since the workflow's newest success.
 
@@ -232,4 +237,5 @@ def finish_params(worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, 
         "retryables": [outcome.retryable for _, outcome, _ in finished],
         "log_tails": [outcome.log_tail for _, outcome, _ in finished],
         "outputs": [Jsonb(outcome.outputs) for _, outcome, _ in finished],
+        "rows": [outcome.rows for _, outcome, _ in finished],
     }

@@ -88,21 +88,35 @@ UPDATE attempts
 -- pending_retry; otherwise failed. Attempts the platform lost and re-queued for free
 -- (`lost_requeues`) do not count against the budget. One statement for one attempt
 -- (the worker) or for a batch (the simulator), which never holds two attempts of one run.
-WITH outcome AS (
+WITH reported AS (
     SELECT *
       FROM unnest(%(attempt_ids)s::bigint[], %(statuses)s::text[], %(finished_ats)b::timestamptz[],
                   %(error_categories)s::text[], %(errors)s::text[], %(failed_steps)s::text[],
-                  %(retryables)s::boolean[], %(log_tails)s::text[], %(outputs)b::jsonb[])
-           AS o (attempt_id, status, finished_at, error_category, error, failed_step, retryable, log_tail, outputs)
+                  %(retryables)s::boolean[], %(log_tails)s::text[], %(outputs)b::jsonb[], %(rows)s::bigint[])
+           AS o (attempt_id, status, finished_at, error_category, error, failed_step, retryable, log_tail, outputs,
+                 rows)
+), outcome AS (
+    -- A workflow that expects rows fails a success that reported none (empty_result,
+    -- retryable: the data may be late); judged here so every writer of outcomes agrees.
+    SELECT o.attempt_id, e.status, o.finished_at, o.log_tail, o.outputs, o.rows,
+           CASE WHEN e.empty THEN 'empty_result' ELSE o.error_category END AS error_category,
+           CASE WHEN e.empty THEN 'the workflow expects rows and its steps reported none' ELSE o.error END AS error,
+           CASE WHEN e.empty THEN NULL ELSE o.failed_step END AS failed_step,
+           CASE WHEN e.empty THEN true ELSE o.retryable END AS retryable
+      FROM reported o
+      JOIN attempts a ON a.id = o.attempt_id
+      JOIN workflows w ON w.id = a.workflow_id,
+           LATERAL (SELECT o.status = 'succeeded' AND w.expect_rows AND coalesce(o.rows, 0) = 0 AS empty) x,
+           LATERAL (SELECT CASE WHEN x.empty THEN 'failed' ELSE o.status END AS status, x.empty) e
 ), done AS (
     UPDATE attempts a
        SET status = o.status, finished_at = o.finished_at, lease_expires_at = NULL,
            error_category = o.error_category, error = o.error, failed_step = o.failed_step,
-           retryable = o.retryable, log_tail = o.log_tail, outputs = o.outputs
+           retryable = o.retryable, log_tail = o.log_tail, outputs = o.outputs, rows = o.rows
       FROM outcome o
      WHERE a.id = o.attempt_id AND a.status = 'running' AND a.worker_id = %(worker_id)s
     RETURNING a.id, a.run_id, a.number, a.status, a.retryable, a.error_category, a.error, a.failed_step,
-              a.finished_at
+              a.finished_at, a.rows
 ), decided AS (
     SELECT done.*,
            CASE WHEN done.status = 'succeeded' THEN 'succeeded'
@@ -116,7 +130,8 @@ WITH outcome AS (
            finished_at = CASE WHEN decided.run_status <> 'pending_retry' THEN decided.finished_at END,
            error_category = CASE WHEN decided.run_status <> 'succeeded' THEN decided.error_category END,
            error = CASE WHEN decided.run_status <> 'succeeded' THEN decided.error END,
-           failed_step = CASE WHEN decided.run_status <> 'succeeded' THEN decided.failed_step END
+           failed_step = CASE WHEN decided.run_status <> 'succeeded' THEN decided.failed_step END,
+           rows = decided.rows
       FROM decided
      WHERE r.id = decided.run_id AND r.status = 'running'
     RETURNING r.id, r.status
@@ -209,6 +224,28 @@ WITH closed AS (
      WHERE a.run_id = closed.id AND a.status = 'queued'
 )
 SELECT * FROM closed;
+
+-- cancel_run --
+-- An operator's cancel: a run with no verdict yet becomes cancelled with its actor,
+-- and its queued or running attempt with it. The attempts are marked processed, so
+-- the poller neither retries nor evaluates them (a cancel is no verdict on the
+-- workflow: it neither breaks nor extends a failure streak). The worker still running
+-- one finds its next lease renewal refused and abandons the attempt, and its late
+-- outcome is refused by finish_attempts' compare-and-set on running.
+WITH closed AS (
+    UPDATE runs
+       SET status = 'cancelled', finished_at = %(now)s, cancelled_by = %(actor)s,
+           error_category = NULL, error = NULL, failed_step = NULL, recovered = false
+     WHERE id = %(run_id)s AND status IN ('queued', 'running', 'pending_retry')
+    RETURNING *
+), stopped AS (
+    UPDATE attempts a
+       SET status = 'cancelled', finished_at = %(now)s, lease_expires_at = NULL, processed_at = %(now)s
+      FROM closed
+     WHERE a.run_id = closed.id AND a.status IN ('queued', 'running')
+    RETURNING a.id
+)
+SELECT closed.* FROM closed CROSS JOIN (SELECT count(*) FROM stopped) s;
 
 -- newest_success --
 -- When the workflow's newest success was scheduled: one probe of a partial index.

@@ -28,6 +28,10 @@ class SimulationStore(StoreBase):
     def sim_notifications(self) -> list[dict[str, Any]]:
         return self._rows("sim_notifications")
 
+    def sim_run_in_progress(self, workflow_id: int) -> int | None:
+        row = self._row("sim_run_in_progress", {"workflow_id": workflow_id})
+        return row["id"] if row else None
+
     def sim_worker_writes(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> None:
         """Apply the simulated worker's buffered writes (`sim_renew_leases`, `finish_attempts`) in order.
 

@@ -1,7 +1,7 @@
 -- sim_runs --
 -- Every run of the simulation with its tenant and workflow names, in tick order.
 SELECT t.name AS tenant, w.name AS workflow, r.id, r.scheduled_for, r.manual, r.status, r.recovered,
-       r.attempts_count AS attempts, r.finished_at, r.error, r.error_category, r.created_at
+       r.attempts_count AS attempts, r.finished_at, r.error, r.error_category, r.created_at, r.rows
   FROM runs r
   JOIN workflows w ON w.id = r.workflow_id
   JOIN tenants t ON t.id = r.tenant_id
@@ -113,3 +113,10 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- sim_run_in_progress --
+-- The newest run of a workflow that has no verdict yet: what a scenario's cancel stops.
+SELECT id FROM runs
+ WHERE workflow_id = %(workflow_id)s AND status IN ('queued', 'running', 'pending_retry')
+ ORDER BY scheduled_for DESC, id DESC
+ LIMIT 1;

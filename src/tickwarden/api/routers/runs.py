@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
+from tickwarden import catalog
 from tickwarden.api import convert
 from tickwarden.api import schemas as s
 from tickwarden.api.deps import MAX_ID, Scoped
@@ -25,3 +26,14 @@ def get_run(scope: Scoped, run_id: RunId) -> s.RunDetailOut:
         attempts = store.list_attempts(run_id)
         steps = store.api_list_run_steps(run_id)
     return convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
+
+
+@router.post("/api/runs/{run_id}/cancel", response_model=s.RunOut,
+             summary="Cancel a run in progress: its attempt is stopped, no retry, no failure counted")
+def cancel_run(scope: Scoped, run_id: RunId) -> s.RunOut:
+    with scope.store() as store:
+        view = store.api_get_run(run_id)  # a run of another tenant is not found, as for reading it
+    if view is None:
+        raise Problem(404, "Not found", f"No run {run_id}.")
+    run = catalog.cancel(scope.db, run_id, scope.clock.now(), scope.principal.actor)
+    return convert.run_out(run, view.tenant_name, view.workflow_name)

@@ -92,6 +92,7 @@ def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, 
             publisher_id=publisher.id, recipe=recipe, timeout_seconds=body.timeout_seconds,
             monitoring_enabled=body.monitoring, policy_overrides=overrides.model_dump(exclude_none=True),
             shadow=existing.workflow.shadow if existing else False,  # shadow mode is set by workflow files only
+            expect_rows=body.expect_rows,
         )
         store.apply_schedule(
             tenant_id=found.id, workflow_id=applied.id, cron=parsed.cron, timezone=parsed.timezone,
