@@ -193,6 +193,7 @@ class Alert:
     acknowledged_by: str | None = None
     snoozed_until: datetime | None = None
     manual_failures: int = 0
+    reason: str = "consecutive_failures"  # the rule that opened it: consecutive_failures | failure_rate
 
 
 @dataclass(frozen=True)

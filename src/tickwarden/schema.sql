@@ -228,6 +228,7 @@ CREATE TABLE alerts (
     acknowledged_by        text,
     snoozed_until          timestamptz,     -- no escalation before this time
     manual_failures        integer NOT NULL DEFAULT 0 CHECK (manual_failures >= 0),  -- never escalate
+    reason                 text NOT NULL DEFAULT 'consecutive_failures' CHECK (reason <> ''),  -- the rule that opened it
     CONSTRAINT alerts_acknowledged_check CHECK ((acknowledged_at IS NULL) = (acknowledged_by IS NULL)),
     CHECK ((status = 'resolved') = (resolved_at IS NOT NULL)),
     CHECK (severity = first_severity OR severity = 'critical'),
