@@ -227,6 +227,8 @@ class Channel:
     disabled_at: datetime | None
     created_at: datetime
     tenant: str | None = None
+    severities: list[str] | None = None  # routing: None takes every severity
+    events: list[str] | None = None  # routing: None takes every event kind that notifies
 
     @property
     def label(self) -> str:

@@ -272,7 +272,13 @@ CREATE TABLE notification_channels (
     disabled_reason  text,
     disabled_at      timestamptz,
     created_at       timestamptz NOT NULL,
-    CHECK (audience <> 'customer' OR tenant_id IS NOT NULL)
+    CHECK (audience <> 'customer' OR tenant_id IS NOT NULL),
+    -- routing: the severities and event kinds the channel takes (NULL: all of them)
+    severities       text[]
+        CHECK (severities <@ ARRAY['warning', 'critical']::text[] AND cardinality(severities) > 0),
+    events           text[]
+        CHECK (events <@ ARRAY['opened', 'escalated', 'reassigned', 'acknowledged', 'snoozed', 'paused', 'noted',
+                               'resolved']::text[] AND cardinality(events) > 0)
 );
 CREATE UNIQUE INDEX notification_channels_name_idx ON notification_channels (coalesce(tenant_id, 0), name);
 
