@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import yaml
@@ -75,6 +75,8 @@ class EnvironmentSpec(_Model):
 
 Severity = Literal["warning", "critical"]
 EventKind = Literal["opened", "escalated", "reassigned", "acknowledged", "snoozed", "paused", "noted", "resolved"]
+ROUTABLE_SEVERITIES: tuple[str, ...] = get_args(Severity)
+ROUTABLE_EVENTS: tuple[str, ...] = get_args(EventKind)
 
 
 class _Routed(_Model):

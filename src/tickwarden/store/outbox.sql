@@ -33,11 +33,13 @@ RETURNING id;
 -- upsert_notification_channel --
 -- Create a channel or update its settings; (tenant, name) is its identity. The
 -- enabled flag is left alone: re-enabling a disabled channel is a deliberate act.
-INSERT INTO notification_channels (tenant_id, name, kind, audience, config, secret_ref, created_at)
-VALUES (%(tenant_id)s, %(name)s, %(kind)s, %(audience)s, %(config)s, %(secret_ref)s, %(now)s)
+INSERT INTO notification_channels (tenant_id, name, kind, audience, config, secret_ref, created_at,
+                                   severities, events)
+VALUES (%(tenant_id)s, %(name)s, %(kind)s, %(audience)s, %(config)s, %(secret_ref)s, %(now)s,
+        %(severities)s, %(events)s)
     ON CONFLICT ((coalesce(tenant_id, 0)), name) DO UPDATE
    SET kind = EXCLUDED.kind, audience = EXCLUDED.audience, config = EXCLUDED.config,
-       secret_ref = EXCLUDED.secret_ref
+       secret_ref = EXCLUDED.secret_ref, severities = EXCLUDED.severities, events = EXCLUDED.events
 RETURNING notification_channels.*, (SELECT name FROM tenants t WHERE t.id = notification_channels.tenant_id) AS tenant;
 
 -- list_notification_channels --
