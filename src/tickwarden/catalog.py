@@ -147,11 +147,13 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
             report.add(store.apply_channel(
                 tenant_ids[tenant_name], channel.name, kind=channel.kind, audience=channel.audience,
                 config=channel.config, secret_ref=channel.secret_ref, now=now,
+                severities=channel.routed_severities(), events=channel.routed_events(),
             ), f"{tenant_name}/{channel.name}")
         for channel in plan.platform_channels:
             report.add(store.apply_channel(
                 None, channel.name, kind=channel.kind, audience=channel.audience,
                 config=channel.config, secret_ref=channel.secret_ref, now=now,
+                severities=channel.routed_severities(), events=channel.routed_events(),
             ), f"platform/{channel.name}")
         for planned in plan.workflows:
             spec = planned.spec

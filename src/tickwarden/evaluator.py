@@ -14,6 +14,20 @@ profile (`profile.derive_profile(cadence or 1 day, policy_overrides)`):
 5. an open alert and more failures than recorded → record the failure on it (count, error, owner)
 6. an open warning and failures ≥ escalate_after → escalate (captured at open)
 
+Beside the streak, the failure-rate rule (`profile.rate_window` > 0) catches a job
+that fails every other tick and so never builds a streak. It recounts the failures
+among the last `rate_window` confirmed scheduled ticks (`store.failure_rates`, only
+for the workflows where it can change the decision):
+
+3a. failures < alert_after, no open alert, a full window
+    and failed ticks ≥ rate_threshold × window     → open with reason `failure_rate`
+2a. a `failure_rate` alert and no failure since the
+    newest success, but the window's rate is still
+    ≥ rate_resolve_below                            → keep it open (no flapping of the alert itself)
+
+Its `failure_count` is the streak, as for every alert, so escalation by failures and
+by time works unchanged.
+
 Manual runs are runs like any other: a manual success resolves (rule 2), a manual
 failure only ever updates the one open alert (rules 5 and 6; the partial unique
 index alerts_one_open_idx makes a second open alert impossible).
@@ -36,10 +50,16 @@ from typing import Any
 from tickwarden import alerts
 from tickwarden.categories import owner_for
 from tickwarden.db import Database
+from tickwarden.errors import InvalidPolicy
 from tickwarden.profile import Profile, derive_profile
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store import Store
-from tickwarden.store.monitoring import EvaluationInput, FailureUpdate, OpenAlert
+from tickwarden.store.monitoring import (
+    EvaluationInput,
+    FailureRate,
+    FailureUpdate,
+    OpenAlert,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,23 +112,40 @@ def profile_of(cadence_seconds: int | None, overrides: dict[str, Any] | None) ->
     return _cached_profile(cadence_seconds or DEFAULT_CADENCE_SECONDS, json.dumps(overrides or {}, sort_keys=True))
 
 
-def decide(inp: EvaluationInput, now: datetime) -> Decision:
-    """Apply the rules of the module docstring to one workflow's evaluation input."""
+def rate_window_needed(inp: EvaluationInput) -> int:
+    """Return how many ticks to recount for `inp`'s failure rate, or 0 when the rate cannot change the decision."""
+    if not inp.monitoring_enabled:
+        return 0
+    profile = profile_of(inp.cadence_seconds, inp.policy_overrides)
+    if not profile.rate_window:
+        return 0
+    if inp.alert_id is None:
+        return profile.rate_window if 0 < inp.failures < profile.alert_after else 0
+    return profile.rate_window if inp.alert_reason == "failure_rate" and inp.failures == 0 else 0
+
+
+def decide(inp: EvaluationInput, now: datetime, rate: FailureRate | None = None) -> Decision:
+    """Apply the rules of the module docstring to one workflow's evaluation input (and its failure rate, if counted)."""
     wid = inp.workflow_id
     if not inp.monitoring_enabled:
         return Decision(wid, "none")
+    profile = profile_of(inp.cadence_seconds, inp.policy_overrides)
     if inp.failures == 0:
         if inp.alert_id is not None and inp.success_run_id is not None:
+            if rate is not None and rate.ticks and rate.failures >= profile.rate_resolve_below * rate.ticks:
+                return Decision(wid, "none")  # rule 2a: the rate has not fallen back yet
             return Decision(wid, "resolve", resolve=(inp.alert_id, inp.success_run_id))
         return Decision(wid, "none")
 
-    profile = profile_of(inp.cadence_seconds, inp.policy_overrides)
     owner = owner_for(inp.last_error_category)
     error = sanitize_error(inp.last_error) if inp.last_error else None
     last_failure_at = inp.last_failure_at or now
     if inp.alert_id is None:
+        reason = "consecutive_failures"
         if inp.failures < profile.alert_after:
-            return Decision(wid, "not_yet", failures=inp.failures)
+            if not _rate_reached(profile, rate):
+                return Decision(wid, "not_yet", failures=inp.failures)
+            reason = "failure_rate"
         cadence = inp.cadence_seconds or DEFAULT_CADENCE_SECONDS
         opening = OpenAlert(
             tenant_id=inp.tenant_id,
@@ -127,6 +164,7 @@ def decide(inp: EvaluationInput, now: datetime) -> Decision:
             category=inp.last_error_category,
             error=error,
             failed_step=inp.last_failed_step,
+            reason=reason,
         )
         return Decision(wid, "alert", failures=inp.failures, severity=profile.first_severity, open=opening)
 
@@ -154,6 +192,12 @@ def decide(inp: EvaluationInput, now: datetime) -> Decision:
     )
 
 
+def _rate_reached(profile: Profile, rate: FailureRate | None) -> bool:
+    # A full window only: three ticks after a deploy are no rate to page on.
+    return (rate is not None and profile.rate_window > 0 and rate.ticks >= profile.rate_window
+            and rate.failures >= profile.rate_threshold * rate.ticks)
+
+
 def evaluate_workflows(store: Store, workflow_ids: Iterable[int], now: datetime) -> EvaluationReport:
     """Evaluate a batch of workflows inside the caller's transaction.
 
@@ -168,10 +212,22 @@ def evaluate_workflows(store: Store, workflow_ids: Iterable[int], now: datetime)
     if not ids:
         return report
     store.lock_workflows_for_evaluation(ids)
-    decisions = []
-    for inp in store.evaluation_inputs(ids):
+    inputs = store.evaluation_inputs(ids)
+    windows = {}
+    for inp in inputs:
         try:
-            decisions.append(decide(inp, now))
+            if n := rate_window_needed(inp):
+                windows[inp.workflow_id] = n
+        except (InvalidPolicy, TypeError, ValueError):
+            continue  # bad settings: decide() below meets them again, logs once and skips the workflow
+    rates = store.failure_rates(windows)
+    decisions = []
+    for inp in inputs:
+        try:
+            rate = None
+            if inp.workflow_id in windows:  # no terminal tick at all is a count of zero, not "not counted"
+                rate = rates.get(inp.workflow_id) or FailureRate(inp.workflow_id, 0, 0)
+            decisions.append(decide(inp, now, rate))
         except Exception as exc:  # one workflow's bad settings must not stop the others
             log.error("evaluation of workflow %d failed: %s", inp.workflow_id, _describe(exc))
             report.failed_workflows.append(inp.workflow_id)

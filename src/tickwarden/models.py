@@ -197,6 +197,7 @@ class Alert:
     acknowledged_by: str | None = None
     snoozed_until: datetime | None = None
     manual_failures: int = 0
+    reason: str = "consecutive_failures"  # the rule that opened it: consecutive_failures | failure_rate
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,8 @@ class Channel:
     disabled_at: datetime | None
     created_at: datetime
     tenant: str | None = None
+    severities: list[str] | None = None  # routing: None takes every severity
+    events: list[str] | None = None  # routing: None takes every event kind that notifies
 
     @property
     def label(self) -> str:

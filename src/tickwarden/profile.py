@@ -22,6 +22,18 @@ deterministic error in customer code is retried at once, so it still pages fast.
 is promoted to critical at `opened_at + escalation_multiplier × cadence` (cadence
 captured when the alert opens), or as soon as the consecutive confirmed failures
 reach `escalate_after`, whichever comes first.
+
+Failure rate ("flapping"): a job failing every other tick never builds a streak, so
+beside the streak a warning opens when at least `rate_threshold` of the last
+`rate_window` confirmed scheduled ticks failed (the newest tick among them), and it
+resolves only once the rate over that window has fallen under `rate_resolve_below`
+with the newest tick a success, not on the first success:
+
+| band      | rate window (ticks) | opens at ≥ | resolves under |
+|-----------|---------------------|------------|----------------|
+| frequent  | 12                  | 50 %       | 25 %           |
+| hourly    | 8                   | 50 %       | 25 %           |
+| intraday, daily, weekly | off (0) — one failure already opens an alert | — | — |
 """
 
 from __future__ import annotations
@@ -56,18 +68,23 @@ class Band:
     escalate_after: int
     backoff_seconds: tuple[int, ...]
     inclusive: bool = True
+    rate_window: int = 0  # 0: no failure-rate rule (alert_after = 1 already opens on every failure)
 
 
 # Backoffs grow with the cadence: a daily job rides out a ten-minute warehouse outage
 # (1 + 5 + 15 minutes between its attempts) where an hourly one, whose next tick is
 # near, waits only half a minute before its single retry.
 BANDS: tuple[Band, ...] = (
-    Band("frequent", 15 * 60, 0, 3, "warning", 6.0, 6, ()),
-    Band("hourly", 2 * 3600, 1, 2, "warning", 4.0, 4, (30,)),
+    Band("frequent", 15 * 60, 0, 3, "warning", 6.0, 6, (), rate_window=12),
+    Band("hourly", 2 * 3600, 1, 2, "warning", 4.0, 4, (30,), rate_window=8),
     Band("intraday", 20 * 3600, 2, 1, "warning", 2.0, 2, (60, 300), inclusive=False),
     Band("daily", 6.5 * 86400, 3, 1, "critical", 1.0, 1, (60, 300, 900), inclusive=False),
     Band("weekly", math.inf, 3, 1, "critical", 1.0, 1, (60, 300, 900)),
 )
+
+RATE_THRESHOLD = 0.5
+RATE_RESOLVE_BELOW = 0.25
+MAX_RATE_WINDOW = 100  # the window is recounted from the ledger on every evaluation: keep it an index probe
 
 
 class PolicyOverrides(BaseModel):
@@ -81,6 +98,9 @@ class PolicyOverrides(BaseModel):
     escalation_multiplier: float | None = Field(default=None, gt=0, le=10000)
     escalate_after: int | None = Field(default=None, ge=1, le=10000)
     backoff_seconds: tuple[Annotated[int, Field(ge=0, le=86400)], ...] | None = Field(default=None, max_length=10)
+    rate_window: int | None = Field(default=None, ge=0, le=MAX_RATE_WINDOW)
+    rate_threshold: float | None = Field(default=None, gt=0, le=1)
+    rate_resolve_below: float | None = Field(default=None, ge=0, lt=1)
 
     @field_validator("backoff_seconds", mode="before")
     @classmethod
@@ -92,6 +112,8 @@ class PolicyOverrides(BaseModel):
         if self.alert_after is not None and self.escalate_after is not None:
             if self.escalate_after < self.alert_after:
                 raise ValueError("escalate_after must be at least alert_after")
+        if self.rate_window == 1:
+            raise ValueError("rate_window must be 0 (off) or at least 2 ticks")
         return self
 
 
@@ -107,6 +129,9 @@ class Profile:
     escalation_multiplier: float
     escalate_after: int
     backoff_seconds: tuple[int, ...] = ()
+    rate_window: int = 0
+    rate_threshold: float = RATE_THRESHOLD
+    rate_resolve_below: float = RATE_RESOLVE_BELOW
     overridden: tuple[str, ...] = field(default=())
 
     def backoffs(self) -> tuple[int, ...]:
@@ -168,6 +193,9 @@ def derive_profile(interval_seconds: int, overrides: dict[str, Any] | PolicyOver
         "escalation_multiplier": band.escalation_multiplier,
         "escalate_after": band.escalate_after,
         "backoff_seconds": band.backoff_seconds,
+        "rate_window": band.rate_window,
+        "rate_threshold": RATE_THRESHOLD,
+        "rate_resolve_below": RATE_RESOLVE_BELOW,
     }
     parsed = parse_overrides(overrides if not isinstance(overrides, PolicyOverrides) else overrides.model_dump())
     chosen = parsed.model_dump(exclude_none=True)
@@ -178,6 +206,11 @@ def derive_profile(interval_seconds: int, overrides: dict[str, Any] | PolicyOver
     if values["escalate_after"] < values["alert_after"]:
         raise InvalidPolicy(
             f"Policy field 'escalate_after' ({values['escalate_after']}) must be at least 'alert_after' ({values['alert_after']})."
+        )
+    if values["rate_resolve_below"] >= values["rate_threshold"]:
+        raise InvalidPolicy(
+            f"Policy field 'rate_resolve_below' ({values['rate_resolve_below']:g}) must be under "
+            f"'rate_threshold' ({values['rate_threshold']:g})."
         )
     return Profile(
         band=band.name,

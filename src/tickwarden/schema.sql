@@ -233,6 +233,7 @@ CREATE TABLE alerts (
     acknowledged_by        text,
     snoozed_until          timestamptz,     -- no escalation before this time
     manual_failures        integer NOT NULL DEFAULT 0 CHECK (manual_failures >= 0),  -- never escalate
+    reason                 text NOT NULL DEFAULT 'consecutive_failures' CHECK (reason <> ''),  -- the rule that opened it
     CONSTRAINT alerts_acknowledged_check CHECK ((acknowledged_at IS NULL) = (acknowledged_by IS NULL)),
     CHECK ((status = 'resolved') = (resolved_at IS NOT NULL)),
     CHECK (severity = first_severity OR severity = 'critical'),
@@ -276,7 +277,13 @@ CREATE TABLE notification_channels (
     disabled_reason  text,
     disabled_at      timestamptz,
     created_at       timestamptz NOT NULL,
-    CHECK (audience <> 'customer' OR tenant_id IS NOT NULL)
+    CHECK (audience <> 'customer' OR tenant_id IS NOT NULL),
+    -- routing: the severities and event kinds the channel takes (NULL: all of them)
+    severities       text[]
+        CHECK (severities <@ ARRAY['warning', 'critical']::text[] AND cardinality(severities) > 0),
+    events           text[]
+        CHECK (events <@ ARRAY['opened', 'escalated', 'reassigned', 'acknowledged', 'snoozed', 'paused', 'noted',
+                               'resolved']::text[] AND cardinality(events) > 0)
 );
 CREATE UNIQUE INDEX notification_channels_name_idx ON notification_channels (coalesce(tenant_id, 0), name);
 

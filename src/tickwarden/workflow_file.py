@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import yaml
@@ -73,7 +73,26 @@ class EnvironmentSpec(_Model):
     idle_timeout_seconds: StrictInt = Field(default=600, ge=1, le=86400)
 
 
-class ChannelSpec(_Model):
+Severity = Literal["warning", "critical"]
+EventKind = Literal["opened", "escalated", "reassigned", "acknowledged", "snoozed", "paused", "noted", "resolved"]
+ROUTABLE_SEVERITIES: tuple[str, ...] = get_args(Severity)
+ROUTABLE_EVENTS: tuple[str, ...] = get_args(EventKind)
+
+
+class _Routed(_Model):
+    """Routing: the severities and event kinds a channel takes; left out, every one (the default)."""
+
+    severities: list[Severity] | None = Field(default=None, min_length=1, max_length=2)
+    events: list[EventKind] | None = Field(default=None, min_length=1, max_length=8)
+
+    def routed_severities(self) -> list[str] | None:
+        return sorted(set(self.severities)) if self.severities else None
+
+    def routed_events(self) -> list[str] | None:
+        return sorted(set(self.events)) if self.events else None
+
+
+class ChannelSpec(_Routed):
     tenant: str | None = None
     name: str = Field(min_length=1, max_length=100)
     kind: Literal["slack", "email", "webhook", "pagerduty", "teams"]
@@ -82,7 +101,7 @@ class ChannelSpec(_Model):
     secret_ref: str | None = Field(default=None, max_length=200)
 
 
-class PlatformChannelSpec(_Model):
+class PlatformChannelSpec(_Routed):
     name: str = Field(min_length=1, max_length=100)
     kind: Literal["slack", "email", "webhook", "pagerduty", "teams"]
     audience: Literal["engineering", "shadow"] = "engineering"

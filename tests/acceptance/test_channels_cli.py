@@ -92,3 +92,16 @@ def test_a_webhook_test_message_is_signed(cli, db, clock):
         assert json.loads(request.body)["event"] == "test"
     finally:
         hook.stop()
+
+
+def test_a_channel_added_with_a_routing_lists_it_and_an_unknown_severity_exits_2(cli, db, clock):
+    with db.transaction() as store:
+        store.upsert_tenant("acme", clock.now())
+    added = cli("channels", "add", "pager", "--kind", "webhook", "--set", "url=https://pager.test/hook",
+                "--severity", "critical", "--event", "escalated", "--event", "opened")
+    assert added.returncode == 0, added.stderr
+    (row,) = json.loads(cli("channels", "--json").stdout)
+    assert (row["severities"], row["events"]) == (["critical"], ["escalated", "opened"])
+    refused = cli("channels", "add", "tickets", "--kind", "webhook", "--tenant", "acme", "--severity", "info")
+    assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0
+    assert "Severity 'info' is not one of warning, critical." in refused.stderr

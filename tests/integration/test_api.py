@@ -129,6 +129,7 @@ def test_alerts_filter_and_show_history_and_the_failing_log(server, fleet):
         assert_problem(client.get("/api/alerts", params={"severity": "fatal"}), 422, "severity")
         detail = client.get(f"/api/alerts/{acme.alert_id}").json()
         assert [e["kind"] for e in detail["events"]] == ["opened"]
+        assert detail["reason"] == "consecutive_failures"
         assert detail["failing_step"]["step"] == "load" and "acme-secret-log" in detail["failing_step"]["log"]
 
 

@@ -112,3 +112,23 @@ def test_run_deadline_leaves_room_for_every_attempt_and_backoff_but_no_poll():
     tick = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
     deadline = run_deadline(tick, timeout_seconds=600, backoffs=(60, 300, 900), interval_seconds=86400)
     assert deadline == tick + timedelta(seconds=4 * 600 + 60 + 300 + 900 + 900)
+
+
+def test_the_failure_rate_window_follows_the_cadence():
+    windows = {band: derive_profile(seconds).rate_window
+               for band, seconds in (("frequent", 300), ("hourly", 3600), ("intraday", 6 * 3600), ("daily", 86400))}
+    assert windows == {"frequent": 12, "hourly": 8, "intraday": 0, "daily": 0}
+    profile = derive_profile(300)
+    assert (profile.rate_threshold, profile.rate_resolve_below) == (0.5, 0.25)
+
+
+def test_the_failure_rate_rule_is_overridable_and_refuses_a_resolve_bound_above_the_threshold():
+    profile = derive_profile(86400, {"rate_window": 10, "rate_threshold": 0.4})
+    assert (profile.rate_window, profile.rate_threshold) == (10, 0.4)
+    assert {"rate_window", "rate_threshold"} <= set(profile.overridden)
+    with pytest.raises(InvalidPolicy, match="rate_resolve_below"):
+        derive_profile(300, {"rate_threshold": 0.2, "rate_resolve_below": 0.3})
+    with pytest.raises(InvalidPolicy, match="rate_window"):
+        derive_profile(300, {"rate_window": 1})
+    with pytest.raises(InvalidPolicy, match="rate_window"):
+        derive_profile(300, {"rate_window": 101})

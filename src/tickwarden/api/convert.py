@@ -119,6 +119,7 @@ def _alert_fields(a: Alert, tenant: str, workflow: str) -> dict:
         last_error=a.last_error, failed_step=a.failed_step, opened_at=a.opened_at, escalated_at=a.escalated_at,
         resolved_at=a.resolved_at, resolved_by_run_id=a.resolved_by_run_id, downtime_seconds=a.downtime_seconds,
         acknowledged_at=a.acknowledged_at, acknowledged_by=a.acknowledged_by, snoozed_until=a.snoozed_until,
+        reason=a.reason,
     )
 
 

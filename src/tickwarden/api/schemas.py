@@ -255,6 +255,7 @@ class AlertOut(BaseModel):
     acknowledged_at: datetime | None = None
     acknowledged_by: str | None = None
     snoozed_until: datetime | None = None
+    reason: str = "consecutive_failures"  # the rule that opened it: consecutive_failures | failure_rate
 
 
 class AlertEventOut(BaseModel):

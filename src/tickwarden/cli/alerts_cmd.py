@@ -74,6 +74,7 @@ def alert_dict(view: AlertView) -> dict[str, Any]:
         "first_severity": a.first_severity,
         "severity": a.severity,
         "owner": a.owner,
+        "reason": a.reason,
         "failure_count": a.failure_count,
         "first_failure_at": isoformat_z(a.first_failure_at),
         "last_failure_at": isoformat_z(a.last_failure_at),

@@ -11,8 +11,9 @@ from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock
 from tickwarden.db import Database
-from tickwarden.errors import Conflict, InvalidInput, NotFound
+from tickwarden.errors import Conflict, InvalidInput, NotFound, UsageError
 from tickwarden.store.outbox import AUDIENCES, CHANNEL_KINDS, Channel
+from tickwarden.workflow_file import ROUTABLE_EVENTS, ROUTABLE_SEVERITIES
 
 channels_app = typer.Typer(help="Notification channels: list, add, test, re-enable.", invoke_without_command=True)
 app.add_typer(channels_app, name="channels")
@@ -34,6 +35,7 @@ def _channel_dict(channel: Channel) -> dict[str, Any]:
         "id": channel.id, "tenant": channel.tenant, "name": channel.name, "kind": channel.kind,
         "audience": channel.audience, "config": channel.config, "secret_ref": channel.secret_ref,
         "enabled": channel.enabled, "disabled_reason": channel.disabled_reason, "disabled_at": channel.disabled_at,
+        "severities": channel.severities, "events": channel.events,
     }
 
 
@@ -93,8 +95,14 @@ def add_command(
     audience: Annotated[str | None, typer.Option("--audience", help="customer, engineering or shadow.")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Config key=value (repeatable), e.g. channel=C123.")] = [],  # noqa: B006
     secret_ref: Annotated[str | None, typer.Option("--secret-ref", help="env:NAME holding the token or key.")] = None,
+    severity: Annotated[list[str], typer.Option("--severity", help="Take only this severity (repeatable); default all.")] = [],  # noqa: B006
+    event: Annotated[list[str], typer.Option("--event", help="Take only this event kind (repeatable); default all.")] = [],  # noqa: B006
 ) -> None:
     """Create or update a notification channel."""
+    for value, allowed, label in ((severity, ROUTABLE_SEVERITIES, "Severity"), (event, ROUTABLE_EVENTS, "Event")):
+        unknown = [v for v in value if v not in allowed]
+        if unknown:
+            raise UsageError(f"{label} {unknown[0]!r} is not one of {', '.join(allowed)}.")
     if kind not in CHANNEL_KINDS:
         raise InvalidInput(f"Kind {kind!r} is not one of {', '.join(CHANNEL_KINDS)}.")
     audience = audience or ("customer" if tenant else "engineering")
@@ -113,7 +121,9 @@ def add_command(
                 raise NotFound(f"No tenant named {tenant!r}.")
             tenant_id = found.id
         channel = store.upsert_notification_channel(tenant_id=tenant_id, name=name, kind=kind, audience=audience,
-                                                    now=now, config=_parse_config(set_), secret_ref=secret_ref)
+                                                    now=now, config=_parse_config(set_), secret_ref=secret_ref,
+                                                    severities=sorted(set(severity)) or None,
+                                                    events=sorted(set(event)) or None)
     console.print(f"channel {channel.label} ({channel.kind}, {channel.audience}) saved")
 
 

@@ -101,6 +101,11 @@ def profile_command(
         f"critical after {profile.escalation_multiplier:g} × cadence ({data['escalation_after_seconds']} s) "
         f"or at {profile.escalate_after} consecutive failures",
     )
+    table.add_row(
+        "failure rate",
+        f"warning when ≥ {profile.rate_threshold:.0%} of the last {profile.rate_window} ticks failed; "
+        f"resolves under {profile.rate_resolve_below:.0%}" if profile.rate_window else "off",
+    )
     table.add_row("overridden", ", ".join(profile.overridden) or "nothing")
     table.add_row("next fire times (UTC)", "\n".join(data["next_fire_times"]))
     console.print(table)
@@ -119,6 +124,7 @@ def profiles_command(as_json: Annotated[bool, typer.Option("--json", help="Print
             "escalation_multiplier": b.escalation_multiplier,
             "escalate_after": b.escalate_after,
             "backoff_seconds": list(b.backoff_seconds),
+            "rate_window": b.rate_window,
         }
         for b in BANDS
     ]

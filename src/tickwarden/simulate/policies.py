@@ -45,11 +45,11 @@ POLICIES: dict[str, Policy] = {
     ),
     "first-failure": Policy(
         "first-failure", "alert on the first failure, resolve on success",
-        {"retries": 0, "alert_after": 1, "first_severity": "critical"},
+        {"retries": 0, "alert_after": 1, "first_severity": "critical", "rate_window": 0},
     ),
     "threshold": Policy(
         "threshold", f"alert after {THRESHOLD} consecutive failures, resolve on success",
-        {"retries": 0, "alert_after": THRESHOLD, "first_severity": "critical"},
+        {"retries": 0, "alert_after": THRESHOLD, "first_severity": "critical", "rate_window": 0},
     ),
 }
 
@@ -84,7 +84,7 @@ def apply_message_rule(outcome: SimulationOutcome, policy: Policy) -> Simulation
                 "id": number, "tenant": run["tenant"], "workflow": run["workflow"], "first_severity": "critical",
                 "severity": "critical", "status": "open", "opened_at": run["finished_at"], "escalated_at": None,
                 "resolved_at": None, "failure_count": 1, "owner": "engineering", "downtime_seconds": None,
-                "last_error": run["error"],
+                "last_error": run["error"], "reason": "failed_run",
             }
         )
         events.append(

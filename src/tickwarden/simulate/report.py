@@ -44,6 +44,7 @@ def to_json(outcome: SimulationOutcome) -> dict[str, Any]:
                 "resolved_at": isoformat_z(a["resolved_at"]),
                 "failure_count": a["failure_count"],
                 "owner": a["owner"],
+                "reason": a["reason"],
             }
             for a in outcome.alerts
         ],

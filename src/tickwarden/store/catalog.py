@@ -214,11 +214,14 @@ class CatalogStore(StoreBase):
         config: dict[str, Any],
         secret_ref: str | None,
         now: datetime,
+        severities: list[str] | None = None,
+        events: list[str] | None = None,
     ) -> Applied:
         return self._applied(
             "channel", None, "catalog_apply_channel",
             {"tenant_id": tenant_id, "name": name, "kind": kind, "audience": audience,
-             "config": Jsonb(config), "secret_ref": secret_ref, "now": now},
+             "config": Jsonb(config), "secret_ref": secret_ref, "now": now,
+             "severities": severities, "events": events},
         )
 
     def apply_workflow(

@@ -94,14 +94,17 @@ SELECT e.*, 'unchanged' FROM environments e
 -- Upsert a notification channel (tenant_id NULL: the platform's) from a workflow file.
 -- The unique index is on (coalesce(tenant_id, 0), name), hence the expression target.
 WITH up AS (
-    INSERT INTO notification_channels (tenant_id, name, kind, audience, config, secret_ref, created_at)
-    VALUES (%(tenant_id)s, %(name)s, %(kind)s, %(audience)s, %(config)s, %(secret_ref)s, %(now)s)
+    INSERT INTO notification_channels (tenant_id, name, kind, audience, config, secret_ref, created_at,
+                                       severities, events)
+    VALUES (%(tenant_id)s, %(name)s, %(kind)s, %(audience)s, %(config)s, %(secret_ref)s, %(now)s,
+            %(severities)s, %(events)s)
         ON CONFLICT ((coalesce(tenant_id, 0)), name) DO UPDATE
        SET kind = EXCLUDED.kind, audience = EXCLUDED.audience, config = EXCLUDED.config,
-           secret_ref = EXCLUDED.secret_ref
+           secret_ref = EXCLUDED.secret_ref, severities = EXCLUDED.severities, events = EXCLUDED.events
      WHERE (notification_channels.kind, notification_channels.audience, notification_channels.config,
-            notification_channels.secret_ref)
-           IS DISTINCT FROM (EXCLUDED.kind, EXCLUDED.audience, EXCLUDED.config, EXCLUDED.secret_ref)
+            notification_channels.secret_ref, notification_channels.severities, notification_channels.events)
+           IS DISTINCT FROM (EXCLUDED.kind, EXCLUDED.audience, EXCLUDED.config, EXCLUDED.secret_ref,
+                             EXCLUDED.severities, EXCLUDED.events)
     RETURNING id, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS change
 )
 SELECT * FROM up

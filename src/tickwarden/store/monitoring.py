@@ -52,6 +52,7 @@ class EvaluationInput:
     alert_failure_count: int | None
     alert_escalate_after: int | None
     owner_pinned: bool
+    alert_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,16 @@ class OpenAlert:
     category: str | None
     error: str | None
     failed_step: str | None
+    reason: str = "consecutive_failures"
+
+
+@dataclass(frozen=True)
+class FailureRate:
+    """How many of a workflow's newest confirmed scheduled ticks (at most the window asked for) failed."""
+
+    workflow_id: int
+    ticks: int
+    failures: int
 
 
 @dataclass(frozen=True)
@@ -184,9 +195,18 @@ class MonitoringStore(StoreBase):
             "categories": [w.category for w in wanted],
             "errors": [w.error for w in wanted],
             "steps": [w.failed_step for w in wanted],
+            "reasons": [w.reason for w in wanted],
             "now": now,
         }
         return [_transition(r) for r in self._rows("monitoring_open_alerts", params)]
+
+    def failure_rates(self, windows: dict[int, int]) -> dict[int, FailureRate]:
+        """Recount each workflow's failures among its last `window` confirmed scheduled ticks."""
+        if not windows:
+            return {}
+        ids = sorted(windows)
+        rows = self._rows("monitoring_failure_rates", {"workflow_ids": ids, "windows": [windows[i] for i in ids]})
+        return {r["workflow_id"]: FailureRate(**r) for r in rows}
 
     def record_alert_failures(self, updates: Sequence[FailureUpdate], now: datetime) -> list[Transition]:
         if not updates:

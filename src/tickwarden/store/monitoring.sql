@@ -61,7 +61,8 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
        a.id AS alert_id, a.severity AS alert_severity, a.owner AS alert_owner,
        a.failure_count AS alert_failure_count, a.escalate_after AS alert_escalate_after,
        (a.id IS NOT NULL AND EXISTS (
-            SELECT 1 FROM alert_events e WHERE e.alert_id = a.id AND e.kind = 'reassigned')) AS owner_pinned
+            SELECT 1 FROM alert_events e WHERE e.alert_id = a.id AND e.kind = 'reassigned')) AS owner_pinned,
+       a.reason AS alert_reason
   FROM unnest(%(workflow_ids)s::bigint[]) AS u (id)
   JOIN workflows w ON w.id = u.id
   JOIN tenants t ON t.id = w.tenant_id
@@ -84,6 +85,24 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
          LIMIT 1) lf ON true
   LEFT JOIN alerts a ON a.workflow_id = w.id AND a.status = 'open';
 
+-- monitoring_failure_rates --
+-- The failure-rate rule recounts, per workflow, the failures among its newest N
+-- confirmed scheduled ticks (N per workflow, from its profile): no counter is stored.
+-- Each lateral is a walk of runs_workflow_recent_idx newest first, stopping after N
+-- terminal ticks, so the cost follows the window, never the ledger's length. Manual
+-- runs are not ticks; cancelled and unfinished runs are no verdict either way.
+SELECT u.workflow_id, count(*)::integer AS ticks,
+       (count(*) FILTER (WHERE r.status IN ('failed', 'missed')))::integer AS failures
+  FROM unnest(%(workflow_ids)s::bigint[], %(windows)s::integer[]) AS u (workflow_id, n)
+  CROSS JOIN LATERAL (
+        SELECT runs.status
+          FROM runs
+         WHERE runs.workflow_id = u.workflow_id AND NOT runs.manual
+           AND runs.status IN ('succeeded', 'failed', 'missed')
+         ORDER BY runs.scheduled_for DESC, runs.id DESC
+         LIMIT u.n) r
+ GROUP BY u.workflow_id;
+
 -- monitoring_open_alerts --
 -- Open one alert per listed workflow and write its `opened` event. The partial
 -- unique index on open alerts turns a second opener into nothing (and no event).
@@ -94,18 +113,19 @@ WITH wanted AS (
                   %(multipliers)s::double precision[], %(escalate_afters)s::integer[],
                   %(escalate_ats)b::timestamptz[], %(shadows)s::boolean[],
                   %(first_failure_ats)b::timestamptz[], %(last_failure_ats)b::timestamptz[],
-                  %(run_ids)s::bigint[], %(categories)s::text[], %(errors)s::text[], %(steps)s::text[])
+                  %(run_ids)s::bigint[], %(categories)s::text[], %(errors)s::text[], %(steps)s::text[],
+                  %(reasons)s::text[])
            AS w (tenant_id, workflow_id, severity, owner, failure_count, cadence_seconds, multiplier,
                  escalate_after, escalate_at, shadow, first_failure_at, last_failure_at, run_id,
-                 category, error, step)
+                 category, error, step, reason)
 ), opened AS (
     INSERT INTO alerts (tenant_id, workflow_id, status, first_severity, severity, owner, failure_count,
                         cadence_seconds, escalation_multiplier, escalate_after, escalate_at, shadow,
                         first_failure_at, last_failure_at, last_run_id, last_error_category, last_error,
-                        failed_step, opened_at)
+                        failed_step, opened_at, reason)
     SELECT tenant_id, workflow_id, 'open', severity, severity, owner, failure_count, cadence_seconds,
            multiplier, escalate_after, escalate_at, shadow, first_failure_at, last_failure_at, run_id,
-           category, error, step, %(now)s
+           category, error, step, %(now)s, reason
       FROM wanted
         ON CONFLICT (workflow_id) WHERE status = 'open' DO NOTHING
     RETURNING *
@@ -113,7 +133,7 @@ WITH wanted AS (
     INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, data)
     SELECT o.tenant_id, o.id, 'opened', %(now)s, o.severity, o.owner,
            jsonb_build_object('failure_count', o.failure_count, 'run_id', o.last_run_id,
-                              'error_category', o.last_error_category)
+                              'error_category', o.last_error_category, 'reason', o.reason)
       FROM opened o
      ORDER BY o.id
     RETURNING id, alert_id
@@ -189,7 +209,7 @@ SELECT u.id AS alert_id, u.workflow_id, events.id AS event_id
 -- the (open, warning) compare-and-set keep replicas from promoting one twice.
 WITH due AS (
     SELECT id,
-           CASE WHEN failure_count - manual_failures >= escalate_after THEN 'failures' ELSE 'time' END AS reason
+           CASE WHEN failure_count - manual_failures >= escalate_after THEN 'failures' ELSE 'time' END AS why
       FROM alerts
      WHERE status = 'open' AND severity = 'warning'
        AND acknowledged_at IS NULL AND (snoozed_until IS NULL OR snoozed_until <= %(now)s)
@@ -202,11 +222,11 @@ WITH due AS (
        SET severity = 'critical', escalated_at = %(now)s
       FROM due
      WHERE a.id = due.id AND a.status = 'open' AND a.severity = 'warning'
-    RETURNING a.*, due.reason
+    RETURNING a.*, due.why
 ), events AS (
     INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, data)
     SELECT u.tenant_id, u.id, 'escalated', %(now)s, 'critical', u.owner,
-           jsonb_build_object('reason', u.reason, 'failure_count', u.failure_count)
+           jsonb_build_object('reason', u.why, 'failure_count', u.failure_count)
       FROM updated u
      ORDER BY u.id
     RETURNING id, alert_id

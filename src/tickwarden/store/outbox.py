@@ -152,12 +152,15 @@ class OutboxStore(StoreBase):
         now: datetime,
         config: dict[str, Any] | None = None,
         secret_ref: str | None = None,
+        severities: list[str] | None = None,
+        events: list[str] | None = None,
     ) -> Channel:
-        """Create or update a channel; (tenant, name) is its identity."""
+        """Create or update a channel; (tenant, name) is its identity; no severities or events: it hears all."""
         row = self._row(
             "upsert_notification_channel",
             {"tenant_id": tenant_id, "name": name, "kind": kind, "audience": audience,
-             "config": Jsonb(config or {}), "secret_ref": secret_ref, "now": now},
+             "config": Jsonb(config or {}), "secret_ref": secret_ref, "now": now,
+             "severities": severities or None, "events": events or None},
         )
         assert row is not None
         return _channel(row)

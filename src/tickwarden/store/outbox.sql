@@ -8,7 +8,9 @@ SELECT pg_notify('tickwarden_wake', 'notifier');
 -- noted, resolved (`failed` is history only). A customer channel hears its own
 -- tenant's alerts, but never an internal note; an engineering channel (tenant NULL)
 -- hears every tenant's. A shadow alert goes only to shadow channels (its tenant's
--- or the platform's). UNIQUE (event_id, channel_id) makes a second fan-out a no-op.
+-- or the platform's). Routing: a channel with `severities` or `events` takes only the
+-- events of those severities and kinds (NULL: all). UNIQUE (event_id, channel_id)
+-- makes a second fan-out a no-op.
 INSERT INTO notification_outbox (tenant_id, event_id, alert_id, channel_id, status, next_attempt_at, created_at)
 SELECT e.tenant_id, e.id, e.alert_id, c.id, 'pending', %(now)s, %(now)s
   FROM alert_events e
@@ -23,17 +25,21 @@ SELECT e.tenant_id, e.id, e.alert_id, c.id, 'pending', %(now)s, %(now)s
  WHERE e.id = ANY(%(event_ids)s::bigint[])
    AND e.kind IN ('opened', 'escalated', 'reassigned', 'acknowledged', 'snoozed', 'paused', 'noted', 'resolved')
    AND NOT (e.internal AND c.audience = 'customer')
+   AND (c.severities IS NULL OR e.severity = ANY (c.severities))
+   AND (c.events IS NULL OR e.kind = ANY (c.events))
     ON CONFLICT (event_id, channel_id) DO NOTHING
 RETURNING id;
 
 -- upsert_notification_channel --
 -- Create a channel or update its settings; (tenant, name) is its identity. The
 -- enabled flag is left alone: re-enabling a disabled channel is a deliberate act.
-INSERT INTO notification_channels (tenant_id, name, kind, audience, config, secret_ref, created_at)
-VALUES (%(tenant_id)s, %(name)s, %(kind)s, %(audience)s, %(config)s, %(secret_ref)s, %(now)s)
+INSERT INTO notification_channels (tenant_id, name, kind, audience, config, secret_ref, created_at,
+                                   severities, events)
+VALUES (%(tenant_id)s, %(name)s, %(kind)s, %(audience)s, %(config)s, %(secret_ref)s, %(now)s,
+        %(severities)s, %(events)s)
     ON CONFLICT ((coalesce(tenant_id, 0)), name) DO UPDATE
    SET kind = EXCLUDED.kind, audience = EXCLUDED.audience, config = EXCLUDED.config,
-       secret_ref = EXCLUDED.secret_ref
+       secret_ref = EXCLUDED.secret_ref, severities = EXCLUDED.severities, events = EXCLUDED.events
 RETURNING notification_channels.*, (SELECT name FROM tenants t WHERE t.id = notification_channels.tenant_id) AS tenant;
 
 -- list_notification_channels --

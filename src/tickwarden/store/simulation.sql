@@ -20,7 +20,8 @@ SELECT t.name AS tenant, w.name AS workflow, a.run_id, a.number, a.status, a.que
 -- sim_alerts --
 -- Every alert with its tenant and workflow names, in id order.
 SELECT a.id, t.name AS tenant, w.name AS workflow, a.first_severity, a.severity, a.status, a.opened_at,
-       a.escalated_at, a.resolved_at, a.failure_count, a.owner, a.downtime_seconds, a.last_error
+       a.escalated_at, a.resolved_at, a.failure_count, a.owner, a.downtime_seconds, a.last_error,
+       a.reason
   FROM alerts a
   JOIN workflows w ON w.id = a.workflow_id
   JOIN tenants t ON t.id = a.tenant_id
