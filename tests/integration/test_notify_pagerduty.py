@@ -52,7 +52,7 @@ def test_an_alert_is_one_incident_triggered_escalated_and_resolved_by_its_dedup_
     assert opened["payload"]["severity"] == "warning" and escalated["payload"]["severity"] == "critical"
     assert opened["payload"]["group"] == "acme" and opened["payload"]["component"] == "nightly-pipeline"
     assert opened["payload"]["summary"].startswith("WARNING alert opened")
-    assert opened["links"] == [{"href": f"https://tickwarden.example.com/alerts/{alert}",
+    assert opened["links"] == [{"href": f"https://tickwarden.example.com/dashboard/alerts/{alert}",
                                 "text": "The alert in tickwarden"}]
     assert opened["payload"]["timestamp"].endswith("Z")
     assert "payload" not in resolved

@@ -52,7 +52,7 @@ def test_each_event_is_an_adaptive_card_with_its_facts_and_a_link_to_the_alert(d
     assert facts(opened)["Tenant"] == "acme" and facts(opened)["Severity"] == "CRITICAL"
     assert facts(opened)["Alert"] == f"#{alert}"
     assert opened["actions"] == [{"type": "Action.OpenUrl", "title": "View alert",
-                                  "url": f"https://tickwarden.example.com/alerts/{alert}"}]
+                                  "url": f"https://tickwarden.example.com/dashboard/alerts/{alert}"}]
     assert resolved["body"][0]["color"] == "Good" and "Downtime (s)" in facts(resolved)
     assert not any(block.get("fontType") == "Monospace" for block in resolved["body"]), "no error once resolved"
     assert [r["status"] for r in outbox(db)] == ["sent", "sent"]
