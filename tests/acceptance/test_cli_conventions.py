@@ -62,7 +62,7 @@ def on_terminal(env, *args, columns=80, **extra):
 def failed_run(db, clock):
     wf = workflow(db, clock.now(), cadence=DAILY)
     poller = OutcomePoller(db, "p1")
-    tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail("step_error", MARKER)] * 3, clock)
+    tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail("step_error", MARKER)] * 4, clock)
     with db.transaction() as store:
         (run,) = store.list_runs(wf.id)
         (view,) = store.list_alerts()

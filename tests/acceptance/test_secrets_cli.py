@@ -61,7 +61,7 @@ def test_a_secret_is_read_from_a_file(cli, db, clock, tmp_path):
 
 @pytest.mark.parametrize(("args", "stdin", "code", "message"), [
     # no value on the command line: a usage error (its exit status is the CLI's, for every usage error)
-    (("secrets", "set", "acme", "WAREHOUSE", CANARY), "", None, ""),
+    (("secrets", "set", "acme", "WAREHOUSE", CANARY), "", 2, "never as an argument"),
     (("secrets", "set", "acme", "WAREHOUSE"), "", 1, "The secret value is empty."),
     (("secrets", "set", "acme", "bad-name"), CANARY, 1, "A secret name is"),
     (("secrets", "set", "nobody", "WAREHOUSE"), CANARY, 1, "No tenant named 'nobody'."),

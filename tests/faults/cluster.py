@@ -11,8 +11,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -92,8 +94,12 @@ class Cluster:
         self.root = root
         self.pg = PrivatePostgres()
         self.receiver = Receiver()
-        self.journal = root / "journal.log"
-        self.marker = root / "flaky.marker"
+        # Steps run as their environment's own user, not the test's: what they write or
+        # look at lives in a directory that user may use.
+        self.shared = Path(tempfile.mkdtemp(prefix="tw-faults-"))
+        self.shared.chmod(0o1777)
+        self.journal = self.shared / "journal.log"
+        self.marker = self.shared / "flaky.marker"
         self.env = {**os.environ, "TICKWARDEN_DATABASE_URL": self.pg.url, "TICKWARDEN_SECRET_KEY": SECRET,
                     "TICKWARDEN_DATA_DIR": str(root / "data"), "TICKWARDEN_ALLOW_PRIVATE_URLS": "127.0.0.0/8"}
         self.env.pop("TICKWARDEN_SCHEMA", None)
@@ -165,6 +171,7 @@ workflows:
         return [r[0] for r in rows if r[0] in self.workers]
 
     def close(self) -> None:
+        shutil.rmtree(self.shared, ignore_errors=True)
         for proc in [*self.replicas.values(), *self.workers.values()]:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)

@@ -80,7 +80,7 @@ def test_publishing_a_step_on_the_platform_database_variable_is_refused(server, 
         assert "tickwarden secrets set TENANT TICKWARDEN_DATABASE_URL" in refused.json()["detail"]
         body["steps"][0]["database"] = "secret:WAREHOUSE"
         accepted = client.put("/api/tenants/beta/workflows/probe", json=body)
-        assert accepted.status_code == 200, accepted.text
+        assert accepted.status_code == 201, accepted.text  # created
     with db.transaction() as store:
         stored = store.get_workflow_by_name("beta", "probe")
     assert parse_recipe(stored.recipe).steps[0].database == "secret:WAREHOUSE"

@@ -232,11 +232,18 @@ def test_the_deadline_detector_counts_the_runs_it_declares_missed(db, clock):
 def test_the_reaper_counts_lost_attempts_and_the_verdicts_they_give(db, clock):
     workflow = make_workflow(db, clock.now())
     create_run(db, workflow, clock.now(), clock.now(), budget=0)
-    with db.transaction() as store:
-        store.lease_attempts("w", clock.now(), 30)
     before = own()
-    LeaseReaper(db).run_once(clock.now() + timedelta(minutes=5))
+    leased = 0
+    # A lost attempt is queued again for free (at most twice), so the run fails on the third loss.
+    now = clock.now()
+    for _ in range(4):
+        with db.transaction() as store:
+            leased += len(store.lease_attempts("w", now, 30))
+        now += timedelta(minutes=1)
+        LeaseReaper(db).run_once(now)
+        OutcomePoller(db, "p1").run_once(now)  # launches the free re-queue the reaper decided
     after = own()
     replica = metrics.current().replica
-    assert delta(before, after, "tickwarden_attempts_total", status="lost", replica=replica) == 1
+    assert leased == 3
+    assert delta(before, after, "tickwarden_attempts_total", status="lost", replica=replica) == 3
     assert delta(before, after, "tickwarden_runs_total", status="failed", replica=replica) == 1

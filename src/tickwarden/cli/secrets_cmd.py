@@ -14,7 +14,7 @@ from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock, isoformat_z
 from tickwarden.db import Database
-from tickwarden.errors import InvalidInput, NotFound
+from tickwarden.errors import InvalidInput, NotFound, UsageError
 
 secrets_app = typer.Typer(help="A tenant's secrets, referred to as secret:NAME by its steps and channels.",
                           no_args_is_help=True)
@@ -56,8 +56,14 @@ def set_command(
     tenant: Annotated[str, typer.Argument(help="The tenant the secret belongs to.")],
     name: Annotated[str, typer.Argument(help="The secret's name, referred to as secret:NAME.")],
     file: Annotated[Path | None, typer.Option("--file", help="Read the value from this file instead of stdin.")] = None,
+    pasted: Annotated[list[str] | None, typer.Argument(hidden=True, show_default=False)] = None,
 ) -> None:
     """Store a secret for a tenant; the value comes from stdin (or --file) and is stored encrypted."""
+    if pasted:
+        # Taken as an argument only to be refused without echoing it (Typer's own usage
+        # error would repeat it); it already sits in the shell's history.
+        raise UsageError("The secret value must come from stdin or --file, never as an argument "
+                         "(it stays in shell history); nothing was stored.")
     secrets.check_name(name)
     value = secrets.check_value(_read_value(file))
     keyring = secrets.Keyring.from_environment()
