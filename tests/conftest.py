@@ -1,4 +1,4 @@
-"""Shared fixtures: a real PostgreSQL, one fresh schema per test, a virtual clock."""
+"""Shared fixtures: a real PostgreSQL, one empty migrated schema per test, a virtual clock."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tickwarden.migrate import upgrade
 # (tests of the outbound policy itself set their own value).
 os.environ.setdefault("TICKWARDEN_ALLOW_PRIVATE_URLS", "127.0.0.0/8")
 
-from tests.dbutil import TEST_URL, drop_database, drop_schema, make_database, make_schema
+from tests.dbutil import TEST_URL, SchemaPool, drop_database, make_database
 
 
 @pytest.fixture
@@ -31,14 +31,24 @@ def clock(start: datetime) -> VirtualClock:
     return VirtualClock(start)
 
 
-@pytest.fixture
-def schema() -> Iterator[str]:
-    """A fresh schema with every migration applied."""
-    name = make_schema()
+def _migrate(name: str) -> None:
     with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
         upgrade(conn, datetime(2026, 1, 1, tzinfo=UTC))
+
+
+@pytest.fixture(scope="session")
+def schema_pool() -> Iterator[SchemaPool]:
+    pool = SchemaPool()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def schema(schema_pool: SchemaPool) -> Iterator[str]:
+    """A schema with every migration applied and no rows: fresh, or emptied after an earlier test."""
+    name = schema_pool.acquire(_migrate)
     yield name
-    drop_schema(name)
+    schema_pool.release(name)
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Schema migrations: numbered plain-SQL files, applied once each, in order.
 
 `migrations/NNNN_name.sql` are applied inside one transaction each, under an
-advisory lock so that replicas starting together migrate once. `schema.sql` is
+advisory lock so that replicas starting together migrate once. The lock is keyed by
+the schema: deployments in other schemas of the same database never wait on it. `schema.sql` is
 the declared schema; a test proves that the migrations produce exactly it.
 """
 
@@ -17,7 +18,7 @@ import psycopg
 
 from tickwarden.errors import MigrationError
 
-# An arbitrary constant: the advisory lock every migrating process takes.
+# An arbitrary constant, hashed with the schema's name into the advisory lock a migrating process takes.
 MIGRATION_LOCK_KEY = 7_402_118_661
 MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -59,7 +60,7 @@ def upgrade(conn: psycopg.Connection, now: datetime) -> list[Migration]:
     applied: list[Migration] = []
     try:
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(current_schema(), %s))", (MIGRATION_LOCK_KEY,))
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
                 " version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)"
