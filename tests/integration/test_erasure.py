@@ -39,7 +39,8 @@ def occurrences(db: Database, schema: str, *needles: str) -> list[str]:
             "SELECT table_name, column_name FROM information_schema.columns c "
             "WHERE table_schema = %s AND data_type IN ('text', 'character varying', 'json', 'jsonb') "
             "AND EXISTS (SELECT 1 FROM information_schema.tables t WHERE t.table_schema = c.table_schema "
-            "AND t.table_name = c.table_name AND t.table_type = 'BASE TABLE')", (schema,)).fetchall()
+            "AND t.table_name = c.table_name AND t.table_type = 'BASE TABLE') "
+            "ORDER BY table_name, ordinal_position", (schema,)).fetchall()
         assert len(columns) > 40, "the search must cover every text column"
         for table, column in columns:
             for needle in needles:
