@@ -142,3 +142,23 @@ def test_issuing_a_url_for_a_managed_workflow_is_a_conflict(server, db, clock):
     with api(server, token) as client:
         answer = client.post("/api/tenants/acme/workflows/nightly/checkin-url")
     assert answer.status_code == 409 and "kind external" in answer.json()["detail"]
+
+
+def test_publishing_over_the_api_takes_kind_external_without_steps(server, db, clock):
+    from tests.apiutil import seed_tenant
+
+    seed_tenant(db, clock.now(), "gamma")
+    token = make_token(db, clock.now(), tenant="gamma")
+    body = {"environment": "default", "publisher": "ops@gamma.test", "cron": "0 3 * * *", "kind": "external"}
+    step = {"name": "load", "kind": "python", "call": "tickwarden.examples_steps:noop"}
+    with api(server, token) as client:
+        created = client.put("/api/tenants/gamma/workflows/export", json=body)
+        assert created.status_code == 201, created.text
+        with_steps = client.put("/api/tenants/gamma/workflows/export", json={**body, "steps": [step]})
+        assert with_steps.status_code == 422 and "external workflow has no steps" in with_steps.json()["detail"]
+        managed = client.put("/api/tenants/gamma/workflows/other", json={**body, "kind": "managed"})
+        assert managed.status_code == 422 and "at least one step" in managed.json()["detail"]
+        issued = client.post("/api/tenants/gamma/workflows/export/checkin-url")
+        assert issued.status_code == 201 and issued.json()["path"].startswith("/ping/")
+    with db.transaction() as store:
+        assert store.get_workflow_by_name("gamma", "export").kind == "external"
