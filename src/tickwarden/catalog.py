@@ -178,6 +178,7 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
                 policy_overrides=planned.policy,
                 shadow=spec.shadow,
                 expect_rows=spec.expect_rows,
+                kind=spec.kind,
             )
             if spec.archived and _archive(store, applied.id, "apply", now) is not None:
                 applied = Applied(applied.kind, applied.id, "created" if applied.change == "created" else "updated")
@@ -296,6 +297,9 @@ def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_b
         found = find_workflow(store, tenant, workflow)
         if found.archived_at is not None:
             raise Conflict(f"Workflow {tenant}/{workflow} is archived; apply its file again to restore it.")
+        if found.kind == "external":
+            raise Conflict(f"Workflow {tenant}/{workflow} is external: its own scheduler runs it and reports "
+                           "with `tickwarden checkin`.")
         schedule = store.get_schedule_for_workflow(found.id)
         cadence_seconds = schedule.cadence_seconds if schedule else UNSCHEDULED_CADENCE_SECONDS
         budget = budget_for(cadence_seconds, found.policy_overrides, found.monitoring_enabled, found.timeout_seconds)

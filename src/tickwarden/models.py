@@ -74,6 +74,7 @@ class Workflow:
     updated_at: datetime
     archived_at: datetime | None = None
     expect_rows: bool = False
+    kind: str = "managed"  # external: run by another scheduler, outcomes reported as check-ins
 
 
 @dataclass(frozen=True)

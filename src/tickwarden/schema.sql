@@ -487,3 +487,23 @@ CREATE TABLE erasure_audits (
 );
 
 SELECT tickwarden_enforce_tenant_isolation();
+
+-- 0017 check-ins: external workflows (no steps; outcomes reported by another scheduler) and their ping keys
+-- (after the isolation block: its function runs again for the new tenant table).
+ALTER TABLE workflows ADD COLUMN kind text NOT NULL DEFAULT 'managed'
+    CHECK (kind IN ('managed', 'external'));
+
+-- The secret in an external workflow's ping URL (`POST /ping/{key}/…`). Only the key's
+-- SHA-256 is stored, so a database dump yields no usable URL; the key is shown once when
+-- issued, and issuing another replaces it. window_start and window_count are the per-key
+-- rate limit (a fixed window, counted in the row so that every replica shares it).
+CREATE TABLE checkin_keys (
+    workflow_id   bigint PRIMARY KEY REFERENCES workflows (id) ON DELETE CASCADE,
+    tenant_id     bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    key_hash      text NOT NULL UNIQUE CHECK (key_hash ~ '^[0-9a-f]{64}$'),
+    created_at    timestamptz NOT NULL,
+    window_start  timestamptz NOT NULL,
+    window_count  integer NOT NULL DEFAULT 0 CHECK (window_count >= 0)
+);
+
+SELECT tickwarden_enforce_tenant_isolation();

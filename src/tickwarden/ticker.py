@@ -107,8 +107,11 @@ class Ticker:
                 self.stale += window.stale
                 last_fired = None
                 if window.fire:
+                    # An external workflow's tick cannot be retried by tickwarden: no retry budget,
+                    # and its deadline is the tick plus the job's timeout and grace (checkins.py).
                     budget = budget_for(
-                        entry.cadence_seconds, entry.policy_overrides, entry.monitoring_enabled, entry.timeout_seconds
+                        entry.cadence_seconds, entry.policy_overrides,
+                        entry.monitoring_enabled and entry.kind != "external", entry.timeout_seconds
                     )
                     for tick in window.fire:
                         if self.suppressed is not None and self.suppressed(entry.workflow_id, tick):

@@ -141,7 +141,9 @@ class WorkflowSpec(_Model):
     shadow: bool = False
     archived: bool = False  # no more ticks; runs and alerts stay readable; false (or absent) restores it
     expect_rows: bool = False
-    steps: list[StepSpec] = Field(min_length=1, max_length=100)
+    # managed: tickwarden runs the steps; external: another scheduler runs the job and reports check-ins
+    kind: Literal["managed", "external"] = "managed"
+    steps: list[StepSpec] | None = Field(default=None, max_length=100)
 
 
 class WorkflowFile(_Model):
@@ -333,7 +335,7 @@ def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
             raise _Invalid(f"{where}.publisher", f"unknown user {spec.publisher!r} of tenant {tenant!r}")
         cadence_seconds = _check_schedule(f"{where}.schedule", spec.schedule, now)
         policy = _check_policy(f"{where}.policy", spec.policy, cadence_seconds)
-        recipe = _check_steps(f"{where}.steps", spec.steps, tenant=tenant)
+        recipe = check_kind_and_steps(where, spec.kind, spec.steps, spec.expect_rows, tenant=tenant)
         planned.append(PlannedWorkflow(tenant, spec, recipe, cadence_seconds, policy))
     return Plan(
         source=source,
@@ -400,6 +402,27 @@ def _check_policy(where: str, policy: dict[str, Any], cadence_seconds: int) -> d
     except TickwardenError as exc:
         raise _Invalid(where, _sentence_body(exc.message)) from None
     return parsed.model_dump(exclude_none=True)
+
+
+def check_kind_and_steps(where: str, kind: str, steps: list[StepSpec] | None, expect_rows: bool, *,
+                         tenant: str) -> dict[str, Any]:
+    """Return the stored recipe: none for an external workflow, the checked steps otherwise.
+
+    An external workflow runs elsewhere, so steps would never run: refusing them keeps a
+    file from promising work nobody does. `expect_rows` judges rows that steps report,
+    so it means nothing without them.
+    """
+    prefix = f"{where}." if where else ""
+    if kind == "external":
+        if steps:
+            raise _Invalid(f"{prefix}steps", "an external workflow has no steps: its own scheduler runs the job "
+                                             "and reports check-ins")
+        if expect_rows:
+            raise _Invalid(f"{prefix}expect_rows", "an external workflow reports no rows, so it cannot expect them")
+        return {"steps": []}
+    if not steps:
+        raise _Invalid(f"{prefix}steps", "a workflow needs at least one step (or kind: external)")
+    return _check_steps(f"{prefix}steps", steps, tenant=tenant)
 
 
 def _check_steps(where: str, steps: list[StepSpec], *, tenant: str) -> dict[str, Any]:

@@ -364,7 +364,9 @@ class PublishIn(Input):
     monitoring: bool = True
     policy: PolicyIn = Field(default_factory=PolicyIn)
     expect_rows: bool = False
-    steps: list[StepSpec] = Field(min_length=1, max_length=100)
+    kind: Literal["managed", "external"] = Field(
+        "managed", description="external: another scheduler runs it and reports check-ins (no steps).")
+    steps: list[StepSpec] = Field(default_factory=list, max_length=100)
 
 
 class ReassignIn(Input):

@@ -38,7 +38,8 @@ from tickwarden.store.execution import autocommit
 from tickwarden.store.ledger import finish_params
 from tickwarden.store.queries import queries
 from tickwarden.store.simulation import renew_params
-from tickwarden.simulate.scenario import Fault, Scenario
+from tickwarden.errors import TickwardenError
+from tickwarden.simulate.scenario import Checkin, Fault, Scenario
 
 log = logging.getLogger(__name__)
 
@@ -389,7 +390,7 @@ class Simulation:
                 timeout = default_timeout_seconds(interval)
                 workflow = store.upsert_workflow(
                     tenants[spec.tenant].id, spec.name, now, timeout_seconds=timeout, policy_overrides=policy,
-                    expect_rows=spec.expect_rows,
+                    expect_rows=spec.expect_rows, kind=spec.kind,
                 )
                 store.upsert_schedule(
                     tenant_id=workflow.tenant_id,
@@ -497,6 +498,8 @@ class Simulation:
             self.queue.at(at, ORDER["world"], self._manual(db, key, setup))
         for key, at, by in self.scenario.cancellations:
             self.queue.at(at, ORDER["world"], self._cancel(db, key, by, setup))
+        for checkin in self.scenario.checkins:
+            self.queue.at(checkin.at, ORDER["world"], self._checkin(db, checkin))
 
         while True:
             event = self.queue.pop()
@@ -538,6 +541,22 @@ class Simulation:
                 cancel_run(db, run_id, now, by)
 
         return cancel
+
+    def _checkin(self, db: Database, checkin: Checkin) -> Callable[[datetime], None]:
+        def report(now: datetime) -> None:
+            from tickwarden import checkins
+
+            tenant, workflow = checkin.workflow.split("/", 1)
+            try:
+                checkins.report_by_name(db, tenant, workflow, checkins.Report(checkin.status, checkin.tick), now)
+            except TickwardenError as exc:
+                # What the ping URL would have answered (a late report, no tick due yet): the
+                # scenario goes on, as the job's scheduler would.
+                log.info("check-in of %s at %s refused: %s", checkin.workflow, now.isoformat(), exc.message)
+                return
+            self._schedule("poller", now)  # as the NOTIFY sent with the report's commit does
+
+        return report
 
     def _collect(self, db: Database, setup: SimulationSetup) -> SimulationOutcome:
         with db.transaction() as store:

@@ -35,6 +35,7 @@ class WorkflowSpec(_Strict):
     duration: float = Field(default=60, gt=0, le=7 * 86400)
     policy: dict[str, Any] = Field(default_factory=dict)
     expect_rows: bool = False
+    kind: Literal["managed", "external"] = "managed"  # external: no worker runs it; `checkins` report it
 
     @property
     def key(self) -> str:
@@ -67,6 +68,21 @@ class CancellationSpec(_Strict):
     by: str = Field(default="scenario", min_length=1, max_length=254)
 
 
+class CheckinSpec(_Strict):
+    workflow: str
+    at: datetime
+    status: Literal["start", "success", "fail"]
+    tick: datetime | None = None  # default: the newest tick due at `at`
+
+
+@dataclass(frozen=True)
+class Checkin:
+    workflow: str
+    at: datetime
+    status: str
+    tick: datetime | None
+
+
 class ScenarioSpec(_Strict):
     name: str | None = None
     start: datetime
@@ -77,6 +93,7 @@ class ScenarioSpec(_Strict):
     manual_runs: list[ManualRunSpec] = Field(default_factory=list)
     trigger_outages: list[OutageSpec] = Field(default_factory=list)
     cancellations: list[CancellationSpec] = Field(default_factory=list)
+    checkins: list[CheckinSpec] = Field(default_factory=list)
 
     @field_validator("start", "end")
     @classmethod
@@ -109,6 +126,7 @@ class Scenario:
     manual_runs: tuple[tuple[str, datetime], ...] = ()
     trigger_outages: tuple[tuple[str, datetime, datetime], ...] = field(default=())
     cancellations: tuple[tuple[str, datetime, str], ...] = ()  # (workflow, at, by)
+    checkins: tuple[Checkin, ...] = ()
 
     def workflow(self, key: str) -> WorkflowSpec:
         for spec in self.workflows:
@@ -233,7 +251,29 @@ def _resolve(spec: ScenarioSpec, source: str, default_name: str) -> Scenario:
         manual_runs=tuple(sorted(manual, key=lambda m: (m[1], m[0]))),
         trigger_outages=tuple(outages),
         cancellations=_cancellations(spec, keys, fail),
+        checkins=_checkins(spec, fail),
     )
+
+
+def _checkins(spec: ScenarioSpec, fail: Any) -> tuple[Checkin, ...]:
+    """Reports of external workflows: each names a declared external workflow, inside the scenario's span."""
+    external = {wf.key for wf in spec.workflows if wf.kind == "external"}
+    declared = {wf.key for wf in spec.workflows}
+    found = []
+    for index, checkin in enumerate(spec.checkins):
+        if checkin.workflow not in declared:
+            fail(f"checkins[{index}].workflow: unknown workflow {checkin.workflow!r}.")
+        if checkin.workflow not in external:
+            fail(f"checkins[{index}].workflow: {checkin.workflow!r} is not of kind external; only external "
+                 "workflows report check-ins.")
+        at = _aware(checkin.at, f"checkins[{index}].at", fail)
+        if not spec.start <= at <= spec.end:
+            fail(f"checkins[{index}].at: {at.isoformat()} is outside the scenario's start and end.")
+        tick = _aware(checkin.tick, f"checkins[{index}].tick", fail) if checkin.tick is not None else None
+        if tick is not None and tick > at:
+            fail(f"checkins[{index}].tick: the tick is after the report's 'at'.")
+        found.append(Checkin(checkin.workflow, at, checkin.status, tick))
+    return tuple(sorted(found, key=lambda c: (c.at, c.workflow)))
 
 
 def _cancellations(spec: ScenarioSpec, keys: set[str], fail: Any) -> tuple[tuple[str, datetime, str], ...]:

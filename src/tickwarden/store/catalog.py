@@ -120,13 +120,14 @@ class CatalogStore(StoreBase):
         policy_overrides: dict[str, Any] | None = None,
         shadow: bool = False,
         expect_rows: bool = False,
+        kind: str = "managed",
     ) -> Workflow:
         """Create or update a workflow (the same statement `apply` uses)."""
         return self.apply_workflow(
             tenant_id, name, now, description=description, environment_id=environment_id,  # type: ignore[arg-type]
             publisher_id=publisher_id, recipe=recipe or {"steps": []},  # type: ignore[arg-type]
             timeout_seconds=timeout_seconds, monitoring_enabled=monitoring_enabled,
-            policy_overrides=policy_overrides or {}, shadow=shadow, expect_rows=expect_rows,
+            policy_overrides=policy_overrides or {}, shadow=shadow, expect_rows=expect_rows, kind=kind,
         ).row
 
     def get_workflow(self, workflow_id: int) -> Workflow | None:
@@ -239,13 +240,14 @@ class CatalogStore(StoreBase):
         policy_overrides: dict[str, Any],
         shadow: bool,
         expect_rows: bool = False,
+        kind: str = "managed",
     ) -> Applied:
         return self._applied(
             "workflow", Workflow, "catalog_apply_workflow",
             {"tenant_id": tenant_id, "name": name, "description": description, "environment_id": environment_id,
              "publisher_id": publisher_id, "recipe": Jsonb(recipe), "timeout_seconds": timeout_seconds,
              "monitoring_enabled": monitoring_enabled, "policy_overrides": Jsonb(policy_overrides),
-             "shadow": shadow, "expect_rows": expect_rows, "now": now},
+             "shadow": shadow, "expect_rows": expect_rows, "kind": kind, "now": now},
         )
 
     def apply_schedule(

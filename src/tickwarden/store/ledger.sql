@@ -3,7 +3,9 @@
 -- schedules the ticker claimed to their next fire time, in one statement: a tick is
 -- recorded exactly when its schedule moves past it. Racing triggers insert the same
 -- ticks; the unique index turns all but the first into nothing. Callers that only
--- record ticks (a CronJob's report) pass no schedules to advance.
+-- record ticks (a CronJob's report) pass no schedules to advance. A tick of an
+-- external workflow gets no attempt (no worker runs it): its run waits for check-ins,
+-- and the deadline detector misses it when none comes.
 WITH wanted AS (
     SELECT *
       FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)b::timestamptz[],
@@ -13,14 +15,14 @@ WITH wanted AS (
     -- each tick's backoffs arrive as an array literal: unnest cannot carry ragged arrays
     INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,
                       attempts_count, deadline_at, created_at, retry_backoff_seconds)
-    SELECT tenant_id, workflow_id, scheduled_for, false, 'queued', retry_budget, 1, deadline_at, %(now)s,
-           retry_backoff::integer[]
-      FROM wanted
+    SELECT wanted.tenant_id, wanted.workflow_id, scheduled_for, false, 'queued', retry_budget,
+           CASE WHEN w.kind = 'external' THEN 0 ELSE 1 END, deadline_at, %(now)s, retry_backoff::integer[]
+      FROM wanted JOIN workflows w ON w.id = wanted.workflow_id
         ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
     RETURNING *
 ), attempt AS (
     INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
-    SELECT tenant_id, workflow_id, id, 1, 'queued', %(now)s FROM run
+    SELECT tenant_id, workflow_id, id, 1, 'queued', %(now)s FROM run WHERE attempts_count = 1
     RETURNING run_id
 ), advanced AS (
     UPDATE schedules s

@@ -38,6 +38,7 @@ class DueSchedule:
     monitoring_enabled: bool
     timeout_seconds: int | None
     policy_overrides: str
+    kind: str = "managed"
 
 
 @dataclass(frozen=True)

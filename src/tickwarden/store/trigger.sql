@@ -5,7 +5,7 @@
 -- active schedules of live workflows fire.
 SELECT s.id AS schedule_id, s.tenant_id, s.workflow_id, s.cron, s.timezone, s.next_fire_at,
        s.starting_deadline_seconds, s.cadence_seconds,
-       w.monitoring_enabled, w.timeout_seconds, w.policy_overrides::text AS policy_overrides
+       w.monitoring_enabled, w.timeout_seconds, w.policy_overrides::text AS policy_overrides, w.kind
   FROM schedules s
   JOIN workflows w ON w.id = s.workflow_id
  WHERE s.status = 'active' AND s.next_fire_at <= %(now)s AND w.archived_at IS NULL

@@ -73,7 +73,7 @@ def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, 
         raise Problem(422, "Invalid input", exc.message) from None
     try:
         # The workflow file's own step checks (names, kinds, dependencies, cycles), so both paths agree.
-        recipe = workflow_file._check_steps("steps", list(body.steps), tenant=tenant)
+        recipe = workflow_file.check_kind_and_steps("", body.kind, list(body.steps), body.expect_rows, tenant=tenant)
     except workflow_file._Invalid as exc:
         raise Problem(422, "Invalid input", f"{exc.path}: {exc.message}.") from None
     with scope.store() as store:
@@ -92,7 +92,7 @@ def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, 
             publisher_id=publisher.id, recipe=recipe, timeout_seconds=body.timeout_seconds,
             monitoring_enabled=body.monitoring, policy_overrides=overrides.model_dump(exclude_none=True),
             shadow=existing.workflow.shadow if existing else False,  # shadow mode is set by workflow files only
-            expect_rows=body.expect_rows,
+            expect_rows=body.expect_rows, kind=body.kind,
         )
         store.apply_schedule(
             tenant_id=found.id, workflow_id=applied.id, cron=parsed.cron, timezone=parsed.timezone,
