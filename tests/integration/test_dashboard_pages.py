@@ -79,7 +79,7 @@ def test_the_workflow_page_shows_schedule_in_words_next_tick_last_success_profil
     oldest, newest = by_run[acme.run_ids[0]], by_run[acme.run_ids[-1]]
     assert oldest[0] == "succeeded" and newest[0] == "failed"
     assert 95 < oldest[1] < newest[1] < 100  # three days out of ninety: at the right end, in order
-    assert html.count('class="timeline-ticks"') == 1 and html.count('data-style="local"') == 7
+    assert html.count('class="timeline-ticks"') == 1 and html.count('data-style="short"') == 7
     # The duration chart: one point per finished run, oldest first, each linking to its run.
     [spec] = chart_specs(html)
     assert spec["links"] == [f"/dashboard/runs/{r}" for r in acme.run_ids]

@@ -20,7 +20,7 @@ OVERVIEW_CHARTS = (("24h", timedelta(days=1), timedelta(hours=1)), ("7d", timede
 
 
 def epoch(value: datetime) -> float:
-    """Seconds since the epoch: the x values uPlot expects."""
+    """Seconds since the epoch: the x values uPlot expects (a bucket is drawn at its middle, its bars either side)."""
     return value.timestamp()
 
 
@@ -37,7 +37,7 @@ def overview_history(scope: Scope) -> dict[str, Any]:
             starts = [since + bucket * i for i in range(count)]
             charts.append({
                 "name": name, "total_failures": sum(failures.values()), "total_alerts": sum(opened.values()),
-                "spec": {"kind": "bars", "x": [epoch(s) for s in starts], "series": [
+                "spec": {"kind": "bars", "x": [epoch(s + bucket / 2) for s in starts], "series": [
                     {"label": "failed or missed ticks", "values": _fold(failures, since, bucket, count),
                      "color": "#f04438"},
                     {"label": "alerts opened", "values": _fold(opened, since, bucket, count), "color": "#b54708"}]},

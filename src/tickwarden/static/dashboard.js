@@ -37,7 +37,14 @@
       if (isNaN(at)) { return; }
       if (!el.dataset.utc) { el.dataset.utc = el.getAttribute("title") || el.textContent; }
       var local = new Date(at).toLocaleString(undefined, {dateStyle: "medium", timeStyle: "medium"});
-      el.textContent = el.dataset.style === "local" ? local : relative(at - serverNow(el));
+      var style = el.dataset.style;
+      if (style === "local") {
+        el.textContent = local;
+      } else if (style === "short") {
+        el.textContent = new Date(at).toLocaleString(undefined, {month: "short", day: "numeric", hour: "2-digit", minute: "2-digit"});
+      } else {
+        el.textContent = relative(at - serverNow(el));
+      }
       el.title = local + " (local) · " + el.dataset.utc;
       el.classList.add("js-time");
     });
@@ -52,10 +59,11 @@
     var bars = spec.kind === "bars";
     var series = [{}];
     var data = [spec.x];
-    spec.series.forEach(function (s) {
-      var options = {label: s.label, stroke: s.color, width: bars ? 1 : 0, fill: bars ? s.color + "99" : undefined};
+    spec.series.forEach(function (s, i) {
+      var options = {label: s.label, stroke: s.color, width: 0, fill: bars ? s.color + "cc" : undefined};
       if (bars) {
-        options.paths = uPlot.paths.bars({size: [0.8 / spec.series.length, 40], align: 1});
+        // Two series side by side in each bucket: the first left of the bucket's start, the second right.
+        options.paths = uPlot.paths.bars({size: [0.45, 40], align: spec.series.length > 1 ? (i === 0 ? -1 : 1) : 0});
         options.points = {show: false};
       } else {
         options.points = {show: true, size: 7, fill: s.color, stroke: s.color};
@@ -67,8 +75,15 @@
     var width = Math.max(240, el.clientWidth - 16);
     var plot = new uPlot({
       width: width, height: 220, series: series,
-      scales: {x: {time: true}, y: {range: function (u, min, max) { return [0, Math.max(1, max * 1.1)]; }}},
-      axes: [{}, {label: bars ? "count" : "seconds", size: 60}],
+      // Bars sit either side of their bucket's middle: pad the axis by half a bucket so the edges show whole.
+      scales: {x: {time: true, range: function (u, min, max) {
+                 var half = bars && spec.x.length > 1 ? (spec.x[1] - spec.x[0]) / 2 : 0;
+                 return [min - half, max + half];
+               }}, y: {range: function (u, min, max) { return [0, Math.max(1, max * 1.1)]; }}},
+      // Counts are whole numbers: no 0.5 gridlines.
+      axes: [{}, bars ? {label: "count", size: 60, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, 10000],
+                         values: function (u, ticks) { return ticks.map(function (v) { return String(Math.round(v)); }); }}
+                      : {label: "seconds", size: 60}],
       cursor: {points: {size: 9}},
     }, data, el);
     if (spec.links) {
