@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from tests.apiutil import live_server, make_token, seed_tenant
+from tickwarden import alerts
 
 
 @pytest.fixture
@@ -108,3 +109,19 @@ def test_the_runs_list_filters_by_status_and_tenant_with_relative_times(page, se
     rows.first.locator("td:nth-child(3) a").click()
     page.wait_for_selector("#timeline")
     assert page.url.endswith("/dashboard/tenants/globex/workflows/nightly")
+
+
+def test_the_alert_timeline_refreshes_itself_without_touching_a_note_being_typed(page, server, fleet, db, clock, shot):
+    acme, _, _ = fleet
+    page.goto(f"{server}/dashboard/alerts/{acme.alert_id}?token={acme.token}")
+    page.wait_for_selector("#note-form")
+    page.fill("#note-form textarea", "half-typed note")
+    alerts.add_note(db, acme.alert_id, "Warehouse restarted; watching the next tick.", "acme:bob", clock.now())
+    page.evaluate("htmx.trigger('#timeline', 'refresh')")
+    page.wait_for_selector('#timeline li[data-kind="noted"]')
+    assert "Warehouse restarted" in page.locator('#timeline li[data-kind="noted"]').inner_text()
+    assert page.input_value("#note-form textarea") == "half-typed note"
+    page.evaluate("htmx.trigger('#timeline', 'refresh')")  # the swapped-in timeline keeps polling
+    page.wait_for_timeout(500)
+    assert page.locator('#timeline li[data-kind="noted"]').count() == 1
+    shot(page, "alert-live-timeline")

@@ -282,6 +282,8 @@ def test_every_page_polls_its_live_part_and_the_tenant_and_run_partials_are_isol
             assert f'hx-get="{partial}' in page and 'hx-trigger="every' in page, path
             live = c.get(partial)
             assert live.status_code == 200 and "<html" not in live.text and "data-now=" in live.text, partial
+        alert = c.get(f"/dashboard/alerts/{acme.alert_id}").text  # the timeline polls itself, not the forms
+        assert f'id="timeline" hx-get="/dashboard/alerts/{acme.alert_id}" hx-select="#timeline"' in alert
         tenant = c.get("/dashboard/partials/tenants/acme").text
         assert 'href="/dashboard/tenants/acme/workflows/nightly"' in tenant
     with client(base, globex.token) as c:
