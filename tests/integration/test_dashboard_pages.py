@@ -284,6 +284,8 @@ def test_every_page_polls_its_live_part_and_the_tenant_and_run_partials_are_isol
             assert live.status_code == 200 and "<html" not in live.text and "data-now=" in live.text, partial
         alert = c.get(f"/dashboard/alerts/{acme.alert_id}").text  # the timeline polls itself, not the forms
         assert f'id="timeline" hx-get="/dashboard/alerts/{acme.alert_id}" hx-select="#timeline"' in alert
+        run_page = c.get(f"/dashboard/runs/{acme.run_ids[0]}").text  # local times, UTC in the title
+        assert '<time datetime="2026-11-27T01:55:00Z" data-style="local" title="2026-11-27 01:55:00 UTC">' in run_page
         tenant = c.get("/dashboard/partials/tenants/acme").text
         assert 'href="/dashboard/tenants/acme/workflows/nightly"' in tenant
     with client(base, globex.token) as c:
