@@ -1,4 +1,4 @@
-"""Dashboard pages with time in them: a workflow's page, the runs list, the overview's charts.
+"""Dashboard pages with time in them: a workflow's page and the runs list (the overview's charts: charts.py).
 
 Invariants:
 - Every read is bounded by a time window (`since`, `until`) and a row limit, so a page
