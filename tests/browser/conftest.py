@@ -11,7 +11,8 @@ import pytest
 CHROMIUM = os.environ.get("TICKWARDEN_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"  # gitignored; kept by CI as the test artefacts
+SAVED: list[Path] = []
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +47,16 @@ def shot(request):
     def take(page, label: str) -> Path:
         path = ARTIFACTS / f"{request.node.name}-{label}.png"
         page.screenshot(path=str(path), full_page=True)
+        SAVED.append(path)
+        print(f"screenshot: {path}")
         return path
 
     return take
+
+
+def pytest_terminal_summary(terminalreporter):
+    """List every screenshot this session saved, so a run's artefacts can be found."""
+    if SAVED:
+        terminalreporter.section("dashboard screenshots")
+        for path in SAVED:
+            terminalreporter.write_line(str(path))

@@ -31,7 +31,7 @@ def log_in(page, base, token):
     page.click("button[type=submit]")
 
 
-def test_the_overview_shows_every_workspace_with_open_alerts_and_owners(page, server, fleet, shot):
+def test_the_overview_shows_every_tenant_with_open_alerts_and_owners(page, server, fleet, shot):
     acme, globex, platform = fleet
     log_in(page, server, platform)
     page.wait_for_selector("#open-alerts")
@@ -39,8 +39,8 @@ def test_the_overview_shows_every_workspace_with_open_alerts_and_owners(page, se
     assert rows.count() == 2
     first = rows.nth(0).inner_text()
     assert "critical" in first and "engineering" in first and "2" in first
-    assert page.locator("#workspaces tbody tr").count() == 2
-    assert page.locator('#workspaces tr[data-tenant="globex"]').inner_text().count("critical") == 1
+    assert page.locator("#tenants tbody tr").count() == 2
+    assert page.locator('#tenants tr[data-tenant="globex"]').inner_text().count("critical") == 1
     assert page.evaluate("typeof window.htmx") == "object", "htmx must load for the live overview"
     assert page.evaluate("document.cookie") == "", "the token cookie must be HttpOnly"
     shot(page, "overview")

@@ -21,6 +21,7 @@ from tickwarden import alerts, catalog
 from tickwarden.api import convert
 from tickwarden.api.deps import COOKIE_NAME, MAX_ID, NAME_PATTERN, Scope, authenticate
 from tickwarden.clock import isoformat_z
+from tickwarden.dashboard.charts import overview_history
 from tickwarden.errors import TickwardenError
 from tickwarden.messages import format_duration
 from tickwarden.metrics import loop_statuses
@@ -129,7 +130,7 @@ def _overview_context(scope: Scope) -> dict[str, Any]:
         # Loops that run while their notifications go nowhere look healthy: show the backlog.
         undelivered = store.api_undelivered_notifications(now - GIVEN_UP_WINDOW)
     loops = loop_statuses(heartbeats, now)
-    return {"tenants": tenants, "open_alerts": open_alerts, "loops": loops,
+    return {**overview_history(scope), "tenants": tenants, "open_alerts": open_alerts, "loops": loops,
             "stalled": [loop for loop in loops if loop.stalled], "undelivered": undelivered,
             "failing_channels": [c for c in undelivered if c.failing]}
 
@@ -154,17 +155,11 @@ def overview_live(request: Request) -> Response:
     return _render(request, "_overview_live.html", scope, **_overview_context(scope))
 
 
-@router.get("/dashboard/tenants/{tenant}")
-def tenant_page(request: Request, tenant: Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]) -> Response:
-    if (redirect := _with_token(request)) is not None:
-        return redirect
-    scope = _scope(request)
-    if scope is None:
-        return _login_redirect(request)
+def _tenant_context(scope: Scope, tenant: str) -> dict[str, Any] | None:
     with scope.store() as store:
         found = store.get_tenant_by_name(tenant)
         if found is None:
-            return _not_found(request, scope, f"tenant {tenant!r}")
+            return None
         views = store.api_list_workflows(tenant=tenant, after=None, limit=500)
         strips = store.api_recent_outcomes([v.workflow.id for v in views], STRIP_LENGTH)
         open_alerts = store.api_list_alerts(status="open", tenant=tenant, limit=200)
@@ -172,8 +167,31 @@ def tenant_page(request: Request, tenant: Annotated[str, Path(pattern=NAME_PATTE
     rows = [{"view": v, "profile": convert.derived_profile(v), "strip": list(reversed(strips[v.workflow.id]))}
             for v in views]
     alert_by_workflow = {a.alert.workflow_id: a for a in open_alerts}
-    return _render(request, "tenant.html", scope, tenant=found, rows=rows, alert_by_workflow=alert_by_workflow,
-                   recent_alerts=recent_alerts)
+    return {"tenant": found, "rows": rows, "alert_by_workflow": alert_by_workflow, "recent_alerts": recent_alerts}
+
+
+@router.get("/dashboard/tenants/{tenant}")
+def tenant_page(request: Request, tenant: Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]) -> Response:
+    if (redirect := _with_token(request)) is not None:
+        return redirect
+    scope = _scope(request)
+    if scope is None:
+        return _login_redirect(request)
+    context = _tenant_context(scope, tenant)
+    if context is None:
+        return _not_found(request, scope, f"tenant {tenant!r}")
+    return _render(request, "tenant.html", scope, **context)
+
+
+@router.get("/dashboard/partials/tenants/{tenant}")
+def tenant_live(request: Request, tenant: Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]) -> Response:
+    scope = _scope(request)
+    if scope is None:
+        return Response(status_code=401)
+    context = _tenant_context(scope, tenant)
+    if context is None:
+        return Response(status_code=404)
+    return _render(request, "_tenant_live.html", scope, **context)
 
 
 def _alert_context(scope: Scope, alert_id: int) -> dict[str, Any] | None:
@@ -280,6 +298,22 @@ def run_page(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)]) ->
         steps = store.api_list_run_steps(run_id)
     detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
     return _render(request, "run.html", scope, run=detail)
+
+
+@router.get("/dashboard/partials/runs/{run_id}")
+def run_live(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> Response:
+    """The run page's live part, polled while the run is in progress."""
+    scope = _scope(request)
+    if scope is None:
+        return Response(status_code=401)
+    with scope.store() as store:
+        view = store.api_get_run(run_id)
+        if view is None:
+            return Response(status_code=404)
+        attempts = store.list_attempts(run_id)
+        steps = store.api_list_run_steps(run_id)
+    detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
+    return _render(request, "_run_live.html", scope, run=detail)
 
 
 @router.post("/dashboard/runs/{run_id}/cancel")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from tickwarden.store.api import ApiStore
 from tickwarden.store.catalog import CatalogStore
 from tickwarden.store.checkins import CheckinStore
+from tickwarden.store.dashboard import DashboardStore
 from tickwarden.store.erasure import ErasureStore
 from tickwarden.store.execution import ExecutionStore
 from tickwarden.store.heartbeat import HeartbeatStore
@@ -24,7 +25,8 @@ from tickwarden.store.trigger import TriggerStore
 
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
-            TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore, CheckinStore):
+            TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore, CheckinStore,
+            DashboardStore):
     """All store operations, bound to one connection and its transaction."""
 
 
