@@ -73,7 +73,7 @@ CADENCES = [
 # Cadences intermittent incidents hit (the failure-rate rule's own bands), and the most
 # failed ticks in a row each allows: one fewer than the streak that would alert.
 INTERMITTENT_RUN = {"10 min": 2, "30 min": 1, "hourly": 1}
-INTERMITTENT_SHARE = 0.75  # of the ticks in the incident that fail, before the cap on a row
+INTERMITTENT_SHARE = 0.9  # chance that a tick fails when the cap on a row allows it
 INTERMITTENT_ERROR = "upstream API answered 503: service temporarily unavailable"
 ERRORS = {"outage": "could not connect to warehouse: connection refused",
           "defect": "KeyError: 'customer_id' in recipe join_orders",
