@@ -15,8 +15,8 @@ one for a fifth of the workflows):
 | outage          | a connection fault of 2–6 hours                           | yes      |
 | defect          | a step error for 2–12 hours, then a fix and a manual run  | yes      |
 | trigger outage  | the trigger fires nothing for 2–6 hours                   | yes      |
-| intermittent    | for 4–12 hours most ticks fail, never enough in a row for | yes      |
-|                 | the streak (jobs every 10 minutes to hourly)              |          |
+| intermittent    | for 4–12 hours (hourly jobs 8–16) most ticks fail, never  | yes      |
+|                 | enough in a row for the streak (every 10 min to hourly)   |          |
 
 Genuine incidents last at least two hours, so that they fail at least two consecutive
 ticks of any workflow running hourly or more often (one failed tick of such a workflow
@@ -73,6 +73,9 @@ CADENCES = [
 # Cadences intermittent incidents hit (the failure-rate rule's own bands), and the most
 # failed ticks in a row each allows: one fewer than the streak that would alert.
 INTERMITTENT_RUN = {"10 min": 2, "30 min": 1, "hourly": 1}
+# How long they last, in hours: at least the hourly band's rate window of 8 ticks for an
+# hourly job (a 4-hour one fails 2 or 3 ticks of the 8 and is, by design, not caught).
+INTERMITTENT_HOURS = {"10 min": (4, 12), "30 min": (4, 12), "hourly": (8, 16)}
 INTERMITTENT_SHARE = 0.9  # chance that a tick fails when the cap on a row allows it
 INTERMITTENT_ERROR = "upstream API answered 503: service temporarily unavailable"
 ERRORS = {"outage": "could not connect to warehouse: connection refused",
@@ -143,7 +146,8 @@ def build(workflows: int, days: int, seed: int) -> tuple[dict[str, Any], list[In
             incidents.append(Incident(key, "trigger outage", at, at + length, True))
         elif roll < 0.30 and label in INTERMITTENT_RUN:
             # Its own generator: the rest of the fleet stays what it was before this kind existed.
-            flaky = intermittent(key, schedule, at, INTERMITTENT_RUN[label], random.Random(f"{seed}/{key}"))
+            flaky = intermittent(key, schedule, at, INTERMITTENT_RUN[label], random.Random(f"{seed}/{key}"),
+                                 INTERMITTENT_HOURS[label])
             if flaky is not None:
                 windows, incident = flaky
                 faults += [{"workflow": key, "start": isoformat_z(a), "end": isoformat_z(b),
@@ -162,14 +166,14 @@ def build(workflows: int, days: int, seed: int) -> tuple[dict[str, Any], list[In
     return scenario, incidents, classes
 
 
-def intermittent(key: str, schedule: Any, at: datetime, max_run: int, rng: random.Random
-                 ) -> tuple[list[tuple[datetime, datetime]], Incident] | None:
-    """Fail most ticks over 4–12 hours from `at`, never more than `max_run` in a row.
+def intermittent(key: str, schedule: Any, at: datetime, max_run: int, rng: random.Random,
+                 hours: tuple[float, float] = (4, 12)) -> tuple[list[tuple[datetime, datetime]], Incident] | None:
+    """Fail most ticks for `hours` (a range) from `at`, never more than `max_run` in a row.
 
     Each failed tick's fault covers its run and its retries (half the cadence, at most
     ten minutes), so the tick fails for good; the next tick is untouched unless chosen.
     """
-    length = timedelta(hours=rng.uniform(4, 12))
+    length = timedelta(hours=rng.uniform(*hours))
     ticks = list(schedule.fires_between(at, at + length))
     if len(ticks) < 2:
         return None
