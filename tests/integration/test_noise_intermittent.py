@@ -41,3 +41,18 @@ def test_tickwarden_alerts_on_an_intermittent_incident_and_the_streak_only_polic
     before = run_policy(plan, "streak-only", url=TEST_URL)
     assert [r["status"] for r in before.runs] == [r["status"] for r in ours.runs], "the same ticks fail"
     assert before.alerts == [], "never enough failures in a row for the streak"
+
+
+def test_the_streak_only_policy_keeps_each_workflows_own_policy():
+    raw = {
+        "name": "own policy",
+        "start": isoformat_z(START),
+        "end": isoformat_z(START + timedelta(minutes=40)),
+        "tenants": ["acme"],
+        "workflows": [{"tenant": "acme", "name": "sync", "cron": "*/5 * * * *", "duration": 30,
+                       "policy": {"alert_after": 1}}],
+        "faults": [{"workflow": "acme/sync", "start": isoformat_z(START + timedelta(minutes=10)),
+                    "end": isoformat_z(START + timedelta(minutes=10, seconds=5)), "error": "KeyError: 'id'"}],
+    }
+    outcome = run_policy(parse_scenario(raw, source="test"), "streak-only", url=TEST_URL)
+    assert len(outcome.alerts) == 1, "alert_after: 1 of the workflow still holds; only rate_window is switched off"
