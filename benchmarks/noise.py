@@ -15,6 +15,8 @@ one for a fifth of the workflows):
 | outage          | a connection fault of 2–6 hours                           | yes      |
 | defect          | a step error for 2–12 hours, then a fix and a manual run  | yes      |
 | trigger outage  | the trigger fires nothing for 2–6 hours                   | yes      |
+| intermittent    | for 4–12 hours (hourly jobs 8–16) most ticks fail, never  | yes      |
+|                 | enough in a row for the streak (every 10 min to hourly)   |          |
 
 Genuine incidents last at least two hours, so that they fail at least two consecutive
 ticks of any workflow running hourly or more often (one failed tick of such a workflow
@@ -25,6 +27,14 @@ delay is measured from the first tick it touched, when the failure became observ
 genuine incident under way is a *false alarm*: it is about failures that would have
 recovered by themselves. Each policy is simulated through the real pipeline on its own
 fresh schema (see docs/simulation.md); all policies see the very same scenario.
+
+Recall is also reported per incident kind, and messages and detection delay per error
+category of the genuine incident they are about (`categories.categorize` of its error:
+an outage's refused connection is `connection`, which earns a backoff; a defect's
+exception in customer code is `step_error`, which pages fast; a trigger outage is
+`missed`); messages about no genuine incident are counted as `false alarm`. The
+`streak-only` policy is tickwarden with the failure-rate rule off: the month before
+that rule.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from typing import Any
 
 from benchmarks.common import BENCH_URL, Figure, Target, finish
 from tickwarden.cadence import cadence_of, parse_schedule
+from tickwarden.categories import categorize
 from tickwarden.clock import isoformat_z, parse_utc
 from tickwarden.db import describe_url
 from tickwarden.simulate import POLICIES, parse_scenario, run_policy
@@ -59,6 +70,17 @@ CADENCES = [
     ("daily", 35, "{m} {h} * * *", 600),
     ("weekly", 15, "{m} {h} * * {d}", 900),
 ]
+# Cadences intermittent incidents hit (the failure-rate rule's own bands), and the most
+# failed ticks in a row each allows: one fewer than the streak that would alert.
+INTERMITTENT_RUN = {"10 min": 2, "30 min": 1, "hourly": 1}
+# How long they last, in hours: at least the hourly band's rate window of 8 ticks for an
+# hourly job (a 4-hour one fails 2 or 3 ticks of the 8 and is, by design, not caught).
+INTERMITTENT_HOURS = {"10 min": (4, 12), "30 min": (4, 12), "hourly": (8, 16)}
+INTERMITTENT_SHARE = 0.9  # chance that a tick fails when the cap on a row allows it
+INTERMITTENT_ERROR = "upstream API answered 503: service temporarily unavailable"
+ERRORS = {"outage": "could not connect to warehouse: connection refused",
+          "defect": "KeyError: 'customer_id' in recipe join_orders",
+          "intermittent": INTERMITTENT_ERROR}
 
 
 @dataclass(frozen=True)
@@ -109,19 +131,28 @@ def build(workflows: int, days: int, seed: int) -> tuple[dict[str, Any], list[In
         if roll < 0.08:
             length = timedelta(hours=rng.uniform(2, 6))
             faults.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(at + length),
-                           "error": "could not connect to warehouse: connection refused"})
+                           "error": ERRORS["outage"]})
             incidents.append(Incident(key, "outage", at, at + length, True))
         elif roll < 0.16:
             length = timedelta(hours=rng.uniform(2, 12))
             fixed = at + length
             faults.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(fixed),
-                           "error": "KeyError: 'customer_id' in recipe join_orders"})
+                           "error": ERRORS["defect"]})
             manual_runs.append({"workflow": key, "at": isoformat_z(fixed + timedelta(minutes=1))})
             incidents.append(Incident(key, "defect", at, fixed, True))
         elif roll < 0.20:
             length = timedelta(hours=rng.uniform(2, 6))
             outages.append({"workflow": key, "start": isoformat_z(at), "end": isoformat_z(at + length)})
             incidents.append(Incident(key, "trigger outage", at, at + length, True))
+        elif roll < 0.30 and label in INTERMITTENT_RUN:
+            # Its own generator: the rest of the fleet stays what it was before this kind existed.
+            flaky = intermittent(key, schedule, at, INTERMITTENT_RUN[label], random.Random(f"{seed}/{key}"),
+                                 INTERMITTENT_HOURS[label])
+            if flaky is not None:
+                windows, incident = flaky
+                faults += [{"workflow": key, "start": isoformat_z(a), "end": isoformat_z(b),
+                            "error": INTERMITTENT_ERROR} for a, b in windows]
+                incidents.append(incident)
     scenario = {
         "name": f"noise: {workflows} workflows over {days} days (seed {seed})",
         "start": isoformat_z(START),
@@ -133,6 +164,38 @@ def build(workflows: int, days: int, seed: int) -> tuple[dict[str, Any], list[In
         "trigger_outages": outages,
     }
     return scenario, incidents, classes
+
+
+def intermittent(key: str, schedule: Any, at: datetime, max_run: int, rng: random.Random,
+                 hours: tuple[float, float] = (4, 12)) -> tuple[list[tuple[datetime, datetime]], Incident] | None:
+    """Fail most ticks for `hours` (a range) from `at`, never more than `max_run` in a row.
+
+    Each failed tick's fault covers its run and its retries (half the cadence, at most
+    ten minutes), so the tick fails for good; the next tick is untouched unless chosen.
+    """
+    length = timedelta(hours=rng.uniform(*hours))
+    ticks = list(schedule.fires_between(at, at + length))
+    if len(ticks) < 2:
+        return None
+    cover = min((ticks[1] - ticks[0]) / 2, timedelta(minutes=10))
+    windows: list[tuple[datetime, datetime]] = []
+    in_a_row = 0
+    for tick in ticks:
+        if in_a_row < max_run and rng.random() < INTERMITTENT_SHARE:
+            windows.append((tick, tick + cover))
+            in_a_row += 1
+        else:
+            in_a_row = 0
+    if len(windows) < 2:
+        return None
+    return windows, Incident(key, "intermittent", windows[0][0], windows[-1][1], True)
+
+
+def category_of(incident: Incident) -> str:
+    """The error category a genuine incident's failures carry."""
+    if incident.kind == "trigger outage":
+        return "missed"
+    return categorize(ERRORS[incident.kind])
 
 
 def first_touched_tick(incident: Incident, cron: str, duration: float) -> datetime | None:
@@ -156,7 +219,10 @@ def score(outcome: SimulationOutcome, incidents: list[Incident], classes: dict[s
         slack = timedelta(seconds=2 * cadences[incident.workflow]) + timedelta(hours=1)
         windows[incident.workflow].append((incident.start, incident.end + slack))
     detected, delays, missed = 0, defaultdict(list), []
+    by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # kind -> [detected, genuine]
+    category_delays: dict[str, list[float]] = defaultdict(list)
     for incident in genuine:
+        by_kind[incident.kind][1] += 1
         start, stop = next(w for w in windows[incident.workflow] if w[0] == incident.start)
         hits = [t for t in openings[incident.workflow] if start <= t <= stop]
         # an alert already open when the incident began also covers it
@@ -170,13 +236,26 @@ def score(outcome: SimulationOutcome, incidents: list[Incident], classes: dict[s
             missed.append(f"{incident.kind} of {incident.workflow} at {isoformat_z(incident.start)}")
         if hits:
             detected += 1
+            by_kind[incident.kind][0] += 1
             seen = observable[incident]
-            delays[classes[incident.workflow]].append(max(0.0, (min(hits) - seen).total_seconds() / 60))
+            delay = max(0.0, (min(hits) - seen).total_seconds() / 60)
+            delays[classes[incident.workflow]].append(delay)
+            category_delays[category_of(incident)].append(delay)
     false_alarms: list[str] = []
     for workflow, times in openings.items():
         for t in times:
             if not any(a <= t <= b for a, b in windows.get(workflow, ())):
                 false_alarms.append(f"{workflow} at {isoformat_z(t)}")
+    # Each message is about the genuine incident whose window holds its alert's opening.
+    opened_at = {a["id"]: (f"{a['tenant']}/{a['workflow']}", a["opened_at"]) for a in outcome.alerts}
+    category_messages: dict[str, int] = defaultdict(int)
+    for notification in outcome.notifications:
+        workflow, at = opened_at.get(notification["alert"], (f"{notification['tenant']}/{notification['workflow']}",
+                                                             notification["at"]))
+        about = [i for i in genuine if i.workflow == workflow
+                 and i.start - timedelta(seconds=2 * cadences[workflow]) <= at
+                 <= i.end + timedelta(seconds=2 * cadences[workflow]) + timedelta(hours=1)]
+        category_messages[category_of(about[0]) if about else "false alarm"] += 1
     threads = {(n["channel"], n["thread"]) for n in outcome.notifications}
     by_event: dict[str, int] = defaultdict(int)
     for notification in outcome.notifications:
@@ -192,6 +271,9 @@ def score(outcome: SimulationOutcome, incidents: list[Incident], classes: dict[s
         "false_alarms": len(false_alarms),
         "false_alarm_list": sorted(false_alarms),
         "delays": {label: sorted(values) for label, values in delays.items()},
+        "by_kind": {kind: tuple(v) for kind, v in sorted(by_kind.items())},
+        "category_messages": dict(sorted(category_messages.items())),
+        "category_delays": {c: sorted(v) for c, v in sorted(category_delays.items())},
     }
 
 
@@ -288,6 +370,22 @@ def main() -> None:
             values = r["delays"].get(label, [])
             cells.append(f"{statistics.median(values):.0f} / {_pct(values, 0.95):.0f}" if values else "—")
         print(f"{name:<14}" + "".join(f"{cell:>16}" for cell in cells))
+    kinds_seen = sorted({kind for r in results.values() for kind in r["by_kind"]})
+    print("\nrecall per incident kind")
+    print(f"{'policy':<14}" + "".join(f"{kind:>16}" for kind in kinds_seen))
+    for name, r in results.items():
+        cells = ["{}/{}".format(*r["by_kind"].get(kind, (0, 0))) for kind in kinds_seen]
+        print(f"{name:<14}" + "".join(f"{cell:>16}" for cell in cells))
+    categories = sorted({c for r in results.values() for c in [*r["category_messages"], *r["category_delays"]]})
+    print("\nmessages, and detection delay in minutes (median / p95), per error category")
+    print(f"{'policy':<14}" + "".join(f"{c:>24}" for c in categories))
+    for name, r in results.items():
+        cells = []
+        for c in categories:
+            values = r["category_delays"].get(c, [])
+            delay = f"{statistics.median(values):.0f} / {_pct(values, 0.95):.0f}" if values else "—"
+            cells.append(f"{r['category_messages'].get(c, 0):,} msgs, {delay}")
+        print(f"{name:<14}" + "".join(f"{cell:>24}" for cell in cells))
     if "tickwarden" in results:
         ours = results["tickwarden"]["messages"]
         print("\nmessages relative to tickwarden:")
@@ -302,6 +400,9 @@ def main() -> None:
                            target=Target("<", 120) if month else None),
                     Figure(f"{name}: messages", r["messages"], "messages", results.get("tickwarden", r)["messages"]),
                     Figure(f"{name}: genuine incidents detected", r["detected"], "incidents", r["genuine"])]
+        if "intermittent" in r["by_kind"]:
+            found, total = r["by_kind"]["intermittent"]
+            figures.append(Figure(f"{name}: intermittent incidents detected", found, "incidents", total))
     finish(f"noise figures ({args.workflows:,} workflows x {args.days} days; floor: tickwarden's messages, "
            "all genuine incidents)", figures, args.json)
     missed = results["tickwarden"]["missed"] if "tickwarden" in results else []

@@ -77,12 +77,18 @@ def erase_tenant(store: Store, tenant: str, *, actor: str, now: datetime, dry_ru
     counts["tenants"] = 1
     if dry_run:
         return ErasureReport("tenant", True, counts)
-    for table in _referencing_first(tables):
-        store.erasure_delete_tenant_rows(table, found.id)
-    store.erasure_delete_tenant(found.id)
+    delete_tenant(store, found.id, tables)
     audit = store.erasure_record_audit(kind="tenant", target=f"tenant {found.id}", actor=actor, at=now,
                                        counts=counts)
     return ErasureReport("tenant", False, counts, audit.id)
+
+
+def delete_tenant(store: Store, tenant_id: int, tables: dict[str, list[str]] | None = None) -> None:
+    """Delete every row of a tenant, referencing tables first, then the tenant itself (no audit)."""
+    tables = store.erasure_tenant_tables() if tables is None else tables
+    for table in _referencing_first(tables):
+        store.erasure_delete_tenant_rows(table, tenant_id)
+    store.erasure_delete_tenant(tenant_id)
 
 
 def _referencing_first(tables: dict[str, list[str]]) -> list[str]:

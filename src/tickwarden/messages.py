@@ -61,6 +61,7 @@ class AlertMessage:
     shadow: bool = False
     dashboard_url: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    test: bool = False  # a self-test's synthetic alert: marked in every transport, needs no action
 
     @property
     def link(self) -> str:
@@ -141,11 +142,20 @@ def _clean(message: AlertMessage) -> dict[str, Any]:
 def subject(message: AlertMessage) -> str:
     """One subject per alert: every message of the alert carries the same one."""
     prefix = "[tickwarden shadow]" if message.shadow else "[tickwarden]"
+    if message.test:
+        prefix = "[tickwarden test]"
     return f"{prefix} {message.tenant}/{message.workflow}: alert #{message.alert_id}"
 
 
 def headline(message: AlertMessage) -> str:
-    """One line saying what happened."""
+    """One line saying what happened; a self-test's says first that it is a test."""
+    line = _headline(message)
+    if message.test and message.event != "test":
+        return f"TEST (tickwarden selftest, no action needed): {line}"
+    return line
+
+
+def _headline(message: AlertMessage) -> str:
     target = f"{message.tenant}/{message.workflow}"
     severity = message.severity.upper()
     if message.event == "opened":
@@ -213,6 +223,7 @@ def payload(message: AlertMessage, values: dict[str, Any]) -> dict[str, Any]:
         "failed_step": values["failed_step"] or None,
         "log_tail": values["log_tail"] or None,
         "summary": values["headline"],
+        "test": message.test or message.event == "test",
     }
 
 

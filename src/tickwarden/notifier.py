@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from tickwarden import metrics, secrets
 from tickwarden.db import Database
 from tickwarden.messages import AlertMessage, render
+from tickwarden.reserved import is_selftest_tenant
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store.outbox import Channel, DeliveryContext
 from tickwarden.transports import default_transports
@@ -95,6 +96,7 @@ def alert_message(ctx: DeliveryContext, dashboard_url: str = "") -> AlertMessage
         log_tail=ctx.log_tail,
         shadow=ctx.shadow,
         dashboard_url=dashboard_url,
+        test=is_selftest_tenant(ctx.tenant),
     )
 
 

@@ -486,6 +486,17 @@ CREATE TABLE erasure_audits (
     counts     jsonb NOT NULL DEFAULT '{}'::jsonb
 );
 
+-- Deployment self-test: a synthetic tenant's runs go through the live loops and routes.
+-- `lent_channel_ids`: a real tenant's channels that also hear the synthetic tenant's
+-- alerts; `no_send`: its notifications are written to the outbox but held (never due).
+CREATE TABLE selftests (
+    tenant_id         bigint PRIMARY KEY REFERENCES tenants (id) ON DELETE CASCADE,
+    no_send           boolean NOT NULL,
+    lent_channel_ids  bigint[] NOT NULL DEFAULT '{}',
+    started_at        timestamptz NOT NULL,
+    started_by        text NOT NULL CHECK (length(started_by) <= 254)
+);
+
 SELECT tickwarden_enforce_tenant_isolation();
 
 -- 0017 check-ins: external workflows (no steps; outcomes reported by another scheduler) and their ping keys

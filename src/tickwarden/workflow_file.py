@@ -27,10 +27,11 @@ from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from tickwarden import cadence, profile, secrets
 from tickwarden.errors import InvalidInput, TickwardenError
+from tickwarden.reserved import SELFTEST_TENANT_PREFIX, is_selftest_tenant
 from tickwarden.retention import RetentionSpec
 
 TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -57,6 +58,14 @@ class TenantSpec(_Model):
     display_name: ShortText | None = None
     shadow: bool = False
     retention: RetentionSpec | None = None  # omitted: the tenant's overrides stay as they are
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        # The self-test's synthetic tenants are found and removed by this prefix.
+        if is_selftest_tenant(name):
+            raise ValueError(f"tenant names starting with {SELFTEST_TENANT_PREFIX!r} are reserved for tickwarden selftest")
+        return name
 
 
 class UserSpec(_Model):

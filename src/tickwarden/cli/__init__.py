@@ -44,6 +44,7 @@ def _root(
 from tickwarden.cli import alerts_cmd, catalog_cmd, channels_cmd, db_cmd, erase_cmd, profile_cmd, retention_cmd, service_cmd, sim_cmd, tick_cmd, tokens_cmd, worker_cmd  # noqa: E402,F401
 from tickwarden.cli import secrets_cmd  # noqa: E402,F401
 from tickwarden.cli import checkin_cmd  # noqa: E402,F401
+from tickwarden.cli import selftest_cmd  # noqa: E402,F401
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ STATUS_STYLES = {
     "active": "green",
     "enabled": "green",
     "delivered": "green",
+    "passed": "green",
     "failed": "bold red",
     "missed": "red",
     "open": "bold red",

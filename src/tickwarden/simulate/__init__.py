@@ -14,7 +14,7 @@ def run_policy(scenario: Scenario, policy_name: str = "tickwarden", **kwargs: An
     policy = get_policy(policy_name)
     if policy.overrides:
         kwargs.setdefault("overrides", policy.overrides)
-        kwargs.setdefault("replace_policy", True)
+        kwargs.setdefault("replace_policy", policy.replace_policy)
     outcome = Simulation(scenario, **kwargs).run()
     return apply_message_rule(outcome, policy)
 

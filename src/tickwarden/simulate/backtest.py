@@ -210,7 +210,7 @@ def replay(history: list[RecordedAttempt], policy: str = "tickwarden", overrides
 
     kwargs: dict[str, Any] = {"url": url, "model_factory": lambda scenario, timeouts: model, "suppress": suppress}
     if chosen.overrides:
-        kwargs.update(overrides=chosen.overrides, replace_policy=True)
+        kwargs.update(overrides=chosen.overrides, replace_policy=chosen.replace_policy)
     elif overrides:
         kwargs.update(overrides=overrides)
     return apply_message_rule(Simulation(scenario, **kwargs).run(), chosen)

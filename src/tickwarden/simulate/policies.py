@@ -6,6 +6,7 @@ retry budget and threshold every workflow gets, and how messages are counted:
 | policy          | modelled on                 | retries | messages                                                        |
 |-----------------|-----------------------------|---------|-----------------------------------------------------------------|
 | tickwarden      | this project                | cadence | alert state: opened, escalated, reassigned, resolved, threaded  |
+| streak-only     | tickwarden without the failure-rate rule | cadence | as tickwarden (the "before" of that rule)         |
 | naive           | the old one-message scheduler | 0     | one message per failed (or missed) run, each its own thread      |
 | fixed-retries   | Airflow `retries=N`         | N (2), 5 min apart | one message per run that failed after its retries     |
 | first-failure   | Healthchecks.io             | 0       | "down" on the first failure, "up" on the next success            |
@@ -33,10 +34,13 @@ class Policy:
     summary: str
     overrides: dict[str, Any] = field(default_factory=dict)
     per_failed_run: bool = False  # messages are one per failed run rather than alert events
+    replace_policy: bool = True  # False: the overrides go on top of each workflow's own policy
 
 
 POLICIES: dict[str, Policy] = {
     "tickwarden": Policy("tickwarden", "cadence-derived retries and thresholds, alerts as state"),
+    "streak-only": Policy("streak-only", "tickwarden with the failure-rate rule off: the consecutive-failure streak only",
+                          {"rate_window": 0}, replace_policy=False),
     "naive": Policy("naive", "one message per failed run, no retries", {"retries": 0}, per_failed_run=True),
     "fixed-retries": Policy(
         "fixed-retries", f"{FIXED_RETRIES} retries {FIXED_RETRY_DELAY} s apart, then one message per failed run",

@@ -20,13 +20,14 @@ from tickwarden.store.monitoring import MonitoringStore
 from tickwarden.store.outbox import OutboxStore
 from tickwarden.store.secrets import SecretStore
 from tickwarden.store.retention import RetentionStore
+from tickwarden.store.selftest import SelftestStore
 from tickwarden.store.simulation import SimulationStore
 from tickwarden.store.trigger import TriggerStore
 
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
             TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore, CheckinStore,
-            DashboardStore):
+            DashboardStore, SelftestStore):
     """All store operations, bound to one connection and its transaction."""
 
 

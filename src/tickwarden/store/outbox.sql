@@ -10,17 +10,23 @@ SELECT pg_notify('tickwarden_wake', 'notifier');
 -- hears every tenant's. A shadow alert goes only to shadow channels (its tenant's
 -- or the platform's). Routing: a channel with `severities` or `events` takes only the
 -- events of those severities and kinds (NULL: all). UNIQUE (event_id, channel_id)
--- makes a second fan-out a no-op.
+-- makes a second fan-out a no-op. A self-test's synthetic tenant also reaches the
+-- channels lent to it (`selftests.lent_channel_ids`); with `no_send` its rows are
+-- held: written, due only in the year 9999 (finite: drivers cannot read infinity),
+-- so no notifier sends them.
 INSERT INTO notification_outbox (tenant_id, event_id, alert_id, channel_id, status, next_attempt_at, created_at)
-SELECT e.tenant_id, e.id, e.alert_id, c.id, 'pending', %(now)s, %(now)s
+SELECT e.tenant_id, e.id, e.alert_id, c.id, 'pending',
+       CASE WHEN st.no_send THEN '9999-01-01 00:00:00+00'::timestamptz ELSE %(now)s END, %(now)s
   FROM alert_events e
   JOIN alerts a ON a.id = e.alert_id
+  LEFT JOIN selftests st ON st.tenant_id = e.tenant_id
   JOIN notification_channels c
     ON c.enabled
-   AND (c.tenant_id = e.tenant_id OR c.tenant_id IS NULL)
+   AND (c.tenant_id = e.tenant_id OR c.tenant_id IS NULL OR c.id = ANY (st.lent_channel_ids))
    AND CASE WHEN a.shadow THEN c.audience = 'shadow'
             ELSE (c.audience = 'customer' AND c.tenant_id = e.tenant_id)
               OR (c.audience = 'engineering' AND (c.tenant_id IS NULL OR c.tenant_id = e.tenant_id))
+              OR (c.id = ANY (st.lent_channel_ids) AND c.audience <> 'shadow')
        END
  WHERE e.id = ANY(%(event_ids)s::bigint[])
    AND e.kind IN ('opened', 'escalated', 'reassigned', 'acknowledged', 'snoozed', 'paused', 'noted', 'resolved')
