@@ -21,11 +21,12 @@ from tickwarden.store.secrets import SecretStore
 from tickwarden.store.retention import RetentionStore
 from tickwarden.store.simulation import SimulationStore
 from tickwarden.store.trigger import TriggerStore
+from tickwarden.store.watchdog import WatchdogStore
 
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
             TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore,
-            AlertContentStore):
+            AlertContentStore, WatchdogStore):
     """All store operations, bound to one connection and its transaction."""
 
 
