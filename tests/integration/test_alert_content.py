@@ -179,3 +179,27 @@ def test_the_messages_link_opens_the_alert_page_with_the_same_facts(db, clock):
     assert "orders_pkey" in html
     for secret in SECRETS:
         assert secret not in html, secret
+
+
+def test_pagerduty_and_teams_carry_the_tick_facts_and_the_tail_from_the_same_message(db, clock):
+    from tickwarden.models import Channel
+    from tickwarden.transports.base import OutgoingMessage
+    from tickwarden.transports.pagerduty import event_body
+    from tickwarden.transports.teams import card
+
+    wf, recording = setup(db, clock)
+    due, run, attempt = fail_one_tick(db, clock, wf)
+    [opened] = deliver(db, clock, recording)
+    channel = Channel(id=1, tenant_id=None, name="pager", kind="pagerduty", audience="engineering", config={},
+                      secret_ref=None, enabled=True, disabled_reason=None, disabled_at=None, created_at=clock.now())
+    message = OutgoingMessage(channel=channel, rendered=opened, key="k", alert_id=1, thread=None, sent_at=clock.now())
+    details = event_body(message, "routing", "trigger")["payload"]["custom_details"]
+    assert details["tick"]["tick"] == isoformat_z(due) and details["tick"]["last_attempt"]["worker"] == "worker-a@host"
+    assert "orders_pkey" in details["log_tail"] and details["link"].endswith(f"/dashboard/alerts/{details['alert']}")
+    body = card(message)["attachments"][0]["content"]["body"]
+    rows = {fact["title"]: fact["value"] for fact in body[1]["facts"]}
+    assert rows["Tick"] == isoformat_z(due) and rows["Due"] == isoformat_z(due)
+    assert rows["Last attempt"].startswith("#1 (failed) on worker-a@host")
+    assert any("orders\\_pkey" in block.get("text", "") for block in body[2:])
+    for secret in SECRETS:
+        assert secret not in str(details) + str(body), secret

@@ -283,3 +283,16 @@ def test_in_the_service_a_hung_loop_is_reported_by_the_watchdog_of_the_same_repl
     finally:
         release.set()
         service.stop(10)
+
+
+def test_serve_refuses_a_malformed_heartbeat_url_with_one_sentence_and_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, HEARTBEAT_URL_ENV: "ftp://user:pw@monitor.example/ping", "TICKWARDEN_DATA_DIR": str(tmp_path),
+           "TICKWARDEN_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    done = subprocess.run([sys.executable, "-m", "tickwarden", "serve", "--no-api"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"tickwarden: {HEARTBEAT_URL_ENV} must be an http:// or https:// URL with a host."
