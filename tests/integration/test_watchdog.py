@@ -296,3 +296,31 @@ def test_serve_refuses_a_malformed_heartbeat_url_with_one_sentence_and_exit_2(tm
                           text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"tickwarden: {HEARTBEAT_URL_ENV} must be an http:// or https:// URL with a host."
+
+
+def test_each_platform_alert_is_its_own_webhook_thread_and_its_resolution_replies_in_it(db, clock):
+    import json
+
+    from tests.integration.fake_servers import WebhookFake
+    from tickwarden.transports.webhook import WebhookTransport
+
+    hook = WebhookFake().start()
+    try:
+        add_channel(db, clock.now(), tenant=None, name="platform-hook", kind="webhook", audience="engineering",
+                    config={"url": hook.url})
+        dog = Watchdog(db, "r1", ["ticker", "poller"], {"webhook": WebhookTransport(timeout=5)})
+        dog.run_once(clock.now())
+        dog.run_once(clock.advance(200))
+        all_beat(db, clock.advance(1), loops=["ticker", "poller"])
+        dog.run_once(clock.advance(1))
+        bodies = [json.loads(r.body) for r in hook.requests]
+    finally:
+        hook.stop()
+    threads = [(b["event"], b["platform_alert"]["loop"], b["thread"]) for b in bodies]
+    ids = {b["platform_alert"]["loop"]: b["platform_alert"]["id"] for b in bodies}
+    assert sorted(threads) == sorted([
+        ("opened", "poller", f"platform-alert-{ids['poller']}"), ("opened", "ticker", f"platform-alert-{ids['ticker']}"),
+        ("resolved", "poller", f"platform-alert-{ids['poller']}"),
+        ("resolved", "ticker", f"platform-alert-{ids['ticker']}"),
+    ])
+    assert all(b["platform"] is True and b["tenant"] is None for b in bodies)

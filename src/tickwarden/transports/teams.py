@@ -20,6 +20,7 @@ from tickwarden.transports.base import (
     OutgoingMessage,
     TransportError,
     channel_secret,
+    conversation,
 )
 from tickwarden.transports.http import post_json
 
@@ -100,5 +101,5 @@ class TeamsTransport:
                              tenant_owned=channel.tenant_id is not None)
         if THROTTLED in response.text:
             raise TransportError("Teams throttled the webhook (HTTP error 429)", permanent=False)
-        thread = message.thread.key if message.thread else f"alert-{message.alert_id}"
+        thread = message.thread.key if message.thread else conversation(message)
         return Delivery(message_id=message.key, thread_key=thread)
