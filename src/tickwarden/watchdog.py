@@ -47,7 +47,7 @@ from tickwarden.messages import PlatformAlertMessage, render_platform
 from tickwarden.notifier import backoff_seconds
 from tickwarden.outbound import OutboundRefused, check_url, guarded_client
 from tickwarden.sanitize import sanitize_error
-from tickwarden.store.watchdog import LoopBeat, PlatformDelivery
+from tickwarden.store.watchdog import LoopBeat, PlatformDelivery, WatchdogLook
 from tickwarden.transports import default_transports
 from tickwarden.transports.base import Delivery, OutgoingMessage, Thread, Transport, TransportError
 
@@ -160,33 +160,37 @@ class Watchdog:
         self.last = WatchdogReport()
 
     def run_once(self, now: datetime) -> datetime:
-        """Do one pass at `now`; return when the next one is due."""
+        """Do one pass at `now`; return when the next one is due.
+
+        An idle pass (nothing stalled that is not already open, nothing to resolve, no
+        delivery due) is one read-only statement and no transaction. Otherwise the same
+        look is taken again inside a transaction and acted on there; the one-open index
+        and the compare-and-set on resolution make a racing replica's action a no-op.
+        """
         if self.watching_since is None:
             self.watching_since = now
         report = WatchdogReport()
-        with self.db.transaction() as store:
-            beats = store.watchdog_loop_beats(self.watched)
-            stalls = stalled_loops(self.watched, beats, now, self.watching_since)
-            report.stalled = [s.loop for s in stalls]
-            stalled = {s.loop for s in stalls}
-            for alert in store.watchdog_open_alerts():
-                if alert.loop not in stalled:
-                    done = store.watchdog_resolve_alert(alert.id, self.replica_id, now)
-                    if done is not None:
-                        report.resolved.append(alert.id)
-                        log.warning("platform alert %d resolved: loop %s runs again", alert.id, alert.loop)
-                else:
-                    stalled.discard(alert.loop)  # already open: nothing new to say
-            for stall in stalls:
-                if stall.loop not in stalled:
-                    continue
-                opened = store.watchdog_open_alert(stall.loop, stall.last_pass_at,
-                                                   int(stall.span.total_seconds()), self.replica_id, now)
-                if opened is not None:
-                    report.opened.append(opened[0].id)
-                    log.error("platform alert %d opened: loop %s has not run on any replica since %s",
-                              opened[0].id, stall.loop, stall.last_pass_at)
-        self._deliver(now, report)
+        with self.db.probe() as store:
+            look = store.watchdog_probe(self.watched, now)
+        stalls, to_open, to_resolve = self._decide(look, now)
+        if to_open or to_resolve:
+            with self.db.transaction() as store:
+                look = store.watchdog_probe(self.watched, now)
+                stalls, to_open, to_resolve = self._decide(look, now)
+                for loop, alert_id in to_resolve:
+                    if store.watchdog_resolve_alert(alert_id, self.replica_id, now) is not None:
+                        report.resolved.append(alert_id)
+                        log.warning("platform alert %d resolved: loop %s runs again", alert_id, loop)
+                for stall in to_open:
+                    opened = store.watchdog_open_alert(stall.loop, stall.last_pass_at,
+                                                       int(stall.span.total_seconds()), self.replica_id, now)
+                    if opened is not None:
+                        report.opened.append(opened[0].id)
+                        log.error("platform alert %d opened: loop %s has not run on any replica since %s",
+                                  opened[0].id, stall.loop, stall.last_pass_at)
+        report.stalled = [s.loop for s in stalls]
+        if look.due or report.opened or report.resolved:
+            self._deliver(now, report)
         if not report.stalled:
             report.pinged = self._ping(now)
         self.last = report
@@ -194,6 +198,22 @@ class Watchdog:
         if self.ping_url and self.last_ping_at is not None:
             wake = min(wake, self.last_ping_at + self.ping_every)
         return max(wake, now)
+
+    def _decide(self, look: WatchdogLook, now: datetime) -> tuple[list[Stall], list[Stall], list[tuple[str, int]]]:
+        """Return the stalled watched loops, those to open an alert for, and the open alerts to resolve.
+
+        An open alert resolves once its loop is no longer stalled, that is once it has
+        passed again on some replica. An alert of a loop this replica does not watch
+        (another configuration) resolves the same way and stays open without passes.
+        """
+        assert self.watching_since is not None
+        loops = sorted(set(self.watched) | set(look.open_alerts))
+        stalled = {s.loop: s for s in stalled_loops(loops, look.beats, now, self.watching_since)}
+        watched = set(self.watched)
+        stalls = [s for loop, s in stalled.items() if loop in watched]
+        to_open = [s for s in stalls if s.loop not in look.open_alerts]
+        to_resolve = [(loop, alert_id) for loop, alert_id in sorted(look.open_alerts.items()) if loop not in stalled]
+        return stalls, to_open, to_resolve
 
     def _deliver(self, now: datetime, report: WatchdogReport) -> None:
         for _ in range(5):  # a resolution becomes claimable once its opening is sent

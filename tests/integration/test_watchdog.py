@@ -324,3 +324,17 @@ def test_each_platform_alert_is_its_own_webhook_thread_and_its_resolution_replie
         ("resolved", "ticker", f"platform-alert-{ids['ticker']}"),
     ])
     assert all(b["platform"] is True and b["tenant"] is None for b in bodies)
+
+
+def test_an_idle_pass_is_one_read_only_statement_and_no_transaction(db, clock, counted):
+    channels(db, clock)
+    dog = Watchdog(db, "r1", LOOPS, {"recording": RecordingTransport()})
+    all_beat(db, clock.now())
+    counted.clear()
+    dog.run_once(clock.advance(30))
+    assert counted == [] and dog.last.stalled == []
+    dog.run_once(clock.advance(200))  # a stall is work: it opens (and delivers) in transactions
+    assert counted and len(dog.last.opened) == 3 and dog.last.sent == 3
+    counted.clear()
+    dog.run_once(clock.advance(30))  # still stalled, already open, nothing due: idle again
+    assert counted == [] and dog.last.opened == [] and len(dog.last.stalled) == 3

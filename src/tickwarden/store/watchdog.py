@@ -29,6 +29,15 @@ class LoopBeat:
 
 
 @dataclass(frozen=True)
+class WatchdogLook:
+    """What one watchdog pass decides on: newest passes by loop, open alerts by loop, deliveries due."""
+
+    beats: dict[str, LoopBeat]
+    open_alerts: dict[str, int]
+    due: bool
+
+
+@dataclass(frozen=True)
 class PlatformAlert:
     id: int
     loop: str
@@ -63,13 +72,14 @@ def _alert(row: dict[str, Any]) -> PlatformAlert:
 
 
 class WatchdogStore(StoreBase):
-    def watchdog_loop_beats(self, loops: Sequence[str]) -> dict[str, LoopBeat]:
-        rows = self._rows("watchdog_loop_beats", {"loops": list(loops)})
-        return {row["loop"]: LoopBeat(row["loop"], row["last_pass_at"], row["replica_id"], row["interval_seconds"],
-                                      int(row["replicas"])) for row in rows}
-
-    def watchdog_open_alerts(self) -> list[PlatformAlert]:
-        return [_alert(row) for row in self._rows("watchdog_open_alerts")]
+    def watchdog_probe(self, loops: Sequence[str], now: datetime) -> WatchdogLook:
+        """Read what a watchdog pass decides on, in one statement (see `watchdog_probe`)."""
+        rows = self._rows("watchdog_probe", {"loops": list(loops), "now": now})
+        beats = {row["loop"]: LoopBeat(row["loop"], row["last_pass_at"], row["replica_id"], row["interval_seconds"],
+                                       int(row["replicas"])) for row in rows if row["loop"] is not None}
+        first = rows[0]
+        open_alerts = {str(item["loop"]): int(item["id"]) for item in first["open_alerts"]}
+        return WatchdogLook(beats, open_alerts, bool(first["due"]))
 
     def watchdog_open_alert(self, loop: str, last_pass_at: datetime | None, stall_seconds: int, replica_id: str,
                             now: datetime) -> tuple[PlatformAlert, int] | None:
@@ -112,6 +122,3 @@ class WatchdogStore(StoreBase):
                                                  "permanent": permanent, "next_attempt_at": next_attempt_at,
                                                  "max_tries": max_tries})
         return str(row["status"]) if row else None
-
-    def watchdog_list_alerts(self, limit: int = 50) -> list[tuple[PlatformAlert, int]]:
-        return [(_alert(row), int(row["sent"])) for row in self._rows("watchdog_list_alerts", {"limit": limit})]

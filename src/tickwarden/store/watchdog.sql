@@ -1,16 +1,28 @@
--- watchdog_loop_beats --
--- The newest pass of each loop across every replica, with the interval that pass said
--- it would sleep (NULL when it did not say), and how many replicas ran it.
-SELECT DISTINCT ON (loop) loop, last_pass_at, replica_id,
-       extract(epoch FROM next_pass_at - last_pass_at)::double precision AS interval_seconds,
-       count(*) OVER (PARTITION BY loop) AS replicas
-  FROM loop_heartbeats
- WHERE loop = ANY(%(loops)s::text[])
- ORDER BY loop, last_pass_at DESC, replica_id;
-
--- watchdog_open_alerts --
--- The platform alerts still open.
-SELECT * FROM platform_alerts WHERE status = 'open' ORDER BY id;
+-- watchdog_probe --
+-- One look at everything a watchdog pass decides on, in one statement (an idle pass
+-- costs this round trip only): the newest pass of each named loop and of each loop with
+-- an open platform alert, across every replica, with the sleep that pass announced
+-- (NULL when none) and how many replicas ran it; the open platform alerts; and whether
+-- a delivery is due. Always one row at least (beat columns NULL when there are none).
+WITH open_alerts AS (
+    SELECT id, loop, last_pass_at FROM platform_alerts WHERE status = 'open'
+), beats AS (
+    SELECT DISTINCT ON (h.loop) h.loop, h.last_pass_at, h.replica_id,
+           extract(epoch FROM h.next_pass_at - h.last_pass_at)::double precision AS interval_seconds,
+           count(*) OVER (PARTITION BY h.loop) AS replicas
+      FROM loop_heartbeats h
+     WHERE h.loop = ANY(%(loops)s::text[]) OR h.loop IN (SELECT loop FROM open_alerts)
+     ORDER BY h.loop, h.last_pass_at DESC, h.replica_id
+), summary AS (
+    SELECT coalesce((SELECT jsonb_agg(jsonb_build_object('id', id, 'loop', loop) ORDER BY id) FROM open_alerts),
+                    '[]'::jsonb) AS open_alerts,
+           EXISTS (SELECT 1 FROM platform_alert_deliveries d
+                    WHERE (d.status IN ('pending', 'failed') AND d.next_attempt_at <= %(now)s)
+                       OR (d.status = 'sending' AND d.locked_until <= %(now)s)) AS due
+)
+SELECT s.open_alerts, s.due, b.loop, b.last_pass_at, b.replica_id, b.interval_seconds, b.replicas
+  FROM summary s
+  LEFT JOIN beats b ON true;
 
 -- watchdog_open_alert --
 -- Open a platform alert for a stalled loop and fan it out to the platform's channels that
@@ -110,11 +122,3 @@ UPDATE platform_alert_deliveries
        locked_by = NULL, locked_until = NULL
  WHERE id = %(id)s AND status = 'sending' AND locked_by = %(replica_id)s
 RETURNING id, status;
-
--- watchdog_list_alerts --
--- Platform alerts newest first, with their deliveries' states.
-SELECT a.*,
-       (SELECT count(*) FROM platform_alert_deliveries d WHERE d.alert_id = a.id AND d.status = 'sent') AS sent
-  FROM platform_alerts a
- ORDER BY a.id DESC
- LIMIT %(limit)s;
