@@ -414,7 +414,7 @@ def render_platform(message: PlatformAlertMessage) -> Rendered:
         lines += [f"Resolved at:    {_time(message.resolved_at)}", f"Resolved by:    {replica}"]
     else:
         lines += [f"Noticed by:     {replica}",
-                  "Nothing this loop does (ticks, retries, deadlines, escalation or delivery) is happening."]
+                  "Whatever this loop does is not happening on any replica until it passes again."]
     lines += ["", f"Details: {message.link}"]
     text = "\n".join(lines) + "\n"
     icon = ":white_check_mark:" if message.event == "resolved" else ":rotating_light:"

@@ -152,7 +152,7 @@ def test_the_resolution_is_short_recovered_at_and_by_which_run_without_the_log(d
     assert f"run {recovered.id}" in resolved.slack_text
     assert resolved.payload["tick"]["recovered"] == {"at": recovered_at, "run_id": recovered.id,
                                                     "tick": isoformat_z(next_tick)}
-    for line in ("orders_pkey", "batch 39 loaded", "Log tail", "Last attempt"):
+    for line in ("orders_pkey", "batch 39 loaded", "Log tail", "Last attempt", "duplicate key", "Last error"):
         assert line not in resolved.text and line not in resolved.slack_text, line
     assert resolved.payload["log_tail"] is None
     assert not any("```" in str(block) for block in resolved.slack_blocks)
