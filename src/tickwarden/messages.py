@@ -33,6 +33,72 @@ SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
+class TickFacts:
+    """Which tick an alert is about and what was last seen of it: the one source of these facts.
+
+    Built from `store.alert_tick_facts` (one query) by `tick_facts`, and read by every
+    transport's message and by the dashboard's alert page alike. `due_at` is the tick
+    itself for a scheduled run (when it was due to start) and the request time for a
+    manual one; `deadline_expired_at` is set only when the verdict was `missed` (no
+    outcome by the run's deadline, or a tick that never ran). The attempt fields
+    describe the newest attempt of the failing run, whatever its status; they are
+    None when no attempt was ever made. `log_tail` is the failing step's log as
+    stored (already sanitized once) and is sanitized and bounded again at render.
+    """
+
+    run_id: int | None = None
+    tick: datetime | None = None
+    manual: bool = False
+    run_status: str | None = None
+    due_at: datetime | None = None
+    deadline_at: datetime | None = None
+    deadline_expired_at: datetime | None = None
+    attempt_number: int | None = None
+    attempt_status: str | None = None
+    attempt_worker: str | None = None
+    attempt_started_at: datetime | None = None
+    attempt_finished_at: datetime | None = None
+    failed_step: str | None = None
+    log_tail: str | None = None
+    recovered_by_run_id: int | None = None
+    recovered_tick: datetime | None = None
+    recovered_manual: bool = False
+    recovered_at: datetime | None = None
+
+
+def tick_facts(row: dict[str, Any] | None) -> TickFacts:
+    """Turn one row of `store.alert_tick_facts` into `TickFacts` (empty facts for no row)."""
+    if not row:
+        return TickFacts()
+    missed = row.get("run_status") == "missed"
+    return TickFacts(
+        run_id=row.get("run_id"),
+        tick=row.get("tick"),
+        manual=bool(row.get("manual")),
+        run_status=row.get("run_status"),
+        due_at=row.get("tick"),
+        deadline_at=row.get("deadline_at"),
+        deadline_expired_at=row.get("deadline_at") if missed else None,
+        attempt_number=row.get("attempt_number"),
+        attempt_status=row.get("attempt_status"),
+        attempt_worker=row.get("attempt_worker"),
+        attempt_started_at=row.get("attempt_started_at"),
+        attempt_finished_at=row.get("attempt_finished_at"),
+        failed_step=row.get("failed_step"),
+        log_tail=row.get("log_tail"),
+        recovered_by_run_id=row.get("recovered_by_run_id"),
+        recovered_tick=row.get("recovered_tick"),
+        recovered_manual=bool(row.get("recovered_manual")),
+        recovered_at=row.get("recovered_at"),
+    )
+
+
+def message_log_tail(log: str | None) -> str:
+    """The failing step's log as any message or the alert page shows it: redacted again, bounded."""
+    return sanitize_log_tail(log, MESSAGE_LOG_LINES, MESSAGE_LOG_CHARS) if log else ""
+
+
+@dataclass(frozen=True)
 class AlertMessage:
     """The facts of one event of one alert, as a message presents them."""
 
@@ -62,6 +128,7 @@ class AlertMessage:
     dashboard_url: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     test: bool = False  # a self-test's synthetic alert: marked in every transport, needs no action
+    facts: TickFacts = field(default_factory=TickFacts)
 
     @property
     def link(self) -> str:
@@ -124,9 +191,15 @@ def _environment() -> jinja2.Environment:
 
 def _clean(message: AlertMessage) -> dict[str, Any]:
     """Return the template variables, every free text sanitized again."""
-    tail = sanitize_log_tail(message.log_tail, MESSAGE_LOG_LINES, MESSAGE_LOG_CHARS) if message.log_tail else ""
+    # A resolution is short (recovered at, by which run): it never repeats the failure's log.
+    tail = "" if message.event == "resolved" else message_log_tail(message.facts.log_tail or message.log_tail)
+    facts = message.facts
     return {
         "m": message,
+        "f": facts,
+        "worker": sanitize_error(facts.attempt_worker, 120) if facts.attempt_worker else "",
+        "attempt": attempt_line(facts),
+        "recovery": recovery_line(message),
         "error": sanitize_error(message.error) if message.error else "",
         "note": sanitize_error(message.note, 500) if message.note else "",
         "actor": sanitize_error(message.actor, 80),
@@ -137,6 +210,27 @@ def _clean(message: AlertMessage) -> dict[str, Any]:
         "subject": subject(message),
         "by_hand": BY_HAND + (("resolved",) if message.actor != "tickwarden" else ()),
     }
+
+
+def attempt_line(facts: TickFacts) -> str:
+    """The last observed attempt in one line: number, status, worker, start and end."""
+    if facts.attempt_number is None:
+        return "none: no attempt was made"
+    worker = sanitize_error(facts.attempt_worker, 120) if facts.attempt_worker else "no worker"
+    return (f"#{facts.attempt_number} ({facts.attempt_status or 'unknown'}) on {worker}, "
+            f"started {_time(facts.attempt_started_at)}, ended {_time(facts.attempt_finished_at)}")
+
+
+def recovery_line(message: AlertMessage) -> str:
+    """How the alert ended, in one line: when it recovered and by which run (or by whom)."""
+    if message.event != "resolved":
+        return ""
+    facts = message.facts
+    at = _time(facts.recovered_at or message.resolved_at)
+    if facts.recovered_by_run_id is not None:
+        what = "manual run" if facts.recovered_manual else f"the tick of {_time(facts.recovered_tick)},"
+        return f"recovered at {at} by {what} run {facts.recovered_by_run_id}"
+    return f"resolved at {at} by {sanitize_error(message.actor, 80)}"
 
 
 def subject(message: AlertMessage) -> str:
@@ -224,7 +318,34 @@ def payload(message: AlertMessage, values: dict[str, Any]) -> dict[str, Any]:
         "log_tail": values["log_tail"] or None,
         "summary": values["headline"],
         "test": message.test or message.event == "test",
+        "tick": tick_payload(message, values),
     }
+
+
+def tick_payload(message: AlertMessage, values: dict[str, Any]) -> dict[str, Any]:
+    """The tick facts of the webhook body (PagerDuty and Teams read them too)."""
+    facts = message.facts
+    body: dict[str, Any] = {
+        "run_id": facts.run_id,
+        "tick": isoformat_z(facts.tick),
+        "manual": facts.manual,
+        "due_at": isoformat_z(facts.due_at),
+        "deadline_expired_at": isoformat_z(facts.deadline_expired_at),
+        "last_attempt": None if facts.attempt_number is None else {
+            "number": facts.attempt_number,
+            "status": facts.attempt_status,
+            "worker": values["worker"] or None,
+            "started_at": isoformat_z(facts.attempt_started_at),
+            "finished_at": isoformat_z(facts.attempt_finished_at),
+        },
+    }
+    if message.event == "resolved":
+        body["recovered"] = {
+            "at": isoformat_z(facts.recovered_at or message.resolved_at),
+            "run_id": facts.recovered_by_run_id,
+            "tick": isoformat_z(facts.recovered_tick),
+        }
+    return body
 
 
 def _section(text: str) -> dict[str, Any]:
@@ -255,4 +376,83 @@ def render(message: AlertMessage) -> Rendered:
         slack_parent_text=parent_text,
         slack_parent_blocks=parent_blocks,
         payload=payload(message, values),
+    )
+
+
+@dataclass(frozen=True)
+class PlatformAlertMessage:
+    """One event of a platform alert: one of tickwarden's own loops ran on no replica for too long.
+
+    Platform alerts concern no tenant and no workflow; they reach the platform's own
+    channels only. Everything in them is tickwarden's (loop and replica names, times),
+    and the replica names are sanitized all the same.
+    """
+
+    alert_id: int
+    loop: str
+    event: str                      # opened | resolved
+    event_at: datetime
+    opened_at: datetime
+    last_pass_at: datetime | None   # the loop's newest pass on any replica when the alert opened
+    stall_seconds: int              # the span without a pass that opens the alert
+    replica: str                    # the replica whose watchdog opened (or resolved) it
+    resolved_at: datetime | None = None
+    dashboard_url: str = ""
+
+    @property
+    def link(self) -> str:
+        # The overview lists every loop with its replicas and newest pass.
+        return f"{self.dashboard_url.rstrip('/')}/dashboard"
+
+
+def platform_headline(message: PlatformAlertMessage) -> str:
+    if message.event == "resolved":
+        down = format_duration(int(((message.resolved_at or message.event_at) - message.opened_at).total_seconds()))
+        return f"Resolved: tickwarden's {message.loop} loop runs again (alert open for {down})"
+    return (f"CRITICAL platform alert: tickwarden's {message.loop} loop has not run on any replica since "
+            f"{_time(message.last_pass_at)} (allowed: {format_duration(message.stall_seconds)})")
+
+
+def render_platform(message: PlatformAlertMessage) -> Rendered:
+    """Render one event of a platform alert for every transport (same shape as an alert's message)."""
+    headline_text = platform_headline(message)
+    replica = sanitize_error(message.replica, 120)
+    subject_text = f"[tickwarden platform] loop {message.loop}: platform alert #{message.alert_id}"
+    lines = [headline_text, "", f"Loop:           {message.loop}", f"Event:          {message.event}",
+             "Severity:       critical", "Owner:          engineering (the platform team)",
+             f"Last pass:      {_time(message.last_pass_at)}", f"Opened at:      {_time(message.opened_at)}"]
+    if message.event == "resolved":
+        lines += [f"Resolved at:    {_time(message.resolved_at)}", f"Resolved by:    {replica}"]
+    else:
+        lines += [f"Noticed by:     {replica}",
+                  "Whatever this loop does is not happening on any replica until it passes again."]
+    lines += ["", f"Details: {message.link}"]
+    text = "\n".join(lines) + "\n"
+    icon = ":white_check_mark:" if message.event == "resolved" else ":rotating_light:"
+    slack_text = f"{icon} *{slack_escape(headline_text)}*"
+    state = ("RESOLVED" if message.event == "resolved" else "CRITICAL · open") + f" · loop {message.loop}"
+    context = {"type": "context", "elements": [{"type": "mrkdwn", "text": slack_escape(message.link)}]}
+    payload = {
+        "version": SCHEMA_VERSION,
+        "event": message.event,
+        "at": _time(message.event_at),
+        "platform": True,
+        "platform_alert": {
+            "id": message.alert_id, "loop": message.loop, "opened_at": isoformat_z(message.opened_at),
+            "last_pass_at": isoformat_z(message.last_pass_at), "stall_seconds": message.stall_seconds,
+            "resolved_at": isoformat_z(message.resolved_at), "replica": replica,
+        },
+        "alert": {"id": None, "status": "resolved" if message.event == "resolved" else "open",
+                  "severity": "critical", "owner": "engineering", "link": message.link},
+        "tenant": None,
+        "workflow": f"loop:{message.loop}",
+        "severity": "critical",
+        "owner": "engineering",
+        "summary": headline_text,
+    }
+    return Rendered(
+        subject=subject_text, text=text, slack_text=slack_text,
+        slack_blocks=[_section(slack_escape(text)), context],
+        slack_parent_text=slack_escape(state), slack_parent_blocks=[_section(slack_escape(state)), context],
+        payload=payload,
     )

@@ -29,10 +29,11 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from tickwarden import metrics, secrets
 from tickwarden.db import Database
-from tickwarden.messages import AlertMessage, render
+from tickwarden.messages import AlertMessage, render, tick_facts
 from tickwarden.reserved import is_selftest_tenant
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store.outbox import Channel, DeliveryContext
@@ -67,9 +68,16 @@ def delivery_key(ctx: DeliveryContext) -> str:
     return f"alert-{ctx.alert_id}.event-{ctx.event_id}.channel-{ctx.channel.id}"
 
 
-def alert_message(ctx: DeliveryContext, dashboard_url: str = "") -> AlertMessage:
-    """Build the message facts of one claimed delivery."""
+def alert_message(ctx: DeliveryContext, dashboard_url: str = "", facts_row: dict[str, Any] | None = None
+                  ) -> AlertMessage:
+    """Build the message facts of one claimed delivery.
+
+    `facts_row` is the alert's row of `store.alert_tick_facts` (its tick, last attempt,
+    failing step and log, how it recovered); the failing step's log from there is
+    preferred to the attempt's tail, which is only the fallback.
+    """
     data = ctx.event_data or {}
+    facts = tick_facts(facts_row)
     failure_count = data.get("failure_count", ctx.failure_count)
     return AlertMessage(
         alert_id=ctx.alert_id,
@@ -92,11 +100,12 @@ def alert_message(ctx: DeliveryContext, dashboard_url: str = "") -> AlertMessage
         note=ctx.note,
         error=ctx.last_error,
         error_category=ctx.last_error_category,
-        failed_step=ctx.failed_step,
-        log_tail=ctx.log_tail,
+        failed_step=ctx.failed_step or facts.failed_step,
+        log_tail=facts.log_tail or ctx.log_tail,
         shadow=ctx.shadow,
         dashboard_url=dashboard_url,
         test=is_selftest_tenant(ctx.tenant),
+        facts=facts,
     )
 
 
@@ -154,6 +163,7 @@ class Notifier:
                                     len(released))
                 claimed = store.claim_outbox(self.replica_id, now, now + self.lease, self.batch, kinds)
                 contexts = store.outbox_delivery_context([row.id for row in claimed]) if claimed else []
+                facts = store.alert_tick_facts(sorted({c.alert_id for c in contexts}))
                 if not contexts:  # another replica took them, or this round emptied the queue
                     idle = True
                     due = store.outbox_waiting(kinds, now)[1]
@@ -163,7 +173,7 @@ class Notifier:
             failed_channels: dict[int, datetime] = {}
             for ctx in contexts:
                 try:
-                    outcome = self._deliver(ctx, now, failed_channels)
+                    outcome = self._deliver(ctx, now, failed_channels, facts.get(ctx.alert_id))
                 except Exception:  # a fault on one row must not stop the pass; its lease will expire
                     log.exception("notification %d could not be processed", ctx.outbox_id,
                                   extra={"alert_id": ctx.alert_id, "outbox_id": ctx.outbox_id})
@@ -179,7 +189,8 @@ class Notifier:
             wake = max(now, due)
         return wake
 
-    def _deliver(self, ctx: DeliveryContext, now: datetime, failed_channels: dict[int, datetime]) -> str | None:
+    def _deliver(self, ctx: DeliveryContext, now: datetime, failed_channels: dict[int, datetime],
+                 facts_row: dict[str, Any] | None = None) -> str | None:
         channel = ctx.channel
         if not channel.enabled:
             with self.db.transaction() as store:
@@ -194,7 +205,7 @@ class Notifier:
         try:
             message = OutgoingMessage(
                 channel=channel,
-                rendered=render(alert_message(ctx, self.dashboard_url)),
+                rendered=render(alert_message(ctx, self.dashboard_url, facts_row)),
                 key=delivery_key(ctx),
                 alert_id=ctx.alert_id,
                 thread=Thread(ctx.thread_key, ctx.parent_ref) if ctx.thread_key else None,

@@ -66,7 +66,7 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
     The ticker (the built-in trigger: it fires straight from the schedules table,
     so no reconciler runs beside it), the lease reaper, the outcome poller (retry
     engine and evaluator), the deadline detector, the escalation clock, the
-    notifier and the retention sweeper. Workers run beside them as their own
+    notifier, the retention sweeper and the watchdog (`tickwarden.watchdog`). Workers run beside them as their own
     processes (`serve --workers N`).
     """
     from tickwarden.deadlines import DeadlineDetector
@@ -90,7 +90,7 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
             trigger.append(RetryJobLauncher(db, reconciler.api.jobs(), reconciler.settings))
     else:
         trigger = [Ticker(db, batch=options.ticker_batch)]
-    return [
+    loops: list[Loop] = [
         *trigger,
         LeaseReaper(db, server_restarts=True),
         OutcomePoller(db, replica_id),
@@ -99,6 +99,12 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
         Notifier(db, replica_id, dashboard_url=options.dashboard_url),
         RetentionSweeper(db),
     ]
+    # The watchdog watches every loop above (on every replica) and alerts the platform's channels.
+    from tickwarden.watchdog import Watchdog, heartbeat_url
+
+    loops.append(Watchdog(db, replica_id, [loop.name for loop in loops], dashboard_url=options.dashboard_url,
+                          ping_url=heartbeat_url()))
+    return loops
 
 
 class Service:

@@ -106,6 +106,6 @@ def test_stop_returns_promptly_even_when_loops_sleep_for_long(db):
 def test_build_loops_gives_every_loop_of_the_pipeline_once_and_no_reconciler_for_the_builtin_trigger(db):
     loops = build_loops(db, "replica-1")
     assert [loop.name for loop in loops] == [
-        "ticker", "lease-reaper", "poller", "deadlines", "escalation", "notifier", "retention",
+        "ticker", "lease-reaper", "poller", "deadlines", "escalation", "notifier", "retention", "watchdog",
     ]
     assert isinstance(loops[0], Ticker)

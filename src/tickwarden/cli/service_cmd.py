@@ -24,6 +24,7 @@ from tickwarden.logs import default_level as default_log_level
 from tickwarden.loops import replica_id as new_replica_id
 from tickwarden.migrate import upgrade
 from tickwarden.service import Service, ServiceOptions, build_loops
+from tickwarden.watchdog import heartbeat_url
 
 log = logging.getLogger("tickwarden.serve")
 
@@ -144,6 +145,8 @@ def serve_command(
         sys.exit(2)  # a usage error; typer.Exit's code is dropped outside standalone mode
     if not no_api:
         _check_listenable(host, port)
+    if not no_loops:
+        heartbeat_url()  # a malformed TICKWARDEN_HEARTBEAT_URL stops here, before anything starts
     default_log_level(logging.INFO)
     clock = WallClock()
     replica = replica or new_replica_id("serve")

@@ -8,6 +8,7 @@ member sees only their tenant and the overview is the platform's alone.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Annotated, Any
@@ -23,8 +24,9 @@ from tickwarden.api.deps import COOKIE_NAME, MAX_ID, NAME_PATTERN, Scope, authen
 from tickwarden.clock import isoformat_z
 from tickwarden.dashboard.charts import overview_history
 from tickwarden.errors import TickwardenError
-from tickwarden.messages import format_duration
+from tickwarden.messages import attempt_line, format_duration, message_log_tail, tick_facts
 from tickwarden.metrics import loop_statuses
+from tickwarden.sanitize import redact
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(resources.files("tickwarden").joinpath("templates")))
@@ -201,10 +203,15 @@ def _alert_context(scope: Scope, alert_id: int) -> dict[str, Any] | None:
             return None
         events = store.api_list_alert_events(alert_id)
         failing = store.api_failing_step(alert_id)
+        # The same facts, from the same query and builder, as every message about this alert.
+        facts = tick_facts(store.alert_tick_facts([alert_id]).get(alert_id))
+    if failing is not None:  # redacted again on the way out, as every message's log is
+        failing = dataclasses.replace(failing, log=redact(failing.log))
     if not scope.principal.platform:  # internal notes are the platform team's
         events = [e for e in events if not e.internal]
     return {"view": view, "alert": view.alert, "events": events, "failing": failing,
-            "platform": scope.principal.platform}
+            "platform": scope.principal.platform, "facts": facts, "facts_attempt": attempt_line(facts),
+            "facts_log": message_log_tail(facts.log_tail)}
 
 
 @router.get("/dashboard/alerts/{alert_id}")

@@ -7,6 +7,7 @@ catalog (tenants, workflows, schedules), ledger (runs and attempts), outbox
 
 from __future__ import annotations
 
+from tickwarden.store.alert_content import AlertContentStore
 from tickwarden.store.api import ApiStore
 from tickwarden.store.catalog import CatalogStore
 from tickwarden.store.checkins import CheckinStore
@@ -23,11 +24,12 @@ from tickwarden.store.retention import RetentionStore
 from tickwarden.store.selftest import SelftestStore
 from tickwarden.store.simulation import SimulationStore
 from tickwarden.store.trigger import TriggerStore
+from tickwarden.store.watchdog import WatchdogStore
 
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
             TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore, CheckinStore,
-            DashboardStore, SelftestStore):
+            DashboardStore, SelftestStore, AlertContentStore, WatchdogStore):
     """All store operations, bound to one connection and its transaction."""
 
 

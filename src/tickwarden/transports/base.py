@@ -59,6 +59,19 @@ class OutgoingMessage:
     secret_value: str | None = None
 
 
+def conversation(message: OutgoingMessage) -> str:
+    """Name the conversation a message belongs to when no thread exists yet.
+
+    `alert-<id>` for a tenant alert; `platform-alert-<id>` for a platform alert (which
+    has no alert id), so two platform alerts never share one thread.
+    """
+    if message.alert_id is None:
+        platform = message.rendered.payload.get("platform_alert")
+        if isinstance(platform, dict) and platform.get("id") is not None:
+            return f"platform-alert-{platform['id']}"
+    return f"alert-{message.alert_id}"
+
+
 @dataclass(frozen=True)
 class Delivery:
     message_id: str

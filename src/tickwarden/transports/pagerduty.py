@@ -43,7 +43,10 @@ SUMMARY_LIMIT = 1024  # PagerDuty truncates longer summaries
 
 
 def dedup_key(message: OutgoingMessage) -> str:
-    """One PagerDuty incident per alert (per channel, for a channel test)."""
+    """One PagerDuty incident per alert, per platform alert, or per channel for a channel test."""
+    platform = message.rendered.payload.get("platform_alert")
+    if isinstance(platform, dict) and platform.get("id") is not None:
+        return f"tickwarden-platform-alert-{platform['id']}"
     if message.alert_id is None:
         return f"tickwarden-test-channel-{message.channel.id}"
     return f"tickwarden-alert-{message.alert_id}"
@@ -68,6 +71,7 @@ def event_body(message: OutgoingMessage, routing_key: str, action: str) -> dict[
             "alert": alert.get("id"), "event": facts.get("event"), "owner": alert.get("owner"),
             "failure_count": alert.get("failure_count"), "failed_step": facts.get("failed_step"),
             "error": facts.get("error"), "first_failure_at": alert.get("first_failure_at"),
+            "tick": facts.get("tick"), "log_tail": facts.get("log_tail"), "link": alert.get("link"),
         },
     }
     link = str(alert.get("link") or "")
@@ -92,7 +96,7 @@ class PagerDutyTransport:
                                  permanent=True)
         key = dedup_key(message)
         event = str(message.rendered.payload.get("event") or "")
-        if message.alert_id is None:  # a channel test: prove the route, leave nothing open
+        if message.alert_id is None and not message.rendered.payload.get("platform_alert"):  # a channel test
             self._post(message, event_body(message, routing_key, "trigger"))
             self._post(message, event_body(message, routing_key, "resolve"))
             return Delivery(message_id=key, thread_key=key)

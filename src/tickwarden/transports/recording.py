@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from tickwarden.transports.base import Delivery, OutgoingMessage
+from tickwarden.transports.base import Delivery, OutgoingMessage, conversation
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,8 @@ class RecordingTransport:
         name = message.channel.tenant or "platform"
         if message.channel.audience == "shadow":
             name += "-shadow"
-        thread_key = message.thread.key if message.thread else f"{name}-{message.alert_id}"
+        subject = message.alert_id if message.alert_id is not None else conversation(message)
+        thread_key = message.thread.key if message.thread else f"{name}-{subject}"
         with self._lock:
             self.messages.append(Recorded(name, message.alert_id, thread_key, message.thread is not None, message))
             number = len(self.messages)

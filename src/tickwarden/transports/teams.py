@@ -20,6 +20,7 @@ from tickwarden.transports.base import (
     OutgoingMessage,
     TransportError,
     channel_secret,
+    conversation,
 )
 from tickwarden.transports.http import post_json
 
@@ -46,10 +47,19 @@ def card(message: OutgoingMessage) -> dict[str, Any]:
         ("Owner", alert.get("owner")), ("Failures", alert.get("failure_count")),
         ("Alert", f"#{alert.get('id')}" if alert.get("id") else None),
     ]
+    tick = facts.get("tick") or {}
+    attempt = tick.get("last_attempt") or {}
     if not resolved:
-        rows += [("Category", facts.get("error_category")), ("Failed step", facts.get("failed_step"))]
+        rows += [("Category", facts.get("error_category")), ("Failed step", facts.get("failed_step")),
+                 ("Tick", tick.get("tick")), ("Due", tick.get("due_at")),
+                 ("Deadline expired", tick.get("deadline_expired_at")),
+                 ("Last attempt", f"#{attempt.get('number')} ({attempt.get('status')}) on "
+                                  f"{attempt.get('worker') or 'no worker'}, {attempt.get('started_at') or '—'} → "
+                                  f"{attempt.get('finished_at') or '—'}" if attempt else None)]
     else:
         rows.append(("Downtime (s)", alert.get("downtime_seconds")))
+        recovered = tick.get("recovered") or {}
+        rows += [("Recovered at", recovered.get("at")), ("By run", recovered.get("run_id"))]
     body: list[dict[str, Any]] = [
         {"type": "TextBlock", "text": plain(facts.get("summary") or "tickwarden alert"), "weight": "Bolder",
          "size": "Medium", "wrap": True,
@@ -59,6 +69,8 @@ def card(message: OutgoingMessage) -> dict[str, Any]:
     ]
     if facts.get("error") and not resolved:
         body.append({"type": "TextBlock", "text": plain(facts["error"]), "wrap": True, "fontType": "Monospace"})
+    if facts.get("log_tail") and not resolved:
+        body.append({"type": "TextBlock", "text": plain(facts["log_tail"]), "wrap": True, "fontType": "Monospace"})
     content: dict[str, Any] = {"$schema": CARD_SCHEMA, "type": "AdaptiveCard", "version": "1.4", "body": body}
     link = str(alert.get("link") or "")
     if link.startswith(("https://", "http://")):
@@ -89,5 +101,5 @@ class TeamsTransport:
                              tenant_owned=channel.tenant_id is not None)
         if THROTTLED in response.text:
             raise TransportError("Teams throttled the webhook (HTTP error 429)", permanent=False)
-        thread = message.thread.key if message.thread else f"alert-{message.alert_id}"
+        thread = message.thread.key if message.thread else conversation(message)
         return Delivery(message_id=message.key, thread_key=thread)

@@ -28,7 +28,7 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from tickwarden.clock import isoformat_z
-from tickwarden.transports.base import Delivery, OutgoingMessage, channel_secret, config_value
+from tickwarden.transports.base import Delivery, OutgoingMessage, channel_secret, config_value, conversation
 from tickwarden.transports.http import post_json
 
 SIGNATURE_HEADER = "X-Tickwarden-Signature"
@@ -68,7 +68,7 @@ class WebhookTransport:
         url = str(config_value(channel, "url"))
         secret = channel_secret(message)
         timestamp = str(int(message.sent_at.timestamp()))
-        thread_key = message.thread.key if message.thread else f"alert-{message.alert_id}"
+        thread_key = message.thread.key if message.thread else conversation(message)
         body_data = {**message.rendered.payload, "thread": thread_key, "delivery": message.key,
                      "sent_at": isoformat_z(message.sent_at)}
         body = json.dumps(body_data, separators=(",", ":"), sort_keys=True).encode()
