@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tickwarden import metrics, secrets
+from tickwarden import holds, metrics, secrets
 from tickwarden.db import Database
 from tickwarden.messages import AlertMessage, render
 from tickwarden.sanitize import sanitize_error
@@ -150,6 +150,8 @@ class Notifier:
                     if released:
                         log.warning("released %d notification(s) whose sender stopped before confirming",
                                     len(released))
+                    # deliveries held by a maintenance window that has ended: one per alert and channel
+                    holds.release_due(store, now)
                 claimed = store.claim_outbox(self.replica_id, now, now + self.lease, self.batch, kinds)
                 contexts = store.outbox_delivery_context([row.id for row in claimed]) if claimed else []
                 if not contexts:  # another replica took them, or this round emptied the queue

@@ -43,6 +43,7 @@ def _root(
 # Importing a command module registers its commands on `app`.
 from tickwarden.cli import alerts_cmd, catalog_cmd, channels_cmd, db_cmd, erase_cmd, profile_cmd, retention_cmd, service_cmd, sim_cmd, tick_cmd, tokens_cmd, worker_cmd  # noqa: E402,F401
 from tickwarden.cli import secrets_cmd  # noqa: E402,F401
+from tickwarden.cli import maintenance_cmd  # noqa: E402,F401
 
 
 def main() -> None:

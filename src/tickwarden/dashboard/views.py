@@ -17,7 +17,7 @@ from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from tickwarden import alerts, catalog
+from tickwarden import alerts, catalog, maintenance
 from tickwarden.api import convert
 from tickwarden.api.deps import COOKIE_NAME, MAX_ID, NAME_PATTERN, Scope, authenticate
 from tickwarden.clock import isoformat_z
@@ -169,11 +169,13 @@ def tenant_page(request: Request, tenant: Annotated[str, Path(pattern=NAME_PATTE
         strips = store.api_recent_outcomes([v.workflow.id for v in views], STRIP_LENGTH)
         open_alerts = store.api_list_alerts(status="open", tenant=tenant, limit=200)
         recent_alerts = store.api_list_alerts(tenant=tenant, limit=RECENT_ALERTS)
+        windows = maintenance.list_windows(store, tenant)
+    active = {w.id: end for w, end in maintenance.active_windows(windows, scope.clock.now())}
     rows = [{"view": v, "profile": convert.derived_profile(v), "strip": list(reversed(strips[v.workflow.id]))}
             for v in views]
     alert_by_workflow = {a.alert.workflow_id: a for a in open_alerts}
     return _render(request, "tenant.html", scope, tenant=found, rows=rows, alert_by_workflow=alert_by_workflow,
-                   recent_alerts=recent_alerts)
+                   recent_alerts=recent_alerts, windows=windows, active_windows=active)
 
 
 def _alert_context(scope: Scope, alert_id: int) -> dict[str, Any] | None:
@@ -183,10 +185,13 @@ def _alert_context(scope: Scope, alert_id: int) -> dict[str, Any] | None:
             return None
         events = store.api_list_alert_events(alert_id)
         failing = store.api_failing_step(alert_id)
+        windows = store.maintenance_for_workflows([view.alert.workflow_id]).get(view.alert.workflow_id, [])
+    # the maintenance covering the alert's workflow now: nothing about it is delivered until it ends
+    maintenance_now = maintenance.active_windows(windows, scope.clock.now())
     if not scope.principal.platform:  # internal notes are the platform team's
         events = [e for e in events if not e.internal]
     return {"view": view, "alert": view.alert, "events": events, "failing": failing,
-            "platform": scope.principal.platform}
+            "platform": scope.principal.platform, "maintenance_now": maintenance_now}
 
 
 @router.get("/dashboard/alerts/{alert_id}")

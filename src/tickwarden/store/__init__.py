@@ -14,6 +14,7 @@ from tickwarden.store.execution import ExecutionStore
 from tickwarden.store.heartbeat import HeartbeatStore
 from tickwarden.store.kubernetes import KubernetesStore
 from tickwarden.store.ledger import LedgerStore, TickRequest
+from tickwarden.store.maintenance import MaintenanceStore
 from tickwarden.store.monitoring import MonitoringStore
 from tickwarden.store.outbox import OutboxStore
 from tickwarden.store.secrets import SecretStore
@@ -23,7 +24,8 @@ from tickwarden.store.trigger import TriggerStore
 
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
-            TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore):
+            TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore,
+            MaintenanceStore):
     """All store operations, bound to one connection and its transaction."""
 
 
