@@ -12,7 +12,7 @@ from tickwarden.cli import app
 from tickwarden.cli.output import print_json, print_table
 from tickwarden.clock import WallClock, isoformat_z
 from tickwarden.db import Database
-from tickwarden.errors import InvalidInput, NotFound, UsageError
+from tickwarden.errors import InvalidInput, UsageError
 from tickwarden.maintenance import Window
 
 maintenance_app = typer.Typer(help="Maintenance windows: nothing is delivered for a covered workflow.",
@@ -87,10 +87,7 @@ def add_command(
 @maintenance_app.command("remove")
 def remove_command(window_id: Annotated[int, typer.Argument(help="The window's id (see `maintenance list`).")]
                    ) -> None:
-    """Remove a window added through the CLI, the API or the dashboard."""
+    """Remove a window added through the CLI, the API or the dashboard (a file's windows go with the file)."""
     with Database(max_size=1) as db, db.transaction() as store:
-        try:
-            window = maintenance.remove_window(store, window_id)
-        except NotFound as exc:
-            raise UsageError(exc.message) from None
+        window = maintenance.remove_window(store, window_id)
     print(f"Removed maintenance window {window.id} for {window.scope}.")
