@@ -209,3 +209,20 @@ def test_two_escalation_replicas_defer_and_escalate_once(db, clock, poller):
             t.join()
     assert [e.kind for e in events_of(db, alert.id)].count("escalated") == 1
     assert sum(len(c.last) for c in clocks) == 1
+
+
+def test_suppressed_deliveries_expire_with_the_outbox_retention(db, clock, poller, wf):
+    from tickwarden import retention
+    from tickwarden.retention import RetentionSpec, RetentionSweeper
+
+    base = clock.now()
+    window = add_window(db, base, start=base, end=base + timedelta(hours=2))
+    fail_ticks(db, poller, wf, clock, 3, base + timedelta(minutes=5))
+    tick(db, poller, wf, base + timedelta(minutes=20), [OK], clock)
+    Notifier(db, "n1", {"recording": RecordingTransport()}).run_once(window.ends_at)
+    assert {status for status, _, _ in deliveries(db)} == {"suppressed"}
+    with db.transaction() as store:
+        retention.set_tenant_retention(store, wf.tenant_id, RetentionSpec(outbox_days=1), base)
+    RetentionSweeper(db).run_once(window.ends_at + timedelta(days=2))
+    assert deliveries(db) == []
+    assert len(alerts_of(db, wf)) == 1, "the alert's history stays for its own horizon"
