@@ -59,6 +59,9 @@ def test_nothing_is_delivered_while_a_window_covers_the_workflow(db, clock, poll
     Notifier(db, "n1", {"recording": recorder}).run_once(clock.advance(60))
     assert recorder.messages == []
     assert {status for status, _, _ in deliveries(db)} == {"held"}
+    with db.transaction() as store:
+        counts = store.outbox_status_counts()
+    assert (counts["held"], counts["pending"], counts["suppressed"]) == (2, 0, 0), "operators see what waits"
 
 
 def test_an_alert_that_opened_and_resolved_inside_the_window_sends_nothing(db, clock, poller, wf):

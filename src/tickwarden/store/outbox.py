@@ -252,7 +252,8 @@ class OutboxStore(StoreBase):
         return bool(row["stale"]), row["due"]
 
     def outbox_status_counts(self) -> dict[str, int]:
-        counts = {status: 0 for status in ("pending", "sending", "failed", "dead", "sent")}
+        # held and suppressed: deliveries a maintenance window holds, and those it made unnecessary
+        counts = {status: 0 for status in ("pending", "sending", "failed", "dead", "sent", "held", "suppressed")}
         for row in self._rows("outbox_status_counts"):
             counts[row["status"]] = row["n"]
         return counts
