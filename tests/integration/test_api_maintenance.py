@@ -99,3 +99,23 @@ def test_the_alert_and_tenant_pages_show_the_window_covering_the_workflow(server
     assert f'data-window="{window["id"]}"' in tenant_page and ">active<" in tenant_page
     other = httpx.get(f"{server}/dashboard/alerts/{beta.alert_id}", cookies={"tickwarden_token": beta.token}).text
     assert "maintenance window" not in other
+
+
+def test_the_tenant_pages_form_adds_a_window_and_says_what_is_wrong_with_a_bad_one(server, fleet, clock):
+    acme, beta = fleet
+    cookies = {"tickwarden_token": acme.token}
+    added = httpx.post(f"{server}/dashboard/tenants/acme/maintenance", cookies=cookies,
+                       data={"workflow": "nightly", "cron": "0 1 * * 6", "duration": "2h",
+                             "timezone": "Europe/Berlin", "note": "weekly vacuum"})
+    assert added.status_code == 303 and added.headers["location"] == "/dashboard/tenants/acme"
+    with api(server, acme.token) as client:
+        (window,) = client.get("/api/tenants/acme/maintenance").json()
+    assert (window["workflow"], window["cron"], window["created_by"]) == ("nightly", "0 1 * * 6", "acme:alice")
+    bad = httpx.post(f"{server}/dashboard/tenants/acme/maintenance", cookies=cookies,
+                     data={"start": "2026-12-01T03:00:00Z", "end": "2026-12-01T01:00:00Z"})
+    assert bad.status_code == 400 and "end must be after its start" in bad.text
+    foreign = httpx.post(f"{server}/dashboard/tenants/acme/maintenance", cookies={"tickwarden_token": beta.token},
+                         data={"cron": "0 1 * * *", "duration": "1h"})
+    assert foreign.status_code == 404
+    with api(server, acme.token) as client:
+        assert len(client.get("/api/tenants/acme/maintenance").json()) == 1

@@ -161,10 +161,17 @@ def tenant_page(request: Request, tenant: Annotated[str, Path(pattern=NAME_PATTE
     scope = _scope(request)
     if scope is None:
         return _login_redirect(request)
+    context = _tenant_context(scope, tenant)
+    if context is None:
+        return _not_found(request, scope, f"tenant {tenant!r}")
+    return _render(request, "tenant.html", scope, error=None, **context)
+
+
+def _tenant_context(scope: Scope, tenant: str) -> dict[str, Any] | None:
     with scope.store() as store:
         found = store.get_tenant_by_name(tenant)
         if found is None:
-            return _not_found(request, scope, f"tenant {tenant!r}")
+            return None
         views = store.api_list_workflows(tenant=tenant, after=None, limit=500)
         strips = store.api_recent_outcomes([v.workflow.id for v in views], STRIP_LENGTH)
         open_alerts = store.api_list_alerts(status="open", tenant=tenant, limit=200)
@@ -174,8 +181,8 @@ def tenant_page(request: Request, tenant: Annotated[str, Path(pattern=NAME_PATTE
     rows = [{"view": v, "profile": convert.derived_profile(v), "strip": list(reversed(strips[v.workflow.id]))}
             for v in views]
     alert_by_workflow = {a.alert.workflow_id: a for a in open_alerts}
-    return _render(request, "tenant.html", scope, tenant=found, rows=rows, alert_by_workflow=alert_by_workflow,
-                   recent_alerts=recent_alerts, windows=windows, active_windows=active)
+    return {"tenant": found, "rows": rows, "alert_by_workflow": alert_by_workflow, "recent_alerts": recent_alerts,
+            "windows": windows, "active_windows": active}
 
 
 def _alert_context(scope: Scope, alert_id: int) -> dict[str, Any] | None:
@@ -307,3 +314,35 @@ def cancel_form(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)])
         detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
         return _render(request, "run.html", scope, status=409, error=exc.message, run=detail)
     return RedirectResponse(f"/dashboard/runs/{run_id}", status_code=303)
+
+
+@router.post("/dashboard/tenants/{tenant}/maintenance")
+def maintenance_form(
+    request: Request,
+    tenant: Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)],
+    workflow: Annotated[str, Form(max_length=63)] = "",
+    start: Annotated[str, Form(max_length=64)] = "",
+    end: Annotated[str, Form(max_length=64)] = "",
+    cron: Annotated[str, Form(max_length=200)] = "",
+    duration: Annotated[str, Form(max_length=40)] = "",
+    timezone: Annotated[str, Form(max_length=64)] = "",
+    note: Annotated[str, Form(max_length=500)] = "",
+) -> Response:
+    """The tenant page's form: the same `maintenance.add_window` as the CLI and the API."""
+    scope = _scope(request)
+    if scope is None:
+        return _login_redirect(request)
+    context = _tenant_context(scope, tenant)
+    if context is None:  # another tenant's page is not found, as for reading it
+        return _not_found(request, scope, f"tenant {tenant!r}")
+    try:
+        spec = maintenance.window_spec(start=start.strip() or None, end=end.strip() or None,
+                                       cron=cron.strip() or None, duration=duration.strip() or None,
+                                       timezone=timezone.strip() or None, note=note.strip() or None)
+        with scope.store() as store:
+            maintenance.add_window(store, tenant, workflow.strip() or None, spec, scope.principal.actor,
+                                   scope.clock.now())
+    except TickwardenError as exc:
+        return _render(request, "tenant.html", scope, status=400, error=exc.message, **context)
+    return RedirectResponse(f"/dashboard/tenants/{tenant}", status_code=303)
+
