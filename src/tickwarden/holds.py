@@ -59,9 +59,15 @@ def hold_new(store: Store, outbox_ids: Sequence[int], now: datetime) -> int:
     scope = store.maintenance_outbox_scope(outbox_ids)
     if not scope:  # the usual case: no window anywhere near these alerts
         return 0
-    windows = store.maintenance_for_workflows(list(scope.values()))
+    windows = store.maintenance_for_workflows([wf for wf, _ in scope.values()])
     ends = {wf: covered_until(found, now) for wf, found in windows.items()}
-    holds = [(row_id, end) for row_id, wf in scope.items() if (end := ends.get(wf)) is not None]
+    holds = []
+    for row_id, (wf, behind) in scope.items():
+        # covered now; or written after a window ended while the thread's held rows await
+        # their release: it joins them, so the release decides the whole thread at once
+        end = ends.get(wf) or behind
+        if end is not None:
+            holds.append((row_id, end))
     return store.maintenance_hold_outbox(holds)
 
 

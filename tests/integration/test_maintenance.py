@@ -229,3 +229,17 @@ def test_suppressed_deliveries_expire_with_the_outbox_retention(db, clock, polle
     RetentionSweeper(db).run_once(window.ends_at + timedelta(days=2))
     assert deliveries(db) == []
     assert len(alerts_of(db, wf)) == 1, "the alert's history stays for its own horizon"
+
+
+def test_an_event_written_after_the_end_but_before_the_release_joins_the_held_thread(db, clock, poller, wf):
+    base = clock.now()
+    window = add_window(db, base, start=base, end=base + timedelta(hours=2))
+    fail_ticks(db, poller, wf, clock, 3, base + timedelta(minutes=5))
+    # the window is over, the notifier has not passed yet, and the alert resolves
+    clock.set(window.ends_at + timedelta(seconds=5))
+    tick(db, poller, wf, clock.now(), [OK], clock)
+    assert alerts_of(db, wf)[0].status == "resolved"
+    recorder = RecordingTransport()
+    Notifier(db, "n1", {"recording": recorder}).run_once(clock.advance(1))
+    assert recorder.messages == [], "no channel hears a resolution of an alert it never heard of"
+    assert {status for status, _, _ in deliveries(db)} == {"suppressed"}

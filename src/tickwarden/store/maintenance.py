@@ -80,10 +80,11 @@ class MaintenanceStore(StoreBase):
             found.setdefault(row["applies_to"], []).append(_window(row))
         return found
 
-    def maintenance_outbox_scope(self, outbox_ids: Sequence[int]) -> dict[int, int]:
-        """Outbox row id → workflow id, for rows whose workflow or tenant has any window."""
+    def maintenance_outbox_scope(self, outbox_ids: Sequence[int]) -> dict[int, tuple[int, datetime | None]]:
+        """Outbox row id → (workflow id, when earlier held rows of its thread are released), for rows
+        whose workflow or tenant has any window."""
         rows = self._rows("maintenance_outbox_scope", {"ids": list(outbox_ids)})
-        return {r["outbox_id"]: r["workflow_id"] for r in rows}
+        return {r["outbox_id"]: (r["workflow_id"], r["held_until"]) for r in rows}
 
     def maintenance_hold_outbox(self, holds: Sequence[tuple[int, datetime]]) -> int:
         if not holds:
