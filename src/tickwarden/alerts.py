@@ -88,7 +88,14 @@ def apply_decisions(store: Store, decisions: Sequence[Decision], now: datetime, 
 
 
 def escalate_due(store: Store, now: datetime, limit: int = 500) -> list[int]:
-    """Promote open warnings that are due (by time or by failures); return their alert ids."""
+    """Promote open warnings that are due (by time or by failures); return their alert ids.
+
+    Time spent in a maintenance window does not count: `holds.defer_escalations` first
+    moves escalate_at of the due warnings that spent some, in this transaction.
+    """
+    from tickwarden import holds
+
+    holds.defer_escalations(store, now, limit)
     escalated = store.escalate_due_alerts(now, limit)
     store.enqueue_notifications([t.event_id for t in escalated], now)
     return [t.alert_id for t in escalated]

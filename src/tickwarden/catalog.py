@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tickwarden import alerts, profile, retention
+from tickwarden import alerts, maintenance, profile, retention
 from tickwarden.db import Database
 from tickwarden.errors import Conflict, InvalidInput, NotFound
 from tickwarden.models import Run, Schedule, Tenant, Workflow
@@ -180,6 +180,8 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
                 expect_rows=spec.expect_rows,
                 kind=spec.kind,
             )
+            if maintenance.replace_file_windows(store, tenant_id, applied.id, planned.maintenance, now):
+                report.changes.append({"kind": "maintenance", "name": label, "change": "updated"})
             if spec.archived and _archive(store, applied.id, "apply", now) is not None:
                 applied = Applied(applied.kind, applied.id, "created" if applied.change == "created" else "updated")
             report.add(applied, label)

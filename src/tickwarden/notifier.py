@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from tickwarden import metrics, secrets
+from tickwarden import holds, metrics, secrets
 from tickwarden.db import Database
 from tickwarden.messages import AlertMessage, render, tick_facts
 from tickwarden.reserved import is_selftest_tenant
@@ -161,6 +161,8 @@ class Notifier:
                     if released:
                         log.warning("released %d notification(s) whose sender stopped before confirming",
                                     len(released))
+                    # deliveries held by a maintenance window that has ended: one per alert and channel
+                    holds.release_due(store, now)
                 claimed = store.claim_outbox(self.replica_id, now, now + self.lease, self.batch, kinds)
                 contexts = store.outbox_delivery_context([row.id for row in claimed]) if claimed else []
                 facts = store.alert_tick_facts(sorted({c.alert_id for c in contexts}))

@@ -555,3 +555,32 @@ CREATE TABLE platform_alert_deliveries (
 );
 CREATE INDEX platform_alert_deliveries_due_idx ON platform_alert_deliveries (next_attempt_at, id)
     WHERE status IN ('pending', 'failed', 'sending');
+-- Maintenance windows (see migration 0016): nothing is delivered for a covered workflow,
+-- and escalation time does not count inside a window.
+CREATE TABLE maintenance_windows (
+    id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id         bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    workflow_id       bigint REFERENCES workflows (id) ON DELETE CASCADE,
+    source            text NOT NULL CHECK (source IN ('file', 'api')),
+    starts_at         timestamptz,
+    ends_at           timestamptz,
+    cron              text CHECK (length(cron) <= 200),
+    timezone          text CHECK (length(timezone) <= 64),
+    duration_seconds  integer CHECK (duration_seconds > 0),
+    note              text CHECK (length(note) <= 500),
+    created_by        text NOT NULL CHECK (length(created_by) <= 254),
+    created_at        timestamptz NOT NULL,
+    CHECK (source = 'api' OR workflow_id IS NOT NULL),
+    CHECK ((starts_at IS NOT NULL AND ends_at IS NOT NULL AND ends_at > starts_at
+            AND cron IS NULL AND timezone IS NULL AND duration_seconds IS NULL)
+        OR (starts_at IS NULL AND ends_at IS NULL
+            AND cron IS NOT NULL AND timezone IS NOT NULL AND duration_seconds IS NOT NULL))
+);
+CREATE INDEX maintenance_windows_tenant_idx ON maintenance_windows (tenant_id, workflow_id);
+
+ALTER TABLE notification_outbox DROP CONSTRAINT notification_outbox_status_check;
+ALTER TABLE notification_outbox ADD CONSTRAINT notification_outbox_status_check
+    CHECK (status IN ('pending', 'sending', 'sent', 'failed', 'dead', 'held', 'suppressed'));
+CREATE INDEX notification_outbox_held_idx ON notification_outbox (next_attempt_at) WHERE status = 'held';
+
+SELECT tickwarden_enforce_tenant_isolation();

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 from tickwarden import cadence, profile, secrets
 from tickwarden.errors import InvalidInput, TickwardenError
 from tickwarden.reserved import SELFTEST_TENANT_PREFIX, is_selftest_tenant
+from tickwarden.maintenance import MAX_WINDOWS_PER_WORKFLOW, WindowSpec, window_spec
 from tickwarden.retention import RetentionSpec
 
 TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -137,6 +138,17 @@ class StepSpec(_Model):
     timeout_seconds: StrictInt | None = Field(default=None, ge=1, le=604800)
 
 
+class MaintenanceWindowSpec(_Model):
+    """A window in which nothing is delivered for the workflow: start/end, or cron + duration (+ timezone)."""
+
+    start: datetime | str | None = None
+    end: datetime | str | None = None
+    cron: str | None = Field(default=None, max_length=200)
+    duration: StrictInt | str | None = None
+    timezone: str | None = Field(default=None, max_length=64)
+    note: str | None = Field(default=None, max_length=500)
+
+
 class WorkflowSpec(_Model):
     tenant: str | None = None
     name: str = Field(pattern=OBJECT_NAME)
@@ -153,6 +165,7 @@ class WorkflowSpec(_Model):
     # managed: tickwarden runs the steps; external: another scheduler runs the job and reports check-ins
     kind: Literal["managed", "external"] = "managed"
     steps: list[StepSpec] | None = Field(default=None, max_length=100)
+    maintenance: list[MaintenanceWindowSpec] = Field(default_factory=list, max_length=MAX_WINDOWS_PER_WORKFLOW)
 
 
 class WorkflowFile(_Model):
@@ -173,6 +186,7 @@ class PlannedWorkflow:
     recipe: dict[str, Any]
     cadence_seconds: int
     policy: dict[str, Any]
+    maintenance: tuple[WindowSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -345,7 +359,8 @@ def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
         cadence_seconds = _check_schedule(f"{where}.schedule", spec.schedule, now)
         policy = _check_policy(f"{where}.policy", spec.policy, cadence_seconds)
         recipe = check_kind_and_steps(where, spec.kind, spec.steps, spec.expect_rows, tenant=tenant)
-        planned.append(PlannedWorkflow(tenant, spec, recipe, cadence_seconds, policy))
+        windows = _check_maintenance(f"{where}.maintenance", spec.maintenance)
+        planned.append(PlannedWorkflow(tenant, spec, recipe, cadence_seconds, policy, windows))
     return Plan(
         source=source,
         tenants=list(document.tenants),
@@ -355,6 +370,18 @@ def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
         platform_channels=list(document.platform_channels),
         workflows=planned,
     )
+
+
+def _check_maintenance(where: str, windows: list[MaintenanceWindowSpec]) -> tuple[WindowSpec, ...]:
+    checked = []
+    for i, w in enumerate(windows):
+        try:
+            checked.append(window_spec(start=w.start, end=w.end, cron=w.cron, duration=w.duration,
+                                       timezone=w.timezone, note=w.note))
+        except InvalidInput as exc:
+            raise _Invalid(f"{where}[{i}]", _sentence_body(exc.message.replace("The maintenance window", "the window"))
+                           ) from None
+    return tuple(checked)
 
 
 def _no_duplicates(kind: str, keys: list[str], label: str = "tenant") -> None:

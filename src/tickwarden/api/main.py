@@ -29,6 +29,7 @@ from tickwarden.api.routers import (
     workflows,
 )
 from tickwarden.api.routers import checkins as checkins_router
+from tickwarden.api.routers import maintenance as maintenance_router
 from tickwarden.api.routers import secrets as secrets_router
 from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
@@ -65,6 +66,7 @@ def create_app(
     for module in (tenants, workflows, runs, alerts, environments, channels, ops, secrets_router, erasure, retention):
         app.include_router(module.router)
     app.include_router(checkins_router.router)
+    app.include_router(maintenance_router.router)
     app.include_router(dashboard.router)
     static = resources.files("tickwarden").joinpath("static")
     app.mount("/static", StaticFiles(directory=str(static)), name="static")

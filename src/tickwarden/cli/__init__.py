@@ -45,6 +45,7 @@ from tickwarden.cli import alerts_cmd, catalog_cmd, channels_cmd, db_cmd, erase_
 from tickwarden.cli import secrets_cmd  # noqa: E402,F401
 from tickwarden.cli import checkin_cmd  # noqa: E402,F401
 from tickwarden.cli import selftest_cmd  # noqa: E402,F401
+from tickwarden.cli import maintenance_cmd  # noqa: E402,F401
 
 
 def main() -> None:

@@ -176,7 +176,8 @@ def outbox_command(as_json: Annotated[bool, typer.Option("--json", help="Print J
     if as_json:
         print_json(data)
         return
-    console.print("outbox: " + ", ".join(f"{counts[s]} {s}" for s in ("pending", "sending", "failed", "dead", "sent")))
+    console.print("outbox: " + ", ".join(f"{counts[s]} {s}" for s in ("pending", "sending", "failed", "dead", "sent"))
+                  + "".join(f", {counts[s]} {s}" for s in ("held", "suppressed") if counts[s]))
     if problems:
         table = Table(title="latest failed and dead deliveries")
         for column in ("id", "status", "tries", "channel", "alert", "event", "error"):

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from tickwarden import alerts, catalog
+from tickwarden import alerts, catalog, maintenance
 from tickwarden.api import convert
 from tickwarden.api.deps import COOKIE_NAME, MAX_ID, NAME_PATTERN, Scope, authenticate
 from tickwarden.clock import isoformat_z
@@ -166,10 +166,13 @@ def _tenant_context(scope: Scope, tenant: str) -> dict[str, Any] | None:
         strips = store.api_recent_outcomes([v.workflow.id for v in views], STRIP_LENGTH)
         open_alerts = store.api_list_alerts(status="open", tenant=tenant, limit=200)
         recent_alerts = store.api_list_alerts(tenant=tenant, limit=RECENT_ALERTS)
+        windows = maintenance.list_windows(store, tenant)
+    active = {w.id: end for w, end in maintenance.active_windows(windows, scope.clock.now())}
     rows = [{"view": v, "profile": convert.derived_profile(v), "strip": list(reversed(strips[v.workflow.id]))}
             for v in views]
     alert_by_workflow = {a.alert.workflow_id: a for a in open_alerts}
-    return {"tenant": found, "rows": rows, "alert_by_workflow": alert_by_workflow, "recent_alerts": recent_alerts}
+    return {"tenant": found, "rows": rows, "alert_by_workflow": alert_by_workflow, "recent_alerts": recent_alerts,
+            "windows": windows, "active_windows": active}
 
 
 @router.get("/dashboard/tenants/{tenant}")
@@ -182,7 +185,7 @@ def tenant_page(request: Request, tenant: Annotated[str, Path(pattern=NAME_PATTE
     context = _tenant_context(scope, tenant)
     if context is None:
         return _not_found(request, scope, f"tenant {tenant!r}")
-    return _render(request, "tenant.html", scope, **context)
+    return _render(request, "tenant.html", scope, error=None, **context)
 
 
 @router.get("/dashboard/partials/tenants/{tenant}")
@@ -203,15 +206,19 @@ def _alert_context(scope: Scope, alert_id: int) -> dict[str, Any] | None:
             return None
         events = store.api_list_alert_events(alert_id)
         failing = store.api_failing_step(alert_id)
+        windows = store.maintenance_for_workflows([view.alert.workflow_id]).get(view.alert.workflow_id, [])
         # The same facts, from the same query and builder, as every message about this alert.
         facts = tick_facts(store.alert_tick_facts([alert_id]).get(alert_id))
+    # the maintenance covering the alert's workflow now: nothing about it is delivered until it ends
+    maintenance_now = maintenance.active_windows(windows, scope.clock.now())
     if failing is not None:  # redacted again on the way out, as every message's log is
         failing = dataclasses.replace(failing, log=redact(failing.log))
     if not scope.principal.platform:  # internal notes are the platform team's
         events = [e for e in events if not e.internal]
     return {"view": view, "alert": view.alert, "events": events, "failing": failing,
             "platform": scope.principal.platform, "facts": facts, "facts_attempt": attempt_line(facts),
-            "facts_log": message_log_tail(facts.log_tail)}
+            "facts_log": message_log_tail(facts.log_tail),
+            "maintenance_now": maintenance_now}
 
 
 @router.get("/dashboard/alerts/{alert_id}")
@@ -343,3 +350,35 @@ def cancel_form(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)])
         detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
         return _render(request, "run.html", scope, status=409, error=exc.message, run=detail)
     return RedirectResponse(f"/dashboard/runs/{run_id}", status_code=303)
+
+
+@router.post("/dashboard/tenants/{tenant}/maintenance")
+def maintenance_form(
+    request: Request,
+    tenant: Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)],
+    workflow: Annotated[str, Form(max_length=63)] = "",
+    start: Annotated[str, Form(max_length=64)] = "",
+    end: Annotated[str, Form(max_length=64)] = "",
+    cron: Annotated[str, Form(max_length=200)] = "",
+    duration: Annotated[str, Form(max_length=40)] = "",
+    timezone: Annotated[str, Form(max_length=64)] = "",
+    note: Annotated[str, Form(max_length=500)] = "",
+) -> Response:
+    """The tenant page's form: the same `maintenance.add_window` as the CLI and the API."""
+    scope = _scope(request)
+    if scope is None:
+        return _login_redirect(request)
+    context = _tenant_context(scope, tenant)
+    if context is None:  # another tenant's page is not found, as for reading it
+        return _not_found(request, scope, f"tenant {tenant!r}")
+    try:
+        spec = maintenance.window_spec(start=start.strip() or None, end=end.strip() or None,
+                                       cron=cron.strip() or None, duration=duration.strip() or None,
+                                       timezone=timezone.strip() or None, note=note.strip() or None)
+        with scope.store() as store:
+            maintenance.add_window(store, tenant, workflow.strip() or None, spec, scope.principal.actor,
+                                   scope.clock.now())
+    except TickwardenError as exc:
+        return _render(request, "tenant.html", scope, status=400, error=exc.message, **context)
+    return RedirectResponse(f"/dashboard/tenants/{tenant}", status_code=303)
+

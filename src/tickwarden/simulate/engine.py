@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
+from tickwarden import maintenance
 from tickwarden.cadence import cadence_of, parse_schedule
 from tickwarden.categories import categorize
 from tickwarden.clock import VirtualClock
@@ -402,6 +403,9 @@ class Simulation:
                 )
                 ids[spec.key] = workflow.id
                 timeouts[spec.key] = timeout
+            for window in self.scenario.maintenance:  # the same write path as the CLI and the API
+                covered = window.workflow.partition("/")[2] if window.workflow else None
+                maintenance.add_window(store, window.tenant, covered, window.spec, "scenario", now)
         with db.transaction() as store:
             store.sim_analyze()
         return SimulationSetup(ids, {v: k for k, v in ids.items()}, timeouts)

@@ -1,4 +1,4 @@
-"""Scenario files: the tenants, workflows, faults, manual runs and trigger outages of a simulation.
+"""Scenario files: the tenants, workflows, faults, manual runs, trigger outages and maintenance of a simulation.
 
 The format is a fixed contract (DESIGN.md, "Scenario file"). Everything is checked
 before anything runs: unknown keys, unknown workflows, times out of order, a bad
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tickwarden.cadence import parse_schedule
 from tickwarden.clock import ensure_utc
 from tickwarden.errors import InvalidInput, TickwardenError
+from tickwarden.maintenance import WindowSpec, window_spec
 from tickwarden.profile import parse_overrides
 
 MAX_SPAN_DAYS = 62
@@ -81,6 +82,25 @@ class Checkin:
     at: datetime
     status: str
     tick: datetime | None
+class MaintenanceSpec(_Strict):
+    """A maintenance window of one workflow or of a whole tenant: one-off, or recurring (cron + duration)."""
+
+    workflow: str | None = None
+    tenant: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    cron: str | None = None
+    duration: int | str | None = None
+    timezone: str | None = None
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """A validated scenario window: `workflow` is TENANT/NAME, or None for every workflow of `tenant`."""
+
+    tenant: str
+    workflow: str | None
+    spec: WindowSpec
 
 
 class ScenarioSpec(_Strict):
@@ -94,6 +114,7 @@ class ScenarioSpec(_Strict):
     trigger_outages: list[OutageSpec] = Field(default_factory=list)
     cancellations: list[CancellationSpec] = Field(default_factory=list)
     checkins: list[CheckinSpec] = Field(default_factory=list)
+    maintenance: list[MaintenanceSpec] = Field(default_factory=list)
 
     @field_validator("start", "end")
     @classmethod
@@ -127,6 +148,7 @@ class Scenario:
     trigger_outages: tuple[tuple[str, datetime, datetime], ...] = field(default=())
     cancellations: tuple[tuple[str, datetime, str], ...] = ()  # (workflow, at, by)
     checkins: tuple[Checkin, ...] = ()
+    maintenance: tuple[Maintenance, ...] = ()
 
     def workflow(self, key: str) -> WorkflowSpec:
         for spec in self.workflows:
@@ -252,6 +274,7 @@ def _resolve(spec: ScenarioSpec, source: str, default_name: str) -> Scenario:
         trigger_outages=tuple(outages),
         cancellations=_cancellations(spec, keys, fail),
         checkins=_checkins(spec, fail),
+        maintenance=_maintenance(spec, tenants, keys, fail),
     )
 
 
@@ -274,6 +297,33 @@ def _checkins(spec: ScenarioSpec, fail: Any) -> tuple[Checkin, ...]:
             fail(f"checkins[{index}].tick: the tick is after the report's 'at'.")
         found.append(Checkin(checkin.workflow, at, checkin.status, tick))
     return tuple(sorted(found, key=lambda c: (c.at, c.workflow)))
+
+
+def _maintenance(spec: ScenarioSpec, tenants: tuple[str, ...], keys: set[str], fail: Any
+                 ) -> tuple[Maintenance, ...]:
+    """Maintenance windows: each names a declared workflow or tenant (not both) and is a valid window."""
+    found = []
+    for index, item in enumerate(spec.maintenance):
+        where = f"maintenance[{index}]"
+        if (item.workflow is None) == (item.tenant is None):
+            fail(f"{where}: name either a 'workflow' or a whole 'tenant'.")
+        if item.workflow is not None and item.workflow not in keys:
+            fail(f"{where}.workflow: unknown workflow {item.workflow!r}.")
+        if item.tenant is not None and item.tenant not in tenants:
+            fail(f"{where}.tenant: unknown tenant {item.tenant!r}.")
+        for name in ("start", "end"):
+            value = getattr(item, name)
+            if value is not None:
+                _aware(value, f"{where}.{name}", fail)
+        try:
+            window = window_spec(start=item.start, end=item.end, cron=item.cron, duration=item.duration,
+                                 timezone=item.timezone)
+        except InvalidInput as exc:
+            fail(f"{where}: {exc.message.replace('The maintenance window', 'the window')}")
+            raise
+        tenant = item.tenant if item.tenant is not None else str(item.workflow).partition("/")[0]
+        found.append(Maintenance(tenant, item.workflow, window))
+    return tuple(found)
 
 
 def _cancellations(spec: ScenarioSpec, keys: set[str], fail: Any) -> tuple[tuple[str, datetime, str], ...]:

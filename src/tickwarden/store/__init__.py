@@ -17,6 +17,7 @@ from tickwarden.store.execution import ExecutionStore
 from tickwarden.store.heartbeat import HeartbeatStore
 from tickwarden.store.kubernetes import KubernetesStore
 from tickwarden.store.ledger import LedgerStore, TickRequest
+from tickwarden.store.maintenance import MaintenanceStore
 from tickwarden.store.monitoring import MonitoringStore
 from tickwarden.store.outbox import OutboxStore
 from tickwarden.store.secrets import SecretStore
@@ -29,7 +30,7 @@ from tickwarden.store.watchdog import WatchdogStore
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
             TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore, CheckinStore,
-            DashboardStore, SelftestStore, AlertContentStore, WatchdogStore):
+            DashboardStore, SelftestStore, AlertContentStore, WatchdogStore, MaintenanceStore):
     """All store operations, bound to one connection and its transaction."""
 
 

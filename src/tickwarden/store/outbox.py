@@ -134,8 +134,13 @@ class OutboxStore(StoreBase):
         """Write the outbox rows for these events (idempotent); return how many were new."""
         if not event_ids:
             return 0
-        written = len(self._rows("enqueue_notifications", {"event_ids": list(event_ids), "now": now}))
+        rows = self._rows("enqueue_notifications", {"event_ids": list(event_ids), "now": now})
+        written = len(rows)
         if written:
+            from tickwarden import holds
+
+            # The one place a maintenance window stops a delivery: the row is held as it is written.
+            holds.hold_new(self, [r["id"] for r in rows], now)  # type: ignore[arg-type]
             # delivered at commit: notifiers deliver now instead of at their next poll
             self._rows("outbox_wake_notifier")
         return written
@@ -247,7 +252,8 @@ class OutboxStore(StoreBase):
         return bool(row["stale"]), row["due"]
 
     def outbox_status_counts(self) -> dict[str, int]:
-        counts = {status: 0 for status in ("pending", "sending", "failed", "dead", "sent")}
+        # held and suppressed: deliveries a maintenance window holds, and those it made unnecessary
+        counts = {status: 0 for status in ("pending", "sending", "failed", "dead", "sent", "held", "suppressed")}
         for row in self._rows("outbox_status_counts"):
             counts[row["status"]] = row["n"]
         return counts

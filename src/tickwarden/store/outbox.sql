@@ -105,7 +105,7 @@ WITH due AS (
        AND NOT EXISTS (
            SELECT 1 FROM notification_outbox p
             WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
-              AND p.status IN ('pending', 'failed', 'sending')
+              AND p.status IN ('pending', 'failed', 'sending', 'held')
               AND p.event_id < o.event_id)
      ORDER BY o.next_attempt_at, o.id
      LIMIT %(batch)s
@@ -252,15 +252,16 @@ SET LOCAL synchronous_commit TO OFF;
 -- earliest claimable delivery become due (its next wake-up)? Only the head of each
 -- thread's queue counts: a reply waiting behind an undelivered first message is due
 -- when that message is, not at its own (past) time, which would otherwise wake the
--- loop over and over for nothing.
+-- loop over and over for nothing. A delivery held by a maintenance window is due when
+-- the window ends (its next_attempt_at): the pass then releases it.
 SELECT EXISTS (SELECT 1 FROM notification_outbox WHERE status = 'sending' AND locked_until <= %(now)s) AS stale,
        (SELECT min(o.next_attempt_at)
           FROM notification_outbox o
-         WHERE o.status IN ('pending', 'failed')
+         WHERE o.status IN ('pending', 'failed', 'held')
            AND EXISTS (SELECT 1 FROM notification_channels c
                         WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
            AND NOT EXISTS (
                SELECT 1 FROM notification_outbox p
                 WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
-                  AND p.status IN ('pending', 'failed', 'sending')
+                  AND p.status IN ('pending', 'failed', 'sending', 'held')
                   AND p.event_id < o.event_id)) AS due;

@@ -207,15 +207,15 @@ SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM attempts_gone) AS 
        (SELECT count(*) FROM per_workflow WHERE runs >= %(runs)s) AS full_workflows;
 
 -- retention_expire_outbox --
--- Delete delivery rows that went out (or were given up) before the tenant's outbox
--- horizon. An open alert's deliveries stay whatever their age. SKIP LOCKED hands
--- replicas disjoint rows.
+-- Delete delivery rows that went out (or were given up, or were suppressed by a
+-- maintenance window) before the tenant's outbox horizon. An open alert's deliveries
+-- stay whatever their age. SKIP LOCKED hands replicas disjoint rows.
 WITH doomed AS (
     SELECT o.id
       FROM notification_outbox o
       JOIN alerts a ON a.id = o.alert_id
       LEFT JOIN retention_policies p ON p.tenant_id = o.tenant_id
-     WHERE o.status IN ('sent', 'dead') AND a.status = 'resolved'
+     WHERE o.status IN ('sent', 'dead', 'suppressed') AND a.status = 'resolved'
        AND coalesce(o.sent_at, o.created_at)
            < %(now)s::timestamptz - make_interval(days => coalesce(p.outbox_days, %(default_days)s::integer))
      ORDER BY o.id
