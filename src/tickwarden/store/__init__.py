@@ -7,6 +7,7 @@ catalog (tenants, workflows, schedules), ledger (runs and attempts), outbox
 
 from __future__ import annotations
 
+from tickwarden.store.ack_links import AckLinkStore
 from tickwarden.store.api import ApiStore
 from tickwarden.store.catalog import CatalogStore
 from tickwarden.store.erasure import ErasureStore
@@ -23,7 +24,8 @@ from tickwarden.store.trigger import TriggerStore
 
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
-            TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore):
+            TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore,
+            AckLinkStore):
     """All store operations, bound to one connection and its transaction."""
 
 
