@@ -134,11 +134,16 @@ def add_note(db: Database, alert_id: int, note: str, actor: str, now: datetime, 
         return event
 
 
-def acknowledge(db: Database, alert_id: int, actor: str, now: datetime, note: str | None = None) -> AlertEvent:
-    """Acknowledge an open alert: someone is on it, so escalation stops; the alert stays open."""
+def acknowledge(db: Database, alert_id: int, actor: str, now: datetime, note: str | None = None, *,
+                also: Callable[[Store], None] | None = None) -> AlertEvent:
+    """Acknowledge an open alert: someone is on it, so escalation stops; the alert stays open.
+
+    `also` runs in the same transaction after the transition (a signed link records its
+    use there); raising from it rolls the acknowledgement back.
+    """
     return _by_hand(db, alert_id, "acknowledged", now,
                     lambda store, clean: store.acknowledge_alert(alert_id, _clean_actor(actor), clean, now),
-                    note, already="is already acknowledged")
+                    note, already="is already acknowledged", also=also)
 
 
 def snooze(db: Database, alert_id: int, seconds: int, actor: str, now: datetime, note: str | None = None
@@ -173,7 +178,7 @@ def note_paused(store: Store, workflow_id: int, actor: str, now: datetime, note:
 
 def _by_hand(db: Database, alert_id: int, kind: str, now: datetime,
              write: Callable[[Store, str | None], AlertEvent | None], note: str | None,
-             already: str | None = None) -> AlertEvent:
+             already: str | None = None, also: Callable[[Store], None] | None = None) -> AlertEvent:
     """Lock the alert, check it is open, write the transition and its event, fan it out."""
     clean = _clean_note(note) if note else None
     with db.transaction() as store:
@@ -185,6 +190,8 @@ def _by_hand(db: Database, alert_id: int, kind: str, now: datetime,
         event = write(store, clean or None)
         if event is None:  # the compare-and-set matched nothing under the row lock: already done
             raise Conflict(f"Alert {alert_id} {already or 'did not change'}.")
+        if also is not None:
+            also(store)
         store.enqueue_notifications([event.id], now)
         return event
 

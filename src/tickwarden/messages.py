@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import jinja2
@@ -145,6 +145,7 @@ class Rendered:
     slack_parent_text: str
     slack_parent_blocks: list[dict[str, Any]]
     payload: dict[str, Any]
+    html: str = ""  # the mail's HTML alternative (autoescaped)
 
 
 def format_duration(seconds: int | None) -> str:
@@ -173,18 +174,34 @@ def _time(value: datetime | None) -> str:
     return isoformat_z(value) or "—"
 
 
+def slack_date(value: datetime | None) -> str:
+    """A Slack date token: each reader sees the time in their own zone and format.
+
+    `<!date^<epoch>^{date_short_pretty} {time}|<fallback>>`; the fallback (UTC) is what
+    clients that cannot format the token, and notifications, show.
+    """
+    if value is None:
+        return "—"
+    utc = value.astimezone(UTC)
+    return f"<!date^{int(utc.timestamp())}^{{date_short_pretty}} {{time}}|{utc:%Y-%m-%d %H:%M} UTC>"
+
+
 @functools.cache
-def _environment() -> jinja2.Environment:
+def _environment(flavour: str = "text") -> jinja2.Environment:
+    """The template environment: `text` (mail, ISO times), `slack` (`| time` gives date tokens), `html`.
+
+    Only the `html` one autoescapes: its output is markup, and every value in it is text.
+    """
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("tickwarden", "templates/messages"),
-        autoescape=False,  # plain text and mrkdwn; Slack escaping is explicit (`| slack`)
+        autoescape=flavour == "html",  # plain text and mrkdwn; Slack escaping is explicit (`| slack`)
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=False,
     )
     env.filters["slack"] = slack_escape
-    env.filters["time"] = _time
+    env.filters["time"] = slack_date if flavour == "slack" else _time
     env.filters["duration"] = format_duration
     return env
 
@@ -234,11 +251,17 @@ def recovery_line(message: AlertMessage) -> str:
 
 
 def subject(message: AlertMessage) -> str:
-    """One subject per alert: every message of the alert carries the same one."""
-    prefix = "[tickwarden shadow]" if message.shadow else "[tickwarden]"
+    """The severity and what happened, then the alert: `[CRITICAL] opened: acme/nightly-pipeline (alert #12)`.
+
+    Mail clients thread the alert's messages by In-Reply-To and References (the email
+    transport sets both), so the subject is free to say what each message is. A self-test's
+    messages say so first, so that nobody acts on them.
+    """
+    prefix = "[tickwarden shadow] " if message.shadow else ""
     if message.test:
-        prefix = "[tickwarden test]"
-    return f"{prefix} {message.tenant}/{message.workflow}: alert #{message.alert_id}"
+        prefix = "[tickwarden test] "
+    label = "TEST" if message.event == "test" else message.severity.upper()
+    return f"{prefix}[{label}] {message.event}: {message.tenant}/{message.workflow} (alert #{message.alert_id})"
 
 
 def headline(message: AlertMessage) -> str:
@@ -356,12 +379,14 @@ def _section(text: str) -> dict[str, Any]:
 def render(message: AlertMessage) -> Rendered:
     """Render one event of an alert for every transport."""
     values = _clean(message)
-    env = _environment()
+    env, slack_env = _environment(), _environment("slack")
     text = env.get_template("email.txt.j2").render(**values).strip() + "\n"
-    slack_text = env.get_template("slack_reply.md.j2").render(**values).strip()
-    parent_text = env.get_template("slack_parent.md.j2").render(**values).strip()
+    html = _environment("html").get_template("email.html.j2").render(**values).strip() + "\n"
+    slack_text = slack_env.get_template("slack_reply.md.j2").render(**values).strip()
+    parent_text = slack_env.get_template("slack_parent.md.j2").render(**values).strip()
     blocks = [_section(slack_text)]
-    if values["log_tail"]:
+    # the resolved reply says it is over; the failure's log was in the thread already
+    if values["log_tail"] and message.event != "resolved":
         blocks.append(_section("```" + slack_escape(values["log_tail"]).replace("```", "'''") + "```"))
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": slack_escape(message.link)}]})
     parent_blocks = [
@@ -376,6 +401,7 @@ def render(message: AlertMessage) -> Rendered:
         slack_parent_text=parent_text,
         slack_parent_blocks=parent_blocks,
         payload=payload(message, values),
+        html=html,
     )
 
 

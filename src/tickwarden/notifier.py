@@ -20,7 +20,9 @@ Exactly once per (event, channel): the outbox row is unique per event and channe
 a row is claimed by one replica at a time, and only the claimant may mark it sent.
 The one window left is a sender that dies after the provider accepted a message and
 before it recorded that: the row is sent again once the lease expires (webhooks
-carry an idempotency key and email a stable Message-ID for that case).
+carry an idempotency key and email a stable Message-ID for that case). Such a row
+is marked `maybe_sent` (so is one whose provider gave no answer); Slack then looks
+the message up by its metadata before posting, and records the one it finds.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from tickwarden import holds, metrics, secrets
+from tickwarden import ack_links, holds, metrics, secrets
 from tickwarden.db import Database
 from tickwarden.messages import AlertMessage, render, tick_facts
 from tickwarden.reserved import is_selftest_tenant
@@ -128,6 +130,7 @@ class Notifier:
         poll_seconds: float = 30.0,
         rounds: int = 20,
         dashboard_url: str = "",
+        link_secret: str | None = None,
     ):
         self.db = db
         self.replica_id = replica_id
@@ -141,6 +144,8 @@ class Notifier:
         self.poll = timedelta(seconds=poll_seconds)
         self.rounds = rounds
         self.dashboard_url = dashboard_url
+        # signs the messages' acknowledge links; None: the platform secret, read when first needed
+        self.link_secret = link_secret
         self.last_pass = PassReport()
 
     def run_once(self, now: datetime) -> datetime:
@@ -213,16 +218,47 @@ class Notifier:
                 thread=Thread(ctx.thread_key, ctx.parent_ref) if ctx.thread_key else None,
                 sent_at=now,
                 secret_value=secrets.channel_secret(self.db, channel),
+                maybe_sent=ctx.maybe_sent,
+                event_at=ctx.event_at,
+                links=self._links(ctx),
             )
             delivery = transport.send(message)
         except TransportError as exc:
             if exc.permanent:
                 return self._disable(ctx, channel, exc.message, now)
-            return self._retry(ctx, exc.message, exc.retry_after, now, failed_channels)
+            return self._retry(ctx, exc.message, exc.retry_after, now, failed_channels,
+                               maybe_sent=exc.maybe_delivered)
         except Exception as exc:  # a transport bug is treated like a transient fault: retried, then dead
             log.exception("transport %s failed unexpectedly on notification %d", channel.kind, ctx.outbox_id)
-            return self._retry(ctx, f"unexpected {type(exc).__name__}: {exc}", None, now, failed_channels)
+            # it may have failed after the provider took the message: the next try looks first
+            return self._retry(ctx, f"unexpected {type(exc).__name__}: {exc}", None, now, failed_channels,
+                               maybe_sent=True)
         return self._record(ctx, delivery, now)
+
+    def _links(self, ctx: DeliveryContext) -> dict[str, str]:
+        """The buttons' targets: the alert and run pages and a signed acknowledge link.
+
+        Only with an absolute `dashboard_url` (`serve --public-url`): a chat button needs
+        a full address. No acknowledge link once the alert is resolved or acknowledged
+        by this very event.
+        """
+        base = self.dashboard_url.rstrip("/")
+        if not base.startswith(("https://", "http://")):
+            return {}
+        links = {"alert": f"{base}/dashboard/alerts/{ctx.alert_id}"}
+        if ctx.last_run_id is not None:
+            links["run"] = f"{base}/dashboard/runs/{ctx.last_run_id}"
+        if ctx.alert_status == "open" and ctx.event_kind not in ("acknowledged", "resolved"):
+            if self.link_secret is None:
+                try:
+                    self.link_secret = ack_links.platform_secrets()[0]
+                except Exception:  # no usable key: the message goes out without the button
+                    log.exception("no platform secret to sign acknowledge links with")
+                    self.link_secret = ""
+            if self.link_secret:
+                links["acknowledge"] = ack_links.link_for(base, ctx.alert_id, ctx.event_at, delivery_key(ctx),
+                                                          self.link_secret)
+        return links
 
     def _record(self, ctx: DeliveryContext, delivery: Delivery, now: datetime) -> str | None:
         with self.db.transaction() as store:
@@ -239,7 +275,7 @@ class Notifier:
         return "sent"
 
     def _retry(self, ctx: DeliveryContext, error: str, retry_after: float | None, now: datetime,
-               failed_channels: dict[int, datetime]) -> str | None:
+               failed_channels: dict[int, datetime], *, maybe_sent: bool = False) -> str | None:
         delay = backoff_seconds(ctx.tries, ctx.outbox_id, base=self.base_backoff, cap=self.max_backoff)
         if retry_after is not None:
             delay = max(delay, retry_after)
@@ -247,7 +283,8 @@ class Notifier:
         failed_channels[ctx.channel.id] = next_at
         with self.db.transaction() as store:
             status = store.mark_outbox_retry(ctx.outbox_id, self.replica_id, error=sanitize_error(error),
-                                             next_attempt_at=next_at, max_tries=self.max_tries)
+                                             next_attempt_at=next_at, max_tries=self.max_tries,
+                                             maybe_sent=maybe_sent)
         if status == "dead":
             log.warning("gave up on notification %d to %s after %d tries: %s",
                         ctx.outbox_id, ctx.channel.label, ctx.tries + 1, sanitize_error(error),

@@ -584,3 +584,22 @@ ALTER TABLE notification_outbox ADD CONSTRAINT notification_outbox_status_check
 CREATE INDEX notification_outbox_held_idx ON notification_outbox (next_attempt_at) WHERE status = 'held';
 
 SELECT tickwarden_enforce_tenant_isolation();
+
+-- 0021 notification links: deliveries of unknown outcome, used acknowledge links
+-- (after the isolation block: its function runs again for the new tenant table).
+
+-- A delivery whose outcome is unknown (a sender's lease ran out, or the provider did not
+-- answer): a transport that can look its message up does so before sending it again.
+ALTER TABLE notification_outbox ADD COLUMN maybe_sent boolean NOT NULL DEFAULT false;
+
+-- Signed acknowledge links that were used (SHA-256 of the token): each acknowledges once.
+CREATE TABLE ack_link_uses (
+    digest     text PRIMARY KEY CHECK (length(digest) = 64),
+    tenant_id  bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    alert_id   bigint NOT NULL REFERENCES alerts (id) ON DELETE CASCADE,
+    used_at    timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX ack_link_uses_alert_idx ON ack_link_uses (alert_id);
+
+SELECT tickwarden_enforce_tenant_isolation();

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from email import message_from_bytes, policy
 from email.message import Message
@@ -55,6 +56,10 @@ class HTTPFake:
         """Answer one request; each fake server says how."""
         return 501, {"Content-Type": "text/plain"}, b"this fake answers nothing"
 
+    def delay(self, request: Request) -> float:
+        """Seconds to wait, after the request was handled, before answering it."""
+        return 0.0
+
     def start(self) -> HTTPFake:
         fake = self
 
@@ -65,6 +70,22 @@ class HTTPFake:
                 with fake._lock:
                     fake.requests.append(request)
                     status, headers, body = fake.answer(request)
+                time.sleep(fake.delay(request))  # outside the lock: other requests are answered meanwhile
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                # The query string stands in for a form body (the Slack SDK reads with GET).
+                path, _, query = self.path.partition("?")
+                request = Request(path, {k.lower(): v for k, v in self.headers.items()}, query.encode())
+                with fake._lock:
+                    fake.requests.append(request)
+                    status, headers, body = fake.answer(request)
+                time.sleep(fake.delay(request))  # outside the lock: other requests are answered meanwhile
                 self.send_response(status)
                 for key, value in headers.items():
                     self.send_header(key, value)
@@ -98,6 +119,9 @@ class SlackFake(HTTPFake):
     posts: list[dict[str, Any]] = field(default_factory=list)
     updates: list[dict[str, Any]] = field(default_factory=list)
     _ts: int = 1000
+    epoch: int = 1764470000                 # the seconds part of the ts of every message posted
+    delay_after_post: float = 0.0           # accept a post, then answer this late (a client timeout)
+    lookups: list[str] = field(default_factory=list)   # conversations.* methods called
 
     @property
     def base_url(self) -> str:
@@ -116,13 +140,40 @@ class SlackFake(HTTPFake):
         data = request.json()
         if request.path.endswith("/chat.postMessage"):
             self._ts += 1
-            ts = f"1764470000.{self._ts:06d}"
+            ts = f"{self.epoch}.{self._ts:06d}"
             self.posts.append({**data, "ts": ts})
             return 200, headers, json.dumps({"ok": True, "channel": "C0CUSTOMER", "ts": ts}).encode()
+        if request.path.endswith(("/conversations.history", "/conversations.replies")):
+            return 200, headers, json.dumps(self._conversation(request.path.rsplit("/", 1)[1], data)).encode()
         if request.path.endswith("/chat.update"):
             self.updates.append(data)
             return 200, headers, json.dumps({"ok": True, "channel": data.get("channel"), "ts": data.get("ts")}).encode()
         return 200, headers, b'{"ok": false, "error": "unknown_method"}'
+
+
+    def delay(self, request: Request) -> float:
+        return self.delay_after_post if request.path.endswith("/chat.postMessage") else 0.0
+
+    def _conversation(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        """conversations.history (top-level messages, newest first, from `oldest`) or .replies (a thread),
+        one page of `limit` with a cursor; metadata only with include_all_metadata, as Slack does."""
+        self.lookups.append(method)
+        if args.get("channel") not in {p.get("channel") for p in self.posts} | {"C0CUSTOMER"}:
+            return {"ok": False, "error": "channel_not_found"}
+        with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        if method == "conversations.history":
+            found = [p for p in self.posts if "thread_ts" not in p and float(p["ts"]) >= float(args.get("oldest") or 0)]
+            found.reverse()
+        else:
+            found = [p for p in self.posts if p["ts"] == args.get("ts") or p.get("thread_ts") == args.get("ts")]
+        start = int(args.get("cursor") or 0)
+        limit = int(args.get("limit") or 100)
+        page = found[start:start + limit]
+        messages = [{"type": "message", "ts": p["ts"], "text": p.get("text", ""),
+                     **({"metadata": p["metadata"]} if with_metadata and p.get("metadata") else {})} for p in page]
+        more = start + limit < len(found)
+        return {"ok": True, "messages": messages, "has_more": more,
+                "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
 
 
 @dataclass

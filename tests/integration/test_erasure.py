@@ -48,7 +48,7 @@ def occurrences(db: Database, schema: str, *needles: str) -> list[str]:
                     sql.Identifier(table), sql.Identifier(column))
                 if store.conn.execute(query, (needle.lower(),)).fetchone()[0]:
                     found.append(f"{table}.{column}")
-    return found
+    return sorted(found)  # information_schema has no order of its own: compare sets of columns
 
 
 def populate(db: Database, now: datetime) -> dict[str, int]:

@@ -35,7 +35,11 @@ def test_mails_of_one_alert_share_a_subject_and_thread_by_message_id(db, clock, 
 
     mails = smtp.messages
     assert len(mails) == 4
-    assert {m["Subject"] for m in mails} == {"[tickwarden] acme/nightly-pipeline: alert #1"}
+    assert [m["Subject"] for m in mails] == [
+        "[WARNING] opened: acme/nightly-pipeline (alert #1)", "[CRITICAL] escalated: acme/nightly-pipeline (alert #1)",
+        "[CRITICAL] reassigned: acme/nightly-pipeline (alert #1)",
+        "[CRITICAL] resolved: acme/nightly-pipeline (alert #1)"]
+    assert {m["Auto-Submitted"] for m in mails} == {"auto-generated"}
     root = mails[0]["Message-ID"]
     assert root.startswith("<tickwarden.alert-1.event-") and mails[0]["In-Reply-To"] is None
     for reply in mails[1:]:
@@ -43,7 +47,10 @@ def test_mails_of_one_alert_share_a_subject_and_thread_by_message_id(db, clock, 
         assert reply["Message-ID"] != root
     assert len({m["Message-ID"] for m in mails}) == 4
     assert smtp.collector.envelopes[0] == ("alerts@tickwarden.example", ["oncall@acme.example", "data@acme.example"])
-    bodies = [m.get_content() for m in mails]
+    assert {m.get_content_type() for m in mails} == {"multipart/alternative"}
+    bodies = [m.get_body(preferencelist=("plain",)).get_content() for m in mails]
+    htmls = [m.get_body(preferencelist=("html",)).get_content() for m in mails]
+    assert "WARNING alert opened" in htmls[0] and "<pre" in htmls[0] and "Downtime" in htmls[3]
     assert "WARNING alert opened" in bodies[0] and "Log tail of the failing step" in bodies[0]
     assert "Escalated to CRITICAL" in bodies[1]
     assert "Reassigned to customer" in bodies[2] and "customer credentials expired" in bodies[2]
@@ -109,3 +116,16 @@ def test_a_wrong_password_disables_the_channel(db, clock, monkeypatch):
         assert not row["enabled"] and "refused the login" in row["disabled_reason"] and server.messages == []
     finally:
         server.stop()
+
+
+def test_the_html_part_escapes_what_a_failure_wrote(db, clock, smtp):
+    email_channel(db, clock, smtp.port)
+    open_alert(db, clock.now(), workflow="nightly-pipeline", error="bad <script>alert(1)</script> & <b>x</b>",
+               log_tail="<img src=x onerror=alert(2)>")
+    notifier(db).run_once(clock.now())
+    [mail] = smtp.messages
+    html = mail.get_body(preferencelist=("html",)).get_content()
+    assert "<script>" not in html and "<img" not in html and "<b>x" not in html
+    assert "&lt;script&gt;" in html and "&lt;img" in html
+    plain = mail.get_body(preferencelist=("plain",)).get_content()
+    assert "<script>" in plain  # the text part is text: nothing to escape

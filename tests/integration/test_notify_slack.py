@@ -59,7 +59,7 @@ def test_the_first_message_carries_the_alert_facts_and_the_log_tail(db, clock, s
     notifier(db).run_once(clock.now())
     [post] = slack.posts
     text = post["text"] + str(post["blocks"])
-    for fact in ("acme/nightly-pipeline", "warning", "engineering", "Failures:* 1", "2026-11-30T01:55:00Z",
+    for fact in ("acme/nightly-pipeline", "warning", "engineering", "Failures:* 1", "|2026-11-30 01:55 UTC>",
                  "relation sales does not exist", "joining orders", "/dashboard/alerts/1"):
         assert fact in text, fact
 

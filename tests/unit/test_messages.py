@@ -16,10 +16,38 @@ OPENED = AlertMessage(
 )
 
 
-def test_every_message_of_an_alert_has_the_same_subject():
-    subjects = {render(dataclasses.replace(OPENED, event=kind)).subject
-                for kind in ("opened", "escalated", "reassigned", "resolved")}
-    assert subjects == {"[tickwarden] acme/nightly-pipeline: alert #12"}
+def test_a_subject_says_the_severity_the_event_and_the_alert():
+    subjects = [render(dataclasses.replace(OPENED, event=kind, severity=severity)).subject
+                for kind, severity in (("opened", "warning"), ("escalated", "critical"), ("resolved", "critical"))]
+    assert subjects == ["[WARNING] opened: acme/nightly-pipeline (alert #12)",
+                        "[CRITICAL] escalated: acme/nightly-pipeline (alert #12)",
+                        "[CRITICAL] resolved: acme/nightly-pipeline (alert #12)"]
+    shadow = render(dataclasses.replace(OPENED, shadow=True)).subject
+    assert shadow == "[tickwarden shadow] [CRITICAL] opened: acme/nightly-pipeline (alert #12)"
+
+
+def test_slack_text_carries_date_tokens_and_mail_keeps_iso_times():
+    rendered = render(OPENED)
+    token = "<!date^1796004540^{date_short_pretty} {time}|2026-11-30 02:09 UTC>"
+    assert token in rendered.slack_text and token in rendered.slack_parent_text
+    assert "2026-11-30T02:09:00Z" not in rendered.slack_text + rendered.slack_parent_text
+    assert "2026-11-30T02:09:00Z" in rendered.text and rendered.payload["at"] == "2026-11-30T02:09:00Z"
+
+
+def test_the_resolved_reply_leaves_the_failure_log_out():
+    opened = render(OPENED)
+    assert "line 99" in str(opened.slack_blocks)
+    resolved = render(dataclasses.replace(OPENED, event="resolved", status="resolved", resolved_at=T,
+                                          downtime_seconds=600))
+    blocks = str(resolved.slack_blocks)
+    assert "line 99" not in blocks and "```" not in blocks and "sales_daily" not in resolved.slack_text
+    assert "Resolved" in resolved.slack_text and "10m 0s" in resolved.slack_text
+
+
+def test_the_html_part_is_autoescaped():
+    rendered = render(dataclasses.replace(OPENED, error="<script>x</script>", log_tail="<b>bold</b>"))
+    assert "<script>" not in rendered.html and "&lt;script&gt;" in rendered.html and "&lt;b&gt;" in rendered.html
+    assert 'href="https://tw.example/dashboard/alerts/12"' in rendered.html
 
 
 def test_the_opening_message_carries_the_facts_and_a_bounded_tail():

@@ -23,7 +23,7 @@ OPENED = AlertMessage(
 
 def test_a_selftest_message_is_marked_as_a_test_in_subject_text_slack_and_payload():
     rendered = render(OPENED)
-    assert rendered.subject == "[tickwarden test] tickwarden-selftest-0a1b2c3d/missed-tick: alert #3"
+    assert rendered.subject == "[tickwarden test] [CRITICAL] opened: tickwarden-selftest-0a1b2c3d/missed-tick (alert #3)"
     assert rendered.text.startswith("TEST (tickwarden selftest, no action needed): CRITICAL alert opened")
     assert "TEST (tickwarden selftest, no action needed)" in rendered.slack_text
     assert rendered.payload["test"] is True
@@ -32,7 +32,7 @@ def test_a_selftest_message_is_marked_as_a_test_in_subject_text_slack_and_payloa
 
 def test_an_ordinary_message_is_not_marked_as_a_test():
     rendered = render(dataclasses.replace(OPENED, tenant="acme", test=False))
-    assert rendered.subject == "[tickwarden] acme/missed-tick: alert #3"
+    assert rendered.subject == "[CRITICAL] opened: acme/missed-tick (alert #3)"
     assert "TEST" not in rendered.text and rendered.payload["test"] is False
 
 

@@ -68,6 +68,9 @@ def create_app(
     app.include_router(checkins_router.router)
     app.include_router(maintenance_router.router)
     app.include_router(dashboard.router)
+    from tickwarden.dashboard.ack_link_views import router as ack_link_router
+
+    app.include_router(ack_link_router)  # signed acknowledge links: no login, one alert, once
     static = resources.files("tickwarden").joinpath("static")
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     _install_docs(app)

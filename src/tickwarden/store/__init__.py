@@ -8,6 +8,7 @@ catalog (tenants, workflows, schedules), ledger (runs and attempts), outbox
 from __future__ import annotations
 
 from tickwarden.store.alert_content import AlertContentStore
+from tickwarden.store.ack_links import AckLinkStore
 from tickwarden.store.api import ApiStore
 from tickwarden.store.catalog import CatalogStore
 from tickwarden.store.checkins import CheckinStore
@@ -30,7 +31,8 @@ from tickwarden.store.watchdog import WatchdogStore
 
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
             TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore, CheckinStore,
-            DashboardStore, SelftestStore, AlertContentStore, WatchdogStore, MaintenanceStore):
+            DashboardStore, SelftestStore, AlertContentStore, WatchdogStore, MaintenanceStore,
+            AckLinkStore):
     """All store operations, bound to one connection and its transaction."""
 
 

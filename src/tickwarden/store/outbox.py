@@ -90,6 +90,9 @@ class DeliveryContext:
     thread_key: str | None
     parent_ref: str | None
     log_tail: str | None
+    # the row's earlier try may have reached the provider (a sender died, no answer came)
+    maybe_sent: bool = False
+    last_run_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -228,13 +231,17 @@ class OutboxStore(StoreBase):
         return self._execute("mark_outbox_sent", {"id": outbox_id, "replica_id": replica_id, "now": now}) == 1
 
     def mark_outbox_retry(
-        self, outbox_id: int, replica_id: str, *, error: str, next_attempt_at: datetime, max_tries: int
+        self, outbox_id: int, replica_id: str, *, error: str, next_attempt_at: datetime, max_tries: int,
+        maybe_sent: bool = False,
     ) -> str | None:
-        """Back off after a transient error; return the new status ('failed' or 'dead'), None if not ours."""
+        """Back off after a transient error; return the new status ('failed' or 'dead'), None if not ours.
+
+        `maybe_sent`: the provider may have accepted the message although no answer came.
+        """
         row = self._row(
             "mark_outbox_retry",
             {"id": outbox_id, "replica_id": replica_id, "error": error,
-             "next_attempt_at": next_attempt_at, "max_tries": max_tries},
+             "next_attempt_at": next_attempt_at, "max_tries": max_tries, "maybe_sent": maybe_sent},
         )
         return row["status"] if row else None
 

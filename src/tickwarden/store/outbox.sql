@@ -80,9 +80,10 @@ RETURNING id;
 
 -- release_expired_outbox --
 -- A sender that crashed (or stalled past its lease) leaves rows in 'sending'; make
--- them due again. The try counts: the crashed send may or may not have gone out.
+-- them due again. The try counts: the crashed send may or may not have gone out,
+-- so the row is marked maybe_sent (the next send looks for it first where it can).
 UPDATE notification_outbox
-   SET status = 'failed', tries = tries + 1, locked_by = NULL, locked_until = NULL,
+   SET status = 'failed', tries = tries + 1, locked_by = NULL, locked_until = NULL, maybe_sent = true,
        next_attempt_at = %(now)s, last_error = 'the sender stopped before confirming the delivery'
  WHERE status = 'sending' AND locked_until <= %(now)s
 RETURNING id;
@@ -135,7 +136,8 @@ SELECT o.id AS outbox_id, o.event_id, o.tries,
        c.enabled AS channel_enabled, c.disabled_reason AS channel_disabled_reason,
        c.disabled_at AS channel_disabled_at, c.created_at AS channel_created_at, ct.name AS channel_tenant,
        th.thread_key, th.parent_ref,
-       la.log_tail
+       la.log_tail,
+       o.maybe_sent, a.last_run_id
   FROM notification_outbox o
   JOIN alert_events e ON e.id = o.event_id
   JOIN alerts a ON a.id = o.alert_id
@@ -171,10 +173,11 @@ RETURNING id;
 
 -- mark_outbox_retry --
 -- A transient failure: back off, or give up ('dead') once the tries are spent.
+-- `maybe_sent`: the provider may have taken the message (no answer came); it stays set.
 UPDATE notification_outbox
    SET status = CASE WHEN tries + 1 >= %(max_tries)s THEN 'dead' ELSE 'failed' END,
        tries = tries + 1, next_attempt_at = %(next_attempt_at)s, last_error = %(error)s,
-       locked_by = NULL, locked_until = NULL
+       locked_by = NULL, locked_until = NULL, maybe_sent = maybe_sent OR %(maybe_sent)s
  WHERE id = %(id)s AND status = 'sending' AND locked_by = %(replica_id)s
 RETURNING id, status, tries;
 

@@ -9,7 +9,8 @@ message and the key of the thread later messages reply in. A failure is a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -28,10 +29,14 @@ class TransportError(Exception):
     provider asked for that.
     """
 
-    def __init__(self, message: str, permanent: bool = False, *, retry_after: float | None = None):
+    def __init__(self, message: str, permanent: bool = False, *, retry_after: float | None = None,
+                 maybe_delivered: bool = False):
         super().__init__(sanitize_error(message))
         self.permanent = permanent
         self.retry_after = retry_after
+        # No answer came (a timeout, a dropped connection): the provider may have taken the
+        # message, so the next try looks for it first where the transport can.
+        self.maybe_delivered = maybe_delivered
 
     @property
     def message(self) -> str:
@@ -57,6 +62,13 @@ class OutgoingMessage:
     sent_at: datetime
     # the value of a tenant channel's `secret:NAME`, resolved by the sender from the secret store
     secret_value: str | None = None
+    # an earlier try of this delivery may have reached the provider: look before sending again
+    maybe_sent: bool = False
+    # when the event happened: no earlier try of this delivery can predate it
+    event_at: datetime | None = None
+    # buttons a transport may offer: "alert", "run" (dashboard pages), "acknowledge" (a signed link);
+    # only absolute http(s) URLs are put here
+    links: Mapping[str, str] = field(default_factory=dict)
 
 
 def conversation(message: OutgoingMessage) -> str:

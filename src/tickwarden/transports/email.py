@@ -1,8 +1,10 @@
-"""Email over SMTP: one subject per alert, threaded by Message-ID, In-Reply-To and References.
+"""Email over SMTP: one thread per alert, by Message-ID, In-Reply-To and References.
 
-Every message of an alert on a channel carries the same subject. The first one's
-Message-ID is the thread key; each later one answers it with `In-Reply-To` and
-`References`, which is what Gmail, Outlook and Thunderbird group conversations by.
+The subject says the severity and the event (`[CRITICAL] opened: acme/nightly (alert #12)`).
+The first message's Message-ID is the thread key; each later one answers it with
+`In-Reply-To` and `References`, which is what Outlook and Thunderbird group
+conversations by. Each mail is multipart/alternative (plain text, then autoescaped
+HTML) and carries `Auto-Submitted: auto-generated` so auto-responders stay quiet.
 Message-IDs are derived from the delivery's identity (the outbox row), so a retried
 send carries the same id and a receiving server may drop the duplicate.
 
@@ -52,7 +54,13 @@ class EmailTransport:
             mail["References"] = message.thread.key
         if message.alert_id is not None:
             mail["X-Tickwarden-Alert"] = str(message.alert_id)
+        # RFC 3834: a machine wrote this; auto-responders (vacation replies) must not answer it.
+        mail["Auto-Submitted"] = "auto-generated"
+        mail["X-Auto-Response-Suppress"] = "All"  # the same for Exchange and Outlook
         mail.set_content(message.rendered.text)
+        if message.rendered.html:
+            # multipart/alternative: clients that show HTML pick the last part, the rest the text
+            mail.add_alternative(message.rendered.html, subtype="html")
 
         if channel.tenant_id is not None:
             try:
