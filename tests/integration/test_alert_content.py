@@ -15,6 +15,7 @@ from tests.integration.pipeline import DAILY, OK, alerts_of, attempt_once, creat
 from tickwarden.clock import isoformat_z
 from tickwarden.deadlines import DeadlineDetector
 from tickwarden.models import AttemptOutcome
+from tickwarden.messages import slack_date
 from tickwarden.notifier import Notifier
 from tickwarden.poller import OutcomePoller
 from tickwarden.transports.recording import RecordingTransport
@@ -87,7 +88,7 @@ def test_a_failed_tick_message_says_tick_due_attempt_owner_log_and_link(db, cloc
     assert "ERROR: duplicate key value violates unique constraint orders_pkey" in text  # the step's own log
     assert f"Details: {DASHBOARD}/dashboard/alerts/{alert.id}" in text
     # Slack carries the same facts
-    assert f"*Tick:* {isoformat_z(due)}" in opened.slack_text and "worker-a@host" in opened.slack_text
+    assert f"*Tick:* {slack_date(due)}" in opened.slack_text and "worker-a@host" in opened.slack_text
     assert "orders_pkey" in str(opened.slack_blocks) and f"/dashboard/alerts/{alert.id}" in str(opened.slack_blocks)
     # the webhook body (which PagerDuty and Teams read) too
     facts = opened.payload["tick"]
@@ -117,8 +118,8 @@ def test_a_missed_tick_message_says_when_its_deadline_expired(db, clock):
     assert "Last attempt:   #1 (cancelled) on no worker, started —, ended" in text
     assert f"Owner:          {alert.owner}" in text
     assert f"{DASHBOARD}/dashboard/alerts/{alert.id}" in text
-    assert f"*Deadline expired:* {isoformat_z(run.deadline_at)}" in opened.slack_text
-    assert f"*Deadline expired:* {isoformat_z(run.deadline_at)}" in opened.slack_parent_text
+    assert f"*Deadline expired:* {slack_date(run.deadline_at)}" in opened.slack_text
+    assert f"*Deadline expired:* {slack_date(run.deadline_at)}" in opened.slack_parent_text
     assert opened.payload["tick"]["deadline_expired_at"] == isoformat_z(run.deadline_at)
     assert opened.payload["tick"]["last_attempt"]["status"] == "cancelled"
 

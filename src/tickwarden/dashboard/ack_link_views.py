@@ -34,7 +34,8 @@ HEADERS = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store", "X-Rob
 def _page(request: Request, status: int, title: str, message: str, **context: Any) -> HTMLResponse:
     return templates.TemplateResponse(
         request, "dashboard/ack_link.html",
-        {"me": None, "title": title, "message": message, "view": None, "confirm": False, **context},
+        {"me": None, "now": request.app.state.clock.now(), "title": title, "message": message, "view": None,
+         "confirm": False, **context},
         status_code=status, headers=HEADERS)
 
 
