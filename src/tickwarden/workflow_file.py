@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from tickwarden import cadence, profile, secrets
-from tickwarden.errors import InvalidInput, TickwardenError
+from tickwarden.errors import InvalidField, InvalidInput, TickwardenError
 from tickwarden.retention import RetentionSpec
 
 TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -137,7 +137,7 @@ class WorkflowSpec(_Model):
     schedule: ScheduleSpec
     timeout_seconds: StrictInt | None = Field(default=None, ge=1, le=604800)
     monitoring: bool = True
-    policy: dict[str, Any] = Field(default_factory=dict)
+    policy: profile.PolicyOverrides = Field(default_factory=profile.PolicyOverrides)  # the one overrides schema
     shadow: bool = False
     archived: bool = False  # no more ticks; runs and alerts stay readable; false (or absent) restores it
     expect_rows: bool = False
@@ -331,10 +331,7 @@ def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
             raise _Invalid(f"{where}.environment", f"unknown environment {spec.environment!r} of tenant {tenant!r}")
         if (tenant, spec.publisher) not in emails:
             raise _Invalid(f"{where}.publisher", f"unknown user {spec.publisher!r} of tenant {tenant!r}")
-        cadence_seconds = _check_schedule(f"{where}.schedule", spec.schedule, now)
-        policy = _check_policy(f"{where}.policy", spec.policy, cadence_seconds)
-        recipe = _check_steps(f"{where}.steps", spec.steps, tenant=tenant)
-        planned.append(PlannedWorkflow(tenant, spec, recipe, cadence_seconds, policy))
+        planned.append(_plan_workflow(f"{where}.", spec, tenant, now))
     return Plan(
         source=source,
         tenants=list(document.tenants),
@@ -344,6 +341,25 @@ def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
         platform_channels=list(document.platform_channels),
         workflows=planned,
     )
+
+
+def plan_workflow(spec: WorkflowSpec, tenant: str, now: datetime) -> PlannedWorkflow:
+    """Check one workflow entry's meaning (schedule, policy, steps) as `apply` does for a file's.
+
+    The API publishes through this, so a workflow means the same wherever it comes from;
+    a problem raises InvalidField naming the key path within the entry (`schedule.cron`).
+    """
+    try:
+        return _plan_workflow("", spec, tenant, now)
+    except _Invalid as exc:
+        raise InvalidField(exc.path, exc.message) from None
+
+
+def _plan_workflow(where: str, spec: WorkflowSpec, tenant: str, now: datetime) -> PlannedWorkflow:
+    cadence_seconds = _check_schedule(f"{where}schedule", spec.schedule, now)
+    policy = _check_policy(f"{where}policy", spec.policy, cadence_seconds)
+    recipe = _check_steps(f"{where}steps", spec.steps, tenant=tenant)
+    return PlannedWorkflow(tenant, spec, recipe, cadence_seconds, policy)
 
 
 def _no_duplicates(kind: str, keys: list[str], label: str = "tenant") -> None:
@@ -393,13 +409,13 @@ def _check_schedule(where: str, schedule: ScheduleSpec, now: datetime) -> int:
         raise _Invalid(f"{where}.{key}", _sentence_body(exc.message)) from None
 
 
-def _check_policy(where: str, policy: dict[str, Any], cadence_seconds: int) -> dict[str, Any]:
+def _check_policy(where: str, policy: profile.PolicyOverrides, cadence_seconds: int) -> dict[str, Any]:
+    """The overrides' shape is checked by the model; here, that they fit together on this cadence."""
     try:
-        parsed = profile.parse_overrides(policy)
-        profile.derive_profile(cadence_seconds, parsed)
+        profile.derive_profile(cadence_seconds, policy)
     except TickwardenError as exc:
         raise _Invalid(where, _sentence_body(exc.message)) from None
-    return parsed.model_dump(exclude_none=True)
+    return policy.model_dump(exclude_none=True)
 
 
 def _check_steps(where: str, steps: list[StepSpec], *, tenant: str) -> dict[str, Any]:
