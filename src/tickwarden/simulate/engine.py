@@ -27,6 +27,7 @@ import psycopg
 from psycopg import sql
 
 from tickwarden.cadence import cadence_of, parse_schedule
+from tickwarden.catalog import Publication, publish
 from tickwarden.categories import categorize
 from tickwarden.clock import VirtualClock
 from tickwarden.db import Database, DedicatedDatabase
@@ -387,19 +388,15 @@ class Simulation:
                 policy = dict(self.overrides) if self.replace_policy else {**spec.policy, **self.overrides}
                 derive_profile(interval, policy)  # validated before anything runs
                 timeout = default_timeout_seconds(interval)
-                workflow = store.upsert_workflow(
-                    tenants[spec.tenant].id, spec.name, now, timeout_seconds=timeout, policy_overrides=policy,
-                    expect_rows=spec.expect_rows,
-                )
-                store.upsert_schedule(
-                    tenant_id=workflow.tenant_id,
-                    workflow_id=workflow.id,
-                    cron=spec.cron,
-                    timezone=spec.timezone,
-                    cadence_seconds=interval,
-                    now=now,
-                )
-                ids[spec.key] = workflow.id
+                # The same write as apply and the API (no environment or publisher: simulated steps run nothing).
+                published = publish(store, Publication(
+                    tenant_id=tenants[spec.tenant].id, name=spec.name, description="", environment_id=None,
+                    publisher_id=None, recipe={"steps": []}, timeout_seconds=timeout, monitoring_enabled=True,
+                    policy_overrides=policy, shadow=False, expect_rows=spec.expect_rows, archived=False,
+                    cron=spec.cron, timezone=spec.timezone, status="active", cadence_seconds=interval,
+                    starting_deadline_seconds=300,
+                ), now, actor="simulator")
+                ids[spec.key] = published.workflow.id
                 timeouts[spec.key] = timeout
         with db.transaction() as store:
             store.sim_analyze()
