@@ -27,8 +27,6 @@ from tickwarden.store.catalog import Applied, WorkflowSummary
 from tickwarden.profile import PolicyOverrides
 from tickwarden.workflow_file import PlannedWorkflow, WorkflowSpec, load_file, plan_workflow
 
-# The cadence assumed for a workflow that has no schedule (manual runs only).
-UNSCHEDULED_CADENCE_SECONDS = 86400
 KINDS = ("tenant", "user", "environment", "channel", "workflow", "schedule")
 
 
@@ -96,7 +94,7 @@ class Budget:
 def _budget(cadence_seconds: int, overrides_json: str, monitoring_enabled: bool, timeout_seconds: int | None) -> Budget:
     derived = profile.derive_profile(cadence_seconds, json.loads(overrides_json))
     backoffs = derived.backoffs() if monitoring_enabled else ()
-    timeout = timeout_seconds or profile.default_timeout_seconds(cadence_seconds)
+    timeout = profile.timeout_for(timeout_seconds, cadence_seconds)
     return Budget(retries=len(backoffs), timeout_seconds=timeout, interval_seconds=cadence_seconds, backoffs=backoffs)
 
 
@@ -416,7 +414,7 @@ def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_b
         if found.archived_at is not None:
             raise Conflict(f"Workflow {tenant}/{workflow} is archived; apply its file again to restore it.")
         schedule = store.get_schedule_for_workflow(found.id)
-        cadence_seconds = schedule.cadence_seconds if schedule else UNSCHEDULED_CADENCE_SECONDS
+        cadence_seconds = schedule.cadence_seconds if schedule else profile.UNSCHEDULED_CADENCE_SECONDS
         budget = budget_for(cadence_seconds, found.policy_overrides, found.monitoring_enabled, found.timeout_seconds)
         return store.create_manual_run(
             tenant_id=found.tenant_id,

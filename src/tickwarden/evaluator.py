@@ -51,7 +51,7 @@ from tickwarden import alerts
 from tickwarden.categories import owner_for
 from tickwarden.db import Database
 from tickwarden.errors import InvalidPolicy
-from tickwarden.profile import Profile, derive_profile
+from tickwarden.profile import UNSCHEDULED_CADENCE_SECONDS, Profile, derive_profile
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store import Store
 from tickwarden.store.monitoring import (
@@ -63,7 +63,6 @@ from tickwarden.store.monitoring import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CADENCE_SECONDS = 86400  # a workflow with no schedule (manual runs only) is treated as daily
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ def _cached_profile(cadence_seconds: int, overrides_json: str) -> Profile:
 
 def profile_of(cadence_seconds: int | None, overrides: dict[str, Any] | None) -> Profile:
     """Return the workflow's profile (cached: thousands of workflows share a handful)."""
-    return _cached_profile(cadence_seconds or DEFAULT_CADENCE_SECONDS, json.dumps(overrides or {}, sort_keys=True))
+    return _cached_profile(cadence_seconds or UNSCHEDULED_CADENCE_SECONDS, json.dumps(overrides or {}, sort_keys=True))
 
 
 def rate_window_needed(inp: EvaluationInput) -> int:
@@ -146,7 +145,7 @@ def decide(inp: EvaluationInput, now: datetime, rate: FailureRate | None = None)
             if not _rate_reached(profile, rate):
                 return Decision(wid, "not_yet", failures=inp.failures)
             reason = "failure_rate"
-        cadence = inp.cadence_seconds or DEFAULT_CADENCE_SECONDS
+        cadence = inp.cadence_seconds or UNSCHEDULED_CADENCE_SECONDS
         opening = OpenAlert(
             tenant_id=inp.tenant_id,
             workflow_id=wid,
