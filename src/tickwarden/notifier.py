@@ -200,6 +200,8 @@ class Notifier:
                 secret_value=secrets.channel_secret(self.db, channel),
             )
             delivery = transport.send(message)
+        except secrets.SecretError as exc:  # a configuration error: retrying will not fix it
+            return self._disable(ctx, channel, exc.message, now)
         except TransportError as exc:
             if exc.permanent:
                 return self._disable(ctx, channel, exc.message, now)
