@@ -43,11 +43,11 @@ import functools
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from tickwarden import alerts
+from tickwarden.alerts import Decision, EvaluationReport
 from tickwarden.categories import owner_for
 from tickwarden.db import Database
 from tickwarden.errors import InvalidPolicy
@@ -62,43 +62,6 @@ from tickwarden.store.monitoring import (
 )
 
 log = logging.getLogger(__name__)
-
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What to do with one workflow's alert state."""
-
-    workflow_id: int
-    verdict: str  # none | not_yet | alert | resolve
-    failures: int = 0
-    severity: str | None = None
-    open: OpenAlert | None = None
-    update: FailureUpdate | None = None
-    escalate_alert_id: int | None = None
-    resolve: tuple[int, int | None] | None = None
-
-
-@dataclass
-class EvaluationReport:
-    """What one evaluation did, for logs, tests and the benchmark."""
-
-    evaluated: int = 0
-    opened: list[int] = field(default_factory=list)
-    updated: list[int] = field(default_factory=list)
-    escalated: list[int] = field(default_factory=list)
-    resolved: list[int] = field(default_factory=list)
-    event_ids: list[int] = field(default_factory=list)
-    failed_workflows: list[int] = field(default_factory=list)
-
-    def merge(self, other: EvaluationReport) -> None:
-        self.evaluated += other.evaluated
-        self.opened += other.opened
-        self.updated += other.updated
-        self.escalated += other.escalated
-        self.resolved += other.resolved
-        self.event_ids += other.event_ids
-        self.failed_workflows += other.failed_workflows
 
 
 @functools.lru_cache(maxsize=4096)

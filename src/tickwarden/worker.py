@@ -35,7 +35,7 @@ from tickwarden.db import Database
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.errors import DatabaseUnavailable
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
-from tickwarden.store.execution import ExecutionContext, autocommit
+from tickwarden.store.execution import ExecutionContext
 from tickwarden.profile import timeout_for
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
 from tickwarden.sanitize import redact_value, sanitize_error, sanitize_log_tail
@@ -162,10 +162,10 @@ class Worker:
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then lease and execute one attempt; return the next wake-up."""
         # The lease is one statement and the context only reads; a lease is a claim, not
-        # an outcome, so it need not wait for the disk (see `autocommit`).
+        # an outcome, so it need not wait for the disk (see `Database.autocommit`).
         try:
             self.environments.stop_idle(now)
-            with autocommit(self.db, relaxed=True) as store:
+            with self.db.autocommit(relaxed=True) as store:
                 leased = metrics.current().attempts_leased(
                     store.lease_attempts_with_ticks(self.worker_id, now, self.lease_seconds, limit=1), now)
                 context = store.execution_context(leased[0].workflow_id, now) if leased else None

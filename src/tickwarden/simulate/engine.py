@@ -35,7 +35,6 @@ from tickwarden.migrate import upgrade
 from tickwarden.models import Attempt, AttemptOutcome
 from tickwarden.profile import default_timeout_seconds, derive_profile
 from tickwarden.sanitize import sanitize_error
-from tickwarden.store.execution import autocommit
 from tickwarden.store.ledger import finish_params
 from tickwarden.store.queries import queries
 from tickwarden.store.simulation import renew_params
@@ -245,13 +244,13 @@ class SimulatedWorker:
         for attempt_id in [a for a, expiry in self.written_lease.items() if expiry <= now and a not in self.in_flight]:
             del self.written_lease[attempt_id]
         if statements:
-            with autocommit(self.db) as store:
+            with self.db.autocommit() as store:
                 store.sim_worker_writes(statements)
 
     def run_once(self, now: datetime) -> datetime:
         # The lease is one statement, committed on its own, as the real worker's: an idle
         # worker's poll finds nothing to lease and changes nothing.
-        with autocommit(self.db) as store:
+        with self.db.autocommit() as store:
             leased = store.lease_attempts_with_ticks(WORKER_ID, now, LEASE_SECONDS, limit=10_000)
         if leased and not self.in_flight:
             self.on_busy(now)
