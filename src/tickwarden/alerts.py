@@ -40,21 +40,55 @@ compare-and-set matched nothing wrote no event; UNIQUE (event, channel) besides)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from tickwarden.db import Database
 from tickwarden.errors import Conflict, InvalidInput, NotFound
 from tickwarden.models import Alert, AlertEvent
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store import Store
-
-if TYPE_CHECKING:
-    from tickwarden.evaluator import Decision, EvaluationReport
+from tickwarden.store.monitoring import FailureUpdate, OpenAlert
 
 OWNERS = ("engineering", "customer")
 MAX_NOTE = 1000
 MAX_SNOOZE_SECONDS = 30 * 86400
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one workflow's alert state: decided by `evaluator.decide`, applied here."""
+
+    workflow_id: int
+    verdict: str  # none | not_yet | alert | resolve
+    failures: int = 0
+    severity: str | None = None
+    open: OpenAlert | None = None
+    update: FailureUpdate | None = None
+    escalate_alert_id: int | None = None
+    resolve: tuple[int, int | None] | None = None
+
+
+@dataclass
+class EvaluationReport:
+    """What one evaluation did, for logs, tests and the benchmark."""
+
+    evaluated: int = 0
+    opened: list[int] = field(default_factory=list)
+    updated: list[int] = field(default_factory=list)
+    escalated: list[int] = field(default_factory=list)
+    resolved: list[int] = field(default_factory=list)
+    event_ids: list[int] = field(default_factory=list)
+    failed_workflows: list[int] = field(default_factory=list)
+
+    def merge(self, other: EvaluationReport) -> None:
+        self.evaluated += other.evaluated
+        self.opened += other.opened
+        self.updated += other.updated
+        self.escalated += other.escalated
+        self.resolved += other.resolved
+        self.event_ids += other.event_ids
+        self.failed_workflows += other.failed_workflows
 
 
 def apply_decisions(store: Store, decisions: Sequence[Decision], now: datetime, report: EvaluationReport) -> None:

@@ -2,30 +2,32 @@
 
 `apply_file` turns a validated workflow file into upserts, all in one transaction;
 `pause`, `resume` and `run_now` act on one workflow named `TENANT/WORKFLOW`.
-A schedule's write sets its next fire time in the same statement (`store.apply_schedule`,
-`store.set_schedule_status`), so the ticker fires it from its next pass; the wake-up
-sent with the commit only makes that pass come sooner.
+`publish` is the only code that writes a workflow and its schedule: `apply`, the
+API's publish, pause, resume and profile changes all go through it.
+A schedule's write sets its next fire time in the same statement (`store.apply_schedule`),
+so the ticker fires it from its next pass; the wake-up sent with the commit only makes
+that pass come sooner.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tickwarden import alerts, maintenance, profile, retention
 from tickwarden.db import Database
-from tickwarden.errors import Conflict, InvalidInput, NotFound
+from tickwarden.errors import Conflict, InvalidField, InvalidInput, NotFound
 from tickwarden.models import Run, Schedule, Tenant, Workflow
 from tickwarden.store import Store
 from tickwarden.store.catalog import Applied, WorkflowSummary
-from tickwarden.workflow_file import load_file
+from tickwarden.profile import PolicyOverrides
+from tickwarden.maintenance import WindowSpec
+from tickwarden.workflow_file import PlannedWorkflow, WorkflowSpec, load_file, plan_workflow
 
-# The cadence assumed for a workflow that has no schedule (manual runs only).
-UNSCHEDULED_CADENCE_SECONDS = 86400
 KINDS = ("tenant", "user", "environment", "channel", "workflow", "schedule")
 
 
@@ -93,7 +95,7 @@ class Budget:
 def _budget(cadence_seconds: int, overrides_json: str, monitoring_enabled: bool, timeout_seconds: int | None) -> Budget:
     derived = profile.derive_profile(cadence_seconds, json.loads(overrides_json))
     backoffs = derived.backoffs() if monitoring_enabled else ()
-    timeout = timeout_seconds or profile.default_timeout_seconds(cadence_seconds)
+    timeout = profile.timeout_for(timeout_seconds, cadence_seconds)
     return Budget(retries=len(backoffs), timeout_seconds=timeout, interval_seconds=cadence_seconds, backoffs=backoffs)
 
 
@@ -156,41 +158,11 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
                 severities=channel.routed_severities(), events=channel.routed_events(),
             ), f"platform/{channel.name}")
         for planned in plan.workflows:
-            spec = planned.spec
-            tenant_id = tenant_ids[planned.tenant]
-            label = f"{planned.tenant}/{spec.name}"
-            if spec.archived and _already_archived(store, planned.tenant, spec.name, report):
-                continue  # re-applying an archived workflow's file changes nothing
-            existing = store.get_workflow_by_name(planned.tenant, spec.name)
-            current = store.get_schedule_for_workflow(existing.id) if existing else None
-            if current is not None and current.status == "paused" and spec.schedule.status == "active":
-                # The file says active: applying it resumes a schedule someone paused by hand.
-                report.warnings.append(f"{label} is paused; this file resumes it (set schedule.status: paused "
-                                       "to keep it paused).")
-            applied = store.apply_workflow(
-                tenant_id, spec.name, now,
-                description=spec.description,
-                environment_id=env_ids[(planned.tenant, spec.environment)],
-                publisher_id=user_ids[(planned.tenant, spec.publisher)],
-                recipe=planned.recipe,
-                timeout_seconds=spec.timeout_seconds,
-                monitoring_enabled=spec.monitoring,
-                policy_overrides=planned.policy,
-                shadow=spec.shadow,
-                expect_rows=spec.expect_rows,
-                kind=spec.kind,
-            )
-            if maintenance.replace_file_windows(store, tenant_id, applied.id, planned.maintenance, now):
-                report.changes.append({"kind": "maintenance", "name": label, "change": "updated"})
-            if spec.archived and _archive(store, applied.id, "apply", now) is not None:
-                applied = Applied(applied.kind, applied.id, "created" if applied.change == "created" else "updated")
-            report.add(applied, label)
-            report.add(store.apply_schedule(
-                tenant_id=tenant_id, workflow_id=applied.id, cron=spec.schedule.cron,
-                timezone=spec.schedule.timezone, status=spec.schedule.status,
-                cadence_seconds=planned.cadence_seconds,
-                starting_deadline_seconds=spec.schedule.starting_deadline_seconds, now=now,
-            ), label)
+            label = f"{planned.tenant}/{planned.spec.name}"
+            publication = Publication.planned(planned, tenant_ids[planned.tenant],
+                                              env_ids[(planned.tenant, planned.spec.environment)],
+                                              user_ids[(planned.tenant, planned.spec.publisher)])
+            publish(store, publication, now, actor="apply", report=report, label=label)
         if dry_run:
             raise _DryRun
         if report.created or report.updated:
@@ -203,15 +175,169 @@ def _wake_trigger(store: Store) -> None:
     store.notify_wake("reconciler")
 
 
-def _already_archived(store: Store, tenant: str, workflow: str, report: ApplyReport) -> bool:
-    found = store.get_workflow_by_name(tenant, workflow)
-    if found is None or found.archived_at is None:
-        return False
-    report.add(Applied("workflow", found.id, "unchanged"))
-    schedule = store.get_schedule_for_workflow(found.id)
-    if schedule is not None:
-        report.add(Applied("schedule", schedule.id, "unchanged"))
-    return True
+@dataclass(frozen=True)
+class Publication:
+    """Everything one publish writes: a workflow row and its schedule row, names resolved to ids.
+
+    Built from a validated workflow entry (`planned`: a file's or an API body's) or from the
+    stored rows (`stored`: pause, resume and profile changes edit one field of what is there).
+    """
+
+    tenant_id: int
+    name: str
+    description: str
+    environment_id: int | None
+    publisher_id: int | None
+    recipe: dict[str, Any]
+    timeout_seconds: int | None
+    monitoring_enabled: bool
+    policy_overrides: dict[str, Any]
+    shadow: bool
+    expect_rows: bool
+    archived: bool
+    cron: str
+    timezone: str
+    status: str
+    cadence_seconds: int
+    starting_deadline_seconds: int
+    kind: str = "managed"
+    # The entry's own maintenance windows, replacing those it brought before (operators'
+    # windows are kept); None leaves them alone (pause, resume and profile changes).
+    maintenance: tuple[WindowSpec, ...] | None = None
+
+    @classmethod
+    def planned(cls, planned: PlannedWorkflow, tenant_id: int, environment_id: int, publisher_id: int) -> Publication:
+        spec = planned.spec
+        return cls(
+            tenant_id=tenant_id, name=spec.name, description=spec.description, environment_id=environment_id,
+            publisher_id=publisher_id, recipe=planned.recipe, timeout_seconds=spec.timeout_seconds,
+            monitoring_enabled=spec.monitoring, policy_overrides=planned.policy, shadow=spec.shadow,
+            expect_rows=spec.expect_rows, archived=spec.archived, cron=spec.schedule.cron,
+            timezone=spec.schedule.timezone, status=spec.schedule.status, cadence_seconds=planned.cadence_seconds,
+            starting_deadline_seconds=spec.schedule.starting_deadline_seconds, kind=spec.kind,
+            maintenance=planned.maintenance,
+        )
+
+    @classmethod
+    def stored(cls, workflow: Workflow, schedule: Schedule) -> Publication:
+        return cls(
+            tenant_id=workflow.tenant_id, name=workflow.name, description=workflow.description,
+            environment_id=workflow.environment_id, publisher_id=workflow.publisher_id, recipe=workflow.recipe,
+            timeout_seconds=workflow.timeout_seconds, monitoring_enabled=workflow.monitoring_enabled,
+            policy_overrides=workflow.policy_overrides, shadow=workflow.shadow, expect_rows=workflow.expect_rows,
+            archived=workflow.archived_at is not None, cron=schedule.cron, timezone=schedule.timezone,
+            status=schedule.status, cadence_seconds=schedule.cadence_seconds,
+            starting_deadline_seconds=schedule.starting_deadline_seconds, kind=workflow.kind,
+        )
+
+
+@dataclass(frozen=True)
+class Published:
+    """What a publish did: the workflow's and the schedule's rows and whether each was created or changed."""
+
+    workflow: Applied
+    schedule: Applied
+
+    @property
+    def change(self) -> str:
+        """created (the workflow is new), updated (anything changed) or unchanged."""
+        if self.workflow.change == "created":
+            return "created"
+        return "updated" if "updated" in (self.workflow.change, self.schedule.change) else "unchanged"
+
+
+def publish(store: Store, pub: Publication, now: datetime, *, actor: str, report: ApplyReport | None = None,
+            label: str = "") -> Published:
+    """The one write of a workflow and its schedule: apply, the API, pause, resume and profile changes.
+
+    In the caller's transaction. Identical content writes nothing (`unchanged`); a new or
+    re-activated schedule fires from its next tick after `now` (set in the same statement,
+    so no loop has to prepare it); a schedule going from active to paused tells the open
+    alert's thread; `archived` archives (a file re-applied to an archived workflow changes
+    nothing; without `archived` it restores it). The trigger is woken at commit, which only
+    makes its next pass come sooner.
+    """
+    existing = store.catalog_get_workflow(pub.tenant_id, pub.name)
+    current = store.get_schedule_for_workflow(existing.id) if existing else None
+    if pub.archived and existing is not None and existing.archived_at is not None:
+        published = Published(Applied("workflow", existing.id, "unchanged", existing),
+                              Applied("schedule", current.id if current else 0, "unchanged", current))
+        _report(report, published, label, with_schedule=current is not None)
+        return published
+    if report is not None and current is not None and current.status == "paused" and pub.status == "active":
+        # The content says active: publishing it resumes a schedule someone paused by hand.
+        report.warnings.append(f"{label} is paused; this file resumes it (set schedule.status: paused "
+                               "to keep it paused).")
+    workflow = store.apply_workflow(
+        pub.tenant_id, pub.name, now, description=pub.description,
+        environment_id=pub.environment_id, publisher_id=pub.publisher_id,  # type: ignore[arg-type]
+        recipe=pub.recipe, timeout_seconds=pub.timeout_seconds, monitoring_enabled=pub.monitoring_enabled,
+        policy_overrides=pub.policy_overrides, shadow=pub.shadow, expect_rows=pub.expect_rows, kind=pub.kind,
+    )
+    if pub.maintenance is not None and maintenance.replace_file_windows(store, pub.tenant_id, workflow.id,
+                                                                       pub.maintenance, now):
+        if report is not None:
+            report.changes.append({"kind": "maintenance", "name": label, "change": "updated"})
+    if pub.archived and _archive(store, workflow.id, actor, now) is not None:
+        workflow = Applied(workflow.kind, workflow.id, "created" if workflow.change == "created" else "updated",
+                           workflow.row)
+    schedule = store.apply_schedule(
+        tenant_id=pub.tenant_id, workflow_id=workflow.id, cron=pub.cron, timezone=pub.timezone, status=pub.status,
+        cadence_seconds=pub.cadence_seconds, starting_deadline_seconds=pub.starting_deadline_seconds, now=now,
+    )
+    published = Published(workflow, schedule)
+    if published.change != "unchanged":
+        _wake_trigger(store)
+    if current is not None and current.status == "active" and pub.status == "paused" and not pub.archived:
+        alerts.note_paused(store, workflow.id, actor, now)
+    _report(report, published, label, with_schedule=True)
+    return published
+
+
+def _report(report: ApplyReport | None, published: Published, label: str, *, with_schedule: bool) -> None:
+    if report is None:
+        return
+    report.add(published.workflow, label)
+    if with_schedule:
+        report.add(published.schedule, label)
+
+
+def publish_workflow(db: Database, tenant: str, spec: WorkflowSpec, now: datetime, *, actor: str) -> Published:
+    """Publish one workflow entry (the API's body) whose environment and publisher already exist.
+
+    The entry is checked exactly as a file's (`workflow_file.plan_workflow`); the names
+    it refers to must be the tenant's: an environment, and an active user to publish as.
+    """
+    with db.transaction() as store:
+        found = find_tenant(store, tenant)
+        planned = plan_workflow(spec, tenant, now)
+        environment = store.api_get_environment_by_name(tenant, spec.environment)
+        if environment is None:
+            raise InvalidField("environment", f"tenant {tenant!r} has no environment named {spec.environment!r}")
+        publisher = store.api_get_user_by_email(tenant, spec.publisher)
+        if publisher is None or not publisher.active:
+            raise InvalidField("publisher", f"tenant {tenant!r} has no active user {spec.publisher!r} to publish as")
+        return publish(store, Publication.planned(planned, found.id, environment.id, publisher.id), now, actor=actor)
+
+
+def set_policy(db: Database, tenant: str, workflow: str, overrides: PolicyOverrides, now: datetime,
+               actor: str = "tickwarden") -> profile.Profile:
+    """Replace a workflow's profile overrides (omitted fields return to the cadence's default); the new profile.
+
+    A workflow without a schedule has no cadence, so no profile; an archived one is
+    restored only by publishing it again.
+    """
+    with db.transaction() as store:
+        found = find_workflow(store, tenant, workflow)
+        schedule = store.get_schedule_for_workflow(found.id)
+        if schedule is None:
+            raise Conflict(f"Workflow {tenant}/{workflow} has no schedule, so it has no cadence profile.")
+        if found.archived_at is not None:
+            raise Conflict(f"Workflow {tenant}/{workflow} is archived; apply its file again to restore it.")
+        derived = profile.derive_profile(schedule.cadence_seconds, overrides)
+        changed = replace(Publication.stored(found, schedule), policy_overrides=overrides.model_dump(exclude_none=True))
+        publish(store, changed, now, actor=actor)
+        return derived
 
 
 def parse_ref(ref: str) -> tuple[str, str]:
@@ -285,12 +411,10 @@ def _set_status(db: Database, tenant: str, workflow: str, status: str, now: date
         found, schedule = find_schedule(store, tenant, workflow)
         if found.archived_at is not None:
             raise Conflict(f"Workflow {tenant}/{workflow} is archived; apply its file again to restore it.")
-        changed = store.set_schedule_status(schedule, status, now)
-        if changed:
-            _wake_trigger(store)
-            if status == "paused":
-                alerts.note_paused(store, found.id, actor, now)
-        return changed or schedule
+        published = publish(store, replace(Publication.stored(found, schedule), status=status), now, actor=actor)
+        row = published.schedule.row
+        assert isinstance(row, Schedule)
+        return row
 
 
 def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_by: str | None = None) -> Run:
@@ -303,7 +427,7 @@ def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_b
             raise Conflict(f"Workflow {tenant}/{workflow} is external: its own scheduler runs it and reports "
                            "with `tickwarden checkin`.")
         schedule = store.get_schedule_for_workflow(found.id)
-        cadence_seconds = schedule.cadence_seconds if schedule else UNSCHEDULED_CADENCE_SECONDS
+        cadence_seconds = schedule.cadence_seconds if schedule else profile.UNSCHEDULED_CADENCE_SECONDS
         budget = budget_for(cadence_seconds, found.policy_overrides, found.monitoring_enabled, found.timeout_seconds)
         return store.create_manual_run(
             tenant_id=found.tenant_id,

@@ -286,6 +286,32 @@ class Database:
                 if not conn.closed:  # a broken connection is discarded by the pool
                     conn.autocommit = False
 
+    @contextlib.contextmanager
+    def autocommit(self, *, relaxed: bool = False) -> Iterator[Store]:
+        """Lend a store on which every statement commits on its own.
+
+        For operations that are one statement each (a lease, a status mark): a statement
+        is atomic by itself, and skipping BEGIN/COMMIT saves two round trips on the
+        worker's per-attempt path. `relaxed` commits without waiting for the WAL flush:
+        only for writes whose loss in a database crash is harmless (a lease lost that way
+        puts the attempt back in the queue, and the worker holding it finds its lease
+        gone at the next heartbeat, exactly as after an expiry). Here, with `transaction`
+        and `probe`, so the store package never needs the database module.
+        """
+        from tickwarden.store import Store
+
+        with self.connection() as conn:
+            conn.autocommit = True
+            store = Store(conn)
+            try:
+                if relaxed:
+                    store.relax_commit()
+                yield store
+            finally:
+                if relaxed and not conn.closed:
+                    store.restore_commit()
+                conn.autocommit = False
+
     def migrate(self, now: datetime) -> list[Migration]:
         """Apply pending migrations (a no-op when the schema is current); return those applied."""
         from tickwarden.migrate import upgrade

@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 from tickwarden import evaluator, metrics
 from tickwarden.cadence import HORIZON, CronSchedule, parse_schedule
 from tickwarden.db import Database
-from tickwarden.evaluator import EvaluationReport
+from tickwarden.alerts import EvaluationReport
 from tickwarden.sanitize import sanitize_error
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,15 @@ class InvalidInput(TickwardenError):
     """The input is not valid."""
 
 
+class InvalidField(InvalidInput):
+    """One value is not valid; `field` is its dotted key path (`schedule.cron`), `reason` the problem."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}.")
+        self.field = field
+        self.reason = reason
+
+
 class UsageError(InvalidInput):
     """The command was called with arguments that do not fit together."""
 

@@ -43,15 +43,15 @@ import functools
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from tickwarden import alerts
+from tickwarden.alerts import Decision, EvaluationReport
 from tickwarden.categories import owner_for
 from tickwarden.db import Database
 from tickwarden.errors import InvalidPolicy
-from tickwarden.profile import Profile, derive_profile
+from tickwarden.profile import UNSCHEDULED_CADENCE_SECONDS, Profile, derive_profile
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store import Store
 from tickwarden.store.monitoring import (
@@ -63,44 +63,6 @@ from tickwarden.store.monitoring import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CADENCE_SECONDS = 86400  # a workflow with no schedule (manual runs only) is treated as daily
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What to do with one workflow's alert state."""
-
-    workflow_id: int
-    verdict: str  # none | not_yet | alert | resolve
-    failures: int = 0
-    severity: str | None = None
-    open: OpenAlert | None = None
-    update: FailureUpdate | None = None
-    escalate_alert_id: int | None = None
-    resolve: tuple[int, int | None] | None = None
-
-
-@dataclass
-class EvaluationReport:
-    """What one evaluation did, for logs, tests and the benchmark."""
-
-    evaluated: int = 0
-    opened: list[int] = field(default_factory=list)
-    updated: list[int] = field(default_factory=list)
-    escalated: list[int] = field(default_factory=list)
-    resolved: list[int] = field(default_factory=list)
-    event_ids: list[int] = field(default_factory=list)
-    failed_workflows: list[int] = field(default_factory=list)
-
-    def merge(self, other: EvaluationReport) -> None:
-        self.evaluated += other.evaluated
-        self.opened += other.opened
-        self.updated += other.updated
-        self.escalated += other.escalated
-        self.resolved += other.resolved
-        self.event_ids += other.event_ids
-        self.failed_workflows += other.failed_workflows
-
 
 @functools.lru_cache(maxsize=4096)
 def _cached_profile(cadence_seconds: int, overrides_json: str) -> Profile:
@@ -109,7 +71,7 @@ def _cached_profile(cadence_seconds: int, overrides_json: str) -> Profile:
 
 def profile_of(cadence_seconds: int | None, overrides: dict[str, Any] | None) -> Profile:
     """Return the workflow's profile (cached: thousands of workflows share a handful)."""
-    return _cached_profile(cadence_seconds or DEFAULT_CADENCE_SECONDS, json.dumps(overrides or {}, sort_keys=True))
+    return _cached_profile(cadence_seconds or UNSCHEDULED_CADENCE_SECONDS, json.dumps(overrides or {}, sort_keys=True))
 
 
 def rate_window_needed(inp: EvaluationInput) -> int:
@@ -146,7 +108,7 @@ def decide(inp: EvaluationInput, now: datetime, rate: FailureRate | None = None)
             if not _rate_reached(profile, rate):
                 return Decision(wid, "not_yet", failures=inp.failures)
             reason = "failure_rate"
-        cadence = inp.cadence_seconds or DEFAULT_CADENCE_SECONDS
+        cadence = inp.cadence_seconds or UNSCHEDULED_CADENCE_SECONDS
         opening = OpenAlert(
             tenant_id=inp.tenant_id,
             workflow_id=wid,

@@ -223,6 +223,8 @@ class Notifier:
                 links=self._links(ctx),
             )
             delivery = transport.send(message)
+        except secrets.SecretError as exc:  # a configuration error: retrying will not fix it
+            return self._disable(ctx, channel, exc.message, now)
         except TransportError as exc:
             if exc.permanent:
                 return self._disable(ctx, channel, exc.message, now)

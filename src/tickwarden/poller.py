@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 from tickwarden import evaluator, metrics, retries
 from tickwarden.db import Database
 from tickwarden.categories import is_retryable
-from tickwarden.evaluator import EvaluationReport
+from tickwarden.alerts import EvaluationReport
 
 log = logging.getLogger(__name__)
 

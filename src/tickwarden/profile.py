@@ -220,9 +220,21 @@ def derive_profile(interval_seconds: int, overrides: dict[str, Any] | PolicyOver
     )
 
 
+# The cadence assumed for a workflow with no schedule (manual runs only): daily.
+UNSCHEDULED_CADENCE_SECONDS = 86400
+
+
 def default_timeout_seconds(interval_seconds: int) -> int:
     """Return the timeout of a workflow that declares none: its cadence, within [1 min, 1 h]."""
     return int(min(max(interval_seconds, 60), 3600))
+
+
+def timeout_for(timeout_seconds: int | None, cadence_seconds: int | None) -> int:
+    """A workflow's timeout: its own, else its cadence's default (no schedule: the unscheduled cadence's).
+
+    The one rule: the worker's watchdog and the run deadline a tick is given must agree.
+    """
+    return timeout_seconds or default_timeout_seconds(cadence_seconds or UNSCHEDULED_CADENCE_SECONDS)
 
 
 def run_deadline(

@@ -78,13 +78,19 @@ def platform_env_allowed(tenant: str, environ: Mapping[str, str] | None = None) 
     return allowed
 
 
+def platform_variable(ref: str) -> str | None:
+    """The variable an `env:NAME` reference names; None when `ref` is not one. The one parser of `env:`."""
+    match = PLATFORM_REF.match(ref)
+    return match.group(1) if match else None
+
+
 def check_tenant_reference(ref: str, tenant: str, environ: Mapping[str, str] | None = None) -> None:
     """Refuse a reference a tenant may not publish; the message never repeats a non-reference value."""
     if TENANT_REF.match(ref):
         return
-    platform = PLATFORM_REF.match(ref)
-    if platform:
-        if platform.group(1) in platform_env_allowed(tenant, environ):
+    platform = platform_variable(ref)
+    if platform is not None:
+        if platform in platform_env_allowed(tenant, environ):
             return
         raise SecretError(migration_hint(ref))
     raise SecretError("not a secret reference such as 'secret:NAME' (the value is not shown)")
@@ -302,10 +308,10 @@ def channel_secret(db: Database, channel: Channel) -> str | None:
     """Return the value of a tenant channel's `secret:NAME`; None for no reference or an `env:` one.
 
     Read in the channel's tenant context, so row-level security is a second fence
-    around a lookup that is already scoped to one tenant.
+    around a lookup that is already scoped to one tenant. A missing secret is a
+    SecretError naming the channel, which the notifier treats as permanent (no
+    retry fixes it); transports import this module, so it imports none of theirs.
     """
-    from tickwarden.transports.base import TransportError
-
     ref = channel.secret_ref
     if not ref or not ref.startswith("secret:") or channel.tenant_id is None:
         return None
@@ -314,4 +320,4 @@ def channel_secret(db: Database, channel: Channel) -> str | None:
             store.enter_tenant_context(channel.tenant_id, platform=False)
             return resolve(store, Keyring.from_environment(), channel.tenant_id, channel.tenant or "", [ref])[ref]
     except SecretError as exc:
-        raise TransportError(f"channel {channel.label}: {exc.message}", permanent=True) from None
+        raise SecretError(f"channel {channel.label}: {exc.message}") from None

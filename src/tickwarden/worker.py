@@ -35,8 +35,8 @@ from tickwarden.db import Database
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.errors import DatabaseUnavailable
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
-from tickwarden.store.execution import ExecutionContext, autocommit
-from tickwarden.profile import default_timeout_seconds
+from tickwarden.store.execution import ExecutionContext
+from tickwarden.profile import timeout_for
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
 from tickwarden.sanitize import redact_value, sanitize_error, sanitize_log_tail
 
@@ -47,7 +47,6 @@ MAX_OUTPUT_BYTES = 4096
 MAX_OUTPUTS_BYTES = 16384
 STEP_LOG_LINES = 50
 STEP_LOG_CHARS = 4000
-DEFAULT_TIMEOUT_SECONDS = 3600
 # Pauses between tries to record an outcome while the database is away: first, longest.
 RECORD_RETRY_FIRST = 0.2
 RECORD_RETRY_LONGEST = 1.0  # the reaper holds off for 30 s after an outage
@@ -163,10 +162,10 @@ class Worker:
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then lease and execute one attempt; return the next wake-up."""
         # The lease is one statement and the context only reads; a lease is a claim, not
-        # an outcome, so it need not wait for the disk (see `autocommit`).
+        # an outcome, so it need not wait for the disk (see `Database.autocommit`).
         try:
             self.environments.stop_idle(now)
-            with autocommit(self.db, relaxed=True) as store:
+            with self.db.autocommit(relaxed=True) as store:
                 leased = metrics.current().attempts_leased(
                     store.lease_attempts_with_ticks(self.worker_id, now, self.lease_seconds, limit=1), now)
                 context = store.execution_context(leased[0].workflow_id, now) if leased else None
@@ -268,8 +267,7 @@ class Worker:
                     environ=self._environ)
         except secrets.SecretError as exc:
             return _failed(_Failure("config", exc.message), _all_skipped(recipe), notes)
-        timeout = workflow.timeout_seconds or (
-            default_timeout_seconds(context.cadence_seconds) if context.cadence_seconds else DEFAULT_TIMEOUT_SECONDS)
+        timeout = timeout_for(workflow.timeout_seconds, context.cadence_seconds)
         # The watchdog measures real elapsed time, whatever clock the ledger uses.
         deadline = time.monotonic() + timeout
         try:

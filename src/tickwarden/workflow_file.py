@@ -33,6 +33,7 @@ from tickwarden import cadence, profile, secrets
 from tickwarden.errors import InvalidInput, TickwardenError
 from tickwarden.reserved import SELFTEST_TENANT_PREFIX, is_selftest_tenant
 from tickwarden.maintenance import MAX_WINDOWS_PER_WORKFLOW, WindowSpec, window_spec
+from tickwarden.errors import InvalidField, InvalidInput, TickwardenError
 from tickwarden.retention import RetentionSpec
 
 TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -158,7 +159,7 @@ class WorkflowSpec(_Model):
     schedule: ScheduleSpec
     timeout_seconds: StrictInt | None = Field(default=None, ge=1, le=604800)
     monitoring: bool = True
-    policy: dict[str, Any] = Field(default_factory=dict)
+    policy: profile.PolicyOverrides = Field(default_factory=profile.PolicyOverrides)  # the one overrides schema
     shadow: bool = False
     archived: bool = False  # no more ticks; runs and alerts stay readable; false (or absent) restores it
     expect_rows: bool = False
@@ -382,6 +383,24 @@ def _check_maintenance(where: str, windows: list[MaintenanceWindowSpec]) -> tupl
             raise _Invalid(f"{where}[{i}]", _sentence_body(exc.message.replace("The maintenance window", "the window"))
                            ) from None
     return tuple(checked)
+def plan_workflow(spec: WorkflowSpec, tenant: str, now: datetime) -> PlannedWorkflow:
+    """Check one workflow entry's meaning (schedule, policy, steps) as `apply` does for a file's.
+
+    The API publishes through this, so a workflow means the same wherever it comes from;
+    a problem raises InvalidField naming the key path within the entry (`schedule.cron`).
+    """
+    try:
+        return _plan_workflow("", spec, tenant, now)
+    except _Invalid as exc:
+        raise InvalidField(exc.path, exc.message) from None
+
+
+def _plan_workflow(where: str, spec: WorkflowSpec, tenant: str, now: datetime) -> PlannedWorkflow:
+    cadence_seconds = _check_schedule(f"{where}schedule", spec.schedule, now)
+    policy = _check_policy(f"{where}policy", spec.policy, cadence_seconds)
+    recipe = check_kind_and_steps(where.rstrip("."), spec.kind, spec.steps, spec.expect_rows, tenant=tenant)
+    windows = _check_maintenance(f"{where}maintenance", spec.maintenance)
+    return PlannedWorkflow(tenant, spec, recipe, cadence_seconds, policy, windows)
 
 
 def _no_duplicates(kind: str, keys: list[str], label: str = "tenant") -> None:
@@ -431,13 +450,13 @@ def _check_schedule(where: str, schedule: ScheduleSpec, now: datetime) -> int:
         raise _Invalid(f"{where}.{key}", _sentence_body(exc.message)) from None
 
 
-def _check_policy(where: str, policy: dict[str, Any], cadence_seconds: int) -> dict[str, Any]:
+def _check_policy(where: str, policy: profile.PolicyOverrides, cadence_seconds: int) -> dict[str, Any]:
+    """The overrides' shape is checked by the model; here, that they fit together on this cadence."""
     try:
-        parsed = profile.parse_overrides(policy)
-        profile.derive_profile(cadence_seconds, parsed)
+        profile.derive_profile(cadence_seconds, policy)
     except TickwardenError as exc:
         raise _Invalid(where, _sentence_body(exc.message)) from None
-    return parsed.model_dump(exclude_none=True)
+    return policy.model_dump(exclude_none=True)
 
 
 def check_kind_and_steps(where: str, kind: str, steps: list[StepSpec] | None, expect_rows: bool, *,

@@ -58,9 +58,10 @@ def test_pause_resume_and_workflows_json(cli):
     paused = cli("pause", "acme/quickstart")
     assert paused.returncode == 0 and "paused" in paused.stdout
     listed = json.loads(cli("workflows", "acme", "--json").stdout)
-    assert [(w["workflow"], w["status"], w["cron"]) for w in listed] == [("quickstart", "paused", "* * * * *")]
+    assert [(w["name"], w["schedule"]["status"], w["schedule"]["cron"]) for w in listed] == [
+        ("quickstart", "paused", "* * * * *")]
     assert cli("resume", "acme/quickstart").returncode == 0
-    assert json.loads(cli("workflows", "--json").stdout)[0]["status"] == "active"
+    assert json.loads(cli("workflows", "--json").stdout)[0]["schedule"]["status"] == "active"
     table = cli("runs", "acme/quickstart")
     assert table.returncode == 0 and "scheduled_for" in table.stdout
 
@@ -94,7 +95,7 @@ def test_apply_dry_run_prints_the_changes_and_changes_nothing(cli):
     assert report["dry_run"] is True and report["updated"] == 1
     assert report["changes"] == [{"kind": "schedule", "name": "acme/quickstart", "change": "updated"}]
     assert "acme/quickstart is paused; this file resumes it" in again.stderr
-    assert json.loads(cli("workflows", "--json").stdout)[0]["status"] == "paused"
+    assert json.loads(cli("workflows", "--json").stdout)[0]["schedule"]["status"] == "paused"
 
 
 def test_run_now_wait_reports_the_verdict_or_gives_up_after_the_timeout(cli, schema, tmp_path):

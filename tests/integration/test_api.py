@@ -57,7 +57,7 @@ def test_a_member_sees_only_its_tenant_and_the_platform_sees_all(server, fleet):
 def test_workflow_detail_shows_cadence_profile_and_recent_ticks(server, fleet):
     acme, _, _ = fleet
     body = api(server, acme.token).get("/api/tenants/acme/workflows/nightly").json()
-    assert body["schedule"]["cron"] == "0 2 * * *" and body["schedule"]["cadence_seconds"] == 86400
+    assert body["schedule"]["cron"] == "0 2 * * *" and body["cadence_seconds"] == 86400
     assert body["profile"]["band"] == "daily" and body["profile"]["first_severity"] == "critical"
     assert [o["status"] for o in body["recent"]] == ["failed", "failed", "succeeded"]
 
@@ -101,13 +101,13 @@ def test_pause_resume_and_run_now_act_on_the_schedule_and_ledger(server, fleet):
 
 def test_publishing_creates_a_workflow_with_its_schedule(server, fleet):
     acme, _, _ = fleet
-    body = {"environment": "default", "publisher": "ops@acme.test", "cron": "*/5 * * * *",
+    body = {"environment": "default", "publisher": "ops@acme.test", "schedule": {"cron": "*/5 * * * *"},
             "steps": [{"name": "check", "kind": "sql", "query": "select 1", "database": "secret:WAREHOUSE"}]}
     with api(server, acme.token) as client:
         created = client.put("/api/tenants/acme/workflows/quality-check", json=body)
         assert created.status_code == 201, created.text
         assert created.json()["profile"]["band"] == "frequent" and created.json()["schedule"]["status"] == "active"
-        bad = client.put("/api/tenants/acme/workflows/quality-check", json={**body, "cron": "61 * * * *"})
+        bad = client.put("/api/tenants/acme/workflows/quality-check", json={**body, "schedule": {"cron": "61 * * * *"}})
         assert_problem(bad, 422, "61 * * * *")
         cyclic = [{"name": "a", "kind": "python", "call": "m:f", "depends_on": ["a"]}]
         assert_problem(client.put("/api/tenants/acme/workflows/loop", json={**body, "steps": cyclic}), 422, "itself")

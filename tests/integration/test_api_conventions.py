@@ -9,7 +9,7 @@ import pytest
 
 from tests.apiutil import api, live_server, make_token, seed_tenant
 
-BODY = {"environment": "default", "publisher": "ops@acme.test", "cron": "*/5 * * * *",
+BODY = {"environment": "default", "publisher": "ops@acme.test", "schedule": {"cron": "*/5 * * * *"},
         "steps": [{"name": "a", "kind": "python", "call": "tickwarden.examples_steps:extract"}]}
 
 

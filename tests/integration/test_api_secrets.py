@@ -71,7 +71,7 @@ def test_another_tenants_secrets_do_not_exist_for_a_member(server, tokens):
 
 def test_publishing_a_step_on_the_platform_database_variable_is_refused(server, tokens, db):
     _, bob = tokens
-    body = {"environment": "default", "publisher": "ops@beta.test", "cron": "0 3 * * *",
+    body = {"environment": "default", "publisher": "ops@beta.test", "schedule": {"cron": "0 3 * * *"},
             "steps": [{"name": "probe", "kind": "sql", "query": "SELECT count(*) FROM runs WHERE tenant_id = 1",
                        "database": "env:TICKWARDEN_DATABASE_URL"}]}
     with api(server, bob) as client:

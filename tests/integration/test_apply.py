@@ -67,7 +67,7 @@ BAD = {
                        "fleet.yaml: workflows[0].steps[1].name: duplicate step 'extract' (also workflows[0].steps[0])."),
     "duplicate tenant": (("{name: globex}", "{name: acme}"), "fleet.yaml: tenants[1]: duplicate tenant 'acme'"),
     "bad policy": (("policy: {retries: 3}", "policy: {retries: 3, patience: high}"),
-                   "fleet.yaml: workflows[0].policy: unknown policy field 'patience'"),
+                   "fleet.yaml: workflows[0].policy.patience: unknown key."),
     "unknown key": (("monitoring: false", "monitoring: false\n    colour: blue"),
                     "fleet.yaml: workflows[1].colour: unknown key."),
     "unknown tenant": (("tenant: globex\n    name: quality", "tenant: initech\n    name: quality"),

@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 from tests.integration.pipeline import DAILY, FIVE_MIN, OK, alerts_of, create_tick, events_of, fail, tick, workflow
+from tickwarden import catalog
 from tickwarden.deadlines import DeadlineDetector
 from tickwarden.poller import OutcomePoller
 
@@ -101,12 +102,10 @@ def test_ticks_before_publication_outside_the_lookback_or_while_paused_are_not_m
     wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="check")
     detector = DeadlineDetector(db, lookback=timedelta(hours=1))
     detector.run_once(clock.now())
-    with db.transaction() as store:
-        store.set_schedule_status(store.get_schedule_for_workflow(wf.id), "paused", clock.now())
+    catalog.pause(db, "acme", "check", clock.now())
     detector.run_once(clock.advance(3600))
     assert runs_of(db, wf) == []
-    with db.transaction() as store:
-        store.set_schedule_status(store.get_schedule_for_workflow(wf.id), "active", clock.now())
+    catalog.resume(db, "acme", "check", clock.now())
     resumed = clock.now()
     detector.run_once(clock.advance(5 * 3600))  # the detector itself was down for five hours
     runs = runs_of(db, wf)

@@ -82,7 +82,7 @@ def server():
         drop_schema(name)
 
 
-PUBLISH = {"environment": "default", "publisher": "ops@acme.test", "cron": "0 2 * * *",
+PUBLISH = {"environment": "default", "publisher": "ops@acme.test", "schedule": {"cron": "0 2 * * *"},
            "steps": [{"name": "a", "kind": "python", "call": "m:f"}]}
 
 
@@ -101,7 +101,7 @@ BODIES = {
                          "nested deeper than 32 levels"),
     "boolean timeout": ("put", "/api/tenants/acme/workflows/new",
                         json.dumps({**PUBLISH, "timeout_seconds": True}).encode(), 422, "timeout_seconds"),
-    "never fires": ("put", "/api/tenants/acme/workflows/new", json.dumps({**PUBLISH, "cron": "0 0 31 2 *"}).encode(),
+    "never fires": ("put", "/api/tenants/acme/workflows/new", json.dumps({**PUBLISH, "schedule": {"cron": "0 0 31 2 *"}}).encode(),
                     422, "never fires"),
 }
 

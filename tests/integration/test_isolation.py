@@ -13,7 +13,7 @@ from tickwarden.transports.recording import RecordingTransport
 # A valid body for every endpoint that takes one, so requests pass validation and reach authorization.
 BODIES = {
     ("put", "/api/tenants/{tenant}/workflows/{workflow}"): {
-        "environment": "default", "publisher": "ops@acme.test", "cron": "0 3 * * *",
+        "environment": "default", "publisher": "ops@acme.test", "schedule": {"cron": "0 3 * * *"},
         "steps": [{"name": "load", "kind": "python", "call": "pkg.mod:fn"}]},
     ("put", "/api/tenants/{tenant}/workflows/{workflow}/profile"): {"retries": 7},
     ("post", "/api/alerts/{alert_id}/reassign"): {"owner": "customer", "note": "hijack"},

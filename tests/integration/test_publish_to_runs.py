@@ -67,8 +67,8 @@ def test_a_schedule_published_through_the_api_runs_every_tick_and_raises_no_fals
     fleet = Fleet(db, T0)
     fleet.run(T0, PUBLISHED - timedelta(seconds=5))  # every loop has made its first pass before the publish
     clock.set(PUBLISHED)
-    body = {"environment": "default", "publisher": "ops@acme.test", "cron": "* * * * *",
-            "starting_deadline_seconds": 60, "steps": STEPS}
+    body = {"environment": "default", "publisher": "ops@acme.test",
+            "schedule": {"cron": "* * * * *", "starting_deadline_seconds": 60}, "steps": STEPS}
     with live_server(db, clock) as server, api(server, token) as client:
         published = client.put("/api/tenants/acme/workflows/minutely", json=body)
         assert published.status_code == 201, published.text

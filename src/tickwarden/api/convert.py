@@ -10,6 +10,7 @@ from tickwarden.cadence import parse_schedule
 from tickwarden.errors import InvalidPolicy
 from tickwarden.models import Alert, AlertEvent, Attempt, AttemptStep, Channel, EnvironmentInstance, Run
 from tickwarden.sanitize import redact
+from tickwarden.workflow_file import ScheduleSpec
 from tickwarden.store.api import (
     AlertView,
     EnvironmentView,
@@ -46,7 +47,6 @@ def workflow_detail_out(view: WorkflowView, recent: list[Outcome], now: datetime
                         ) -> s.WorkflowDetailOut:
     return s.WorkflowDetailOut(
         **_workflow_fields(view, now),
-        recipe=view.workflow.recipe,
         recent=[s.OutcomeOut(run_id=o.id, scheduled_for=o.scheduled_for, status=o.status,
                              recovered=o.recovered, manual=o.manual) for o in recent],
     )
@@ -60,18 +60,22 @@ def next_fire_at(view: WorkflowView, now: datetime | None) -> datetime | None:
 
 
 def _workflow_fields(view: WorkflowView, now: datetime | None = None) -> dict:
+    """The workflow file's fields under the file's names (what PUT takes back), then the read-only facts."""
     w = view.workflow
     schedule = None
     if view.cron is not None:
-        schedule = s.ScheduleOut(cron=view.cron, timezone=view.timezone or "UTC", status=view.schedule_status or "active",
-                                 cadence_seconds=view.cadence_seconds or 0, version=view.schedule_version or 1,
-                                 published_at=view.published_at)
+        schedule = ScheduleSpec(cron=view.cron, timezone=view.timezone or "UTC",
+                                status="paused" if view.schedule_status == "paused" else "active",
+                                starting_deadline_seconds=view.starting_deadline_seconds or 300)
     return dict(
-        id=w.id, tenant=view.tenant_name, name=w.name, description=w.description, environment=view.environment_name,
-        monitoring_enabled=w.monitoring_enabled, timeout_seconds=w.timeout_seconds,
-        policy_overrides=w.policy_overrides, shadow=w.shadow, schedule=schedule,
-        profile=profile_out(derived_profile(view)), next_fire_at=next_fire_at(view, now), archived_at=w.archived_at,
-        created_at=w.created_at, updated_at=w.updated_at,
+        tenant=view.tenant_name, name=w.name, description=w.description, environment=view.environment_name,
+        publisher=view.publisher_email, schedule=schedule, timeout_seconds=w.timeout_seconds,
+        monitoring=w.monitoring_enabled, policy=w.policy_overrides, shadow=w.shadow,
+        archived=w.archived_at is not None, expect_rows=w.expect_rows, steps=list(w.recipe.get("steps", [])),
+        id=w.id, cadence_seconds=view.cadence_seconds, schedule_version=view.schedule_version,
+        published_at=view.published_at, profile=profile_out(derived_profile(view)),
+        next_fire_at=next_fire_at(view, now), archived_at=w.archived_at, created_at=w.created_at,
+        updated_at=w.updated_at,
     )
 
 

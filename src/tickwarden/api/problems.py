@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tickwarden.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound, TickwardenError
+from tickwarden.errors import Conflict, DatabaseUnavailable, InvalidField, InvalidInput, NotFound, TickwardenError
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,9 @@ def install(app: FastAPI) -> None:
             status = 503
         elif isinstance(exc, InvalidInput):
             status = 422
+        if isinstance(exc, InvalidField):  # a body field's meaning (a cron, a step graph): listed like a shape error
+            return problem_response(status, exc.message, errors=[
+                {"location": "body", "field": exc.field, "type": "value_error", "message": exc.message}])
         return problem_response(status, exc.message)
 
     @app.exception_handler(psycopg.DataError)

@@ -18,13 +18,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StrictInt,
     model_validator,
 )
 
 from tickwarden.api.problems import Problem
 from tickwarden.clock import isoformat_z, parse_utc
-from tickwarden.workflow_file import StepSpec, plain_data_problem
+from tickwarden.workflow_file import OBJECT_NAME, ScheduleSpec, WorkflowSpec, plain_data_problem
 
 T = TypeVar("T")
 DEFAULT_LIMIT = 50
@@ -137,15 +136,6 @@ class ProfileOut(BaseModel):
     overridden: list[str]
 
 
-class ScheduleOut(BaseModel):
-    cron: str
-    timezone: str
-    status: str
-    cadence_seconds: int
-    version: int
-    published_at: datetime | None
-
-
 class OutcomeOut(BaseModel):
     run_id: int
     scheduled_for: datetime
@@ -155,16 +145,26 @@ class OutcomeOut(BaseModel):
 
 
 class WorkflowOut(BaseModel):
-    id: int
+    """A workflow in the workflow file's own terms (the fields PUT takes back), then read-only facts."""
+
     tenant: str
     name: str
     description: str
     environment: str | None
-    monitoring_enabled: bool
+    publisher: str | None
+    schedule: ScheduleSpec | None
     timeout_seconds: int | None
-    policy_overrides: dict[str, Any]
+    monitoring: bool
+    policy: dict[str, Any] = Field(description="The profile overrides, as in the workflow file (`PolicyOverrides`).")
     shadow: bool
-    schedule: ScheduleOut | None
+    archived: bool
+    expect_rows: bool
+    steps: list[dict[str, Any]] = Field(description="The steps, as in the workflow file (`StepSpec`).")
+    # Read-only: computed or recorded by tickwarden; PUT does not take them.
+    id: int
+    cadence_seconds: int | None
+    schedule_version: int | None
+    published_at: datetime | None
     profile: ProfileOut | None
     next_fire_at: datetime | None = Field(None, description="The next tick; null when paused or unscheduled.")
     archived_at: datetime | None = Field(None, description="Archived (DELETE): no ticks, not listed; history kept.")
@@ -173,7 +173,6 @@ class WorkflowOut(BaseModel):
 
 
 class WorkflowDetailOut(WorkflowOut):
-    recipe: dict[str, Any]
     recent: list[OutcomeOut]
 
 
@@ -339,34 +338,13 @@ class MeOut(BaseModel):
 # -- requests -------------------------------------------------------------------
 
 
-class PolicyIn(Input):
-    """Overrides of the derived profile; omitted fields keep the cadence's default."""
+class WorkflowIn(WorkflowSpec, Input):
+    """A workflow and its schedule, created or replaced: the workflow file's own entry, one schema for both.
 
-    retries: Annotated[StrictInt, Field(ge=0, le=10)] | None = None
-    alert_after: Annotated[StrictInt, Field(ge=1, le=1000)] | None = None
-    first_severity: Literal["warning", "critical"] | None = None
-    escalation_multiplier: Annotated[float, Field(gt=0, le=10000)] | None = None
-    escalate_after: Annotated[StrictInt, Field(ge=1, le=10000)] | None = None
-    backoff_seconds: Annotated[list[Annotated[StrictInt, Field(ge=0, le=86400)]], Field(max_length=10)] | None = None
+    The tenant and the name come from the path; given in the body as well, they must match it.
+    """
 
-
-class PublishIn(Input):
-    """A workflow and its schedule, created or replaced: publishing it."""
-
-    description: Annotated[Text, Field(max_length=2000)] = ""
-    environment: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]
-    publisher: Annotated[Text, Field(max_length=254)]
-    cron: Annotated[Text, Field(min_length=1, max_length=200)]
-    timezone: Annotated[Text, Field(min_length=1, max_length=64)] = "UTC"
-    paused: bool = False
-    starting_deadline_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 300
-    timeout_seconds: Annotated[StrictInt, Field(ge=1, le=604800)] | None = None
-    monitoring: bool = True
-    policy: PolicyIn = Field(default_factory=PolicyIn)
-    expect_rows: bool = False
-    kind: Literal["managed", "external"] = Field(
-        "managed", description="external: another scheduler runs it and reports check-ins (no steps).")
-    steps: list[StepSpec] = Field(default_factory=list, max_length=100)
+    name: str | None = Field(default=None, pattern=OBJECT_NAME)  # type: ignore[assignment]
 
 
 class ReassignIn(Input):

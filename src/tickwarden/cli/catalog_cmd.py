@@ -306,17 +306,21 @@ def workflows_command(
     """List workflows with their schedule and newest run."""
     with _db() as db:
         summaries = catalog.list_workflows(db, tenant)
+    # The workflow file's names (as the API's), plus what the ledger adds.
     rows = [
         {
             "tenant": s.tenant,
-            "workflow": s.workflow,
-            "cron": s.cron,
-            "timezone": s.timezone,
-            "status": "archived" if s.archived_at else s.schedule_status,
-            "cadence_seconds": s.cadence_seconds,
-            "monitoring": s.monitoring_enabled,
+            "name": s.workflow,
+            "description": s.description,
             "environment": s.environment,
             "publisher": s.publisher,
+            "schedule": None if s.cron is None else {"cron": s.cron, "timezone": s.timezone,
+                                                     "status": s.schedule_status},
+            "timeout_seconds": s.timeout_seconds,
+            "monitoring": s.monitoring_enabled,
+            "shadow": s.shadow,
+            "archived": s.archived_at is not None,
+            "cadence_seconds": s.cadence_seconds,
             "last_scheduled_for": isoformat_z(s.last_scheduled_for),
             "last_status": s.last_status,
         }
@@ -327,8 +331,8 @@ def workflows_command(
         return
     print_table(
         ("workflow", "cron", "timezone", "status", "monitoring", "environment", "last run"),
-        [(f"{r['tenant']}/{r['workflow']}", r["cron"], r["timezone"], status(r["status"]),
-          "on" if r["monitoring"] else "off", r["environment"],
-          f"{r['last_status']} ({r['last_scheduled_for']})" if r["last_status"] else "") for r in rows],
+        [(f"{s.tenant}/{s.workflow}", s.cron, s.timezone, status("archived" if s.archived_at else s.schedule_status),
+          "on" if s.monitoring_enabled else "off", s.environment,
+          f"{s.last_status} ({isoformat_z(s.last_scheduled_for)})" if s.last_status else "") for s in summaries],
         no_wrap=("workflow",),
     )

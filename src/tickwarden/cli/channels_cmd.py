@@ -11,6 +11,7 @@ from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock
 from tickwarden.db import Database
+from tickwarden import secrets
 from tickwarden.errors import Conflict, InvalidInput, NotFound, UsageError
 from tickwarden.store.outbox import AUDIENCES, CHANNEL_KINDS, Channel
 from tickwarden.workflow_file import ROUTABLE_EVENTS, ROUTABLE_SEVERITIES
@@ -110,7 +111,7 @@ def add_command(
         raise InvalidInput(f"Audience {audience!r} is not one of {', '.join(AUDIENCES)}.")
     if audience == "customer" and not tenant:
         raise InvalidInput("A customer channel belongs to a tenant: pass --tenant.")
-    if secret_ref is not None and not secret_ref.startswith("env:"):
+    if secret_ref is not None and secrets.platform_variable(secret_ref) is None:
         raise InvalidInput("A secret reference looks like env:NAME; the value itself is never stored.")
     now = WallClock().now()
     with Database(max_size=1) as db, db.transaction() as store:

@@ -23,7 +23,6 @@ from tickwarden.db import Database
 from tickwarden.environments import sandbox
 from tickwarden.environments.process import EnvironmentFailed, EnvironmentProcess
 from tickwarden.models import Environment
-from tickwarden.store.execution import autocommit
 
 if TYPE_CHECKING:
     from tickwarden.store import Store
@@ -176,7 +175,7 @@ class EnvironmentPool:
         if store is not None:
             store.update_environment_instance(instance.row_id, status, now, served=served)
             return
-        with autocommit(self.db) as own:
+        with self.db.autocommit() as own:
             own.update_environment_instance(instance.row_id, status, now, served=served, relaxed=True)
 
 

@@ -28,6 +28,7 @@ from psycopg import sql
 
 from tickwarden import maintenance
 from tickwarden.cadence import cadence_of, parse_schedule
+from tickwarden.catalog import Publication, publish
 from tickwarden.categories import categorize
 from tickwarden.clock import VirtualClock
 from tickwarden.db import Database, DedicatedDatabase
@@ -35,7 +36,6 @@ from tickwarden.migrate import upgrade
 from tickwarden.models import Attempt, AttemptOutcome
 from tickwarden.profile import default_timeout_seconds, derive_profile
 from tickwarden.sanitize import sanitize_error
-from tickwarden.store.execution import autocommit
 from tickwarden.store.ledger import finish_params
 from tickwarden.store.queries import queries
 from tickwarden.store.simulation import renew_params
@@ -246,13 +246,13 @@ class SimulatedWorker:
         for attempt_id in [a for a, expiry in self.written_lease.items() if expiry <= now and a not in self.in_flight]:
             del self.written_lease[attempt_id]
         if statements:
-            with autocommit(self.db) as store:
+            with self.db.autocommit() as store:
                 store.sim_worker_writes(statements)
 
     def run_once(self, now: datetime) -> datetime:
         # The lease is one statement, committed on its own, as the real worker's: an idle
         # worker's poll finds nothing to lease and changes nothing.
-        with autocommit(self.db) as store:
+        with self.db.autocommit() as store:
             leased = store.lease_attempts_with_ticks(WORKER_ID, now, LEASE_SECONDS, limit=10_000)
         if leased and not self.in_flight:
             self.on_busy(now)
@@ -389,19 +389,15 @@ class Simulation:
                 policy = dict(self.overrides) if self.replace_policy else {**spec.policy, **self.overrides}
                 derive_profile(interval, policy)  # validated before anything runs
                 timeout = default_timeout_seconds(interval)
-                workflow = store.upsert_workflow(
-                    tenants[spec.tenant].id, spec.name, now, timeout_seconds=timeout, policy_overrides=policy,
-                    expect_rows=spec.expect_rows, kind=spec.kind,
-                )
-                store.upsert_schedule(
-                    tenant_id=workflow.tenant_id,
-                    workflow_id=workflow.id,
-                    cron=spec.cron,
-                    timezone=spec.timezone,
-                    cadence_seconds=interval,
-                    now=now,
-                )
-                ids[spec.key] = workflow.id
+                # The same write as apply and the API (no environment or publisher: simulated steps run nothing).
+                published = publish(store, Publication(
+                    tenant_id=tenants[spec.tenant].id, name=spec.name, description="", environment_id=None,
+                    publisher_id=None, recipe={"steps": []}, timeout_seconds=timeout, monitoring_enabled=True,
+                    policy_overrides=policy, shadow=False, expect_rows=spec.expect_rows, archived=False,
+                    cron=spec.cron, timezone=spec.timezone, status="active", cadence_seconds=interval,
+                    starting_deadline_seconds=300, kind=spec.kind,
+                ), now, actor="simulator")
+                ids[spec.key] = published.workflow.id
                 timeouts[spec.key] = timeout
             for window in self.scenario.maintenance:  # the same write path as the CLI and the API
                 covered = window.workflow.partition("/")[2] if window.workflow else None

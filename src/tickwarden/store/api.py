@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg.types.json import Jsonb
 
 from tickwarden.models import (
     Alert,
@@ -58,6 +57,8 @@ class WorkflowView:
     cadence_seconds: int | None
     schedule_version: int | None
     published_at: datetime | None
+    publisher_email: str | None = None
+    starting_deadline_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -214,12 +215,6 @@ class ApiStore(StoreBase):
         row = self._row("api_get_user_by_email", {"tenant": tenant, "email": email})
         return from_row(User, row) if row else None
 
-    def api_set_policy_overrides(self, workflow_id: int, overrides: dict[str, Any], now: datetime) -> Workflow | None:
-        row = self._row(
-            "api_set_policy_overrides", {"workflow_id": workflow_id, "overrides": Jsonb(overrides), "now": now}
-        )
-        return from_row(Workflow, row) if row else None
-
     def api_recent_outcomes(self, workflow_ids: Sequence[int], per_workflow: int) -> dict[int, list[Outcome]]:
         found: dict[int, list[Outcome]] = {wid: [] for wid in workflow_ids}
         if not workflow_ids:
@@ -360,6 +355,8 @@ def _workflow_view(row: dict[str, Any]) -> WorkflowView:
         cadence_seconds=row["cadence_seconds"],
         schedule_version=row["schedule_version"],
         published_at=row["published_at"],
+        publisher_email=row["publisher_email"],
+        starting_deadline_seconds=row["starting_deadline_seconds"],
     )
 
 

@@ -50,11 +50,12 @@ SELECT * FROM tenants
 -- Visible workflows with their schedule and environment, by tenant then name, after the cursor.
 SELECT w.*, t.name AS tenant_name, e.name AS environment_name,
        s.cron, s.timezone, s.status AS schedule_status, s.cadence_seconds, s.version AS schedule_version,
-       s.published_at
+       s.published_at, s.starting_deadline_seconds, u.email AS publisher_email
   FROM workflows w
   JOIN tenants t ON t.id = w.tenant_id
   LEFT JOIN schedules s ON s.workflow_id = w.id
   LEFT JOIN environments e ON e.id = w.environment_id
+  LEFT JOIN users u ON u.id = w.publisher_id
  WHERE (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
    AND (%(after_tenant)s::text IS NULL OR (t.name, w.name) > (%(after_tenant)s::text, %(after_name)s::text))
    AND w.archived_at IS NULL
@@ -65,23 +66,18 @@ SELECT w.*, t.name AS tenant_name, e.name AS environment_name,
 -- One visible workflow by tenant and workflow name, with its schedule and environment.
 SELECT w.*, t.name AS tenant_name, e.name AS environment_name,
        s.cron, s.timezone, s.status AS schedule_status, s.cadence_seconds, s.version AS schedule_version,
-       s.published_at
+       s.published_at, s.starting_deadline_seconds, u.email AS publisher_email
   FROM workflows w
   JOIN tenants t ON t.id = w.tenant_id
   LEFT JOIN schedules s ON s.workflow_id = w.id
   LEFT JOIN environments e ON e.id = w.environment_id
+  LEFT JOIN users u ON u.id = w.publisher_id
  WHERE t.name = %(tenant)s AND w.name = %(workflow)s;
 
 -- api_get_environment_by_name --
 -- One visible environment of a tenant by name.
 SELECT e.* FROM environments e JOIN tenants t ON t.id = e.tenant_id
  WHERE t.name = %(tenant)s AND e.name = %(environment)s;
-
--- api_set_policy_overrides --
--- Replace a workflow's profile overrides (already validated by the caller).
-UPDATE workflows SET policy_overrides = %(overrides)s, updated_at = %(now)s
- WHERE id = %(workflow_id)s
-RETURNING *;
 
 -- api_recent_outcomes --
 -- The newest runs of each workflow, newest first: the dashboard's strip of tick outcomes.

@@ -138,6 +138,11 @@ class CatalogStore(StoreBase):
         row = self._row("get_workflow_by_name", {"tenant": tenant, "workflow": workflow})
         return from_row(Workflow, row) if row else None
 
+    def catalog_get_workflow(self, tenant_id: int, name: str) -> Workflow | None:
+        """A tenant's workflow by name, locked until the transaction ends (see `catalog.publish`)."""
+        row = self._row("catalog_get_workflow", {"tenant_id": tenant_id, "name": name})
+        return from_row(Workflow, row) if row else None
+
     def list_workflows(self, tenant_id: int) -> list[Workflow]:
         return [from_row(Workflow, row) for row in self._rows("list_workflows", {"tenant_id": tenant_id})]
 
@@ -167,14 +172,6 @@ class CatalogStore(StoreBase):
         """Archive a workflow; None when it already was."""
         row = self._row("archive_workflow", {"workflow_id": workflow_id, "now": now})
         return from_row(Workflow, row) if row else None
-
-    def set_schedule_status(self, schedule: Schedule, status: str, now: datetime) -> Schedule | None:
-        """Pause or resume, with the next fire time a resume starts from; None when it already had that status."""
-        row = self._row("set_schedule_status", {
-            "workflow_id": schedule.workflow_id, "status": status, "now": now,
-            "next_fire_at": first_fire_after(schedule.cron, schedule.timezone, now),
-        })
-        return from_row(Schedule, row) if row else None
 
     # Workflow files: upserts that say whether they created, updated or left a row alone.
 

@@ -34,17 +34,6 @@ SELECT * FROM workflows WHERE tenant_id = %(tenant_id)s ORDER BY name;
 -- get_schedule_for_workflow --
 SELECT * FROM schedules WHERE workflow_id = %(workflow_id)s;
 
--- set_schedule_status --
--- Pause or resume. A resumed schedule fires from its first tick after the resume
--- (never a burst of the ticks it slept through), a paused one fires nothing: the
--- ticker reads next_fire_at from this row, so the change takes effect at commit.
-UPDATE schedules
-   SET status = %(status)s, version = version + 1, updated_at = %(now)s,
-       published_at = CASE WHEN %(status)s = 'active' THEN %(now)s::timestamptz ELSE published_at END,
-       next_fire_at = CASE WHEN %(status)s = 'active' THEN %(next_fire_at)s::timestamptz END
- WHERE workflow_id = %(workflow_id)s AND status <> %(status)s
-RETURNING *;
-
 -- catalog_apply_tenant --
 -- Upsert a tenant from a workflow file; `change` says created, updated or unchanged,
 -- and an identical row is left alone so that re-applying a file writes nothing.
@@ -216,3 +205,8 @@ SELECT (SELECT count(*) FROM tenants) AS tenants, (SELECT count(*) FROM users) A
 UPDATE workflows SET archived_at = %(now)s, updated_at = %(now)s
  WHERE id = %(workflow_id)s AND archived_at IS NULL
 RETURNING *;
+
+-- catalog_get_workflow --
+-- A tenant's workflow by name, locked: what a publish is about to change, read in its
+-- transaction so two publishes of one workflow apply one after the other.
+SELECT * FROM workflows WHERE tenant_id = %(tenant_id)s AND name = %(name)s FOR UPDATE;

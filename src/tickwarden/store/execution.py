@@ -2,47 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from tickwarden.models import AttemptStep, Environment, EnvironmentInstance, User, Workflow, from_row
 from tickwarden.store.base import StoreBase
-
-if TYPE_CHECKING:
-    from tickwarden.db import Database
-    from tickwarden.store import Store
-
-
-@contextlib.contextmanager
-def autocommit(db: Database, *, relaxed: bool = False) -> Iterator[Store]:
-    """Lend a store on which every statement commits on its own.
-
-    For operations that are one statement each (a lease, a status mark): a statement
-    is atomic by itself, and skipping BEGIN/COMMIT saves two round trips on the
-    worker's per-attempt path. `relaxed` commits without waiting for the WAL flush:
-    only for writes whose loss in a database crash is harmless (a lease lost that way
-    puts the attempt back in the queue, and the worker holding it finds its lease
-    gone at the next heartbeat, exactly as after an expiry).
-    """
-    from tickwarden.store import Store
-
-    with db.connection() as conn:
-        conn.autocommit = True
-        store = Store(conn)
-        try:
-            if relaxed:
-                store.relax_commit()
-            yield store
-        finally:
-            if relaxed and not conn.closed:
-                store.restore_commit()
-            conn.autocommit = False
-
 
 @dataclass(frozen=True)
 class ExecutionContext:

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tickwarden.sanitize import sanitize_error
+from tickwarden.secrets import platform_variable
 
 if TYPE_CHECKING:
     from tickwarden.messages import Rendered
@@ -105,8 +106,8 @@ def resolve_secret(ref: str | None, environ: dict[str, str] | None = None) -> st
     """
     if not ref:
         return None
-    scheme, sep, name = ref.partition(":")
-    if scheme != "env" or not sep or not name:
+    name = platform_variable(ref)
+    if name is None:
         # The reference is not repeated: it may be a pasted value.
         raise TransportError("the secret reference is not of the form env:NAME or secret:NAME", permanent=True)
     value = (os.environ if environ is None else environ).get(name)

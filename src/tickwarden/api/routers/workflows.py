@@ -7,13 +7,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from tickwarden import cadence, catalog, profile, workflow_file
+from tickwarden import catalog
 from tickwarden.api import convert
 from tickwarden.api import schemas as s
 from tickwarden.api.deps import NAME_PATTERN, Scope, Scoped
 from tickwarden.api.problems import Problem
-from tickwarden.errors import TickwardenError
+from tickwarden.profile import PolicyOverrides
 from tickwarden.store.api import WorkflowView
+from tickwarden.workflow_file import WorkflowSpec
 
 router = APIRouter(tags=["workflows"], responses=s.PROBLEMS)
 
@@ -61,50 +62,27 @@ def get_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s
 @router.put("/api/tenants/{tenant}/workflows/{workflow}", response_model=s.WorkflowDetailOut,
             summary="Publish a workflow: create (201) or replace (200) it and its schedule",
             responses={201: {"description": "Created", "model": s.WorkflowDetailOut}})
-def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, body: s.PublishIn,
+def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, body: s.WorkflowIn,
                      response: Response) -> s.WorkflowDetailOut:
-    now = scope.clock.now()
-    try:
-        parsed = cadence.parse_schedule(body.cron, body.timezone)
-        cadence_seconds = cadence.cadence_of(parsed, now).interval_seconds
-        overrides = profile.parse_overrides(body.policy.model_dump(exclude_none=True))
-        profile.derive_profile(cadence_seconds, overrides)
-    except TickwardenError as exc:
-        raise Problem(422, "Invalid input", exc.message) from None
-    try:
-        # The workflow file's own step checks (names, kinds, dependencies, cycles), so both paths agree.
-        recipe = workflow_file.check_kind_and_steps("", body.kind, list(body.steps), body.expect_rows, tenant=tenant)
-    except workflow_file._Invalid as exc:
-        raise Problem(422, "Invalid input", f"{exc.path}: {exc.message}.") from None
-    with scope.store() as store:
-        found = store.get_tenant_by_name(tenant)
-        if found is None:
+    """The body is a workflow file's entry; `catalog.publish_workflow` checks and writes it as `apply` does."""
+    for key, expected in (("tenant", tenant), ("name", workflow)):
+        if getattr(body, key) not in (None, expected):
+            raise Problem(422, "Invalid input", f"The body field {key!r} must match the path ({expected!r}) or be left out.")
+    with scope.store() as store:  # the caller's view: another tenant, or its workflow, does not exist
+        if store.get_tenant_by_name(tenant) is None:
             raise Problem(404, "Not found", f"No tenant named {tenant!r}.")
-        environment = store.api_get_environment_by_name(tenant, body.environment)
-        if environment is None:
-            raise Problem(422, "Invalid input", f"Tenant {tenant!r} has no environment named {body.environment!r}.")
         existing = store.api_get_workflow(tenant, workflow)
-        publisher = store.api_get_user_by_email(tenant, body.publisher)
-        if publisher is None or not publisher.active:
-            raise Problem(422, "Invalid input", f"Tenant {tenant!r} has no active user {body.publisher!r} to publish as.")
-        applied = store.apply_workflow(
-            found.id, workflow, now, description=body.description, environment_id=environment.id,
-            publisher_id=publisher.id, recipe=recipe, timeout_seconds=body.timeout_seconds,
-            monitoring_enabled=body.monitoring, policy_overrides=overrides.model_dump(exclude_none=True),
-            shadow=existing.workflow.shadow if existing else False,  # shadow mode is set by workflow files only
-            expect_rows=body.expect_rows, kind=body.kind,
-        )
-        store.apply_schedule(
-            tenant_id=found.id, workflow_id=applied.id, cron=parsed.cron, timezone=parsed.timezone,
-            status="paused" if body.paused else "active", cadence_seconds=cadence_seconds,
-            starting_deadline_seconds=body.starting_deadline_seconds, now=now,
-        )
+    if not scope.principal.platform and body.shadow != (existing.workflow.shadow if existing else False):
+        raise Problem(403, "Forbidden", "Only a platform token may turn shadow mode on or off.")
+    spec = WorkflowSpec(**{**dict(body), "tenant": tenant, "name": workflow})
+    published = catalog.publish_workflow(scope.db, tenant, spec, scope.clock.now(), actor=scope.principal.actor)
+    if published.change == "created":
+        response.status_code = 201
+    with scope.store() as store:
         view = store.api_get_workflow(tenant, workflow)
         assert view is not None
         recent = store.api_recent_outcomes([view.workflow.id], RECENT_OUTCOMES)[view.workflow.id]
-    if applied.change == "created":
-        response.status_code = 201
-    return convert.workflow_detail_out(view, recent, now)
+    return convert.workflow_detail_out(view, recent, scope.clock.now())
 
 
 @router.delete("/api/tenants/{tenant}/workflows/{workflow}", status_code=204,
@@ -159,20 +137,9 @@ def get_profile(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.
 
 @router.put("/api/tenants/{tenant}/workflows/{workflow}/profile", response_model=s.ProfileOut,
             summary="Replace the profile overrides; omitted fields return to the cadence's default")
-def set_profile(scope: Scoped, tenant: TenantName, workflow: WorkflowName, body: s.PolicyIn) -> s.ProfileOut:
-    now = scope.clock.now()
-    with scope.store() as store:
-        view = store.api_get_workflow(tenant, workflow)
-        if view is None:
-            raise Problem(404, "Not found", f"No workflow {tenant}/{workflow}.")
-        if view.cadence_seconds is None:
-            raise Problem(409, "Conflict", f"Workflow {tenant}/{workflow} has no schedule, so it has no cadence profile.")
-        overrides = body.model_dump(exclude_none=True)
-        try:
-            derived = profile.derive_profile(view.cadence_seconds, overrides)
-        except TickwardenError as exc:
-            raise Problem(422, "Invalid input", exc.message) from None
-        store.api_set_policy_overrides(view.workflow.id, overrides, now)
+def set_profile(scope: Scoped, tenant: TenantName, workflow: WorkflowName, body: PolicyOverrides) -> s.ProfileOut:
+    find_workflow(scope, tenant, workflow)
+    derived = catalog.set_policy(scope.db, tenant, workflow, body, scope.clock.now(), actor=scope.principal.actor)
     return s.ProfileOut(**derived.as_dict())
 
 
