@@ -113,12 +113,25 @@ def apply_decisions(store: Store, decisions: Sequence[Decision], now: datetime, 
     escalated = store.escalate_alerts(to_escalate, "failures", now)
     resolved = store.resolve_alerts([d.resolve for d in decisions if d.resolve], now)
     event_ids = [t.event_id for t in (*opened, *updated, *escalated, *resolved)]
-    store.enqueue_notifications(event_ids, now)
+    notify(store, event_ids, now)
     report.opened += [t.alert_id for t in opened]
     report.updated += [t.alert_id for t in updated]
     report.escalated += [t.alert_id for t in escalated]
     report.resolved += [t.alert_id for t in resolved]
     report.event_ids += event_ids
+
+
+def notify(store: Store, event_ids: Sequence[int], now: datetime) -> int:
+    """Write the outbox rows of these events and hold those a maintenance window covers; return how many.
+
+    Every alert event reaches the outbox through here, so this is the one place a
+    maintenance window stops a delivery (`holds.hold_new`), in the event's transaction.
+    """
+    from tickwarden import holds
+
+    new = store.enqueue_notifications(event_ids, now)
+    holds.hold_new(store, new, now)
+    return len(new)
 
 
 def escalate_due(store: Store, now: datetime, limit: int = 500) -> list[int]:
@@ -131,7 +144,7 @@ def escalate_due(store: Store, now: datetime, limit: int = 500) -> list[int]:
 
     holds.defer_escalations(store, now, limit)
     escalated = store.escalate_due_alerts(now, limit)
-    store.enqueue_notifications([t.event_id for t in escalated], now)
+    notify(store, [t.event_id for t in escalated], now)
     return [t.alert_id for t in escalated]
 
 
@@ -148,7 +161,7 @@ def reassign(db: Database, alert_id: int, owner: str, note: str | None, actor: s
             raise Conflict(f"Alert {alert_id} is already resolved; only open alerts can be reassigned.")
         event = store.reassign_alert(alert_id, owner, alert.owner, clean_note, _clean_actor(actor), now)
         assert event is not None  # the row lock above makes the compare-and-set match
-        store.enqueue_notifications([event.id], now)
+        notify(store, [event.id], now)
         view = store.get_alert(alert_id)
         assert view is not None
         return view.alert
@@ -164,7 +177,7 @@ def add_note(db: Database, alert_id: int, note: str, actor: str, now: datetime, 
         event = store.add_alert_note(alert_id, clean, _clean_actor(actor), now, internal=internal)
         if event is None:
             raise NotFound(f"There is no alert {alert_id}.")
-        store.enqueue_notifications([event.id], now)
+        notify(store, [event.id], now)
         return event
 
 
@@ -206,7 +219,7 @@ def note_paused(store: Store, workflow_id: int, actor: str, now: datetime, note:
                 ) -> list[AlertEvent]:
     """Tell the thread of the workflow's open alert, if any, that the workflow was paused (caller's transaction)."""
     events = store.note_workflow_paused(workflow_id, _clean_actor(actor), note, now)
-    store.enqueue_notifications([e.id for e in events], now)
+    notify(store, [e.id for e in events], now)
     return events
 
 
@@ -226,7 +239,7 @@ def _by_hand(db: Database, alert_id: int, kind: str, now: datetime,
             raise Conflict(f"Alert {alert_id} {already or 'did not change'}.")
         if also is not None:
             also(store)
-        store.enqueue_notifications([event.id], now)
+        notify(store, [event.id], now)
         return event
 
 

@@ -25,7 +25,7 @@ from tickwarden.models import Run, Schedule, Tenant, Workflow
 from tickwarden.store import Store
 from tickwarden.store.catalog import Applied, WorkflowSummary
 from tickwarden.profile import PolicyOverrides
-from tickwarden.maintenance import WindowSpec
+from tickwarden.models import WindowSpec
 from tickwarden.workflow_file import PlannedWorkflow, WorkflowSpec, load_file, plan_workflow
 
 KINDS = ("tenant", "user", "environment", "channel", "workflow", "schedule")

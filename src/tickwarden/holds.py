@@ -2,7 +2,7 @@
 
 Deliveries::
 
-    enqueue (store.enqueue_notifications) ──► hold_new: the alert's workflow is covered at `now`?
+    enqueue (alerts.notify)             ──► hold_new: the alert's workflow is covered at `now`?
           │ no                                   │ yes
           ▼                                      ▼
        pending ──► notifier              held (next_attempt_at = end of the covering span)

@@ -18,13 +18,13 @@ the one write path the CLI, the API, the dashboard, `apply` and the simulator sh
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from tickwarden.cadence import CronSchedule, parse_schedule
+from tickwarden.cadence import parse_schedule
 from tickwarden.clock import ensure_utc
 from tickwarden.errors import Conflict, InvalidInput, NotFound, TickwardenError
+from tickwarden.models import Window, WindowSpec
 from tickwarden.sanitize import sanitize_error
 
 if TYPE_CHECKING:
@@ -41,66 +41,6 @@ MAX_CHAIN = 64
 # Escalation time is measured outside windows up to this far ahead; past it, windows
 # are ignored so that a pathological set (one covering all time) cannot hold an alert forever.
 ESCALATION_HORIZON = timedelta(days=62)
-
-
-@dataclass(frozen=True)
-class Window:
-    """One maintenance window as stored; `workflow` None means every workflow of the tenant."""
-
-    id: int
-    tenant_id: int
-    tenant: str
-    workflow_id: int | None
-    workflow: str | None
-    source: str
-    starts_at: datetime | None
-    ends_at: datetime | None
-    cron: str | None
-    timezone: str | None
-    duration_seconds: int | None
-    note: str | None
-    created_by: str
-    created_at: datetime
-
-    @property
-    def recurring(self) -> bool:
-        return self.cron is not None
-
-    @property
-    def scope(self) -> str:
-        return f"{self.tenant}/{self.workflow}" if self.workflow else f"{self.tenant} (every workflow)"
-
-    def describe(self) -> str:
-        """One line for tables and pages: when the window applies."""
-        if self.recurring:
-            return f"{self.cron} ({self.timezone}) for {_human(self.duration_seconds or 0)}"
-        assert self.starts_at is not None and self.ends_at is not None
-        return f"{_iso(self.starts_at)} – {_iso(self.ends_at)}"
-
-    def span_at(self, instant: datetime) -> tuple[datetime, datetime] | None:
-        """Return the occurrence [start, end) of this window that contains `instant`, if any."""
-        instant = ensure_utc(instant)
-        if not self.recurring:
-            assert self.starts_at is not None and self.ends_at is not None
-            return (self.starts_at, self.ends_at) if self.starts_at <= instant < self.ends_at else None
-        duration = timedelta(seconds=self.duration_seconds or 0)
-        # The only occurrence that can contain `instant` is the first fire strictly after
-        # instant − duration; if that fire is not later than `instant`, it contains it.
-        fire = self._schedule().next_after(instant - duration)
-        if fire is not None and fire <= instant:
-            return fire, fire + duration
-        return None
-
-    def next_start(self, after: datetime) -> datetime | None:
-        """Return the first start of this window strictly after `after`, if any."""
-        if not self.recurring:
-            assert self.starts_at is not None
-            return self.starts_at if self.starts_at > after else None
-        return self._schedule().next_after(after)
-
-    def _schedule(self) -> CronSchedule:
-        assert self.cron is not None and self.timezone is not None
-        return parse_schedule(self.cron, self.timezone)
 
 
 def covering_span(windows: Iterable[Window], instant: datetime) -> tuple[datetime, datetime] | None:
@@ -154,18 +94,6 @@ def deadline_outside(windows: Sequence[Window], start: datetime, budget: timedel
 
 
 # -- validation ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WindowSpec:
-    """A validated window to store: exactly one of (starts_at, ends_at) or (cron, timezone, duration)."""
-
-    starts_at: datetime | None = None
-    ends_at: datetime | None = None
-    cron: str | None = None
-    timezone: str | None = None
-    duration_seconds: int | None = None
-    note: str | None = None
 
 
 def window_spec(*, start: datetime | str | None = None, end: datetime | str | None = None,
@@ -239,18 +167,6 @@ def _instant(value: datetime | str, name: str, where: str) -> datetime:
     return ensure_utc(value)
 
 
-def _iso(value: datetime) -> str:
-    return ensure_utc(value).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _human(seconds: int) -> str:
-    if seconds % 86400 == 0:
-        return f"{seconds // 86400}d"
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600}h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60}m"
-    return f"{seconds}s"
 
 
 # -- the one write path ----------------------------------------------------------------------------
@@ -326,3 +242,14 @@ def active_windows(windows: Iterable[Window], instant: datetime) -> list[tuple[W
             assert end is not None
             found.append((window, end))
     return found
+
+
+def entry_of(window: Window) -> dict[str, Any]:
+    """A stored window as a workflow entry lists it (what `window_spec` takes back)."""
+    if window.recurring:
+        entry: dict[str, Any] = {"cron": window.cron, "duration": window.duration_seconds, "timezone": window.timezone}
+    else:
+        entry = {"start": window.starts_at, "end": window.ends_at}
+    if window.note:
+        entry["note"] = window.note
+    return entry

@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
+
+from tickwarden.cadence import CronSchedule, parse_schedule
+from tickwarden.clock import ensure_utc
 
 T = TypeVar("T")
 
@@ -344,3 +347,92 @@ class ErasureAudit:
     actor: str
     at: datetime
     counts: dict[str, Any]
+
+
+# -- maintenance windows (the policy: tickwarden.maintenance) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """One maintenance window as stored; `workflow` None means every workflow of the tenant."""
+
+    id: int
+    tenant_id: int
+    tenant: str
+    workflow_id: int | None
+    workflow: str | None
+    source: str
+    starts_at: datetime | None
+    ends_at: datetime | None
+    cron: str | None
+    timezone: str | None
+    duration_seconds: int | None
+    note: str | None
+    created_by: str
+    created_at: datetime
+
+    @property
+    def recurring(self) -> bool:
+        return self.cron is not None
+
+    @property
+    def scope(self) -> str:
+        return f"{self.tenant}/{self.workflow}" if self.workflow else f"{self.tenant} (every workflow)"
+
+    def describe(self) -> str:
+        """One line for tables and pages: when the window applies."""
+        if self.recurring:
+            return f"{self.cron} ({self.timezone}) for {_window_human(self.duration_seconds or 0)}"
+        assert self.starts_at is not None and self.ends_at is not None
+        return f"{_window_iso(self.starts_at)} – {_window_iso(self.ends_at)}"
+
+    def span_at(self, instant: datetime) -> tuple[datetime, datetime] | None:
+        """Return the occurrence [start, end) of this window that contains `instant`, if any."""
+        instant = ensure_utc(instant)
+        if not self.recurring:
+            assert self.starts_at is not None and self.ends_at is not None
+            return (self.starts_at, self.ends_at) if self.starts_at <= instant < self.ends_at else None
+        duration = timedelta(seconds=self.duration_seconds or 0)
+        # The only occurrence that can contain `instant` is the first fire strictly after
+        # instant − duration; if that fire is not later than `instant`, it contains it.
+        fire = self._schedule().next_after(instant - duration)
+        if fire is not None and fire <= instant:
+            return fire, fire + duration
+        return None
+
+    def next_start(self, after: datetime) -> datetime | None:
+        """Return the first start of this window strictly after `after`, if any."""
+        if not self.recurring:
+            assert self.starts_at is not None
+            return self.starts_at if self.starts_at > after else None
+        return self._schedule().next_after(after)
+
+    def _schedule(self) -> CronSchedule:
+        assert self.cron is not None and self.timezone is not None
+        return parse_schedule(self.cron, self.timezone)
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """A validated window to store: exactly one of (starts_at, ends_at) or (cron, timezone, duration)."""
+
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    duration_seconds: int | None = None
+    note: str | None = None
+
+
+def _window_iso(value: datetime) -> str:
+    return ensure_utc(value).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _window_human(seconds: int) -> str:
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400}d"
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"

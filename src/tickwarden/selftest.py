@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from tickwarden import erasure
+from tickwarden import alerts, erasure
 from tickwarden.clock import Clock
 from tickwarden.db import Database
 from tickwarden.errors import NotFound, TickwardenError
@@ -372,7 +372,7 @@ class Selftest:
                  for n in (RECOVERS, EXHAUSTED)], now)
             recreated_missed = store.selftest_create_due_run(self.tenant_id, self.workflows[MISSED],
                                                              self.ticks[MISSED], now)
-            fanned = store.enqueue_notifications(before[1], now)
+            fanned = alerts.notify(store, before[1], now)
         mark = self.clock.now()
         with self.db.transaction() as store:
             store.selftest_wake("")

@@ -30,10 +30,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from tickwarden import cadence, profile, secrets
-from tickwarden.errors import InvalidInput, TickwardenError
-from tickwarden.reserved import SELFTEST_TENANT_PREFIX, is_selftest_tenant
-from tickwarden.maintenance import MAX_WINDOWS_PER_WORKFLOW, WindowSpec, window_spec
 from tickwarden.errors import InvalidField, InvalidInput, TickwardenError
+from tickwarden.reserved import SELFTEST_TENANT_PREFIX, is_selftest_tenant
+from tickwarden.maintenance import MAX_WINDOWS_PER_WORKFLOW, window_spec
+from tickwarden.models import WindowSpec
 from tickwarden.retention import RetentionSpec
 
 TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"

@@ -10,6 +10,7 @@ from psycopg.types.json import Jsonb
 
 from tests.helpers import create_run, make_workflow
 from tickwarden.db import Database
+from tickwarden import alerts
 from tickwarden.store.outbox import Channel
 
 
@@ -71,7 +72,7 @@ def add_event(db: Database, alert_id: int, kind: str, now: datetime, *, note: st
             (kind, now, actor, note, alert_id),
         ).fetchone()
     with db.transaction() as store:
-        store.enqueue_notifications([row[0]], now)
+        alerts.notify(store, [row[0]], now)
     return row[0]
 
 

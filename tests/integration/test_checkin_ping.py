@@ -149,7 +149,8 @@ def test_publishing_over_the_api_takes_kind_external_without_steps(server, db, c
 
     seed_tenant(db, clock.now(), "gamma")
     token = make_token(db, clock.now(), tenant="gamma")
-    body = {"environment": "default", "publisher": "ops@gamma.test", "cron": "0 3 * * *", "kind": "external"}
+    body = {"environment": "default", "publisher": "ops@gamma.test", "schedule": {"cron": "0 3 * * *"},
+            "kind": "external"}
     step = {"name": "load", "kind": "python", "call": "tickwarden.examples_steps:noop"}
     with api(server, token) as client:
         created = client.put("/api/tenants/gamma/workflows/export", json=body)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from tickwarden import profile
 from tickwarden.api import schemas as s
@@ -39,14 +40,15 @@ def profile_out(derived: profile.Profile | None) -> s.ProfileOut | None:
     return s.ProfileOut(**derived.as_dict()) if derived else None
 
 
-def workflow_out(view: WorkflowView, now: datetime | None = None) -> s.WorkflowOut:
-    return s.WorkflowOut(**_workflow_fields(view, now))
+def workflow_out(view: WorkflowView, now: datetime | None = None,
+                 maintenance: list[dict[str, Any]] | None = None) -> s.WorkflowOut:
+    return s.WorkflowOut(**_workflow_fields(view, now, maintenance))
 
 
-def workflow_detail_out(view: WorkflowView, recent: list[Outcome], now: datetime | None = None
-                        ) -> s.WorkflowDetailOut:
+def workflow_detail_out(view: WorkflowView, recent: list[Outcome], now: datetime | None = None,
+                        maintenance: list[dict[str, Any]] | None = None) -> s.WorkflowDetailOut:
     return s.WorkflowDetailOut(
-        **_workflow_fields(view, now),
+        **_workflow_fields(view, now, maintenance),
         recent=[s.OutcomeOut(run_id=o.id, scheduled_for=o.scheduled_for, status=o.status,
                              recovered=o.recovered, manual=o.manual) for o in recent],
     )
@@ -59,7 +61,8 @@ def next_fire_at(view: WorkflowView, now: datetime | None) -> datetime | None:
     return parse_schedule(view.cron, view.timezone or "UTC").next_after(now)
 
 
-def _workflow_fields(view: WorkflowView, now: datetime | None = None) -> dict:
+def _workflow_fields(view: WorkflowView, now: datetime | None = None,
+                     maintenance: list[dict[str, Any]] | None = None) -> dict:
     """The workflow file's fields under the file's names (what PUT takes back), then the read-only facts."""
     w = view.workflow
     schedule = None
@@ -72,7 +75,7 @@ def _workflow_fields(view: WorkflowView, now: datetime | None = None) -> dict:
         publisher=view.publisher_email, schedule=schedule, timeout_seconds=w.timeout_seconds,
         monitoring=w.monitoring_enabled, policy=w.policy_overrides, shadow=w.shadow,
         archived=w.archived_at is not None, expect_rows=w.expect_rows, steps=list(w.recipe.get("steps", [])),
-        id=w.id, cadence_seconds=view.cadence_seconds, schedule_version=view.schedule_version,
+        kind=w.kind, maintenance=maintenance or [], id=w.id, cadence_seconds=view.cadence_seconds, schedule_version=view.schedule_version,
         published_at=view.published_at, profile=profile_out(derived_profile(view)),
         next_fire_at=next_fire_at(view, now), archived_at=w.archived_at, created_at=w.created_at,
         updated_at=w.updated_at,

@@ -160,6 +160,9 @@ class WorkflowOut(BaseModel):
     archived: bool
     expect_rows: bool
     steps: list[dict[str, Any]] = Field(description="The steps, as in the workflow file (`StepSpec`).")
+    kind: str = Field(description="managed (tickwarden runs the steps) or external (check-ins report outcomes).")
+    maintenance: list[dict[str, Any]] = Field(
+        description="The workflow's own maintenance windows as its entry lists them (operators' windows not included).")
     # Read-only: computed or recorded by tickwarden; PUT does not take them.
     id: int
     cadence_seconds: int | None

@@ -13,7 +13,7 @@ from tickwarden.cli.output import print_json, print_table
 from tickwarden.clock import WallClock, isoformat_z
 from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, UsageError
-from tickwarden.maintenance import Window
+from tickwarden.models import Window
 
 maintenance_app = typer.Typer(help="Maintenance windows: nothing is delivered for a covered workflow.",
                               no_args_is_help=True)

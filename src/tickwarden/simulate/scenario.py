@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tickwarden.cadence import parse_schedule
 from tickwarden.clock import ensure_utc
 from tickwarden.errors import InvalidInput, TickwardenError
-from tickwarden.maintenance import WindowSpec, window_spec
+from tickwarden.maintenance import window_spec
+from tickwarden.models import WindowSpec
 from tickwarden.profile import parse_overrides
 
 MAX_SPAN_DAYS = 62

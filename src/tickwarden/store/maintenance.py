@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tickwarden.models import from_row
+from tickwarden.models import Window, WindowSpec, from_row
 from tickwarden.store.base import StoreBase
-
-if TYPE_CHECKING:
-    from tickwarden.maintenance import Window, WindowSpec
 
 
 @dataclass(frozen=True)
@@ -42,8 +39,6 @@ class EscalationCandidate:
 
 
 def _window(row: dict[str, Any]) -> Window:
-    from tickwarden.maintenance import Window
-
     return from_row(Window, row)
 
 

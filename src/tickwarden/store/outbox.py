@@ -133,20 +133,19 @@ def _channel(row: dict[str, Any], prefix: str = "") -> Channel:
 
 
 class OutboxStore(StoreBase):
-    def enqueue_notifications(self, event_ids: Sequence[int], now: datetime) -> int:
-        """Write the outbox rows for these events (idempotent); return how many were new."""
-        if not event_ids:
-            return 0
-        rows = self._rows("enqueue_notifications", {"event_ids": list(event_ids), "now": now})
-        written = len(rows)
-        if written:
-            from tickwarden import holds
+    def enqueue_notifications(self, event_ids: Sequence[int], now: datetime) -> list[int]:
+        """Write the outbox rows for these events (idempotent); return the ids of the new rows.
 
-            # The one place a maintenance window stops a delivery: the row is held as it is written.
-            holds.hold_new(self, [r["id"] for r in rows], now)  # type: ignore[arg-type]
+        Only `alerts.notify` calls this: it holds the new rows a maintenance window covers
+        in the same transaction.
+        """
+        if not event_ids:
+            return []
+        rows = self._rows("enqueue_notifications", {"event_ids": list(event_ids), "now": now})
+        if rows:
             # delivered at commit: notifiers deliver now instead of at their next poll
             self._rows("outbox_wake_notifier")
-        return written
+        return [r["id"] for r in rows]
 
     # channels
 

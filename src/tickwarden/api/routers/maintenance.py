@@ -12,7 +12,7 @@ from tickwarden import maintenance
 from tickwarden.api import schemas as s
 from tickwarden.api.deps import NAME_PATTERN, Scoped
 from tickwarden.api.problems import Problem
-from tickwarden.maintenance import Window
+from tickwarden.models import Window
 
 router = APIRouter(tags=["maintenance"], responses=s.PROBLEMS)
 

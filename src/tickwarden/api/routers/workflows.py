@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 
-from tickwarden import catalog
+from tickwarden import catalog, maintenance
 from tickwarden.api import convert
 from tickwarden.api import schemas as s
 from tickwarden.api.deps import NAME_PATTERN, Scope, Scoped
 from tickwarden.api.problems import Problem
 from tickwarden.profile import PolicyOverrides
+from tickwarden.store import Store
 from tickwarden.store.api import WorkflowView
 from tickwarden.workflow_file import WorkflowSpec
 
@@ -35,6 +36,21 @@ def find_workflow(scope: Scope, tenant: str, workflow: str) -> WorkflowView:
     return view
 
 
+def _file_windows(store: Store, workflow_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Each workflow's own published maintenance windows, as its entry lists them (operators' are not part of it)."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for workflow_id, windows in store.maintenance_for_workflows(workflow_ids).items():
+        found[workflow_id] = [maintenance.entry_of(w) for w in windows
+                              if w.workflow_id == workflow_id and w.source == "file"]
+    return found
+
+
+def _workflow_out(scope: Scope, view: WorkflowView) -> s.WorkflowOut:
+    with scope.store() as store:
+        windows = _file_windows(store, [view.workflow.id]).get(view.workflow.id, [])
+    return convert.workflow_out(view, scope.clock.now(), windows)
+
+
 @router.get("/api/workflows", response_model=s.Page[s.WorkflowOut], summary="List workflows")
 def list_workflows(scope: Scoped, tenant: TenantFilter = None, limit: Limit = s.DEFAULT_LIMIT,
                    cursor: Cursor = None) -> s.Page[s.WorkflowOut]:
@@ -44,8 +60,11 @@ def list_workflows(scope: Scoped, tenant: TenantFilter = None, limit: Limit = s.
                                          after=(after[0], after[1]) if after else None, limit=limit + 1)
     page = views[:limit]
     next_cursor = s.encode_cursor([page[-1].tenant_name, page[-1].workflow.name]) if len(views) > limit else None
+    with scope.store() as store:
+        windows = _file_windows(store, [v.workflow.id for v in page])
     now = scope.clock.now()
-    return s.Page[s.WorkflowOut](items=[convert.workflow_out(v, now) for v in page], next_cursor=next_cursor)
+    return s.Page[s.WorkflowOut](items=[convert.workflow_out(v, now, windows.get(v.workflow.id, []))
+                                        for v in page], next_cursor=next_cursor)
 
 
 @router.get("/api/tenants/{tenant}/workflows/{workflow}", response_model=s.WorkflowDetailOut,
@@ -56,7 +75,8 @@ def get_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s
         if view is None:
             raise Problem(404, "Not found", f"No workflow {tenant}/{workflow}.")
         recent = store.api_recent_outcomes([view.workflow.id], RECENT_OUTCOMES)[view.workflow.id]
-    return convert.workflow_detail_out(view, recent, scope.clock.now())
+        windows = _file_windows(store, [view.workflow.id]).get(view.workflow.id, [])
+    return convert.workflow_detail_out(view, recent, scope.clock.now(), windows)
 
 
 @router.put("/api/tenants/{tenant}/workflows/{workflow}", response_model=s.WorkflowDetailOut,
@@ -82,7 +102,8 @@ def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, 
         view = store.api_get_workflow(tenant, workflow)
         assert view is not None
         recent = store.api_recent_outcomes([view.workflow.id], RECENT_OUTCOMES)[view.workflow.id]
-    return convert.workflow_detail_out(view, recent, scope.clock.now())
+        windows = _file_windows(store, [view.workflow.id]).get(view.workflow.id, [])
+    return convert.workflow_detail_out(view, recent, scope.clock.now(), windows)
 
 
 @router.delete("/api/tenants/{tenant}/workflows/{workflow}", status_code=204,
@@ -98,7 +119,7 @@ def archive_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) 
 def pause_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.WorkflowOut:
     find_workflow(scope, tenant, workflow)
     catalog.pause(scope.db, tenant, workflow, scope.clock.now(), actor=scope.principal.actor)
-    return convert.workflow_out(find_workflow(scope, tenant, workflow), scope.clock.now())
+    return _workflow_out(scope, find_workflow(scope, tenant, workflow))
 
 
 @router.post("/api/tenants/{tenant}/workflows/{workflow}/resume", response_model=s.WorkflowOut,
@@ -106,7 +127,7 @@ def pause_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) ->
 def resume_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.WorkflowOut:
     find_workflow(scope, tenant, workflow)
     catalog.resume(scope.db, tenant, workflow, scope.clock.now())
-    return convert.workflow_out(find_workflow(scope, tenant, workflow), scope.clock.now())
+    return _workflow_out(scope, find_workflow(scope, tenant, workflow))
 
 
 @router.post("/api/tenants/{tenant}/workflows/{workflow}/archive", response_model=s.WorkflowOut,
@@ -114,7 +135,7 @@ def resume_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -
 def archive_workflow_and_show(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.WorkflowOut:
     find_workflow(scope, tenant, workflow)
     catalog.archive(scope.db, tenant, workflow, scope.clock.now(), actor=scope.principal.actor)
-    return convert.workflow_out(find_workflow(scope, tenant, workflow), scope.clock.now())
+    return _workflow_out(scope, find_workflow(scope, tenant, workflow))
 
 
 @router.post("/api/tenants/{tenant}/workflows/{workflow}/run-now", response_model=s.RunOut, status_code=202,
