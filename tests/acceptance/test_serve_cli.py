@@ -80,11 +80,13 @@ def test_two_replicas_make_exactly_one_run_per_tick_over_two_minute_boundaries(s
     assert len(ticks) == len(set(ticks))
     # every minute from the first boundary on has exactly one run, none missing
     assert ticks == [first + timedelta(minutes=i) for i in range(len(ticks))]
-    every_loop = sorted(["deadlines", "escalation", "lease-reaper", "notifier", "poller", "retention", "ticker"])
+    every_loop = sorted(["deadlines", "escalation", "lease-reaper", "notifier", "poller", "retention", "ticker",
+                         "watchdog"])
     assert [(r, loop) for r, loop, _ in loops] == [(replica, loop) for replica in ("replica-0", "replica-1")
                                                    for loop in every_loop]
-    # The retention sweeper passes every ten minutes: once in this test.
-    assert all(passes >= 2 for _, loop, passes in loops if loop != "retention")
+    # The retention sweeper passes every ten minutes (once in this test), the watchdog every 30 s.
+    assert all(passes >= 2 for _, loop, passes in loops if loop not in ("retention", "watchdog"))
+    assert all(passes >= 1 for _, loop, passes in loops)
 
 
 def test_the_supervisor_restarts_a_worker_that_dies_and_stops_them_on_exit():

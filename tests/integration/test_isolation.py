@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import httpx
 
 from tests.apiutil import api, live_server, make_token, seed_tenant
-from tickwarden import secrets
+from tickwarden import maintenance, secrets
 from tickwarden.transports.recording import RecordingTransport
 
 # A valid body for every endpoint that takes one, so requests pass validation and reach authorization.
@@ -23,6 +24,7 @@ BODIES = {
     ("post", "/api/alerts/{alert_id}/snooze"): {"seconds": 3600},
     ("post", "/api/alerts/{alert_id}/resolve"): {"note": "hijack"},
     ("put", "/api/tenants/{tenant}/retention"): {"logs_days": 1},
+    ("post", "/api/tenants/{tenant}/maintenance"): {"start": "2026-12-24T00:00:00Z", "end": "2026-12-24T02:00:00Z"},
 }
 # Endpoints a member token may not call at all: they answer 403 whatever the tenant.
 PLATFORM_ONLY = {("get", "/api/erasures"), ("post", "/api/erasures")}
@@ -41,6 +43,8 @@ def acme_snapshot(db, acme):
             conn.execute("SELECT policy_overrides FROM workflows WHERE tenant_id = %s", (acme.tenant_id,)).fetchall(),
             conn.execute("SELECT count(*) FROM workflows WHERE tenant_id = %s", (acme.tenant_id,)).fetchone(),
             conn.execute("SELECT count(*) FROM tenant_secrets WHERE tenant_id = %s", (acme.tenant_id,)).fetchone(),
+            conn.execute("SELECT id, starts_at, ends_at FROM maintenance_windows WHERE tenant_id = %s",
+                         (acme.tenant_id,)).fetchall(),
         )
 
 
@@ -58,10 +62,14 @@ def test_every_endpoint_hides_another_tenants_objects(db, clock):
     intruder = make_token(db, clock.now(), tenant="globex", name="mallory")
     with db.transaction() as store:
         secrets.set_secret(store, secrets.Keyring("test-key"), acme.tenant_id, "WAREHOUSE", SECRET, clock.now())
+        window = maintenance.add_window(store, "acme", None, maintenance.window_spec(
+            start=clock.now() + timedelta(days=1), end=clock.now() + timedelta(days=1, hours=2)), "ops", clock.now())
     before = acme_snapshot(db, acme)
     recording = RecordingTransport()
+    # `key`: a ping URL's key is its own credential (no token), so the intruder can only guess one
     values = {"tenant": "acme", "workflow": "nightly", "run_id": acme.run_ids[-1], "alert_id": acme.alert_id,
-              "environment_id": acme.environment_id, "channel_id": acme.channel_id, "name": "WAREHOUSE"}
+              "environment_id": acme.environment_id, "channel_id": acme.channel_id, "name": "WAREHOUSE",
+              "window_id": window.id, "key": "guessed-" + "x" * 35, "status": "success"}
     with live_server(db, clock, transports=lambda: {"recording": recording}) as base, api(base, intruder) as client:
         spec = client.get("/openapi.json").json()
         checked = 0
