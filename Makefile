@@ -3,7 +3,8 @@
 # on first use: the demo only tickwarden itself, the others also the test extras and, for the
 # tests, Debian's Chromium when it is missing. The demo stops the embedded PostgreSQL it started.
 
-PYTHON ?= python3
+# As root, the interpreter environment processes (unprivileged users) can execute: scripts/pick-python.sh.
+PYTHON ?= $(shell sh scripts/pick-python.sh)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
