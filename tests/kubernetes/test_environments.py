@@ -30,7 +30,7 @@ from kubernetes_validate import validate
 
 from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run, set_secret
 from tests.kubernetes.conftest import NAMESPACE, Cluster, closed_port
-from tests.kubernetes.test_deploy import KUBERNETES_VERSION
+from tests.kubernetes.test_deploy import DEPLOY, KUBERNETES_VERSION, policy_violations, render
 from tickwarden import secrets
 from tickwarden.environments import EnvironmentPool
 from tickwarden.environments.pod_control import EnvironmentPodLoop, PodApi, PodEnvironments
@@ -319,6 +319,7 @@ def test_every_environment_manifest_is_valid_kubernetes():
     for doc in docs:
         validate(doc, KUBERNETES_VERSION, strict=True)
     sts = docs[-1]
+    assert policy_violations(sts) == []  # non-root, unprivileged, read-only root, limits set, pinned images
     container = sts["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
@@ -348,3 +349,19 @@ def test_a_workflow_file_declares_the_pod_and_an_edit_patches_its_statefulset(db
     assert loop.last.patched == [f"StatefulSet/{name}"]
     sts = client.AppsV1Api(pod_cluster.api_client()).read_namespaced_stateful_set(name, NAMESPACE)
     assert sts.spec.template.spec.containers[0].image == "registry.example/acme/etl:1.1.0" and sts.spec.replicas == 0
+
+
+def test_the_environments_overlay_grants_the_environment_objects_and_nothing_cluster_wide():
+    docs = render(DEPLOY / "kubernetes" / "overlays" / "example-environments")
+    for doc in docs:
+        validate(doc, KUBERNETES_VERSION, strict=True)
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Role"}
+    granted = {(r["apiGroups"][0], res) for r in roles["tickwarden-environments"]["rules"] for res in r["resources"]}
+    assert granted == {("apps", "statefulsets"), ("", "services"), ("", "secrets"),
+                       ("networking.k8s.io", "networkpolicies")}
+    bindings = {d["metadata"]["name"]: d for d in docs if d["kind"] == "RoleBinding"}
+    assert {s["name"] for s in bindings["tickwarden-environments"]["subjects"]} == {
+        "tickwarden-control-plane", "tickwarden-worker"}
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert config["data"]["TICKWARDEN_KUBERNETES_ENVIRONMENTS"] == "on"
