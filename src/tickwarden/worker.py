@@ -403,6 +403,8 @@ def _category(answer: dict[str, Any]) -> str:
         return "auth"
     if phase == "isolation":
         return "internal"
+    if phase == "secret":  # a pod's Secret not yet updated with a new secret: a retry finds it there
+        return "environment"
     if answer.get("error_type") in ("ConnectionError", "ConnectionResetError", "ConnectionRefusedError",
                                     "ConnectionAbortedError", "BrokenPipeError"):
         return "connection"

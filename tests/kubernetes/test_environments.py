@@ -208,6 +208,25 @@ def test_a_step_gets_its_tenant_secret_from_the_environments_secret_not_the_requ
     assert base64.b64decode(secret.data["secret.API_TOKEN"]) == b"tok-123456"
 
 
+def test_a_secret_set_after_the_wake_is_an_environment_failure_until_the_secret_reaches_the_pod(
+        db, clock, pod_cluster, controller):
+    workflow, env = pod_workflow(db, clock.now(), [python_step("who", "pid")])
+    worker = make_worker(db, clock, pods_for(db, pod_cluster, controller), "w1")
+    queue_run(db, workflow, clock.now() - timedelta(minutes=1), clock.now())
+    worker.run_once(clock.now())  # awake, its Secret written without NEW_TOKEN
+    with db.transaction() as store:
+        store.upsert_workflow(workflow.tenant_id, workflow.name, clock.now(), environment_id=env.id,
+                              publisher_id=workflow.publisher_id, timeout_seconds=60, recipe={"steps": [
+                                  {**python_step("read", "secret_digest", params={"name": "NEW_TOKEN"}),
+                                   "secrets": ["secret:NEW_TOKEN"]}]})
+    set_secret(db, workflow.tenant_id, "NEW_TOKEN", "fresh-654321", clock.now())
+    run = queue_run(db, workflow, clock.now(), clock.now())
+    worker.run_once(clock.now())
+    run, attempt, _ = outcome(db, run.id)
+    assert attempt.error_category == "environment" and "not in this environment's Secret" in attempt.error
+    assert run.status == "pending_retry" and "fresh-654321" not in attempt.error
+
+
 def test_an_idle_environment_is_stopped_once_and_a_running_one_is_not(db, clock, pod_cluster, controller):
     workflow, env = pod_workflow(db, clock.now(), [python_step("nap", "hang", params={"seconds": 2})],
                                  idle_timeout=60)

@@ -49,15 +49,11 @@ class Instance:
     process: EnvironmentProcess | RemoteEnvironment
     last_used_at: datetime
     runs_served: int = 0
+    remote: bool = False  # a pod of the cluster (runtime kubernetes), not a process of this worker
 
     @property
     def pid(self) -> int | None:
         return self.process.pid
-
-    @property
-    def remote(self) -> bool:
-        """A pod of the cluster (runtime kubernetes), not a process of this worker."""
-        return self.row_id == 0
 
 
 class EnvironmentPool:
@@ -101,7 +97,7 @@ class EnvironmentPool:
         if environment.runtime == "kubernetes":
             # Never cached here: whether the pod is awake is shared state, read under its row lock.
             remote = self.pods().wake(environment, now)
-            return Instance(0, tenant_id, environment, remote, now), remote.woke
+            return Instance(0, tenant_id, environment, remote, now, remote=True), remote.woke
         key = (tenant_id, environment.id)
         current = self._live.get(key)
         if current is not None:

@@ -22,7 +22,8 @@ environment's mounted Secret), "database_url", "platform_database", "timeout_ms"
 · {"op": "shutdown"}. Answers: {"ok": true, ...} or {"ok": false, "error", "error_type",
 "phase"} where phase is `resolve` (the call could not be imported), `connect`
 (the database could not be reached), `refused` (it is the platform's own database), `timeout` (the server cancelled the query at
-its statement timeout), `output` (not JSON), `step` (the step raised) or `watchdog` (the request ran
+its statement timeout), `output` (not JSON), `step` (the step raised), `secret` (a pod's mounted Secret
+does not hold the secret yet) or `watchdog` (the request ran
 past `watchdog_ms`: the server answers, then stops with its whole process group).
 
 The watchdog stays around each request inside the server: at `watchdog_ms`, or as
@@ -284,12 +285,12 @@ def handle(tenant_id: int, request: dict, secrets_dir: str | None = None) -> dic
                 try:
                     url = _secret_files({"url": request["database_secret"]}, secrets_dir)["url"].strip()
                 except ValueError as exc:
-                    return {"ok": False, "phase": "resolve", "error_type": "SecretError", "error": str(exc)}
+                    return {"ok": False, "phase": "secret", "error_type": "SecretError", "error": str(exc)}
             return _run_sql(step, url, request.get("timeout_ms"), request.get("platform_database"))
         try:
             given = {**_secret_files(request.get("secret_files"), secrets_dir), **(request.get("environment") or {})}
         except ValueError as exc:
-            return {"ok": False, "phase": "resolve", "error_type": "SecretError", "error": str(exc)}
+            return {"ok": False, "phase": "secret", "error_type": "SecretError", "error": str(exc)}
         return _run_python(step, request.get("inputs") or {}, given)
     return {"ok": False, "phase": "protocol", "error_type": "ProtocolError", "error": f"unknown op {op!r}"}
 
