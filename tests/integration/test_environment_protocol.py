@@ -77,3 +77,32 @@ def test_the_servers_own_deadline_stops_a_step_the_caller_no_longer_watches(proc
     while process.alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not process.alive()
+
+
+def test_a_pods_server_follows_its_mounted_credential_when_it_changes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from tickwarden.environments.runner import __file__ as runner
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    old, new = os.urandom(32), os.urandom(32)
+    mounted = tmp_path / "credential"
+    mounted.write_text(old.hex())
+    server = subprocess.Popen([sys.executable, runner, "--tenant", "1", "--listen", f"tcp:127.0.0.1:{port}",
+                               "--credential-file", str(mounted)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert server.stdout.readline() == b"listening\n"
+        address = f"tcp:127.0.0.1:{port}"
+        assert ExecutionClient(address, old).call({"op": "ping"}, 5)["tenant_id"] == 1
+        mounted.write_text(new.hex())  # the platform key rotated; the kubelet updated the Secret's file
+        assert ExecutionClient(address, new).call({"op": "ping"}, 5)["tenant_id"] == 1
+        with pytest.raises(EnvironmentFailed, match="refused the request's credential"):
+            ExecutionClient(address, old).call({"op": "ping"}, 5)
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()

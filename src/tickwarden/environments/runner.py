@@ -331,11 +331,31 @@ class _Watchdog(threading.Thread):
 class Server:
     """The listening side of the protocol: authenticate, run under the watchdog, answer."""
 
-    def __init__(self, tenant_id: int, listener: socket.socket, credential: bytes, secrets_dir: str | None = None):
+    def __init__(self, tenant_id: int, listener: socket.socket, credential: bytes, secrets_dir: str | None = None,
+                 credential_file: str | None = None):
         self.tenant_id = tenant_id
         self.listener = listener
         self.credential = credential
         self.secrets_dir = secrets_dir
+        self.credential_file = credential_file
+
+    def _verified(self, challenge: str, line: bytes) -> dict:
+        """The request of `line`; with a mounted credential, read it again once before refusing.
+
+        After the platform key rotates, the control plane rewrites the environment's Secret and
+        the kubelet updates the mounted file: the running server follows without a restart.
+        """
+        try:
+            return opened(self.credential, "request", challenge, line)
+        except ProtocolError:
+            if self.credential_file is None:
+                raise
+            fresh = _read_credential(self.credential_file)
+            if fresh is None or hmac.compare_digest(fresh, self.credential):
+                raise
+            request = opened(fresh, "request", challenge, line)
+            self.credential = fresh
+            return request
 
     def serve_forever(self) -> None:
         while True:
@@ -361,8 +381,7 @@ class Server:
 
         try:
             conn.sendall((json.dumps({"challenge": challenge}) + "\n").encode())
-            request = opened(self.credential, "request", challenge,
-                             read_line(conn, time.monotonic() + HANDSHAKE_SECONDS, bytearray()))
+            request = self._verified(challenge, read_line(conn, time.monotonic() + HANDSHAKE_SECONDS, bytearray()))
         except (ProtocolError, OSError) as exc:
             with contextlib.suppress(OSError):
                 conn.sendall((json.dumps({"error": str(exc)}) + "\n").encode())
@@ -399,6 +418,14 @@ def listen(address: str) -> socket.socket:
     return sock
 
 
+def _read_credential(path: str) -> bytes | None:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return bytes.fromhex(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def _lifeline() -> None:
     # The worker holds our stdin open for as long as it lives: end of input means it died.
     while sys.stdin.buffer.read(65536):
@@ -420,8 +447,7 @@ def main(argv: list[str] | None = None) -> None:
     # not from this file's folder.
     sys.path[0:1] = [os.getcwd(), *args.path]
     if args.credential_file:
-        with open(args.credential_file, encoding="ascii") as handle:
-            credential = bytes.fromhex(handle.read().strip())
+        credential = _read_credential(args.credential_file) or b""
     elif args.lifeline:
         credential = bytes.fromhex(sys.stdin.buffer.readline().decode("ascii").strip())
     else:
@@ -440,7 +466,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.lifeline:
         threading.Thread(target=_lifeline, daemon=True).start()
         threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
-    Server(args.tenant, listener, credential, args.secrets_dir).serve_forever()
+    Server(args.tenant, listener, credential, args.secrets_dir, args.credential_file).serve_forever()
     _exit_with_group(0)
 
 
