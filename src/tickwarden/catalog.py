@@ -142,7 +142,8 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
             report.add(applied, f"{tenant_name}/{user.email}")
         env_ids: dict[tuple[str, str], int] = {}
         for tenant_name, env in plan.environments:
-            applied = store.apply_environment(tenant_ids[tenant_name], env.name, env.python, env.idle_timeout_seconds, now)
+            applied = store.apply_environment(tenant_ids[tenant_name], env.name, env.python, env.idle_timeout_seconds, now,
+                                              env.runtime, env.pod())
             env_ids[(tenant_name, env.name)] = applied.id
             report.add(applied, f"{tenant_name}/{env.name}")
         for tenant_name, channel in plan.channels:

@@ -58,6 +58,8 @@ class Environment:
     settings: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    runtime: str = "process"  # or `kubernetes`: a StatefulSet woken by tickwarden (environments/pods.py)
+    pod: dict[str, Any] | None = None  # image, resources, volume (runtime kubernetes only)
 
 
 @dataclass(frozen=True)

@@ -603,3 +603,27 @@ CREATE TABLE ack_link_uses (
 CREATE INDEX ack_link_uses_alert_idx ON ack_link_uses (alert_id);
 
 SELECT tickwarden_enforce_tenant_isolation();
+
+-- 0024 environments as pods: an environment's runtime and pod, and the shared warm state
+-- (after the isolation block: its function runs again for the new tenant table).
+
+-- `process`: local to each worker (the default); `kubernetes`: one StatefulSet per environment.
+ALTER TABLE environments
+    ADD COLUMN runtime text NOT NULL DEFAULT 'process' CHECK (runtime IN ('process', 'kubernetes')),
+    ADD COLUMN pod jsonb,
+    ADD CONSTRAINT environments_pod_runtime CHECK ((runtime = 'kubernetes') = (pod IS NOT NULL));
+
+-- What tickwarden last asked of each environment's StatefulSet; wake and stop hold the row lock
+-- across their Kubernetes call, so a stop never lands after a later wake.
+CREATE TABLE environment_pods (
+    environment_id  bigint PRIMARY KEY REFERENCES environments (id) ON DELETE CASCADE,
+    tenant_id       bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    awake           boolean NOT NULL DEFAULT false,
+    last_used_at    timestamptz,
+    woken_at        timestamptz,
+    stopped_at      timestamptz,
+    wakes           integer NOT NULL DEFAULT 0 CHECK (wakes >= 0)
+);
+CREATE INDEX environment_pods_awake_idx ON environment_pods (last_used_at) WHERE awake;
+
+SELECT tickwarden_enforce_tenant_isolation();

@@ -90,6 +90,12 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
             trigger.append(RetryJobLauncher(db, reconciler.api.jobs(), reconciler.settings))
     else:
         trigger = [Ticker(db, batch=options.ticker_batch)]
+    from tickwarden.environments.pod_control import pods_enabled
+
+    if pods_enabled():  # environments with runtime kubernetes: converge their objects, stop idle ones
+        from tickwarden.environments.pod_control import EnvironmentPodLoop, from_environ
+
+        trigger.append(EnvironmentPodLoop(from_environ(db)))
     loops: list[Loop] = [
         *trigger,
         LeaseReaper(db, server_restarts=True),

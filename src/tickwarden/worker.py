@@ -32,6 +32,7 @@ from tickwarden import auth, metrics, secrets
 from tickwarden.categories import categorize, is_retryable
 from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
+from tickwarden.environments import pods
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.errors import DatabaseUnavailable
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
@@ -278,7 +279,8 @@ class Worker:
         if woke:
             notes.append(f"woke environment {environment.name} in {instance.process.cold_start_ms:.0f} ms")
         else:
-            notes.append(f"environment {environment.name} was warm (pid {instance.pid})")
+            notes.append(f"environment {environment.name} was warm "
+                         f"({'its pod' if instance.remote else f'pid {instance.pid}'})")
         healthy = False  # until the steps return normally: an exception leaves the process suspect
         try:
             steps, failure, healthy = self._run_steps(attempt, recipe, instance, deadline, timeout, heartbeat,
@@ -314,7 +316,8 @@ class Worker:
             records.append(record)
             # Every value the attempt was given is scrubbed from every step's text, not only its own.
             secret_values = handoff.sensitive
-            request = self._request(attempt, step, {d: outputs.get(d) for d in step.depends_on}, handoff)
+            request = self._request(attempt, step, {d: outputs.get(d) for d in step.depends_on}, handoff,
+                                    remote=instance.remote)
             try:
                 if limit <= 0:
                     raise WatchdogTimeout()
@@ -368,14 +371,24 @@ class Worker:
         return records
 
     @staticmethod
-    def _request(attempt: Attempt, step: Step, inputs: dict[str, Any], handoff: secrets.Handoff) -> dict[str, Any]:
+    def _request(attempt: Attempt, step: Step, inputs: dict[str, Any], handoff: secrets.Handoff, *,
+                 remote: bool = False) -> dict[str, Any]:
         request: dict[str, Any] = {"op": "run", "tenant_id": attempt.tenant_id, "step": step.request(),
                                    "inputs": inputs}
+        if step.kind != "sql" and remote:
+            # A pod reads the tenant's secrets from its own Secret: only their names travel.
+            tenant_refs = [r for r in step.secrets if r.startswith("secret:")]
+            request["environment"] = handoff.step_environment([r for r in step.secrets if r not in tenant_refs])
+            request["secret_files"] = {r.split(":", 1)[1]: pods.secret_key(r.split(":", 1)[1]) for r in tenant_refs}
+            return request
         if step.kind != "sql":
             request["environment"] = handoff.step_environment(step.secrets)
             return request
         assert step.database is not None
-        request["database_url"] = handoff.values[step.database]
+        if remote and step.database.startswith("secret:"):
+            request["database_secret"] = pods.secret_key(step.database.split(":", 1)[1])
+        else:
+            request["database_url"] = handoff.values[step.database]
         request["platform_database"] = handoff.platform_database
         return request
 
@@ -390,6 +403,8 @@ def _category(answer: dict[str, Any]) -> str:
         return "auth"
     if phase == "isolation":
         return "internal"
+    if phase == "secret":  # a pod's Secret not yet updated with a new secret: a retry finds it there
+        return "environment"
     if answer.get("error_type") in ("ConnectionError", "ConnectionResetError", "ConnectionRefusedError",
                                     "ConnectionAbortedError", "BrokenPipeError"):
         return "connection"

@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from tickwarden import cadence, profile, secrets
+from tickwarden.environments import podspec
 from tickwarden.errors import InvalidField, InvalidInput, TickwardenError
 from tickwarden.reserved import SELFTEST_TENANT_PREFIX, is_selftest_tenant
 from tickwarden.maintenance import MAX_WINDOWS_PER_WORKFLOW, window_spec
@@ -82,6 +83,16 @@ class EnvironmentSpec(_Model):
     name: str = Field(pattern=OBJECT_NAME)
     python: str | None = Field(default=None, max_length=1000)
     idle_timeout_seconds: StrictInt = Field(default=600, ge=1, le=86400)
+    # runtime kubernetes: one StatefulSet per environment (environments/podspec.py checks the rest)
+    runtime: Literal["process", "kubernetes"] = "process"
+    image: str | None = Field(default=None, max_length=300)
+    resources: dict[str, Any] | None = None
+    volume: dict[str, Any] | None = None
+
+    def pod(self) -> dict[str, Any] | None:
+        """The pod this environment runs as (None for runtime process); PodSpecError when it is not acceptable."""
+        return podspec.pod_settings(self.runtime, self.image, self.python if self.runtime == "kubernetes" else None,
+                                    self.resources, self.volume)
 
 
 Severity = Literal["warning", "critical"]
@@ -330,6 +341,11 @@ def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
     _no_duplicates("users", [f"{t}/{u.email}" for t, u in users], label="user")
     environments = [(tenant_of("environments", i, e.tenant), e) for i, e in enumerate(document.environments)]
     _no_duplicates("environments", [f"{t}/{e.name}" for t, e in environments], label="environment")
+    for i, (_, env) in enumerate(environments):
+        try:
+            env.pod()
+        except podspec.PodSpecError as exc:
+            raise _Invalid(f"environments[{i}].{exc.field}", exc.message) from None
 
     channels = [(tenant_of("channels", i, c.tenant), c) for i, c in enumerate(document.channels)]
     _no_duplicates("channels", [f"{t}/{c.name}" for t, c in channels], label="channel")

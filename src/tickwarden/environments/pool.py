@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING
 from tickwarden.db import Database
 from tickwarden.environments import sandbox
 from tickwarden.environments.process import EnvironmentFailed, EnvironmentProcess
+from tickwarden.errors import TickwardenError
 from tickwarden.models import Environment
 
 if TYPE_CHECKING:
+    from tickwarden.environments.pod_control import PodEnvironments, RemoteEnvironment
     from tickwarden.store import Store
 
 log = logging.getLogger(__name__)
@@ -44,12 +46,13 @@ class Instance:
     row_id: int
     tenant_id: int
     environment: Environment
-    process: EnvironmentProcess
+    process: EnvironmentProcess | RemoteEnvironment
     last_used_at: datetime
     runs_served: int = 0
+    remote: bool = False  # a pod of the cluster (runtime kubernetes), not a process of this worker
 
     @property
-    def pid(self) -> int:
+    def pid(self) -> int | None:
         return self.process.pid
 
 
@@ -57,12 +60,27 @@ class EnvironmentPool:
     """The environment processes of one worker."""
 
     def __init__(self, db: Database, worker_id: str, *, max_live: int = MAX_LIVE,
-                 spawn: Callable[..., EnvironmentProcess] = EnvironmentProcess):
+                 spawn: Callable[..., EnvironmentProcess] = EnvironmentProcess,
+                 pods: PodEnvironments | Callable[[], PodEnvironments] | None = None):
         self.db = db
         self.worker_id = worker_id
         self.max_live = max_live
         self._spawn = spawn
         self._live: dict[tuple[int, int], Instance] = {}
+        # Environments with runtime kubernetes: built on first need (configured the standard way).
+        self._pods = pods
+
+    def pods(self) -> PodEnvironments:
+        """The pod side of the pool, configured on first use; EnvironmentFailed when it cannot be."""
+        from tickwarden.environments.pod_control import PodEnvironments, from_environ
+
+        if isinstance(self._pods, PodEnvironments):
+            return self._pods
+        try:
+            self._pods = self._pods() if self._pods is not None else from_environ(self.db)
+        except TickwardenError as exc:
+            raise EnvironmentFailed(f"environments on Kubernetes are not available to this worker: {exc}") from None
+        return self._pods
 
     def live(self) -> list[Instance]:
         return list(self._live.values())
@@ -76,6 +94,10 @@ class EnvironmentPool:
         """
         if environment.tenant_id != tenant_id:
             raise IsolationError(f"environment {environment.id} belongs to tenant {environment.tenant_id}, not {tenant_id}")
+        if environment.runtime == "kubernetes":
+            # Never cached here: whether the pod is awake is shared state, read under its row lock.
+            remote = self.pods().wake(environment, now)
+            return Instance(0, tenant_id, environment, remote, now, remote=True), remote.woke
         key = (tenant_id, environment.id)
         current = self._live.get(key)
         if current is not None:
@@ -134,6 +156,9 @@ class EnvironmentPool:
         `store`: record it in the caller's transaction (the worker's outcome) instead of a new one.
         """
         instance.last_used_at = now
+        if instance.remote:
+            self.pods().touch(instance.environment, now, store)
+            return
         if not instance.process.alive():
             self._retire(instance, "dead", now)
             return
@@ -142,6 +167,9 @@ class EnvironmentPool:
 
     def discard(self, instance: Instance, now: datetime, status: str = "dead") -> None:
         """Kill a process (the watchdog fired, or it broke) and forget it."""
+        if instance.remote:  # the pod's server stopped its process group itself; the use still counts
+            self.pods().touch(instance.environment, now)
+            return
         self._retire(instance, status, now)
 
     def stop_idle(self, now: datetime) -> list[Instance]:

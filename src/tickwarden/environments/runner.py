@@ -1,36 +1,120 @@
 """The execution server inside a warm environment: one process per (tenant, environment).
 
-Started by a worker as `PYTHON runner.py --tenant ID` with the environment's own
-interpreter, so it imports only the standard library (and psycopg, lazily, for sql
-steps). It reads one JSON request per line on stdin and answers one JSON line on a
-private copy of stdout; the step's own prints and logging are captured per request
-and returned as its log. It serves one tenant only and refuses requests of another,
-and it exits when its worker dies (its parent changes), so no orphan keeps running.
+Started with the environment's own interpreter, so it imports only the standard
+library (and psycopg, lazily, for sql steps): by a worker as `PYTHON runner.py
+--tenant ID --listen unix:PATH --lifeline` (local mode), or as the main process of an
+environment's pod, `--listen tcp:0.0.0.0:7070 --credential-file FILE`. Both modes
+speak one protocol over the socket, one request per connection:
 
-Requests: {"op": "ping"} · {"op": "run", "tenant_id", "step", "inputs", "environment" (python: the
-declared secrets and run variables), "database_url", "platform_database", "timeout_ms" (sql)}
+    server → client   {"challenge": HEX}                       32 fresh random bytes
+    client → server   {"body": REQUEST-JSON, "mac": HEX}       HMAC-SHA256(credential, "request" challenge body)
+    server → client   {"body": ANSWER-JSON, "mac": HEX}        HMAC-SHA256(credential, "answer" challenge body)
+
+The credential is the environment's alone (given on stdin by the local worker, or
+mounted from the environment's Kubernetes Secret). A request is accepted only when
+its MAC (compared in constant time) covers the challenge of its own connection, so
+a recorded request cannot be replayed, and the client checks the answer the same
+way, so nothing else listening on the address can answer for the environment.
+
+Requests (the body): {"op": "ping"} · {"op": "run", "tenant_id", "step", "inputs", "environment" (python:
+the declared secrets and run variables), "secret_files" (python, in a pod: variable → key of the
+environment's mounted Secret), "database_url", "platform_database", "timeout_ms" (sql), "watchdog_ms"}
 · {"op": "shutdown"}. Answers: {"ok": true, ...} or {"ok": false, "error", "error_type",
 "phase"} where phase is `resolve` (the call could not be imported), `connect`
 (the database could not be reached), `refused` (it is the platform's own database), `timeout` (the server cancelled the query at
-its statement timeout), `output` (not JSON) or `step` (the step raised).
+its statement timeout), `output` (not JSON), `step` (the step raised), `secret` (a pod's mounted Secret
+does not hold the secret yet) or `watchdog` (the request ran
+past `watchdog_ms`: the server answers, then stops with its whole process group).
+
+The watchdog stays around each request inside the server: at `watchdog_ms`, or as
+soon as the client hangs up before its answer (the caller aborted), the server kills
+its process group, so neither a hung step nor anything it spawned outlives the
+request. It serves one tenant only and refuses requests of another, and in local
+mode it exits when its worker dies (the stdin lifeline closes or its parent
+changes), so no orphan keeps running. Requests are served one at a time.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import hmac
 import importlib
 import io
 import json
 import logging
 import os
+import re
+import secrets
+import select
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
 
 LOG_LINES = 200
+MAX_LINE = 64 * 1024 * 1024  # one request or answer: inputs and outputs are bounded far below this
+HANDSHAKE_SECONDS = 10.0  # a connection that does not send its request by then is dropped
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+
+
+class ProtocolError(Exception):
+    """The peer broke the protocol: a malformed line, a wrong MAC, or a closed connection."""
+
+
+def sign(credential: bytes, role: str, challenge: str, body: str) -> str:
+    """Return the MAC of one request or answer body, bound to its connection's challenge."""
+    message = b"\n".join([role.encode(), challenge.encode(), body.encode()])
+    return hmac.new(credential, message, hashlib.sha256).hexdigest()
+
+
+def envelope(credential: bytes, role: str, challenge: str, payload: dict) -> bytes:
+    """Return one signed line carrying `payload`."""
+    body = json.dumps(payload, default=str)
+    return (json.dumps({"body": body, "mac": sign(credential, role, challenge, body)}) + "\n").encode()
+
+
+def opened(credential: bytes, role: str, challenge: str, line: bytes) -> dict:
+    """Return the payload of a signed line, or raise ProtocolError when it is not one of ours."""
+    try:
+        outer = json.loads(line)
+        body, mac = outer["body"], outer["mac"]
+        if not isinstance(body, str) or not isinstance(mac, str):
+            raise TypeError
+    except (ValueError, TypeError, KeyError):
+        raise ProtocolError("the message is not a signed envelope") from None
+    if not hmac.compare_digest(sign(credential, role, challenge, body), mac):
+        raise ProtocolError("the message does not carry this environment's credential")
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        raise ProtocolError("the message body is not JSON") from None
+    if not isinstance(payload, dict):
+        raise ProtocolError("the message body is not an object")
+    return payload
+
+
+def read_line(sock: socket.socket, deadline: float, buffer: bytearray) -> bytes:
+    """Read one line by `deadline` (monotonic); ProtocolError on timeout, hang-up or an oversized line."""
+    while b"\n" not in buffer:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ProtocolError("the peer did not send a line in time")
+        ready, _, _ = select.select([sock], [], [], left)
+        if not ready:
+            continue
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ProtocolError("the peer closed the connection")
+        buffer += chunk
+        if len(buffer) > MAX_LINE:
+            raise ProtocolError("the line is too long")
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    return line
 
 
 def _watch_parent(parent: int) -> None:
@@ -78,6 +162,24 @@ def _variables(given: dict):
 def _run_python(step: dict, inputs: dict, given: dict | None = None) -> dict:
     with _variables(given or {}):
         return _call_python(step, inputs)
+
+
+def _secret_files(names: object, directory: str | None) -> dict:
+    """Read the step's declared secrets from the environment's mounted Secret (pod mode)."""
+    if not names:
+        return {}
+    if not isinstance(names, dict) or directory is None:
+        raise ValueError("this environment has no mounted secrets")
+    values = {}
+    for variable, key in names.items():
+        if not isinstance(key, str) or not SECRET_KEY.match(key):
+            raise ValueError("a secret key is not a valid Secret key")
+        try:
+            with open(os.path.join(directory, key), encoding="utf-8") as handle:
+                values[str(variable)] = handle.read()
+        except OSError:
+            raise ValueError(f"the secret {key} is not in this environment's Secret (yet)") from None
+    return values
 
 
 def _call_python(step: dict, inputs: dict) -> dict:
@@ -165,48 +267,206 @@ def _run_sql(step: dict, url: str, timeout_ms: int | None = None, platform: str 
     return {"ok": True, "output": {"rows": rows, "columns": columns}, "log": f"{rows} rows"}
 
 
-def serve(tenant_id: int, requests, answers) -> None:
-    """Answer requests until shutdown or end of input."""
-    for line in requests:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        op = request.get("op")
-        if op == "shutdown":
-            answer = {"ok": True}
-        elif op == "ping":
-            answer = {"ok": True, "pid": os.getpid(), "tenant_id": tenant_id}
-        elif op == "run" and request.get("tenant_id") != tenant_id:
-            answer = {"ok": False, "phase": "isolation", "error_type": "IsolationError",
-                      "error": "this environment serves another tenant"}
-        elif op == "run":
-            step = request["step"]
-            if step.get("kind") == "sql":
-                answer = _run_sql(step, request.get("database_url") or "", request.get("timeout_ms"),
-                                  request.get("platform_database"))
-            else:
-                answer = _run_python(step, request.get("inputs") or {}, request.get("environment"))
-        else:
-            answer = {"ok": False, "phase": "protocol", "error_type": "ProtocolError", "error": f"unknown op {op!r}"}
-        answers.write(json.dumps(answer, default=str) + "\n")
-        answers.flush()
-        if op == "shutdown":
-            return
+def handle(tenant_id: int, request: dict, secrets_dir: str | None = None) -> dict:
+    """Answer one request (shutdown is the caller's to act on)."""
+    op = request.get("op")
+    if op == "shutdown":
+        return {"ok": True}
+    if op == "ping":
+        return {"ok": True, "pid": os.getpid(), "tenant_id": tenant_id}
+    if op == "run" and request.get("tenant_id") != tenant_id:
+        return {"ok": False, "phase": "isolation", "error_type": "IsolationError",
+                "error": "this environment serves another tenant"}
+    if op == "run":
+        step = request.get("step") or {}
+        if step.get("kind") == "sql":
+            url = request.get("database_url") or ""
+            if request.get("database_secret"):
+                try:
+                    url = _secret_files({"url": request["database_secret"]}, secrets_dir)["url"].strip()
+                except ValueError as exc:
+                    return {"ok": False, "phase": "secret", "error_type": "SecretError", "error": str(exc)}
+            return _run_sql(step, url, request.get("timeout_ms"), request.get("platform_database"))
+        try:
+            given = {**_secret_files(request.get("secret_files"), secrets_dir), **(request.get("environment") or {})}
+        except ValueError as exc:
+            return {"ok": False, "phase": "secret", "error_type": "SecretError", "error": str(exc)}
+        return _run_python(step, request.get("inputs") or {}, given)
+    return {"ok": False, "phase": "protocol", "error_type": "ProtocolError", "error": f"unknown op {op!r}"}
+
+
+class _Watchdog(threading.Thread):
+    """Stop the whole process group when the request runs past its limit or its caller hangs up."""
+
+    def __init__(self, conn: socket.socket, seconds: float | None, answer):
+        super().__init__(daemon=True)
+        self.conn = conn
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self.answer = answer
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        watching = True
+        while not self.done.is_set():
+            left = 0.2 if self.deadline is None else min(0.2, self.deadline - time.monotonic())
+            if left <= 0:
+                # Answer first (best effort), so the caller learns it was the watchdog, not a crash.
+                self.answer({"ok": False, "phase": "watchdog", "error_type": "WatchdogTimeout",
+                             "error": "the request ran past its time limit"})
+                _exit_with_group(4)
+            if not watching:
+                time.sleep(left)
+                continue
+            try:
+                ready, _, _ = select.select([self.conn], [], [], left)
+                gone = bool(ready) and not self.conn.recv(1, socket.MSG_PEEK)
+            except OSError:
+                gone = True
+            if ready and not gone:
+                watching = False  # stray bytes after the request: keep the deadline only
+            if gone and not self.done.is_set():
+                _exit_with_group(5)  # the caller gave up on the request: nothing may outlive it
+
+
+class Server:
+    """The listening side of the protocol: authenticate, run under the watchdog, answer."""
+
+    def __init__(self, tenant_id: int, listener: socket.socket, credential: bytes, secrets_dir: str | None = None,
+                 credential_file: str | None = None):
+        self.tenant_id = tenant_id
+        self.listener = listener
+        self.credential = credential
+        self.secrets_dir = secrets_dir
+        self.credential_file = credential_file
+
+    def _verified(self, challenge: str, line: bytes) -> dict:
+        """The request of `line`; with a mounted credential, read it again once before refusing.
+
+        After the platform key rotates, the control plane rewrites the environment's Secret and
+        the kubelet updates the mounted file: the running server follows without a restart.
+        """
+        try:
+            return opened(self.credential, "request", challenge, line)
+        except ProtocolError:
+            if self.credential_file is None:
+                raise
+            fresh = _read_credential(self.credential_file)
+            if fresh is None or hmac.compare_digest(fresh, self.credential):
+                raise
+            request = opened(fresh, "request", challenge, line)
+            self.credential = fresh
+            return request
+
+    def serve_forever(self) -> None:
+        while True:
+            conn, _ = self.listener.accept()
+            with conn:
+                if self.serve_one(conn) == "shutdown":
+                    return
+
+    def serve_one(self, conn: socket.socket) -> str | None:
+        challenge = secrets.token_hex(32)
+        lock = threading.Lock()
+        sent = threading.Event()
+
+        def answer(payload: dict) -> None:
+            with lock:
+                if sent.is_set():
+                    return
+                sent.set()
+                try:
+                    conn.sendall(envelope(self.credential, "answer", challenge, payload))
+                except OSError:
+                    pass
+
+        try:
+            conn.sendall((json.dumps({"challenge": challenge}) + "\n").encode())
+            request = self._verified(challenge, read_line(conn, time.monotonic() + HANDSHAKE_SECONDS, bytearray()))
+        except (ProtocolError, OSError) as exc:
+            with contextlib.suppress(OSError):
+                conn.sendall((json.dumps({"error": str(exc)}) + "\n").encode())
+            return None
+        limit = request.get("watchdog_ms")
+        seconds = limit / 1000 if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0 else None
+        watchdog = _Watchdog(conn, seconds, answer)
+        watchdog.start()
+        try:
+            result = handle(self.tenant_id, request, self.secrets_dir)
+        finally:
+            watchdog.done.set()
+        answer(result)
+        return "shutdown" if request.get("op") == "shutdown" else None
+
+
+def listen(address: str) -> socket.socket:
+    """Bind `unix:PATH` or `tcp:HOST:PORT` and return the listening socket."""
+    kind, _, where = address.partition(":")
+    if kind == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(where)
+        sock.bind(where)
+        os.chmod(where, 0o600)
+    elif kind == "tcp":
+        host, _, port = where.rpartition(":")
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), int(port)))
+    else:
+        raise SystemExit(f"--listen must be unix:PATH or tcp:HOST:PORT, not {address!r}")
+    sock.listen(16)
+    return sock
+
+
+def _read_credential(path: str) -> bytes | None:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return bytes.fromhex(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _lifeline() -> None:
+    # The worker holds our stdin open for as long as it lives: end of input means it died.
+    while sys.stdin.buffer.read(65536):
+        pass
+    _exit_with_group(3)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="tickwarden environment runner")
     parser.add_argument("--tenant", type=int, required=True)
     parser.add_argument("--path", action="append", default=[], help="extra import path")
+    parser.add_argument("--listen", required=True, help="unix:PATH or tcp:HOST:PORT")
+    parser.add_argument("--credential-file", help="file holding the environment's credential (hex)")
+    parser.add_argument("--secrets-dir", help="directory of the environment's mounted Secret")
+    parser.add_argument("--lifeline", action="store_true",
+                        help="read the credential from the first line of stdin, then exit when stdin closes")
     args = parser.parse_args(argv)
     # Imports resolve from the worker's working directory and the configured paths,
     # not from this file's folder.
     sys.path[0:1] = [os.getcwd(), *args.path]
-    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)  # stray writes to fd 1 (C extensions, subprocesses) must not corrupt answers
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
-    serve(args.tenant, io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8"), answers)
-    # A dead worker's pipe usually closes before we are re-parented: end the group here too.
+    if args.credential_file:
+        credential = _read_credential(args.credential_file) or b""
+    elif args.lifeline:
+        credential = bytes.fromhex(sys.stdin.buffer.readline().decode("ascii").strip())
+    else:
+        raise SystemExit("a credential is required: --credential-file or --lifeline")
+    if len(credential) < 16:
+        raise SystemExit("the credential is too short")
+    listener = listen(args.listen)
+    # One line on stdout says the socket is bound; then stdout points at stderr, so stray
+    # writes (C extensions, subprocesses) never reach the worker.
+    sys.stdout.write("listening\n")
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    if not args.lifeline and os.getpgrp() != os.getpid():
+        with contextlib.suppress(OSError):
+            os.setsid()  # the watchdog stops "its process group": make that ours alone
+    if args.lifeline:
+        threading.Thread(target=_lifeline, daemon=True).start()
+        threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    Server(args.tenant, listener, credential, args.secrets_dir, args.credential_file).serve_forever()
     _exit_with_group(0)
 
 

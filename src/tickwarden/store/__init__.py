@@ -13,6 +13,7 @@ from tickwarden.store.api import ApiStore
 from tickwarden.store.catalog import CatalogStore
 from tickwarden.store.checkins import CheckinStore
 from tickwarden.store.dashboard import DashboardStore
+from tickwarden.store.environment_pods import EnvironmentPodStore
 from tickwarden.store.erasure import ErasureStore
 from tickwarden.store.execution import ExecutionStore
 from tickwarden.store.heartbeat import HeartbeatStore
@@ -32,7 +33,7 @@ from tickwarden.store.watchdog import WatchdogStore
 class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
             TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore, CheckinStore,
             DashboardStore, SelftestStore, AlertContentStore, WatchdogStore, MaintenanceStore,
-            AckLinkStore):
+            AckLinkStore, EnvironmentPodStore):
     """All store operations, bound to one connection and its transaction."""
 
 

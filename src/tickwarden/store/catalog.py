@@ -194,12 +194,14 @@ class CatalogStore(StoreBase):
         )
 
     def apply_environment(
-        self, tenant_id: int, name: str, python: str | None, idle_timeout_seconds: int, now: datetime
+        self, tenant_id: int, name: str, python: str | None, idle_timeout_seconds: int, now: datetime,
+        runtime: str = "process", pod: dict[str, Any] | None = None,
     ) -> Applied:
         return self._applied(
             "environment", Environment, "catalog_apply_environment",
             {"tenant_id": tenant_id, "name": name, "python": python,
-             "idle_timeout_seconds": idle_timeout_seconds, "now": now},
+             "idle_timeout_seconds": idle_timeout_seconds, "now": now, "runtime": runtime,
+             "pod": Jsonb(pod) if pod is not None else None},
         )
 
     def apply_channel(

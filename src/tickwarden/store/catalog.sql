@@ -65,13 +65,13 @@ SELECT u.*, 'unchanged' FROM users u
 -- catalog_apply_environment --
 -- Upsert an environment from a workflow file (created, updated or unchanged).
 WITH up AS (
-    INSERT INTO environments (tenant_id, name, python, idle_timeout_seconds, created_at, updated_at)
-    VALUES (%(tenant_id)s, %(name)s, %(python)s, %(idle_timeout_seconds)s, %(now)s, %(now)s)
+    INSERT INTO environments (tenant_id, name, python, idle_timeout_seconds, runtime, pod, created_at, updated_at)
+    VALUES (%(tenant_id)s, %(name)s, %(python)s, %(idle_timeout_seconds)s, %(runtime)s, %(pod)s, %(now)s, %(now)s)
         ON CONFLICT (tenant_id, name) DO UPDATE
        SET python = EXCLUDED.python, idle_timeout_seconds = EXCLUDED.idle_timeout_seconds,
-           updated_at = EXCLUDED.updated_at
-     WHERE (environments.python, environments.idle_timeout_seconds)
-           IS DISTINCT FROM (EXCLUDED.python, EXCLUDED.idle_timeout_seconds)
+           runtime = EXCLUDED.runtime, pod = EXCLUDED.pod, updated_at = EXCLUDED.updated_at
+     WHERE (environments.python, environments.idle_timeout_seconds, environments.runtime, environments.pod)
+           IS DISTINCT FROM (EXCLUDED.python, EXCLUDED.idle_timeout_seconds, EXCLUDED.runtime, EXCLUDED.pod)
     RETURNING *, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS change
 )
 SELECT * FROM up

@@ -106,7 +106,7 @@ SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds,
        e.id AS environment__id, e.tenant_id AS environment__tenant_id, e.name AS environment__name,
        e.python AS environment__python, e.idle_timeout_seconds AS environment__idle_timeout_seconds,
        e.settings AS environment__settings, e.created_at AS environment__created_at,
-       e.updated_at AS environment__updated_at
+       e.updated_at AS environment__updated_at, e.runtime AS environment__runtime, e.pod AS environment__pod
   FROM workflows w
   LEFT JOIN schedules s ON s.workflow_id = w.id
   LEFT JOIN users u ON u.id = w.publisher_id

@@ -1,0 +1,130 @@
+"""The calling side of the execution protocol (see `runner.py`), shared by the local and the pod mode.
+
+A client holds an address (`unix:PATH` or `tcp:HOST:PORT`) and the environment's
+credential, and makes one connection per request. The waiting is the worker's half
+of the watchdog: at the request's timeout, or when the caller aborts, it hangs up,
+which is the server's signal to stop its process group; the server also enforces
+the same limit itself (`watchdog_ms`), so a partitioned worker cannot leave a step
+running. A local owner that can kill the process does so too (`on_give_up`).
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tickwarden.environments.runner import MAX_LINE, ProtocolError, envelope, opened, read_line
+
+POLL_SLICE = 0.2
+CONNECT_SECONDS = 5.0
+# The server's own limit comes a little after the caller's: the caller hangs up first, and the
+# server's deadline is the backstop for a caller that vanished without hanging up.
+WATCHDOG_GRACE = 0.5
+
+
+class EnvironmentFailed(Exception):
+    """The environment could not be started or reached, or died while serving a request."""
+
+
+class WatchdogTimeout(Exception):
+    """The request ran past its timeout and the environment's process group was stopped."""
+
+
+class Aborted(Exception):
+    """The caller gave up on the request (lease lost, worker stopping); the process group was stopped."""
+
+
+def parse_address(address: str) -> tuple[int, Any]:
+    kind, _, where = address.partition(":")
+    if kind == "unix" and where:
+        return socket.AF_UNIX, where
+    host, _, port = where.rpartition(":")
+    if kind == "tcp" and host and port.isdigit():
+        return (socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET), (host.strip("[]"), int(port))
+    raise EnvironmentFailed(f"{address[:80]!r} is not an environment address (unix:PATH or tcp:HOST:PORT)")
+
+
+class ExecutionClient:
+    """Authenticated requests to one environment's execution server."""
+
+    def __init__(self, address: str, credential: bytes):
+        self.address = address
+        self.family, self.target = parse_address(address)
+        self.credential = credential
+
+    def call(self, request: dict[str, Any], timeout: float, should_abort: Callable[[], bool] | None = None, *,
+             died: Callable[[], str | None] | None = None, on_give_up: Callable[[], None] | None = None,
+             ) -> dict[str, Any]:
+        """Send one request and return its answer, waiting at most `timeout` seconds.
+
+        `died` says why the server is gone when the connection breaks (a local owner
+        knows its exit status); `on_give_up` runs before WatchdogTimeout or Aborted.
+        """
+        deadline = time.monotonic() + timeout
+        body = dict(request)
+        body.setdefault("watchdog_ms", max(int((timeout + WATCHDOG_GRACE) * 1000), 1))
+        sock = socket.socket(self.family, socket.SOCK_STREAM)
+        try:
+            try:
+                sock.settimeout(min(CONNECT_SECONDS, max(timeout, 0.1)))
+                sock.connect(self.target)
+                sock.setblocking(False)
+                buffer = bytearray()
+                greeting = json.loads(read_line(sock, min(deadline, time.monotonic() + CONNECT_SECONDS), buffer))
+                challenge = greeting["challenge"]
+                if not isinstance(challenge, str) or len(challenge) < 32:
+                    raise ProtocolError("the greeting has no challenge")
+                sock.sendall(envelope(self.credential, "request", challenge, body))
+            except (OSError, ValueError, KeyError, TypeError, ProtocolError):
+                reason = died() if died else None
+                raise EnvironmentFailed(reason or f"the environment at {self._where()} is not accepting work") from None
+            line = self._wait(sock, buffer, deadline, should_abort, died, on_give_up)
+        finally:
+            sock.close()
+        try:
+            answer = opened(self.credential, "answer", challenge, line)
+        except ProtocolError:
+            if line.startswith(b'{"error"'):
+                raise EnvironmentFailed("the environment refused the request's credential") from None
+            raise EnvironmentFailed("the environment's answer does not carry its credential") from None
+        if answer.get("phase") == "watchdog":
+            if on_give_up:
+                on_give_up()
+            raise WatchdogTimeout()
+        return answer
+
+    def _wait(self, sock: socket.socket, buffer: bytearray, deadline: float, should_abort: Callable[[], bool] | None,
+              died: Callable[[], str | None] | None, on_give_up: Callable[[], None] | None) -> bytes:
+        while b"\n" not in buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if on_give_up:
+                    on_give_up()
+                raise WatchdogTimeout()
+            if should_abort is not None and should_abort():
+                if on_give_up:
+                    on_give_up()
+                raise Aborted()
+            ready, _, _ = select.select([sock], [], [], min(remaining, POLL_SLICE))
+            if not ready:
+                continue
+            try:
+                chunk = sock.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                reason = died() if died else None
+                raise EnvironmentFailed(reason or f"the environment at {self._where()} closed the connection "
+                                                  "mid-request (it died or was restarted)")
+            buffer += chunk
+            if len(buffer) > MAX_LINE:
+                raise EnvironmentFailed("the environment's answer is too long")
+        line, _, _ = bytes(buffer).partition(b"\n")
+        return line
+
+    def _where(self) -> str:
+        return "its local socket" if self.family == socket.AF_UNIX else self.address

@@ -1,0 +1,108 @@
+"""The execution protocol itself: every request carries the environment's credential, bound to its connection."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import pytest
+
+from tickwarden.environments import EnvironmentFailed, EnvironmentProcess
+from tickwarden.environments.client import Aborted, ExecutionClient
+from tickwarden.environments.runner import envelope, read_line
+
+
+@pytest.fixture
+def process():
+    proc = EnvironmentProcess(1)
+    yield proc
+    proc.kill()
+
+
+def _raw(process: EnvironmentProcess) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(process.client.target)
+    return sock
+
+
+def test_a_request_signed_with_another_credential_is_refused(process):
+    stranger = ExecutionClient(process.client.address, os.urandom(32))
+    with pytest.raises(EnvironmentFailed, match="refused the request's credential"):
+        stranger.call({"op": "ping"}, 5)
+    assert process.alive() and process.call({"op": "ping"}, 5)["ok"]
+
+
+def test_a_recorded_request_cannot_be_replayed_on_another_connection(process):
+    first = _raw(process)
+    buffer = bytearray()
+    challenge = json.loads(read_line(first, time.monotonic() + 5, buffer))["challenge"]
+    recorded = envelope(process.client.credential, "request", challenge, {"op": "ping"})
+    first.sendall(recorded)
+    assert b'"body"' in read_line(first, time.monotonic() + 5, buffer)
+    first.close()
+    second = _raw(process)
+    buffer = bytearray()
+    read_line(second, time.monotonic() + 5, buffer)  # a fresh challenge
+    second.sendall(recorded)
+    answer = json.loads(read_line(second, time.monotonic() + 5, buffer))
+    second.close()
+    assert "credential" in answer["error"] and "body" not in answer
+
+
+def test_a_caller_that_hangs_up_mid_request_stops_the_servers_process_group(process):
+    # The server's own watchdog: the worker here does not kill anything itself.
+    request = {"op": "run", "tenant_id": 1, "inputs": {},
+               "step": {"name": "s", "kind": "python", "call": "tests.steps:hang", "params": {}}}
+    with pytest.raises(Aborted):
+        process.client.call(request, 30, lambda: True)
+    deadline = time.monotonic() + 5
+    while process.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process.alive()
+
+
+def test_the_servers_own_deadline_stops_a_step_the_caller_no_longer_watches(process):
+    request = {"op": "run", "tenant_id": 1, "inputs": {}, "watchdog_ms": 500,
+               "step": {"name": "s", "kind": "python", "call": "tests.steps:hang", "params": {}}}
+    sock = _raw(process)
+    buffer = bytearray()
+    challenge = json.loads(read_line(sock, time.monotonic() + 5, buffer))["challenge"]
+    sock.sendall(envelope(process.client.credential, "request", challenge, request))
+    started = time.monotonic()
+    line = read_line(sock, time.monotonic() + 10, buffer)
+    assert b"watchdog" in line and time.monotonic() - started < 3
+    deadline = time.monotonic() + 5
+    while process.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process.alive()
+
+
+def test_a_pods_server_follows_its_mounted_credential_when_it_changes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from tickwarden.environments.runner import __file__ as runner
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    old, new = os.urandom(32), os.urandom(32)
+    mounted = tmp_path / "credential"
+    mounted.write_text(old.hex())
+    server = subprocess.Popen([sys.executable, runner, "--tenant", "1", "--listen", f"tcp:127.0.0.1:{port}",
+                               "--credential-file", str(mounted)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert server.stdout.readline() == b"listening\n"
+        address = f"tcp:127.0.0.1:{port}"
+        assert ExecutionClient(address, old).call({"op": "ping"}, 5)["tenant_id"] == 1
+        mounted.write_text(new.hex())  # the platform key rotated; the kubelet updated the Secret's file
+        assert ExecutionClient(address, new).call({"op": "ping"}, 5)["tenant_id"] == 1
+        with pytest.raises(EnvironmentFailed, match="refused the request's credential"):
+            ExecutionClient(address, old).call({"op": "ping"}, 5)
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
