@@ -258,7 +258,7 @@ def publish(store: Store, pub: Publication, now: datetime, *, actor: str, report
     nothing; without `archived` it restores it). The trigger is woken at commit, which only
     makes its next pass come sooner.
     """
-    existing = store.catalog_get_workflow(pub.tenant_id, pub.name)
+    existing = store.catalog_lock_workflow(pub.tenant_id, pub.name)
     current = store.get_schedule_for_workflow(existing.id) if existing else None
     if pub.archived and existing is not None and existing.archived_at is not None:
         published = Published(Applied("workflow", existing.id, "unchanged", existing),

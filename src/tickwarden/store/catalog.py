@@ -138,9 +138,9 @@ class CatalogStore(StoreBase):
         row = self._row("get_workflow_by_name", {"tenant": tenant, "workflow": workflow})
         return from_row(Workflow, row) if row else None
 
-    def catalog_get_workflow(self, tenant_id: int, name: str) -> Workflow | None:
+    def catalog_lock_workflow(self, tenant_id: int, name: str) -> Workflow | None:
         """A tenant's workflow by name, locked until the transaction ends (see `catalog.publish`)."""
-        row = self._row("catalog_get_workflow", {"tenant_id": tenant_id, "name": name})
+        row = self._row("catalog_lock_workflow", {"tenant_id": tenant_id, "name": name})
         return from_row(Workflow, row) if row else None
 
     def list_workflows(self, tenant_id: int) -> list[Workflow]:

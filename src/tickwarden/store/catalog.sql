@@ -206,7 +206,7 @@ UPDATE workflows SET archived_at = %(now)s, updated_at = %(now)s
  WHERE id = %(workflow_id)s AND archived_at IS NULL
 RETURNING *;
 
--- catalog_get_workflow --
+-- catalog_lock_workflow --
 -- A tenant's workflow by name, locked: what a publish is about to change, read in its
 -- transaction so two publishes of one workflow apply one after the other.
 SELECT * FROM workflows WHERE tenant_id = %(tenant_id)s AND name = %(name)s FOR UPDATE;
