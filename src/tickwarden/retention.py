@@ -139,10 +139,11 @@ class RetentionSweeper:
                     break
             else:
                 more = True
-        for klass, expire in (("outbox", Store.retention_expire_outbox), ("alerts", Store.retention_expire_alerts)):
+        for klass in ("outbox", "alerts"):
             for _ in range(self.max_batches):
                 with self.db.transaction() as store:
-                    count = expire(store, now, self.defaults[klass], self.rows_per_batch)
+                    expire = store.retention_expire_outbox if klass == "outbox" else store.retention_expire_alerts
+                    count = expire(now, self.defaults[klass], self.rows_per_batch)
                     store.retention_add_totals(now, {klass: count})
                 expired[klass] += count
                 if count < self.rows_per_batch:
