@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import types
+from collections.abc import Sequence
+from dataclasses import fields
+from datetime import datetime
+from typing import Any, get_type_hints
 
 import psycopg
 from psycopg.pq import ExecStatus
@@ -11,6 +16,25 @@ from psycopg.rows import dict_row
 from tickwarden.store.queries import queries
 
 TUPLES_OK = ExecStatus.TUPLES_OK
+SQL_TYPES = {int: "bigint", str: "text", bool: "boolean", float: "double precision", datetime: "timestamptz"}
+
+
+@functools.cache
+def unnested(name: str, cls: type) -> str:
+    """Query `name` with its `{unnest}` standing for `unnest(%(field)s::type[], ...) AS w (field, ...)`.
+
+    The fields of dataclass `cls` are listed once, in the class: a batch statement names
+    them as `w.field`, and `StoreBase._batch` sends one array per field under its name.
+    Timestamps go in binary (see `queries`); a field's SQL type follows from its annotation.
+    """
+    hints = get_type_hints(cls)
+    arrays, names = [], []
+    for field in fields(cls):
+        hint = hints[field.name]
+        base = next(a for a in hint.__args__ if a is not type(None)) if isinstance(hint, types.UnionType) else hint
+        arrays.append(f"%({field.name}){'b' if base is datetime else 's'}::{SQL_TYPES[base]}[]")
+        names.append(field.name)
+    return queries()[name].replace("{unnest}", f"unnest({', '.join(arrays)}) AS w ({', '.join(names)})")
 
 
 class StoreBase:
@@ -20,8 +44,17 @@ class StoreBase:
         self.conn = conn
 
     def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        return self._fetch(queries()[name], params)
+
+    def _batch(self, name: str, rows: Sequence[Any], params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Run `name` over `rows`, instances of one dataclass, as arrays of their fields (see `unnested`)."""
+        cls = rows[0].__class__
+        columns = {f.name: [getattr(r, f.name) for r in rows] for f in fields(cls)}
+        return self._fetch(unnested(name, cls), {**params, **columns})
+
+    def _fetch(self, text: str, params: dict[str, Any] | None) -> list[dict[str, Any]]:
         with self.conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(queries()[name], params or {})
+            cur.execute(text, params or {})
             # The result's status, not `cur.description`: that builds a Column object per
             # column on every call, a sizeable cost on the loops' hottest statements.
             result = cur.pgresult

@@ -178,27 +178,7 @@ class MonitoringStore(StoreBase):
     def open_alerts(self, wanted: Sequence[OpenAlert], now: datetime) -> list[Transition]:
         if not wanted:
             return []
-        params = {
-            "tenant_ids": [w.tenant_id for w in wanted],
-            "workflow_ids": [w.workflow_id for w in wanted],
-            "severities": [w.severity for w in wanted],
-            "owners": [w.owner for w in wanted],
-            "failure_counts": [w.failure_count for w in wanted],
-            "cadences": [w.cadence_seconds for w in wanted],
-            "multipliers": [w.escalation_multiplier for w in wanted],
-            "escalate_afters": [w.escalate_after for w in wanted],
-            "escalate_ats": [w.escalate_at for w in wanted],
-            "shadows": [w.shadow for w in wanted],
-            "first_failure_ats": [w.first_failure_at for w in wanted],
-            "last_failure_ats": [w.last_failure_at for w in wanted],
-            "run_ids": [w.run_id for w in wanted],
-            "categories": [w.category for w in wanted],
-            "errors": [w.error for w in wanted],
-            "steps": [w.failed_step for w in wanted],
-            "reasons": [w.reason for w in wanted],
-            "now": now,
-        }
-        return [_transition(r) for r in self._rows("monitoring_open_alerts", params)]
+        return [_transition(r) for r in self._batch("monitoring_open_alerts", wanted, {"now": now})]
 
     def failure_rates(self, windows: dict[int, int]) -> dict[int, FailureRate]:
         """Recount each workflow's failures among its last `window` confirmed scheduled ticks."""
@@ -211,18 +191,7 @@ class MonitoringStore(StoreBase):
     def record_alert_failures(self, updates: Sequence[FailureUpdate], now: datetime) -> list[Transition]:
         if not updates:
             return []
-        params = {
-            "alert_ids": [u.alert_id for u in updates],
-            "failure_counts": [u.failure_count for u in updates],
-            "last_failure_ats": [u.last_failure_at for u in updates],
-            "run_ids": [u.run_id for u in updates],
-            "categories": [u.category for u in updates],
-            "errors": [u.error for u in updates],
-            "steps": [u.failed_step for u in updates],
-            "owners": [u.owner for u in updates],
-            "now": now,
-        }
-        return [_transition(r) for r in self._rows("monitoring_record_failures", params)]
+        return [_transition(r) for r in self._batch("monitoring_record_failures", updates, {"now": now})]
 
     def escalate_alerts(self, alert_ids: Sequence[int], reason: str, now: datetime) -> list[Transition]:
         if not alert_ids:

@@ -107,25 +107,15 @@ SELECT u.workflow_id, count(*)::integer AS ticks,
 -- Open one alert per listed workflow and write its `opened` event. The partial
 -- unique index on open alerts turns a second opener into nothing (and no event).
 WITH wanted AS (
-    SELECT *
-      FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(severities)s::text[],
-                  %(owners)s::text[], %(failure_counts)s::integer[], %(cadences)s::integer[],
-                  %(multipliers)s::double precision[], %(escalate_afters)s::integer[],
-                  %(escalate_ats)b::timestamptz[], %(shadows)s::boolean[],
-                  %(first_failure_ats)b::timestamptz[], %(last_failure_ats)b::timestamptz[],
-                  %(run_ids)s::bigint[], %(categories)s::text[], %(errors)s::text[], %(steps)s::text[],
-                  %(reasons)s::text[])
-           AS w (tenant_id, workflow_id, severity, owner, failure_count, cadence_seconds, multiplier,
-                 escalate_after, escalate_at, shadow, first_failure_at, last_failure_at, run_id,
-                 category, error, step, reason)
+    SELECT * FROM {unnest}
 ), opened AS (
     INSERT INTO alerts (tenant_id, workflow_id, status, first_severity, severity, owner, failure_count,
                         cadence_seconds, escalation_multiplier, escalate_after, escalate_at, shadow,
                         first_failure_at, last_failure_at, last_run_id, last_error_category, last_error,
                         failed_step, opened_at, reason)
     SELECT tenant_id, workflow_id, 'open', severity, severity, owner, failure_count, cadence_seconds,
-           multiplier, escalate_after, escalate_at, shadow, first_failure_at, last_failure_at, run_id,
-           category, error, step, %(now)s, reason
+           escalation_multiplier, escalate_after, escalate_at, shadow, first_failure_at, last_failure_at, run_id,
+           category, error, failed_step, %(now)s, reason
       FROM wanted
         ON CONFLICT (workflow_id) WHERE status = 'open' DO NOTHING
     RETURNING *
@@ -148,15 +138,11 @@ SELECT o.id AS alert_id, o.workflow_id, o.severity, o.failure_count, o.escalate_
 -- more failures than recorded writes, so replicas never write the same `failed`
 -- event twice. `failed` events are history; they do not notify.
 WITH wanted AS (
-    SELECT *
-      FROM unnest(%(alert_ids)s::bigint[], %(failure_counts)s::integer[], %(last_failure_ats)b::timestamptz[],
-                  %(run_ids)s::bigint[], %(categories)s::text[], %(errors)s::text[], %(steps)s::text[],
-                  %(owners)s::text[])
-           AS w (alert_id, failure_count, last_failure_at, run_id, category, error, step, owner)
+    SELECT * FROM {unnest}
 ), updated AS (
     UPDATE alerts a
        SET failure_count = w.failure_count, last_failure_at = w.last_failure_at, last_run_id = w.run_id,
-           last_error_category = w.category, last_error = w.error, failed_step = w.step,
+           last_error_category = w.category, last_error = w.error, failed_step = w.failed_step,
            -- a manual run's failure is history, never a step towards escalation
            manual_failures = a.manual_failures
                              + CASE WHEN (SELECT r.manual FROM runs r WHERE r.id = w.run_id)
