@@ -115,7 +115,7 @@ def round_trips(wf, clock: WallClock, schema: str, attempts: int = 20) -> tuple[
             for _ in range(attempts):
                 timed_attempt(worker, clock)
             trips, commits = counter.count()
-            worker.environments.close(clock.now())
+            worker.close(clock.now())  # gives back the lease taken with the last outcome
     return trips / attempts, commits / attempts
 
 
@@ -161,7 +161,7 @@ def main() -> None:
             t0 = time.perf_counter()
             instance.process.call(request, 10)
             trips.append((time.perf_counter() - t0) * 1000)
-        worker.environments.close(clock.now())
+        worker.close(clock.now())
         db_trips, commits = round_trips(wf, clock, schema)
 
         rows = [
@@ -193,7 +193,7 @@ def main() -> None:
             [t.join() for t in threads]
             seconds = time.perf_counter() - t0
             for w in workers:
-                w.environments.close(clock.now())
+                w.close(clock.now())
             label = f"{n} worker{'s' if n > 1 else ''}"
             rows.append((f"throughput, {label}", f"{args.attempts / seconds:.0f} attempts/s"))
             figures.append(Figure(f"throughput, {label} (threads of one process)", args.attempts / seconds,
