@@ -27,6 +27,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from psycopg.pq import Trace
+
 from benchmarks import common, peers
 from benchmarks.common import BENCH_URL, Figure, Target, bench_schema, finish, progress, report
 from tickwarden.clock import WallClock
@@ -63,6 +65,58 @@ def queue(db: Database, wf, clock: WallClock, count: int) -> None:
         ticks.append(TickRequest(wf.tenant_id, wf.id, at, 0, at + timedelta(days=7000)))
     with db.transaction() as store:
         store.create_tick_runs(ticks, now)
+
+
+class TripCounter:
+    """Counts client/server round trips at the protocol level: libpq's trace of every connection.
+
+    A round trip is a message the client then waits on: a simple `Query` or the `Sync`
+    that closes an extended-protocol exchange (a pipeline sends one `Sync` for many
+    statements). `commits` counts explicit `COMMIT`s only: an autocommitted statement
+    commits too, without one.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = path.open("w")
+
+    def configure(self, conn) -> None:
+        conn.pgconn.trace(self.file.fileno())
+        conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+
+    def reset(self) -> None:
+        self.file.flush()
+        os.truncate(self.path, 0)
+
+    def count(self) -> tuple[int, int]:
+        self.file.flush()
+        trips = commits = 0
+        for line in self.path.read_text(errors="replace").splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 3 and parts[0] == "F" and parts[2] in ("Query", "Sync"):
+                trips += 1
+            if parts[0] == "F" and "COMMIT" in line:
+                commits += 1
+        return trips, commits
+
+
+def round_trips(wf, clock: WallClock, schema: str, attempts: int = 20) -> tuple[float, float]:
+    """Round trips and explicit commits per warm attempt, on a worker whose connections are traced."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        counter = TripCounter(Path(tmp) / "trace")
+        with Database(BENCH_URL, schema=schema, max_size=4, configure=counter.configure) as db:
+            worker = Worker(db, "bench-trips", clock=clock, secret_key=KEY)
+            queue(db, wf, clock, attempts + 7)
+            for _ in range(6):  # psycopg prepares a statement at its 5th use: a round trip once, not per attempt
+                timed_attempt(worker, clock)
+            counter.reset()
+            for _ in range(attempts):
+                timed_attempt(worker, clock)
+            trips, commits = counter.count()
+            worker.close(clock.now())  # gives back the lease taken with the last outcome
+    return trips / attempts, commits / attempts
 
 
 def timed_attempt(worker: Worker, clock: WallClock) -> float:
@@ -107,17 +161,20 @@ def main() -> None:
             t0 = time.perf_counter()
             instance.process.call(request, 10)
             trips.append((time.perf_counter() - t0) * 1000)
-        worker.environments.close(clock.now())
+        worker.close(clock.now())
+        db_trips, commits = round_trips(wf, clock, schema)
 
         rows = [
             ("warm attempt, no-op step (median)", f"{statistics.median(warm):.1f} ms  (p90 {sorted(warm)[int(len(warm) * .9)]:.1f} ms)"),
             ("  of which environment round trip", f"{statistics.median(trips):.2f} ms"),
             ("cold wake + attempt (median)", f"{statistics.median(cold):.1f} ms"),
+            ("database round trips per warm attempt", f"{db_trips:.1f} ({commits:.1f} explicit COMMIT)"),
         ]
         figures += [
             Figure("warm attempt overhead, no-op step (median)", statistics.median(warm), "ms",
                    statistics.median(trips), Target("<", 5)),
             Figure("cold wake + attempt (median)", statistics.median(cold), "ms", statistics.median(warm)),
+            Figure("database round trips per warm attempt", db_trips, "round trips"),
         ]
         for n in (1, 4):
             queue(db, wf, clock, args.attempts)
@@ -136,7 +193,7 @@ def main() -> None:
             [t.join() for t in threads]
             seconds = time.perf_counter() - t0
             for w in workers:
-                w.environments.close(clock.now())
+                w.close(clock.now())
             label = f"{n} worker{'s' if n > 1 else ''}"
             rows.append((f"throughput, {label}", f"{args.attempts / seconds:.0f} attempts/s"))
             figures.append(Figure(f"throughput, {label} (threads of one process)", args.attempts / seconds,

@@ -90,6 +90,11 @@ class Budget:
             interval_seconds=self.interval_seconds,
         )
 
+    def external_deadline(self, scheduled_for: datetime, *, started: bool = False) -> datetime:
+        """The deadline of an external workflow's tick: no retries count (`profile.external_run_deadline`)."""
+        return profile.external_run_deadline(scheduled_for, timeout_seconds=self.timeout_seconds,
+                                             interval_seconds=self.interval_seconds, started=started)
+
 
 @functools.lru_cache(maxsize=4096)
 def _budget(cadence_seconds: int, overrides_json: str, monitoring_enabled: bool, timeout_seconds: int | None) -> Budget:

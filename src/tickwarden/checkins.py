@@ -15,8 +15,12 @@ existing ledger does:
 So a missing report is a `missed` tick, a `fail` a failed tick (category
 `step_error`, owner customer, never retried: tickwarden cannot re-run someone
 else's job), and profiles, alerts, threads, escalation and recovery apply
-unchanged. The run's deadline is the tick plus the workflow's timeout and the
-cadence's grace (the ticker gives external ticks no retry budget).
+unchanged. The run's deadline follows from what an external job can do, never from
+a retry budget (tickwarden never retries it): the cadence's grace after the tick to
+report, plus the workflow's timeout once it reported `start`
+(`profile.external_run_deadline`). Whoever records the tick (the ticker, a report
+arriving first, or the deadline detector's audit of a tick nobody recorded, which is
+how the Kubernetes trigger covers external workflows: they get no CronJob) uses it.
 
 Every report takes one path, `record`, whether it came through the ping URL
 (`POST /ping/{key}/start|success|fail`), the CLI (`tickwarden checkin`) or a
@@ -188,7 +192,8 @@ def record(store: Store, tenant: str, workflow: Workflow, schedule: Schedule, re
        before the schedule was published) or else the newest tick due at `now`.
     3. The tick's run is the ticker's, or recorded now with the same budget when the
        report arrives first (`ON CONFLICT DO NOTHING`: the ticker's is the same row).
-    4. `start` moves a queued run to running; `success`/`fail` open one attempt and
+    4. `start` moves a queued run to running and extends its deadline by the timeout;
+       `success`/`fail` open one attempt and
        finish it through `finish_attempts`, which moves the run and wakes the poller.
        A run that already has a verdict (a late report after `missed`) is refused:
        a report never rewrites history.
@@ -202,15 +207,16 @@ def record(store: Store, tenant: str, workflow: Workflow, schedule: Schedule, re
     cron = parse_schedule(schedule.cron, schedule.timezone)
     tick = _resolve_tick(cron, schedule, report.tick, now, label)
     run = store.get_run_for_tick(workflow.id, tick)
+    budget = budget_for(schedule.cadence_seconds, workflow.policy_overrides, False, workflow.timeout_seconds)
     if run is None:
-        budget = budget_for(schedule.cadence_seconds, workflow.policy_overrides, False, workflow.timeout_seconds)
-        store.create_tick_run(TickRequest(workflow.tenant_id, workflow.id, tick, 0, budget.deadline(tick)), now)
+        store.create_tick_run(TickRequest(workflow.tenant_id, workflow.id, tick, 0, budget.external_deadline(tick)),
+                              now)
         run = store.get_run_for_tick(workflow.id, tick)
         assert run is not None
     if report.status == "start":
         if run.status == "running":
             return Recorded(tenant, workflow.name, run, False)
-        started = store.checkin_start_run(run.id, now)
+        started = store.checkin_start_run(run.id, now, budget.external_deadline(tick, started=True))
         if started is None:
             raise _already_decided(label, run)
         return Recorded(tenant, workflow.name, started, True)

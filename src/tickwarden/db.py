@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -149,9 +149,12 @@ class Database:
         max_size: int = 8,
         timeout: float = 10.0,
         application_name: str = "tickwarden",
+        configure: Callable[[psycopg.Connection], None] | None = None,
     ):
         self._configure(url, schema, application_name)
         self.timeout = timeout
+        self.configure = configure  # called on each new connection (a benchmark counts round trips with it)
+        self._held = threading.local()
         self.pool = ConnectionPool(
             self.url,
             min_size=min_size,
@@ -160,6 +163,7 @@ class Database:
             timeout=timeout,
             open=True,
             name=application_name,
+            configure=configure,
             # A pooled connection the server dropped (a restart, a failover) is replaced
             # when it is lent, instead of failing the borrower's first statement.
             check=ConnectionPool.check_connection,
@@ -214,6 +218,12 @@ class Database:
         `timeout` bounds the wait for a connection (default: the pool's, or
         `OUTAGE_TIMEOUT` during a known outage).
         """
+        held: psycopg.Connection | None = getattr(self._held, "conn", None)  # see `hold`
+        if held is not None:
+            if not held.closed:
+                yield from self._lend_held(held)
+                return
+            self._held.conn = None  # broken while held: the rest of the hold borrows from the pool
         if timeout is None:
             timeout = OUTAGE_TIMEOUT if self.outage_since is not None else self.timeout
         try:
@@ -233,6 +243,48 @@ class Database:
                 self._outage_begun()
                 raise DatabaseUnavailable(f"The database at {describe_url(self.url)} cannot be reached.") from None
             raise DatabaseUnavailable(f"No database connection became free at {describe_url(self.url)}.") from None
+
+    def _lend_held(self, conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
+        """Lend the connection this thread holds (see `hold`) as the pool lends one.
+
+        Commit on success, roll back on error, and a broken connection raised as
+        `DatabaseUnavailable`, exactly as `connection` does with a pooled one.
+        """
+        try:
+            yield conn
+        except psycopg.OperationalError as exc:
+            if not conn.broken:
+                _rollback(conn)
+                raise
+            self._held.conn = None
+            self._outage_begun()
+            raise DatabaseUnavailable(f"The connection to the database at {describe_url(self.url)} was lost.") from exc
+        except BaseException:
+            _rollback(conn)
+            raise
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.commit()
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Keep one pooled connection for this thread until the block ends: every borrow inside reuses it.
+
+        For a caller that makes several short borrows in a row on one thread (the worker's
+        lease, its environment marks and its outcome): the pool's check of a lent
+        connection, a round trip each, is paid once for the lot. Other threads (the
+        heartbeat) still borrow from the pool. A held connection that breaks is dropped,
+        and the borrows after it inside the block come from the pool again. Nested holds
+        keep the outer one.
+        """
+        if getattr(self._held, "conn", None) is not None:
+            yield
+            return
+        with self.connection() as conn:
+            self._held.conn = conn
+            try:
+                yield
+            finally:
+                self._held.conn = None
 
     def _answers(self) -> bool:
         try:
@@ -360,8 +412,18 @@ class DedicatedDatabase(Database):
             if not self._conn.closed and self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 self._conn.rollback()
 
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """One connection already: nothing to hold."""
+        yield
+
     def close(self) -> None:
         self._conn.close()
+
+
+def _rollback(conn: psycopg.Connection) -> None:
+    if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.rollback()
 
 
 def _first_line(text: str) -> str:

@@ -18,7 +18,8 @@ One pass:
    schedule was published or last changed, and never more than `lookback` ago.
    Its `next_check_at` is the next tick after the watermark plus the grace
    (`max(starting_deadline, 60 s)`: by then the trigger has recorded the tick or
-   never will). A pass takes only due watermarks (an index range scan, with
+   never will; for an external workflow, the deadline of a tick whose job never
+   reported, since its first report may be what records it). A pass takes only due watermarks (an index range scan, with
    `FOR UPDATE SKIP LOCKED` so replicas take disjoint schedules), walks the cron
    expression from the watermark to `now − grace`, inserts every walked tick as a
    `missed` run with ON CONFLICT DO NOTHING on the one-run-per-tick index (ticks
@@ -37,11 +38,12 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from tickwarden import evaluator, metrics
+from tickwarden import evaluator, metrics, profile
 from tickwarden.cadence import HORIZON, CronSchedule, parse_schedule
 from tickwarden.db import Database
 from tickwarden.alerts import EvaluationReport
 from tickwarden.sanitize import sanitize_error
+from tickwarden.store.monitoring import TickAudit
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,21 @@ class DeadlineResult:
     audited_schedules: int = 0
     evaluation: EvaluationReport = field(default_factory=EvaluationReport)
     full: bool = False
+
+
+def _audit_grace(audit: TickAudit) -> timedelta:
+    """How long after a tick the audit waits before recording it missed.
+
+    A managed tick is recorded by its trigger by its starting deadline (at least a
+    minute). An external tick may be recorded only by its job's first report, which
+    may come as late as its deadline when no trigger records it (the Kubernetes trigger
+    gives external workflows no CronJob): the audit waits for that deadline
+    (`profile.external_run_deadline`, not started), so a report within it is never
+    refused as late, and an absent one is missed exactly then.
+    """
+    if audit.kind == "external":
+        return timedelta(seconds=profile.deadline_grace_seconds(audit.cadence_seconds))
+    return timedelta(seconds=max(audit.starting_deadline_seconds, MIN_GRACE_SECONDS))
 
 
 @functools.lru_cache(maxsize=8192)
@@ -103,7 +120,7 @@ class DeadlineDetector:
                     continue
                 try:
                     checked, next_check, ticks = self._walk(audit.cron, audit.timezone, audit.checked_until,
-                                                            audit.starting_deadline_seconds, now)
+                                                            _audit_grace(audit), now)
                 except Exception as exc:  # one bad expression must not stop the others
                     log.error("tick audit of schedule %d failed: %s", audit.schedule_id,
                               sanitize_error(f"{type(exc).__name__}: {exc}"))
@@ -122,11 +139,10 @@ class DeadlineDetector:
         return result
 
     def _walk(
-        self, cron: str, timezone: str, checked_until: datetime, starting_deadline: int, now: datetime
+        self, cron: str, timezone: str, checked_until: datetime, grace: timedelta, now: datetime
     ) -> tuple[datetime, datetime | None, list[datetime]]:
         """Return the new watermark, when to look again, and the ticks now past their grace."""
         schedule = _schedule(cron, timezone)
-        grace = timedelta(seconds=max(starting_deadline, MIN_GRACE_SECONDS))
         start = max(checked_until, now - self.lookback)
         horizon = now - grace
         ticks: list[datetime] = []

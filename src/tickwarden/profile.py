@@ -254,6 +254,25 @@ def run_deadline(
         deadline = scheduled_for + (retries + 1) × timeout + Σ backoffs + grace
         grace    = clamp(cadence / 4, 60 s, 900 s)
     """
-    grace = min(max(interval_seconds / 4, 60), 900)
-    total = (len(backoffs) + 1) * timeout_seconds + sum(backoffs) + grace
+    total = (len(backoffs) + 1) * timeout_seconds + sum(backoffs) + deadline_grace_seconds(interval_seconds)
+    return scheduled_for + timedelta(seconds=total)
+
+
+def deadline_grace_seconds(interval_seconds: int) -> float:
+    """The grace every deadline adds for a slow wake or a late report: clamp(cadence / 4, 60 s, 900 s)."""
+    return min(max(interval_seconds / 4, 60), 900)
+
+
+def external_run_deadline(scheduled_for: datetime, *, timeout_seconds: int, interval_seconds: int,
+                          started: bool) -> datetime:
+    """Return when a tick of an external workflow without a terminal report is declared missed.
+
+    tickwarden never runs or retries an external job, so no retry budget counts: the
+    job has the grace to report (its `start`, or its outcome at once), and once it
+    reported `start` its run timeout on top, since a started job may run that long:
+
+        not started: scheduled_for + grace
+        started:     scheduled_for + grace + timeout   (≥ started_at + timeout: a start comes within the grace)
+    """
+    total = deadline_grace_seconds(interval_seconds) + (timeout_seconds if started else 0)
     return scheduled_for + timedelta(seconds=total)

@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from tickwarden.errors import InvalidInput, NotFound, TickwardenError
-from tickwarden.models import SealedSecret, SecretInfo
+from tickwarden.models import RunIdentity, SealedSecret, SecretInfo
 
 if TYPE_CHECKING:
     from tickwarden.db import Database
@@ -206,7 +206,7 @@ def rotate(db: Database, keyring: Keyring) -> int:
             return changed
 
 
-def resolve(store: Store, keyring: Keyring, tenant_id: int, tenant: str, refs: Iterable[str],
+def resolve(store: Store | None, keyring: Keyring, tenant_id: int, tenant: str, refs: Iterable[str],
             environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Return the value of each reference a run of `tenant` declared; raise SecretError naming the first missing.
 
@@ -217,7 +217,7 @@ def resolve(store: Store, keyring: Keyring, tenant_id: int, tenant: str, refs: I
     for ref in refs:
         check_tenant_reference(ref, tenant, environ)
     names = [TENANT_REF.match(r).group(1) for r in refs if TENANT_REF.match(r)]  # type: ignore[union-attr]
-    found = {s.name: keyring.open(s) for s in store.sealed_secrets(tenant_id, names)} if names else {}
+    found = {s.name: keyring.open(s) for s in store.sealed_secrets(tenant_id, names)} if names and store else {}
     values: dict[str, str] = {}
     env = os.environ if environ is None else environ
     for ref in refs:
@@ -282,13 +282,24 @@ class Handoff:
         return {**declared, **self.run_environment}
 
 
-def prepare(store: Store, keyring: Keyring, *, tenant_id: int, run_id: int, attempt: int, refs: Iterable[str],
-            publisher: str, has_sql: bool, now: datetime, signing_key: str,
-            environ: Mapping[str, str] | None = None) -> Handoff:
-    """Resolve an attempt's secrets and issue its run credential, in the caller's transaction."""
+def prepare(store: Store | None, keyring: Keyring, *, tenant_id: int, run_id: int, attempt: int,
+            refs: Iterable[str], publisher: str, has_sql: bool, now: datetime, signing_key: str,
+            environ: Mapping[str, str] | None = None, identity: RunIdentity | None = None) -> Handoff:
+    """Resolve an attempt's secrets and issue its run credential, in the caller's transaction.
+
+    `identity`, when the caller already knows the run's names (the worker's lease and
+    execution context carry them), saves a look-up; `store` may then be None when there
+    is nothing to read either (no tenant secret to open, no sql step), so an attempt
+    that needs no secret costs no transaction of its own.
+    """
     from tickwarden import auth
 
-    identity = store.run_identity(run_id, tenant_id)
+    refs = list(refs)
+    if store is None and (identity is None or has_sql or any(TENANT_REF.match(r) for r in refs)):
+        raise ValueError("prepare needs a store to read the run's identity, secrets or platform identity")
+    if identity is None:
+        assert store is not None
+        identity = store.run_identity(run_id, tenant_id)
     if identity is None:
         raise SecretError("the run no longer exists")
     values = resolve(store, keyring, tenant_id, identity.tenant, refs, environ)
@@ -301,7 +312,7 @@ def prepare(store: Store, keyring: Keyring, *, tenant_id: int, run_id: int, atte
         "TICKWARDEN_RUN_KEY": run.idempotency_key,
         "TICKWARDEN_RUN_CREDENTIAL": auth.issue_run_credential(run, now, signing_key),
     }
-    return Handoff(values, run_environment, store.platform_identity() if has_sql else None)
+    return Handoff(values, run_environment, store.platform_identity() if has_sql and store is not None else None)
 
 
 def channel_secret(db: Database, channel: Channel) -> str | None:

@@ -108,16 +108,18 @@ class Ticker:
                 last_fired = None
                 if window.fire:
                     # An external workflow's tick cannot be retried by tickwarden: no retry budget,
-                    # and its deadline is the tick plus the job's timeout and grace (checkins.py).
+                    # and its deadline is what its job can do (checkins.py, profile.external_run_deadline).
+                    external = entry.kind == "external"
                     budget = budget_for(
                         entry.cadence_seconds, entry.policy_overrides,
-                        entry.monitoring_enabled and entry.kind != "external", entry.timeout_seconds
+                        entry.monitoring_enabled and not external, entry.timeout_seconds
                     )
                     for tick in window.fire:
                         if self.suppressed is not None and self.suppressed(entry.workflow_id, tick):
                             continue
+                        deadline = budget.external_deadline(tick) if external else budget.deadline(tick)
                         ticks.append(TickRequest(entry.tenant_id, entry.workflow_id, tick, budget.retries,
-                                                 budget.deadline(tick), budget.backoffs))
+                                                 deadline, budget.backoffs))
                         last_fired = tick
                 advances.append(Advance(entry.schedule_id, window.next_fire_at, last_fired))
             t1 = time.perf_counter()

@@ -1,9 +1,12 @@
 """The worker: lease an attempt, act as its publisher, run its recipe graph, record the outcome.
 
-One pass (`run_once`) at time `now`:
+One pass (`run_once`) at time `now`, on one pooled connection held for the pass
+(`Database.hold`: the pool's check of a lent connection is paid once, not per borrow):
 
 1. Stop environments idle past their timeout (the janitor).
-2. Lease one queued attempt (`FOR UPDATE SKIP LOCKED`); none: come back after the poll interval.
+2. Take the attempt leased with the previous outcome (below), or lease one queued attempt
+   (`FOR UPDATE SKIP LOCKED`, its commit relaxed inside the statement); none: come back
+   after the poll interval.
 3. Renew the lease from a heartbeat thread every lease/3; when a renewal finds the
    lease gone (reaped as lost), stop the step and abandon the result.
 4. Load the workflow; a malformed stored recipe is a `config` failure.
@@ -16,10 +19,24 @@ One pass (`run_once`) at time `now`:
    monitoring duty lives there, in SQL, and nowhere else. A database outage at that
    moment is waited out (the heartbeat keeps renewing): the result of work done is
    never dropped, only refused by the compare-and-set if the lease was taken away.
+   The same transaction leases the next queued attempt and loads its context
+   (overlapping the next lease with this outcome's commit): one commit per attempt
+   instead of two. A lease taken that way is a lease like any other (fenced by the
+   worker id, renewed by the heartbeat once its attempt runs); it is run at once by the
+   next pass, given back (`release_attempt`) by `close` when the worker stops first, or,
+   when the worker dies, expires and is re-queued by the lease reaper without counting
+   against the run's budget, as a lost lease always is: never lost, never run twice.
+
+Round trips of a warm attempt that needs no secret (benchmarks/worker.py counts them):
+the held connection's check, the execution context (when not prefetched), the busy mark,
+and BEGIN, outcome, steps, the instance back to warm, the next lease and its context,
+COMMIT; the run credential is issued from the lease's and the context's names without a
+transaction of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -35,7 +52,7 @@ from tickwarden.db import Database
 from tickwarden.environments import pods
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.errors import DatabaseUnavailable
-from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
+from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, RunIdentity
 from tickwarden.store.execution import ExecutionContext
 from tickwarden.profile import timeout_for
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
@@ -159,33 +176,70 @@ class Worker:
         # Set by the owner to give up on the current attempt (a stopping worker past its grace).
         self.abort = threading.Event()
         self._warm: Instance | None = None
+        # The attempt leased in the previous outcome's transaction, waiting for the next pass.
+        self._next: _Leased | None = None
 
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then lease and execute one attempt; return the next wake-up."""
-        # The lease is one statement and the context only reads; a lease is a claim, not
-        # an outcome, so it need not wait for the disk (see `Database.autocommit`).
-        try:
-            self.environments.stop_idle(now)
-            with self.db.autocommit(relaxed=True) as store:
-                leased = metrics.current().attempts_leased(
-                    store.lease_attempts_with_ticks(self.worker_id, now, self.lease_seconds, limit=1), now)
-                context = store.execution_context(leased[0].workflow_id, now) if leased else None
-        except DatabaseUnavailable:  # nothing was leased; the outage is logged once, by db
-            return now + timedelta(seconds=self.poll_seconds)
-        if not leased:
-            return now + timedelta(seconds=self.poll_seconds)
-        self.execute(leased[0], context)
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(self.db.hold())
+                self.environments.stop_idle(now)
+                leased = self._take_next(now) or self._lease(now)
+            except DatabaseUnavailable:  # nothing was leased; the outage is logged once, by db
+                return now + timedelta(seconds=self.poll_seconds)
+            if leased is None:
+                return now + timedelta(seconds=self.poll_seconds)
+            self.execute(leased.attempt, leased.context, identity=leased.identity, lease_next=True)
         return self.clock.now()
 
+    def _lease(self, now: datetime) -> _Leased | None:
+        # The lease is one statement and the context only reads; a lease is a claim, not
+        # an outcome, so it need not wait for the disk (see `Database.autocommit`).
+        with self.db.autocommit() as store:
+            found = store.lease_attempts_with_runs(self.worker_id, now, self.lease_seconds, limit=1, relaxed=True)
+            metrics.current().attempts_leased([(attempt, tick) for attempt, tick, _ in found], now)
+            return _Leased.load(store, found[0], now) if found else None
+
+    def _take_next(self, now: datetime) -> _Leased | None:
+        """The attempt leased with the previous outcome, if its lease is still young enough to start on.
+
+        The heartbeat first renews a lease a third of its length after the attempt
+        starts; an attempt is started on a prefetched lease only while more than two
+        thirds of it remain, so the lease cannot run out before that first renewal.
+        Otherwise (a pass held up for long), it is given back to the queue.
+        """
+        leased, self._next = self._next, None
+        if leased is None:
+            return None
+        if now - leased.leased_at < timedelta(seconds=self.lease_seconds / 3):
+            return leased
+        with self.db.transaction() as store:
+            store.release_attempt(leased.attempt.id, self.worker_id)
+        return None
+
     def close(self, now: datetime) -> None:
-        """Stop this worker's environment processes (call once its loop has stopped)."""
+        """Give back a prefetched lease and stop this worker's environment processes (once its loop has stopped)."""
+        leased, self._next = self._next, None
+        if leased is not None:
+            try:
+                with self.db.transaction() as store:
+                    store.release_attempt(leased.attempt.id, self.worker_id)
+            except DatabaseUnavailable:  # its lease runs out and the reaper re-queues it
+                log.warning("attempt %s: could not give back its lease; the reaper will", leased.attempt.id)
         self.environments.close(now)
 
-    def execute(self, attempt: Attempt, context: ExecutionContext | None = None) -> FinishedAttempt | None:
-        """Run a leased attempt and record its outcome; None when the result was abandoned."""
+    def execute(self, attempt: Attempt, context: ExecutionContext | None = None, *,
+                identity: RunIdentity | None = None, lease_next: bool = False) -> FinishedAttempt | None:
+        """Run a leased attempt and record its outcome; None when the result was abandoned.
+
+        `identity`: the run's names when the caller has them (no look-up needed);
+        `lease_next`: lease the next queued attempt in the outcome's transaction (`run_once`).
+        """
         if context is None:
             with self.db.transaction() as store:
                 context = store.execution_context(attempt.workflow_id, self.clock.now())
+        self._identity = identity
         self._warm = None
         with Heartbeat(self, attempt) as heartbeat:
             try:
@@ -207,7 +261,7 @@ class Worker:
                 return None
             # Still under the heartbeat: while an outage holds up the write, the lease is renewed
             # as soon as the database answers, so the reaper does not take the attempt meanwhile.
-            finished = self.record(attempt, result, warm)
+            finished = self.record(attempt, result, warm, lease_next=lease_next and not self.abort.is_set())
         outcome = result.outcome
         log.info("attempt %s (run %s, workflow %s): %s%s%s", attempt.id, attempt.run_id,
                  context.workflow.name if context else attempt.workflow_id, outcome.status,
@@ -216,7 +270,8 @@ class Worker:
                  extra={"attempt_id": attempt.id, "run_id": attempt.run_id, "workflow_id": attempt.workflow_id})
         return finished
 
-    def record(self, attempt: Attempt, result: Result, warm: Instance | None = None) -> FinishedAttempt:
+    def record(self, attempt: Attempt, result: Result, warm: Instance | None = None, *,
+               lease_next: bool = False) -> FinishedAttempt:
         """Write the outcome and the step rows once; a second delivery changes nothing.
 
         The result of work done is the one thing that must not be lost: while the database
@@ -236,12 +291,17 @@ class Worker:
                         store.record_attempt_steps(attempt.id, attempt.tenant_id, [s.row() for s in result.steps])
                     if warm is not None:
                         self.environments.release(warm, now, store)
+                    if lease_next:
+                        found = store.lease_attempts_with_runs(self.worker_id, now, self.lease_seconds, limit=1)
+                        self._next = _Leased.load(store, found[0], now) if found else None
                 break
             except DatabaseUnavailable:
                 if self.abort.wait(pause):
                     raise
                 pause = min(pause * 2, RECORD_RETRY_LONGEST)
         metrics.current().attempt_finished(attempt, result.outcome.status, finished, now)
+        if self._next is not None:
+            metrics.current().attempts_leased([(self._next.attempt, self._next.tick)], now)
         return finished
 
     # -- execution -------------------------------------------------------------------------
@@ -259,13 +319,15 @@ class Worker:
             auth.authenticate(publisher, attempt.tenant_id, self.clock.now(), self._key)
         except auth.AuthError as exc:
             return _failed(_Failure("auth", str(exc)), _all_skipped(recipe), notes)
+        refs = [r for s in recipe.steps for r in s.references()]
+        has_sql = any(s.kind == "sql" for s in recipe.steps)
+        needs_store = self._identity is None or has_sql or any(secrets.TENANT_REF.match(r) for r in refs)
         try:
-            with self.db.transaction() as store:
+            with self.db.transaction() if needs_store else contextlib.nullcontext() as store:
                 handoff = secrets.prepare(
                     store, self._keyring, tenant_id=attempt.tenant_id, run_id=attempt.run_id, attempt=attempt.number,
-                    refs=[r for s in recipe.steps for r in s.references()], publisher=publisher.email if publisher else "",
-                    has_sql=any(s.kind == "sql" for s in recipe.steps), now=self.clock.now(), signing_key=self._key,
-                    environ=self._environ)
+                    refs=refs, publisher=publisher.email if publisher else "", has_sql=has_sql, now=self.clock.now(),
+                    signing_key=self._key, environ=self._environ, identity=self._identity)
         except secrets.SecretError as exc:
             return _failed(_Failure("config", exc.message), _all_skipped(recipe), notes)
         timeout = timeout_for(workflow.timeout_seconds, context.cadence_seconds)
@@ -391,6 +453,26 @@ class Worker:
             request["database_url"] = handoff.values[step.database]
         request["platform_database"] = handoff.platform_database
         return request
+
+
+@dataclass(frozen=True)
+class _Leased:
+    """A leased attempt with what running it needs: its workflow's context and its run's names."""
+
+    attempt: Attempt
+    context: ExecutionContext | None
+    identity: RunIdentity | None
+    tick: datetime
+    leased_at: datetime
+
+    @classmethod
+    def load(cls, store: Any, found: tuple[Attempt, datetime, bool], now: datetime) -> _Leased:
+        attempt, tick, manual = found
+        context = store.execution_context(attempt.workflow_id, now)
+        identity = None
+        if context is not None and context.tenant_name is not None:
+            identity = RunIdentity(context.tenant_name, context.workflow.name, tick, manual)
+        return cls(attempt, context, identity, tick, now)
 
 
 def _category(answer: dict[str, Any]) -> str:

@@ -95,10 +95,13 @@ def test_it_records_start_then_success_and_no_alert_opens(db, clock, pipeline):
 
 def test_a_missing_report_is_missed_at_the_deadline_and_opens_the_alert(db, clock, pipeline):
     wf = external(db, clock.now(), timeout=1800)
-    # deadline = tick + timeout (30 min) + grace (clamp(cadence / 4, 60 s, 900 s) = 15 min)
-    pipeline.until(at(2, 44))
-    assert pipeline.runs(wf)[0].status == "queued" and pipeline.alerts() == []
-    pipeline.until(at(2, 46))
+    # no report at all: deadline = tick + grace (clamp(cadence / 4, 60 s, 900 s) = 15 min); neither the
+    # timeout (the job never said it started) nor a retry budget (tickwarden never retries it) counts
+    pipeline.until(at(2, 14, 30))
+    [run] = pipeline.runs(wf)
+    assert (run.status, run.deadline_at) == ("queued", at(2, 15))
+    assert pipeline.alerts() == []
+    pipeline.until(at(2, 15, 30))
     [run] = pipeline.runs(wf)
     assert (run.status, run.error_category) == ("missed", "missed")
     [alert] = pipeline.alerts()
@@ -106,6 +109,23 @@ def test_a_missing_report_is_missed_at_the_deadline_and_opens_the_alert(db, cloc
     # a late report does not rewrite the verdict
     with pytest.raises(Conflict, match="already missed"):
         pipeline.report("success", at(2))
+
+
+def test_a_started_job_has_its_timeout_and_no_retry_budget_before_it_is_missed(db, clock, pipeline):
+    wf = external(db, clock.now(), timeout=1800)  # the daily profile retries managed ticks; not this one
+    pipeline.until(at(2, 5))
+    started = pipeline.report("start")
+    # tick + grace (15 min) + timeout (30 min)
+    assert started.run.deadline_at == at(2, 45)
+    pipeline.until(at(2, 44, 30))
+    assert [r.status for r in pipeline.runs(wf)] == ["running"] and pipeline.alerts() == []
+    pipeline.until(at(2, 45, 30))
+    [run] = pipeline.runs(wf)
+    assert (run.status, run.error_category, run.retry_budget) == ("missed", "missed", 0)
+    [alert] = pipeline.alerts()
+    assert (alert.status, alert.severity, alert.opened_at) == ("open", "critical", at(2, 45))
+    managed = catalog.budget_for(86400, {}, True, 1800)
+    assert managed.retries > 0 and managed.deadline(at(2)) > at(4)  # what a retry budget would have waited for
 
 
 def test_a_start_without_an_end_is_missed_too(db, clock, pipeline):
@@ -151,7 +171,9 @@ def test_a_report_before_the_ticker_records_the_tick_itself_once(db, clock, pipe
 
 def test_an_explicit_tick_must_be_one_of_the_schedules_and_not_in_the_future(db, clock, pipeline):
     external(db, clock.now(), cron=FIVE_MIN_CRON, cadence=300)
-    pipeline.until(at(2, 5, 30))  # the 02:00 tick is due until 02:06:15 (timeout 5 min + grace 75 s)
+    pipeline.until(at(2, 0, 30))
+    pipeline.report("start", at(2, 0))
+    pipeline.until(at(2, 5, 30))  # the started 02:00 tick is due until 02:06:15 (grace 75 s + timeout 5 min)
     with pytest.raises(UsageError, match="not a tick"):
         pipeline.report("start", at(2, 3))
     with pytest.raises(UsageError, match="future"):

@@ -12,7 +12,7 @@ import pytest
 
 from tests.apiutil import live_server, make_token, seed_tenant
 from tests.helpers import create_run
-from tickwarden import catalog
+from tickwarden import catalog, checkins
 from tickwarden.dashboard.pages import default_window, describe_cron
 from tickwarden.store.queries import queries
 
@@ -165,6 +165,84 @@ def test_another_tenant_neither_sees_nor_operates_a_workflow(base, fleet, db):
     anonymous = httpx.post(base + "/dashboard/tenants/acme/workflows/nightly/pause", follow_redirects=False)
     assert anonymous.status_code == 303 and anonymous.headers["location"].startswith("/login")
     assert schedule_status(db, acme.workflow_id) == "active"
+
+
+# -- kinds and check-in URLs ------------------------------------------------------------
+
+
+def add_external(db, clock, tenant_id: int, name: str = "export"):
+    with db.transaction() as store:
+        wf = store.upsert_workflow(tenant_id, name, clock.now(), kind="external", timeout_seconds=600)
+        store.upsert_schedule(tenant_id=tenant_id, workflow_id=wf.id, cron="30 3 * * *", timezone="UTC",
+                              cadence_seconds=86400, now=clock.now())
+    return wf
+
+
+def key_hash(db, workflow_id: int) -> str | None:
+    with db.connection() as conn:
+        row = conn.execute("SELECT key_hash FROM checkin_keys WHERE workflow_id = %s", (workflow_id,)).fetchone()
+    return row[0] if row else None
+
+
+def test_the_list_and_the_workflow_page_show_the_kind_and_never_a_check_in_key(base, fleet, db, clock):
+    acme, _, _ = fleet
+    wf = add_external(db, clock, acme.tenant_id)
+    with client(base, acme.token) as c:
+        tenant = c.get("/dashboard/tenants/acme").text
+        rows = dict(re.findall(r'<tr data-workflow="([\w.-]+)">(.*?)</tr>', tenant, re.DOTALL))
+        assert 'data-kind="managed">managed<' in rows["nightly"] and "check-in" not in rows["nightly"]
+        assert 'data-kind="external">external<' in rows["export"] and "no check-in URL yet" in rows["export"]
+        page = c.get("/dashboard/tenants/acme/workflows/export").text
+        kind = re.search(r'<dd id="kind">(.*?)</dd>', page, re.DOTALL).group(1)
+        assert ">external<" in kind and "check-in" in kind
+        hint = re.search(r'<dd id="checkin-url">(.*?)</dd>', page, re.DOTALL).group(1)
+        assert "none issued yet" in hint and 'id="checkin-url-form"' in hint and "Issue the check-in URL" in hint
+        assert "tickwarden checkin-url acme/export --base-url URL" in hint
+        managed = c.get("/dashboard/tenants/acme/workflows/nightly").text
+        assert ">managed<" in re.search(r'<dd id="kind">(.*?)</dd>', managed, re.DOTALL).group(1)
+        assert 'id="checkin-url"' not in managed
+
+    issued = checkins.issue_key(db, "acme", "export", clock.now())
+    with client(base, acme.token) as c:
+        for path in ("/dashboard/tenants/acme", "/dashboard/partials/tenants/acme",
+                     "/dashboard/tenants/acme/workflows/export", "/dashboard/partials/tenants/acme/workflows/export"):
+            html = c.get(path).text
+            assert issued.key not in html and key_hash(db, wf.id) not in html, path
+        rows = dict(re.findall(r'<tr data-workflow="([\w.-]+)">(.*?)</tr>', c.get("/dashboard/tenants/acme").text,
+                               re.DOTALL))
+        assert "check-ins by URL, issued" in rows["export"]
+        hint = re.search(r'<dd id="checkin-url">(.*?)</dd>',
+                         c.get("/dashboard/tenants/acme/workflows/export").text, re.DOTALL).group(1)
+        assert "issued" in hint and "shown once" in hint and "Rotate the check-in URL" in hint and "--rotate" in hint
+
+
+def test_an_operator_issues_and_rotates_the_check_in_url_and_sees_it_only_in_that_answer(base, fleet, db, clock):
+    acme, globex, _ = fleet
+    wf = add_external(db, clock, acme.tenant_id)
+    with client(base, acme.token) as c:
+        first = c.post("/dashboard/tenants/acme/workflows/export/checkin-url")
+        assert first.status_code == 200 and first.headers["cache-control"] == "no-store"
+        url = re.search(r'<pre id="checkin-url">(.*?)</pre>', first.text).group(1)
+        assert url.startswith(base + "/ping/")
+        key = url.rsplit("/", 1)[1]
+        assert checkins.hash_key(key) == key_hash(db, wf.id)
+        assert key not in c.get("/dashboard/tenants/acme/workflows/export").text
+        # a second issue without rotating is refused with the sentence the CLI prints
+        again = c.post("/dashboard/tenants/acme/workflows/export/checkin-url")
+        assert again.status_code == 409 and "already has a check-in URL" in again.text and key not in again.text
+        rotated = c.post("/dashboard/tenants/acme/workflows/export/checkin-url", data={"rotate": "true"})
+        assert rotated.status_code == 200 and "no longer works" in rotated.text
+        new_key = re.search(r'<pre id="checkin-url">(.*?)</pre>', rotated.text).group(1).rsplit("/", 1)[1]
+        assert new_key != key and checkins.hash_key(new_key) == key_hash(db, wf.id)
+        # a managed workflow has no check-in URL to issue
+        managed = c.post("/dashboard/tenants/acme/workflows/nightly/checkin-url")
+        assert managed.status_code == 409 and "only a workflow of kind external" in managed.text
+    with client(base, globex.token) as c:  # another tenant neither sees nor rotates it
+        response = c.post("/dashboard/tenants/acme/workflows/export/checkin-url", data={"rotate": "true"})
+        assert response.status_code == 404 and "No workflow acme/export." in response.text
+    assert checkins.hash_key(new_key) == key_hash(db, wf.id)
+    anonymous = httpx.post(base + "/dashboard/tenants/acme/workflows/export/checkin-url", follow_redirects=False)
+    assert anonymous.status_code == 303 and anonymous.headers["location"].startswith("/login")
 
 
 # -- the runs list --------------------------------------------------------------------

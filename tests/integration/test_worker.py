@@ -261,9 +261,9 @@ def test_concurrent_workers_never_lease_the_same_attempt(db, clock, workers):
     executed: list[tuple[str, int]] = []
     original = Worker.execute
 
-    def spy(self, attempt, *rest):
+    def spy(self, attempt, *rest, **keywords):
         executed.append((self.worker_id, attempt.id))
-        return original(self, attempt, *rest)
+        return original(self, attempt, *rest, **keywords)
 
     Worker.execute = spy
     try:

@@ -7,6 +7,11 @@ Invariants:
   workflow or runs; naming them answers 404, exactly as for an unknown name.
 - Pause, resume, run-now and cancel go through `catalog` — the same functions the CLI,
   the API and scenarios call — so the dashboard has no second implementation of them.
+- A workflow's kind is shown wherever the workflow is. An external workflow's ping key is
+  never shown on a page that lists or describes it (only its hash is stored, so it could
+  not be): only whether and when a check-in URL was issued. Issuing or rotating one is an
+  operator's action (`checkins.issue_key`, as `tickwarden checkin-url`), and its answer,
+  sent once with `Cache-Control: no-store`, is the one page that holds the key.
 - Times are rendered as `<time datetime=…>` in UTC; static/dashboard.js turns them into
   relative and local text, keeping the UTC time in the title. The "now" they are relative
   to is the server's clock (`data-now`), so a simulated clock reads correctly.
@@ -22,11 +27,11 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from cron_descriptor import ExpressionDescriptor, Options  # type: ignore[import-untyped]  # no py.typed
-from fastapi import Path, Query, Request
+from fastapi import Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup, escape
 
-from tickwarden import catalog
+from tickwarden import catalog, checkins
 from tickwarden.api import convert
 from tickwarden.api.deps import NAME_PATTERN, Principal, Scope
 from tickwarden.clock import isoformat_z
@@ -145,6 +150,8 @@ def _workflow_context(scope: Scope, tenant: str, workflow: str, window: str | No
         runs = store.dash_workflow_runs(view.workflow.id, since, now + timedelta(seconds=1), MAX_TIMELINE_RUNS)
         last_success = store.dash_last_success(view.workflow.id)
         open_alerts = store.api_list_alerts(status="open", tenant=tenant, workflow=workflow, limit=1)
+        external = view.workflow.kind == checkins.EXTERNAL
+        checkin_issued = store.checkin_key_issued_at(view.workflow.id) if external else None
     cells, ticks = _timeline(runs, since, span)
     return {
         "view": view, "wf": view.workflow, "tenant_name": view.tenant_name, "window": window_name,
@@ -154,6 +161,7 @@ def _workflow_context(scope: Scope, tenant: str, workflow: str, window: str | No
         "open_alert": open_alerts[0] if open_alerts else None, "profile": convert.derived_profile(view),
         "schedule_words": describe_cron(view.cron), "next_fire": convert.next_fire_at(view, now),
         "can_operate": can_operate(scope.principal, view.tenant_name), "error": None,
+        "external": external, "checkin_issued": checkin_issued,
     }
 
 
@@ -190,6 +198,34 @@ def workflow_live(request: Request, tenant: TenantName, workflow: WorkflowName, 
     if context is None:
         return Response(status_code=404)
     return _render(request, "_workflow_live.html", scope, **context)
+
+
+@router.post("/dashboard/tenants/{tenant}/workflows/{workflow}/checkin-url")
+def checkin_url_action(request: Request, tenant: TenantName, workflow: WorkflowName,
+                       rotate: Annotated[bool, Form()] = False) -> Response:
+    """Issue (or rotate) an external workflow's check-in URL and show it this once, as `tickwarden checkin-url`."""
+    scope = _scope(request)
+    if scope is None:
+        return _login_redirect(request)
+    with scope.store() as store:
+        view = store.api_get_workflow(tenant, workflow)  # another tenant's workflow is not found
+    if view is None:
+        return _not_found(request, scope, f"workflow {tenant}/{workflow}")
+    if not can_operate(scope.principal, view.tenant_name):
+        return _render(request, "message.html", scope, status=403, title="Not allowed",
+                       message=f"Only the platform team or members of {tenant} may issue this workflow's check-in URL.")
+    try:
+        issued = checkins.issue_key(scope.db, view.tenant_name, view.workflow.name, scope.clock.now(), rotate=rotate)
+    except TickwardenError as exc:
+        context = _workflow_context(scope, tenant, workflow, None)
+        if context is None:
+            return _not_found(request, scope, f"workflow {tenant}/{workflow}")
+        context["error"] = exc.message
+        return _render(request, "workflow.html", scope, status=409, **context)
+    url = str(request.base_url).rstrip("/") + issued.path
+    response = _render(request, "checkin_url.html", scope, view=view, url=url, issued=issued)
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 @router.post("/dashboard/tenants/{tenant}/workflows/{workflow}/{action}")

@@ -167,12 +167,13 @@ def _tenant_context(scope: Scope, tenant: str) -> dict[str, Any] | None:
         open_alerts = store.api_list_alerts(status="open", tenant=tenant, limit=200)
         recent_alerts = store.api_list_alerts(tenant=tenant, limit=RECENT_ALERTS)
         windows = maintenance.list_windows(store, tenant)
+        checkin_issued = store.dash_checkin_issued([v.workflow.id for v in views if v.workflow.kind == "external"])
     active = {w.id: end for w, end in maintenance.active_windows(windows, scope.clock.now())}
     rows = [{"view": v, "profile": convert.derived_profile(v), "strip": list(reversed(strips[v.workflow.id]))}
             for v in views]
     alert_by_workflow = {a.alert.workflow_id: a for a in open_alerts}
     return {"tenant": found, "rows": rows, "alert_by_workflow": alert_by_workflow, "recent_alerts": recent_alerts,
-            "windows": windows, "active_windows": active}
+            "windows": windows, "active_windows": active, "checkin_issued": checkin_issued}
 
 
 @router.get("/dashboard/tenants/{tenant}")

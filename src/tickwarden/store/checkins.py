@@ -36,8 +36,8 @@ class CheckinStore(StoreBase):
         row = self._row("checkin_use_key", {"key_hash": key_hash, "now": now, "window_floor": window_floor})
         return KeyUse(**row) if row else None
 
-    def checkin_start_run(self, run_id: int, at: datetime) -> Run | None:
-        row = self._row("checkin_start_run", {"run_id": run_id, "at": at})
+    def checkin_start_run(self, run_id: int, at: datetime, deadline_at: datetime) -> Run | None:
+        row = self._row("checkin_start_run", {"run_id": run_id, "at": at, "deadline_at": deadline_at})
         return from_row(Run, row) if row else None
 
     def checkin_open_attempt(self, run_id: int, worker_id: str, at: datetime) -> int | None:

@@ -26,9 +26,11 @@ RETURNING k.workflow_id, k.tenant_id, k.window_start, k.window_count;
 
 -- checkin_start_run --
 -- A `start` report: the tick's run, still waiting, is now running (when it started is
--- the first report's time). Compare-and-set on queued: a second start changes nothing.
+-- the first report's time), and its deadline now includes the run timeout. Compare-and-set
+-- on queued: a second start changes nothing.
 UPDATE runs
-   SET status = 'running', started_at = coalesce(started_at, %(at)s)
+   SET status = 'running', started_at = coalesce(started_at, %(at)s),
+       deadline_at = greatest(deadline_at, %(deadline_at)s)
  WHERE id = %(run_id)s AND status = 'queued'
 RETURNING *;
 

@@ -79,6 +79,13 @@ class DashboardStore(StoreBase):
                           {"since": since, "opened_since": opened_since, "limit": limit})
         return [_alert_view(r) for r in rows]
 
+    def dash_checkin_issued(self, workflow_ids: list[int]) -> dict[int, datetime]:
+        """When each listed workflow's check-in URL was issued; absent: none issued."""
+        if not workflow_ids:
+            return {}
+        rows = self._rows("dash_checkin_issued", {"workflow_ids": workflow_ids})
+        return {int(r["workflow_id"]): r["created_at"] for r in rows}
+
 
 def _buckets(rows: list[dict[str, Any]]) -> dict[datetime, int]:
     return {r["bucket"]: int(r["n"]) for r in rows}

@@ -74,3 +74,8 @@ SELECT a.*, t.name AS tenant_name, w.name AS workflow_name
   JOIN workflows w ON w.id = a.workflow_id
  ORDER BY a.resolved_at DESC, a.id DESC
  LIMIT %(limit)s;
+
+-- dash_checkin_issued --
+-- When each of the listed workflows' ping key was issued (external workflows with a
+-- check-in URL): the key itself is never stored, only its hash, which no page shows.
+SELECT workflow_id, created_at FROM checkin_keys WHERE workflow_id = ANY(%(workflow_ids)s::bigint[]);

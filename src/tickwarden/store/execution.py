@@ -19,6 +19,7 @@ class ExecutionContext:
     cadence_seconds: int | None
     publisher: User | None
     environment: Environment | None
+    tenant_name: str | None = None  # the run key's tenant part, so a run needing no secret needs no second look
 
 
 def _prefixed(row: dict[str, Any], prefix: str) -> dict[str, Any] | None:
@@ -49,6 +50,7 @@ class ExecutionStore(StoreBase):
             cadence_seconds=row["schedule__cadence_seconds"],
             publisher=from_row(User, publisher) if publisher else None,
             environment=env,
+            tenant_name=row["tenant__name"],
         )
 
     def ensure_default_environment(self, tenant_id: int, now: datetime) -> Environment:

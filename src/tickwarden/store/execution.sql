@@ -99,7 +99,7 @@ SELECT i.*, t.name AS tenant, e.name AS environment, e.python, e.idle_timeout_se
 -- execution_context --
 -- Everything a worker needs to run an attempt of a workflow, in one probe: the
 -- workflow, its cadence, its publisher and its environment (prefixed columns).
-SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds,
+SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds, t.name AS tenant__name,
        u.id AS publisher__id, u.tenant_id AS publisher__tenant_id, u.email AS publisher__email,
        u.display_name AS publisher__display_name, u.active AS publisher__active,
        u.created_at AS publisher__created_at,
@@ -108,6 +108,7 @@ SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds,
        e.settings AS environment__settings, e.created_at AS environment__created_at,
        e.updated_at AS environment__updated_at, e.runtime AS environment__runtime, e.pod AS environment__pod
   FROM workflows w
+  JOIN tenants t ON t.id = w.tenant_id
   LEFT JOIN schedules s ON s.workflow_id = w.id
   LEFT JOIN users u ON u.id = w.publisher_id
   LEFT JOIN environments e ON e.id = w.environment_id

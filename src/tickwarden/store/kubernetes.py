@@ -42,6 +42,7 @@ class TickContext:
     monitoring_enabled: bool
     timeout_seconds: int | None
     policy_overrides: str
+    kind: str = "managed"
 
 
 @dataclass(frozen=True)

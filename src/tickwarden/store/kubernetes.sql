@@ -2,11 +2,15 @@
 -- Every schedule with what its CronJob must say, keyed by schedule id: the desired side
 -- of the Kubernetes reconciler. Paused schedules and archived workflows are listed too,
 -- so the reconciler can tell "suspend" (paused) from "delete" (archived or gone).
+-- External workflows are left out: nothing of tickwarden runs for them (their ticks come
+-- from check-ins, the deadline detector misses the absent ones), so they get no CronJob
+-- and one left from before a change of kind is deleted like an orphan's.
 SELECT s.id AS schedule_id, s.version, s.cron, s.timezone, s.status, s.starting_deadline_seconds,
        t.name AS tenant, w.name AS workflow, (w.archived_at IS NOT NULL) AS archived
   FROM schedules s
   JOIN workflows w ON w.id = s.workflow_id
   JOIN tenants t ON t.id = s.tenant_id
+ WHERE w.kind <> 'external'
  ORDER BY s.id;
 
 -- kubernetes_tick_context --
@@ -15,7 +19,7 @@ SELECT s.id AS schedule_id, s.version, s.cron, s.timezone, s.status, s.starting_
 SELECT s.id AS schedule_id, s.tenant_id, s.workflow_id, s.cron, s.timezone, s.status, s.version,
        s.starting_deadline_seconds, s.cadence_seconds, s.updated_at,
        (w.archived_at IS NOT NULL) AS archived, w.monitoring_enabled, w.timeout_seconds,
-       w.policy_overrides::text AS policy_overrides
+       w.policy_overrides::text AS policy_overrides, w.kind
   FROM schedules s
   JOIN workflows w ON w.id = s.workflow_id
  WHERE s.id = %(schedule_id)s;

@@ -103,9 +103,19 @@ class LedgerStore(StoreBase):
         return [attempt for attempt, _ in self.lease_attempts_with_ticks(worker_id, now, lease_seconds, limit)]
 
     def lease_attempts_with_ticks(
-        self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1
+        self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1, *, relaxed: bool = False
     ) -> list[tuple[Attempt, datetime]]:
-        """Lease up to `limit` queued attempts for `worker_id`, each with its run's tick."""
+        """Lease up to `limit` queued attempts for `worker_id`, each with its run's tick.
+
+        `relaxed` only on a connection in autocommit (the statement is its own transaction).
+        """
+        return [(attempt, tick) for attempt, tick, _ in
+                self.lease_attempts_with_runs(worker_id, now, lease_seconds, limit, relaxed=relaxed)]
+
+    def lease_attempts_with_runs(
+        self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1, *, relaxed: bool = False
+    ) -> list[tuple[Attempt, datetime, bool]]:
+        """As `lease_attempts_with_ticks`, each with its run's tick and whether the run is manual."""
         rows = self._rows(
             "lease_attempts",
             {
@@ -113,9 +123,10 @@ class LedgerStore(StoreBase):
                 "now": now,
                 "lease_expires_at": now + timedelta(seconds=lease_seconds),
                 "limit": limit,
+                "relaxed": relaxed,
             },
         )
-        return [(from_row(Attempt, row), row["run_scheduled_for"]) for row in rows]
+        return [(from_row(Attempt, row), row["run_scheduled_for"], bool(row["run_manual"])) for row in rows]
 
     def renew_lease(self, attempt_id: int, worker_id: str, now: datetime, lease_seconds: float) -> bool:
         """Extend the lease; False when the worker no longer holds it."""

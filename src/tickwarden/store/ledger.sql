@@ -51,11 +51,16 @@ SELECT run.* FROM run;
 -- lease_attempts --
 -- Lease the oldest queued attempts. SKIP LOCKED hands concurrent workers disjoint
 -- rows without waiting; the run moves to running in the same statement. Each row
--- also carries its run's tick (`run_scheduled_for`), so no second look is needed.
+-- also carries its run's tick and manual flag (`run_scheduled_for`, `run_manual`), so
+-- no second look is needed. With `relaxed` (only for a statement that is its own
+-- transaction), its commit does not wait for the WAL flush, set inside the statement
+-- so that it costs no round trip of its own: a lease lost in a crash puts the attempt
+-- back in the queue (see `Database.autocommit`).
 WITH next AS (
     SELECT a.id
       FROM attempts a
      WHERE a.status = 'queued' AND a.queued_at <= %(now)s
+       AND (NOT %(relaxed)s OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
      ORDER BY a.queued_at, a.id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -72,7 +77,7 @@ WITH next AS (
       FROM leased
      WHERE r.id = leased.run_id AND r.status IN ('queued', 'pending_retry')
 )
-SELECT leased.*, r.scheduled_for AS run_scheduled_for
+SELECT leased.*, r.scheduled_for AS run_scheduled_for, r.manual AS run_manual
   FROM leased JOIN runs r ON r.id = leased.run_id
  ORDER BY leased.queued_at, leased.id;
 

@@ -133,6 +133,8 @@ class TickAudit:
     status: str
     starting_deadline_seconds: int
     archived: bool
+    kind: str = "managed"
+    cadence_seconds: int = 0
 
 
 def _transition(row: dict[str, Any]) -> Transition:

@@ -403,7 +403,7 @@ SELECT id AS run_id, workflow_id FROM closed;
 -- LOCKED hands replicas disjoint schedules; the lock is held until the missed runs
 -- and the new watermark are written in the same transaction.
 SELECT ta.schedule_id, ta.checked_until, s.tenant_id, s.workflow_id, s.cron, s.timezone, s.status,
-       s.starting_deadline_seconds, (w.archived_at IS NOT NULL) AS archived
+       s.starting_deadline_seconds, (w.archived_at IS NOT NULL) AS archived, w.kind, s.cadence_seconds
   FROM tick_audits ta
   JOIN schedules s ON s.id = ta.schedule_id
   JOIN workflows w ON w.id = s.workflow_id

@@ -16,7 +16,9 @@ One pass at `now`:
    - paused schedule: its CronJob is suspended, not deleted (a resume is one patch,
      and the controller's record of the last tick survives); a paused schedule
      that never had a CronJob gets none;
-   - archived or deleted workflow (or deleted schedule): delete the CronJob.
+   - archived or deleted workflow (or deleted schedule): delete the CronJob;
+   - external workflow (its ticks come from check-ins): no CronJob, and one left
+     from before a change of kind is deleted.
 
 Replica safety: names are deterministic, so a second replica's create fails with
 409 and changes nothing; a patch or delete carries the resource version that was

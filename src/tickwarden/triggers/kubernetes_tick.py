@@ -5,7 +5,8 @@ The tick is recorded with the built-in trigger's own insert (`create_tick_runs`,
 tick the built-in trigger also fired during a switch of triggers, is one run. A tick
 is recorded only when the database agrees it is one:
 
-- the schedule exists, is active, and its workflow is not archived;
+- the schedule exists, is active, and its workflow is not archived nor external
+  (an external workflow has no CronJob; one left over records nothing);
 - the tick is a fire time of the schedule's current cron expression in its zone,
   strictly after its last edit (`schedules.updated_at`): a CronJob still carrying an
   old expression, or a resumed CronJob catching up on ticks that passed while
@@ -54,6 +55,9 @@ def record_tick(db: Database, schedule_id: int, tick: datetime, now: datetime, *
         context = store.kubernetes_tick_context(schedule_id)
         if context is None:
             return TickOutcome("refused", f"schedule {schedule_id} does not exist")
+        if context.kind == "external":
+            return TickOutcome("refused", f"schedule {schedule_id} is an external workflow's; its ticks come from "
+                                          "check-ins")
         if context.archived or context.status != "active":
             return TickOutcome("refused", f"schedule {schedule_id} is {'archived' if context.archived else 'paused'}")
         schedule = CronSchedule(context.cron, context.timezone)

@@ -1,0 +1,171 @@
+"""The worker's per-attempt cost: one held connection, one commit, the next lease with the outcome; and what a
+prefetched lease becomes when its worker stops or dies."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from psycopg.pq import Trace
+
+from tests.dbutil import TEST_URL
+from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
+from tickwarden.db import Database
+from tickwarden.errors import DatabaseUnavailable
+from tickwarden.reaper import LeaseReaper
+from tickwarden.worker import Worker
+
+
+class Traced:
+    """Every message the client sends on the database's connections, from libpq's own trace."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = path.open("w")
+
+    def configure(self, conn) -> None:
+        conn.pgconn.trace(self.file.fileno())
+        conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+
+    def reset(self) -> None:
+        self.file.flush()
+        self.path.write_text("")
+
+    def sent(self) -> list[tuple[str, str]]:
+        """(message, text) of each Query or Sync: each one a round trip."""
+        self.file.flush()
+        out = []
+        for line in self.path.read_text(errors="replace").splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 3 and parts[0] == "F" and parts[2] in ("Query", "Sync"):
+                out.append((parts[2], parts[3] if len(parts) > 3 else ""))
+        return out
+
+
+@pytest.fixture
+def traced(db, tmp_path):
+    tracer = Traced(tmp_path / "trace")
+    with Database(TEST_URL, schema=db.schema, max_size=4, configure=tracer.configure) as traced_db:
+        yield traced_db, tracer
+
+
+def statuses(db, run_ids):
+    with db.transaction() as store:
+        return [[(a.status, a.worker_id) for a in store.list_attempts(run_id)] for run_id in run_ids]
+
+
+def test_a_warm_attempt_pays_one_connection_check_and_one_commit_and_leases_the_next_with_its_outcome(
+        db, clock, traced):
+    traced_db, tracer = traced
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0) for i in range(10)]
+    worker = Worker(traced_db, "w1", clock=clock, secret_key=SECRET)
+    try:
+        # wake the environment, and let psycopg prepare each statement (at its 5th use, a round trip once)
+        for _ in range(6):
+            worker.run_once(clock.now())
+        tracer.reset()
+        for _ in range(3):
+            assert worker.run_once(clock.now()) <= clock.now()
+        sent = tracer.sent()
+    finally:
+        worker.close(clock.now())
+    per_attempt = len(sent) / 3
+    checks = sum(1 for kind, text in sent if kind == "Query" and text.strip() == '""')
+    commits = sum(1 for kind, text in sent if kind == "Query" and "COMMIT" in text)
+    assert checks == 3 and commits == 3, sent  # the held connection's check, the outcome's commit
+    assert not any("synchronous_commit" in text for _, text in sent)  # relaxed inside the lease statement
+    assert per_attempt <= 9, sent  # 17 before: a check per borrow, SET/RESET, the run's names in a transaction
+    # every run ran once; the attempt leased with the ninth outcome was given back when the worker stopped
+    assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])] == [["succeeded"]] * 9 + [
+        ["queued"]]
+
+
+def test_a_stopping_worker_gives_its_prefetched_lease_back_and_another_runs_it_once(db, clock):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    first, second = (queue_run(db, wf, clock.now() - timedelta(minutes=2 - i), clock.now()) for i in range(2))
+    one = Worker(db, "w1", clock=clock, secret_key=SECRET)
+    two = Worker(db, "w2", clock=clock, secret_key=SECRET)
+    try:
+        one.run_once(clock.now())
+        assert statuses(db, [first.id, second.id]) == [[("succeeded", "w1")], [("running", "w1")]]
+        assert two.run_once(clock.now()) > clock.now()  # leased to w1: nobody else takes it
+        one.close(clock.now())
+        assert statuses(db, [second.id]) == [[("queued", None)]]
+        two.run_once(clock.now())
+        assert statuses(db, [second.id]) == [[("succeeded", "w2")]]
+    finally:
+        one.close(clock.now())
+        two.close(clock.now())
+
+
+def test_a_dead_workers_prefetched_lease_is_requeued_free_by_the_reaper_and_runs_once(db, clock):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    first, second = (queue_run(db, wf, clock.now() - timedelta(minutes=2 - i), clock.now(), budget=0)
+                     for i in range(2))
+    dead = Worker(db, "w1", clock=clock, secret_key=SECRET)
+    dead.run_once(clock.now())
+    dead.environments.close(clock.now())  # killed: no close(), its prefetched lease is never given back
+    LeaseReaper(db).run_once(clock.now() + timedelta(seconds=31))
+    with db.transaction() as store:
+        store.queue_retries([second.id], clock.now() + timedelta(seconds=32))
+    alive = Worker(db, "w2", clock=clock, secret_key=SECRET)
+    try:
+        alive.run_once(clock.now() + timedelta(seconds=33))
+    finally:
+        alive.close(clock.now())
+    # the lost lease did not spend the run's (empty) budget, and the step ran once, on w2
+    assert statuses(db, [second.id]) == [[("lost", "w1"), ("succeeded", "w2")]]
+    with db.transaction() as store:
+        assert store.get_run(second.id).status == "succeeded"
+
+
+def test_a_prefetched_lease_too_old_to_start_on_is_given_back_not_run(db, clock):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    first, second = (queue_run(db, wf, clock.now() - timedelta(minutes=2 - i), clock.now()) for i in range(2))
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET)
+    try:
+        worker.run_once(clock.now())
+        later = clock.now() + timedelta(seconds=11)  # more than a third of the 30 s lease went by
+        assert worker._take_next(later) is None
+        assert statuses(db, [second.id]) == [[("queued", None)]]
+        worker.run_once(later)
+        assert statuses(db, [second.id]) == [[("succeeded", "w1")]]
+    finally:
+        worker.close(clock.now())
+
+
+def test_a_held_connection_serves_its_thread_commits_like_the_pool_and_is_dropped_when_broken(db):
+    seen: dict[str, int] = {}
+    with db.hold():
+        with db.connection() as conn:
+            seen["a"] = id(conn)
+            conn.execute("CREATE TABLE held_probe (n int)")
+        with db.connection() as conn:
+            seen["b"] = id(conn)
+            assert conn.execute("SELECT count(*) FROM held_probe").fetchone()[0] == 0  # committed
+        with pytest.raises(ZeroDivisionError), db.connection() as conn:
+            conn.execute("INSERT INTO held_probe VALUES (1)")
+            raise ZeroDivisionError
+        other: list[int] = []
+        thread = threading.Thread(target=lambda: other.append(_borrowed_id(db)))
+        thread.start()
+        thread.join()
+        with db.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM held_probe").fetchone()[0] == 0  # rolled back
+            seen["c"] = id(conn)
+            pid = conn.info.backend_pid
+        with db.pool.connection() as admin:  # another connection, outside the hold, kills the held one
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(DatabaseUnavailable), db.connection() as conn:
+            conn.execute("SELECT 1")
+        with db.connection() as conn:  # the rest of the hold borrows a sound one from the pool
+            assert conn.execute("SELECT 1").fetchone()[0] == 1
+    assert seen["a"] == seen["b"] == seen["c"] and other and other[0] != seen["a"]
+
+
+def _borrowed_id(db) -> int:
+    with db.connection() as conn:
+        return id(conn)
