@@ -21,8 +21,8 @@ WITH wanted AS (
         ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
     RETURNING *
 ), attempt AS (
-    INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
-    SELECT tenant_id, workflow_id, id, 1, 'queued', %(now)s FROM run WHERE attempts_count = 1
+    INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)
+    SELECT tenant_id, workflow_id, id, scheduled_for, 1, 'queued', %(now)s FROM run WHERE attempts_count = 1
     RETURNING run_id
 ), advanced AS (
     UPDATE schedules s
@@ -42,8 +42,8 @@ WITH run AS (
             %(deadline_at)s, %(requested_by)s, %(now)s, %(retry_backoff_seconds)s::integer[])
     RETURNING *
 ), attempt AS (
-    INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
-    SELECT tenant_id, workflow_id, id, 1, 'queued', %(now)s FROM run
+    INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)
+    SELECT tenant_id, workflow_id, id, scheduled_for, 1, 'queued', %(now)s FROM run
     RETURNING run_id
 )
 SELECT run.* FROM run;
@@ -198,16 +198,18 @@ WITH moved AS (
     UPDATE runs r
        SET status = 'queued', attempts_count = r.attempts_count + 1
      WHERE r.id = ANY(%(run_ids)s::bigint[]) AND r.status = 'pending_retry'
-    RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count, r.error_category, r.retry_backoff_seconds
+    RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count, r.error_category, r.retry_backoff_seconds,
+              r.scheduled_for
 )
-INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
-SELECT m.tenant_id, m.workflow_id, m.id, m.attempts_count, 'queued',
+INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)
+SELECT m.tenant_id, m.workflow_id, m.id, m.scheduled_for, m.attempts_count, 'queued',
        CASE WHEN m.error_category = ANY(%(patient)s::text[])
             THEN greatest(%(now)s, failed.finished_at
                           + make_interval(secs => coalesce(m.retry_backoff_seconds[m.attempts_count - 1], 0)))
             ELSE %(now)s END
   FROM moved m
-  JOIN attempts failed ON failed.run_id = m.id AND failed.number = m.attempts_count - 1
+  JOIN attempts failed ON failed.run_id = m.id AND failed.run_scheduled_for = m.scheduled_for
+                     AND failed.number = m.attempts_count - 1
 RETURNING *;
 
 -- close_run --

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from psycopg import sql
+
 from tickwarden.models import RetentionPolicy, from_row
 from tickwarden.store.base import StoreBase
 
@@ -14,6 +16,16 @@ LEDGER_QUERIES = {
     "payloads": "retention_expire_payloads",
     "metadata": "retention_expire_metadata",
 }
+
+
+@dataclass(frozen=True)
+class LedgerMonth:
+    """One month partition of the ledger: its suffix (pYYYYMM), UTC bounds and estimated rows."""
+
+    suffix: str
+    lower: datetime
+    upper: datetime
+    estimated_rows: int
 
 
 @dataclass(frozen=True)
@@ -64,3 +76,36 @@ class RetentionStore(StoreBase):
 
     def retention_totals(self) -> dict[str, int]:
         return {row["class"]: int(row["rows"]) for row in self._rows("retention_totals")}
+
+    def retention_ensure_partition(self, at: datetime) -> bool:
+        row = self._row("retention_ensure_partition", {"at": at})
+        return bool(row and row["created"])
+
+    def retention_ledger_months(self) -> list[LedgerMonth]:
+        return [LedgerMonth(r["suffix"], r["lower"], r["upper"], int(r["estimated_rows"]))
+                for r in self._rows("retention_ledger_partitions")]
+
+    def retention_shortest_metadata_days(self, default_days: int) -> int:
+        row = self._row("retention_shortest_metadata_days", {"default_days": default_days})
+        return int(row["days"]) if row and row["days"] is not None else default_days
+
+    def retention_drop_month(self, month: LedgerMonth, now: datetime, default_days: int) -> bool:
+        """Drop a month of the ledger when retention keeps nothing in it; True when dropped.
+
+        In the caller's transaction, which must do nothing else: the month's tables are
+        locked against writers (SHARE) before the decision, so no run can arrive between
+        the decision and the drop.
+        """
+        self._rows("retention_lock_partitions")
+        names = [f"{table}_{month.suffix}" for table in ("attempt_steps", "attempts", "runs")]
+        found = self.conn.execute("SELECT to_regclass(%s)", (names[-1],)).fetchone()
+        if found is None or found[0] is None:
+            return False  # another replica dropped it
+        self.conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(
+            sql.SQL(", ").join(sql.Identifier(n) for n in names)))
+        row = self._row("retention_month_keeps", {"lower": month.lower, "upper": month.upper, "now": now,
+                                                  "default_days": default_days})
+        if row is None or row["keeps"]:
+            return False
+        self.conn.execute(sql.SQL("DROP TABLE {}").format(sql.SQL(", ").join(sql.Identifier(n) for n in names)))
+        return True
