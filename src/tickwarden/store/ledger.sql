@@ -52,8 +52,9 @@ SELECT run.* FROM run;
 -- Lease the oldest queued attempts. SKIP LOCKED hands concurrent workers disjoint
 -- rows without waiting; the run moves to running in the same statement. Each row
 -- also carries its run's tick (`run_scheduled_for`), so no second look is needed.
+-- Every lookup names the partition key, so each is one probe of one month.
 WITH next AS (
-    SELECT a.id
+    SELECT a.id, a.run_scheduled_for
       FROM attempts a
      WHERE a.status = 'queued' AND a.queued_at <= %(now)s
      ORDER BY a.queued_at, a.id
@@ -63,17 +64,18 @@ WITH next AS (
     UPDATE attempts a
        SET status = 'running', worker_id = %(worker_id)s, started_at = %(now)s,
            heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
-      FROM next
-     WHERE a.id = next.id
+     WHERE a.id = ANY (ARRAY(SELECT id FROM next))
+       AND a.run_scheduled_for = ANY (ARRAY(SELECT run_scheduled_for FROM next))
     RETURNING a.*
 ), started AS (
     UPDATE runs r
        SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
-      FROM leased
-     WHERE r.id = leased.run_id AND r.status IN ('queued', 'pending_retry')
+     WHERE r.id = ANY (ARRAY(SELECT run_id FROM leased))
+       AND r.scheduled_for = ANY (ARRAY(SELECT run_scheduled_for FROM leased))
+       AND r.status IN ('queued', 'pending_retry')
 )
-SELECT leased.*, r.scheduled_for AS run_scheduled_for
-  FROM leased JOIN runs r ON r.id = leased.run_id
+SELECT leased.*
+  FROM leased
  ORDER BY leased.queued_at, leased.id;
 
 -- renew_lease --
