@@ -27,9 +27,10 @@ than its workflow's newest success, and finished. A month that still holds a kep
 (a tenant with a longer retention, a workflow that has not succeeded since) is left to
 the row-wise metadata sweep below, which deletes exactly the runs it may and keeps the
 rest; the month is dropped on a later pass once nothing in it is kept any more. The
-drop locks the month's tables against writers before it decides, and waits for locks
-at most two seconds (dropping a partition briefly locks the parent tables): a month
-that cannot be dropped now is dropped later. Rows counted for a dropped month are the
+decision holds the month's tables against writers (SHARE); the drop, a transaction of
+its own, locks the parent tables first (as every ledger statement does, so the two
+cannot deadlock) and waits for locks at most two seconds: a month that cannot be
+dropped now is dropped later. Rows counted for a dropped month are the
 statistics' estimate (counting them exactly would read the month the drop avoids reading).
 
 The sweeper is replica-safe: ledger classes go workflow by workflow through a per-
@@ -195,7 +196,11 @@ class RetentionSweeper:
                 break
             try:
                 with self.db.transaction() as store:
-                    gone = store.retention_drop_month(month, now, default_days)
+                    droppable = store.retention_month_droppable(month, now, default_days)
+                if not droppable:
+                    continue
+                with self.db.transaction() as store:
+                    gone = store.retention_drop_month(month)
                     if gone:
                         store.retention_add_totals(now, {"metadata": month.estimated_rows})
             except psycopg.errors.LockNotAvailable:

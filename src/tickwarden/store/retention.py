@@ -89,23 +89,52 @@ class RetentionStore(StoreBase):
         row = self._row("retention_shortest_metadata_days", {"default_days": default_days})
         return int(row["days"]) if row and row["days"] is not None else default_days
 
-    def retention_drop_month(self, month: LedgerMonth, now: datetime, default_days: int) -> bool:
-        """Drop a month of the ledger when retention keeps nothing in it; True when dropped.
+    def retention_month_droppable(self, month: LedgerMonth, now: datetime, default_days: int) -> bool:
+        """Whether retention keeps nothing in a month of the ledger.
 
         In the caller's transaction, which must do nothing else: the month's tables are
-        locked against writers (SHARE) before the decision, so no run can arrive between
-        the decision and the drop.
+        locked against writers (SHARE) while it decides, so the answer is about a month
+        nobody is writing to; reads of the ledger go on.
         """
         self._rows("retention_lock_partitions")
-        names = [f"{table}_{month.suffix}" for table in ("attempt_steps", "attempts", "runs")]
-        found = self.conn.execute("SELECT to_regclass(%s)", (names[-1],)).fetchone()
-        if found is None or found[0] is None:
+        # A lock reads the catalog afresh: a month another replica dropped is gone after it.
+        self.conn.execute("LOCK TABLE runs, attempts, attempt_steps IN ACCESS SHARE MODE")
+        names = self._month_tables(month)
+        if not self._exists(names[-1]):
             return False  # another replica dropped it
         self.conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(
             sql.SQL(", ").join(sql.Identifier(n) for n in names)))
         row = self._row("retention_month_keeps", {"lower": month.lower, "upper": month.upper, "now": now,
                                                   "default_days": default_days})
-        if row is None or row["keeps"]:
+        return row is not None and not row["keeps"]
+
+    def retention_drop_month(self, month: LedgerMonth) -> bool:
+        """Drop a month the caller found droppable; True when this call dropped it.
+
+        In a transaction of its own, after the decision's: the parents are locked first
+        (ACCESS EXCLUSIVE, what dropping a partition takes anyway), in the order every
+        ledger statement locks them, so the drop cannot deadlock with one; the lock waits
+        at most `lock_timeout`. Between the decision and the drop nothing writes a month
+        past every retention: only kept rows are ever updated, and they kept it; a run
+        awaiting an outcome is checked again under the lock all the same.
+        """
+        self._rows("retention_lock_partitions")
+        self.conn.execute("LOCK TABLE runs, attempts, attempt_steps IN ACCESS EXCLUSIVE MODE")
+        names = self._month_tables(month)
+        if not self._exists(names[-1]):
+            return False  # another replica dropped it
+        open_runs = self.conn.execute(
+            sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE status IN ('queued', 'running', 'pending_retry'))")
+            .format(sql.Identifier(names[-1]))).fetchone()
+        if open_runs is None or open_runs[0]:
             return False
         self.conn.execute(sql.SQL("DROP TABLE {}").format(sql.SQL(", ").join(sql.Identifier(n) for n in names)))
         return True
+
+    @staticmethod
+    def _month_tables(month: LedgerMonth) -> list[str]:
+        return [f"{table}_{month.suffix}" for table in ("attempt_steps", "attempts", "runs")]
+
+    def _exists(self, name: str) -> bool:
+        found = self.conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()
+        return found is not None and found[0] is not None
