@@ -119,7 +119,7 @@ def test_two_loops_at_once_create_each_month_once_and_move_what_the_default_part
     for t in threads:
         t.join(60)
     assert not errors, errors
-    assert sorted(created) == [0, 3]
+    assert sum(created) == 3, created  # each month by one loop or the other, never twice
     assert months(db) == ["runs_p202501", "runs_p202502", "runs_p202503"]
     for table in ("runs", "attempts", "attempt_steps"):
         assert rows(db, f"SELECT tableoid::regclass::text, count(*) FROM {table} GROUP BY 1") == \
