@@ -21,8 +21,8 @@ Invariants, whatever the retention:
 The ledger is partitioned by month (see schema.sql). Each pass first makes sure the
 partitions of this month and the next AHEAD_MONTHS exist (created under an advisory
 lock inside `tickwarden_ledger_partition`, so replicas never collide), then drops every
-month that retention keeps nothing of: a month goes as a whole, in well under a second
-whatever its size, once every run in it is past its tenant's metadata retention, older
+month that retention keeps nothing of: a month goes as a whole, without reading or
+deleting its rows, once every run in it is past its tenant's metadata retention, older
 than its workflow's newest success, and finished. A month that still holds a kept run
 (a tenant with a longer retention, a workflow that has not succeeded since) is left to
 the row-wise metadata sweep below, which deletes exactly the runs it may and keeps the
