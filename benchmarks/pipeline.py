@@ -88,9 +88,9 @@ def load_outcomes(schema: str, workflows: int, history: int, outcomes: int) -> i
                                       (ARRAY['step_error', 'connection', 'timeout'])[1 + (w + j) %% 3] AS c) x""",
             {"e": EPOCH, "n": workflows, "h": history, "o": outcomes})
         inserted = conn.execute(
-            """INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at, started_at,
-                                     finished_at, retryable, error_category, error)
-               SELECT tenant_id, workflow_id, id, 1, CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END,
+            """INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at,
+                                     started_at, finished_at, retryable, error_category, error)
+               SELECT tenant_id, workflow_id, id, scheduled_for, 1, CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END,
                       created_at, started_at, coalesce(finished_at, started_at + interval '1 minute'), true,
                       error_category, error
                  FROM runs WHERE scheduled_for > %(e)s::timestamptz + %(h)s * """
@@ -163,9 +163,9 @@ def _produce(args: tuple[str, float, int, int, mp.Event]) -> None:
                               CASE WHEN g %% 5 = 0 THEN 'step_error' END, CASE WHEN g %% 5 = 0 THEN 'boom' END
                          FROM generate_series(1, %(k)s) g
                        RETURNING *)
-                   INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at, started_at,
-                                         finished_at, retryable, error_category, error)
-                   SELECT tenant_id, workflow_id, id, 1, status, created_at, started_at, finished_at, true,
+                   INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status,
+                                         queued_at, started_at, finished_at, retryable, error_category, error)
+                   SELECT tenant_id, workflow_id, id, scheduled_for, 1, status, created_at, started_at, finished_at, true,
                           error_category, error FROM r""",
                 {"n": n, "w": workflows, "k": per_step, "now": now})
             conn.commit()

@@ -96,9 +96,9 @@ def insert_floor(count: int, repeat: int) -> float:
                         SELECT tenant_id, workflow_id, %(tick)s, false, 'queued', 0, 1,
                                %(tick)s + interval '1 hour', %(tick)s
                           FROM schedules
-                        RETURNING id, tenant_id, workflow_id)
-                    INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
-                    SELECT tenant_id, workflow_id, id, 1, 'queued', %(tick)s FROM run
+                        RETURNING id, tenant_id, workflow_id, scheduled_for)
+                    INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)
+                    SELECT tenant_id, workflow_id, id, scheduled_for, 1, 'queued', %(tick)s FROM run
                     """,
                     {"tick": tick},
                 )

@@ -104,11 +104,12 @@ def seed_tenant(db: Database, now: datetime, tenant: str, *, secret_word: str | 
         seeded.run_ids.append(run.id)
     last_run = seeded.run_ids[-1]
     with db.connection() as conn, conn.transaction():
-        attempt_id = conn.execute("SELECT id FROM attempts WHERE run_id = %s", (last_run,)).fetchone()[0]
+        attempt_id, run_tick = conn.execute(
+            "SELECT id, run_scheduled_for FROM attempts WHERE run_id = %s", (last_run,)).fetchone()
         conn.execute(
-            "INSERT INTO attempt_steps (attempt_id, tenant_id, step, position, status, log, error)"
-            " VALUES (%s, %s, 'load', 0, 'failed', %s, 'connection reset by peer')",
-            (attempt_id, t.id, f"opening warehouse\n{secret_word}\nconnection reset by peer"))
+            "INSERT INTO attempt_steps (attempt_id, run_scheduled_for, tenant_id, step, position, status, log, error)"
+            " VALUES (%s, %s, %s, 'load', 0, 'failed', %s, 'connection reset by peer')",
+            (attempt_id, run_tick, t.id, f"opening warehouse\n{secret_word}\nconnection reset by peer"))
         opened = now - timedelta(days=2) + timedelta(minutes=3)
         seeded.alert_id = conn.execute(
             "INSERT INTO alerts (tenant_id, workflow_id, status, first_severity, severity, owner, failure_count,"

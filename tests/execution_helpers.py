@@ -27,14 +27,16 @@ def python_step(name: str, call: str, *, depends_on: list[str] | None = None, pa
 
 def make_runnable(db: Database, now: datetime, steps: list[dict[str, Any]], *, tenant: str = "acme",
                   name: str = "nightly", timeout: int | None = 60, idle_timeout: int = 600,
-                  publisher_active: bool = True, with_publisher: bool = True, expect_rows: bool = False) -> Workflow:
+                  publisher_active: bool = True, with_publisher: bool = True, expect_rows: bool = False,
+                  keep_outputs: bool = True) -> Workflow:
     with db.transaction() as store:
         t = store.upsert_tenant(tenant, now)
         user = store.upsert_user(t.id, f"owner@{tenant}.test", now, active=publisher_active)
         env = store.upsert_environment(t.id, "main", now, idle_timeout_seconds=idle_timeout)
         workflow = store.upsert_workflow(t.id, name, now, environment_id=env.id,
                                          publisher_id=user.id if with_publisher else None,
-                                         recipe={"steps": steps}, timeout_seconds=timeout, expect_rows=expect_rows)
+                                         recipe={"steps": steps}, timeout_seconds=timeout, expect_rows=expect_rows,
+                                         keep_outputs=keep_outputs)
         store.upsert_schedule(tenant_id=t.id, workflow_id=workflow.id, cron="0 2 * * *", timezone="UTC",
                               cadence_seconds=86400, now=now)
         return workflow

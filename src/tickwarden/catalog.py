@@ -207,6 +207,7 @@ class Publication:
     cadence_seconds: int
     starting_deadline_seconds: int
     kind: str = "managed"
+    keep_outputs: bool = False
     # The entry's own maintenance windows, replacing those it brought before (operators'
     # windows are kept); None leaves them alone (pause, resume and profile changes).
     maintenance: tuple[WindowSpec, ...] | None = None
@@ -221,7 +222,7 @@ class Publication:
             expect_rows=spec.expect_rows, archived=spec.archived, cron=spec.schedule.cron,
             timezone=spec.schedule.timezone, status=spec.schedule.status, cadence_seconds=planned.cadence_seconds,
             starting_deadline_seconds=spec.schedule.starting_deadline_seconds, kind=spec.kind,
-            maintenance=planned.maintenance,
+            keep_outputs=spec.keep_outputs, maintenance=planned.maintenance,
         )
 
     @classmethod
@@ -234,6 +235,7 @@ class Publication:
             archived=workflow.archived_at is not None, cron=schedule.cron, timezone=schedule.timezone,
             status=schedule.status, cadence_seconds=schedule.cadence_seconds,
             starting_deadline_seconds=schedule.starting_deadline_seconds, kind=workflow.kind,
+            keep_outputs=workflow.keep_outputs,
         )
 
 
@@ -279,6 +281,7 @@ def publish(store: Store, pub: Publication, now: datetime, *, actor: str, report
         environment_id=pub.environment_id, publisher_id=pub.publisher_id,  # type: ignore[arg-type]
         recipe=pub.recipe, timeout_seconds=pub.timeout_seconds, monitoring_enabled=pub.monitoring_enabled,
         policy_overrides=pub.policy_overrides, shadow=pub.shadow, expect_rows=pub.expect_rows, kind=pub.kind,
+        keep_outputs=pub.keep_outputs,
     )
     if pub.maintenance is not None and maintenance.replace_file_windows(store, pub.tenant_id, workflow.id,
                                                                        pub.maintenance, now):

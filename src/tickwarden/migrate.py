@@ -135,7 +135,7 @@ def describe_schema(conn: psycopg.Connection, schema: str) -> dict[str, Any]:
         """
         SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c
           JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname <> 'schema_migrations' ORDER BY 1
+         WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND c.relname <> 'schema_migrations' ORDER BY 1
         """,
         (schema,),
     ).fetchall()

@@ -79,6 +79,7 @@ class Workflow:
     updated_at: datetime
     archived_at: datetime | None = None
     expect_rows: bool = False
+    keep_outputs: bool = False  # step outputs are stored only when the workflow asks
     kind: str = "managed"  # external: run by another scheduler, outcomes reported as check-ins
 
 

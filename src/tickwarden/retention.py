@@ -18,6 +18,21 @@ Invariants, whatever the retention:
 - an open alert, its events and its deliveries are never touched;
 - clearing a log or payload keeps the row and every id, so joins stay possible.
 
+The ledger is partitioned by month (see schema.sql). Each pass first makes sure the
+partitions of this month and the next AHEAD_MONTHS exist (created under an advisory
+lock inside `tickwarden_ledger_partition`, so replicas never collide), then drops every
+month that retention keeps nothing of: a month goes as a whole, without reading or
+deleting its rows, once every run in it is past its tenant's metadata retention, older
+than its workflow's newest success, and finished. A month that still holds a kept run
+(a tenant with a longer retention, a workflow that has not succeeded since) is left to
+the row-wise metadata sweep below, which deletes exactly the runs it may and keeps the
+rest; the month is dropped on a later pass once nothing in it is kept any more. The
+decision holds the month's tables against writers (SHARE); the drop, a transaction of
+its own, locks the parent tables first (as every ledger statement does, so the two
+cannot deadlock) and waits for locks at most two seconds: a month that cannot be
+dropped now is dropped later. Rows counted for a dropped month are the
+statistics' estimate (counting them exactly would read the month the drop avoids reading).
+
 The sweeper is replica-safe: ledger classes go workflow by workflow through a per-
 workflow mark (`retention_marks`) locked with SKIP LOCKED, so replicas take disjoint
 workflows and a pass never rescans what it already expired; outbox rows and alerts
@@ -29,8 +44,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
 from tickwarden.db import Database
@@ -47,6 +63,8 @@ MIN_DAYS = {"metadata": 7, "logs": 1, "payloads": 1, "outbox": 1, "alerts": 7}
 MAX_DAYS = 36500
 
 INTERVAL = timedelta(minutes=10)
+# Month partitions of the ledger exist this far ahead of the current month.
+AHEAD_MONTHS = 2
 WORKFLOWS_PER_BATCH = 100
 RUNS_PER_WORKFLOW = 200
 ROWS_PER_BATCH = 5000
@@ -87,6 +105,8 @@ class RetentionPass:
 
     expired: dict[str, int] = field(default_factory=dict)
     more: bool = False
+    months_created: int = 0
+    months_dropped: list[str] = field(default_factory=list)
 
 
 class RetentionSweeper:
@@ -125,6 +145,8 @@ class RetentionSweeper:
         """
         expired = dict.fromkeys(CLASSES, 0)
         more = False
+        created = self.create_months(now)
+        dropped, expired["metadata"] = self.drop_months(now)
         with self.db.transaction() as store:
             store.retention_ensure_marks(now)
         for klass in ("metadata", "logs", "payloads"):
@@ -152,4 +174,51 @@ class RetentionSweeper:
                 more = True
         if any(expired.values()):
             log.info("retention expired %s", ", ".join(f"{k}={v}" for k, v in expired.items() if v))
-        return RetentionPass(expired=expired, more=more)
+        return RetentionPass(expired=expired, more=more, months_created=created, months_dropped=dropped)
+
+    def create_months(self, now: datetime) -> int:
+        """Create the ledger's partitions for this month and the next AHEAD_MONTHS; return how many were new."""
+        created = 0
+        for at in month_starts(now, AHEAD_MONTHS):
+            with self.db.transaction() as store:
+                created += store.retention_ensure_partition(at)
+        return created
+
+    def drop_months(self, now: datetime) -> tuple[list[str], int]:
+        """Drop each month retention keeps nothing of; return their suffixes and estimated rows."""
+        default_days = self.defaults["metadata"]
+        with self.db.transaction() as store:
+            months = store.retention_ledger_months()
+            horizon = now - timedelta(days=store.retention_shortest_metadata_days(default_days))
+        dropped: list[str] = []
+        rows = 0
+        for month in months:
+            if month.upper > horizon:
+                break
+            try:
+                with self.db.transaction() as store:
+                    droppable = store.retention_month_droppable(month, now, default_days)
+                if not droppable:
+                    continue
+                with self.db.transaction() as store:
+                    gone = store.retention_drop_month(month)
+                    if gone:
+                        store.retention_add_totals(now, {"metadata": month.estimated_rows})
+            except psycopg.errors.LockNotAvailable:
+                log.info("retention: ledger month %s is busy; it is dropped on a later pass", month.suffix)
+                continue
+            if gone:
+                dropped.append(month.suffix)
+                rows += month.estimated_rows
+                log.info("retention dropped ledger month %s (about %d rows)", month.suffix, month.estimated_rows)
+        return dropped, rows
+
+
+def month_starts(now: datetime, ahead: int) -> list[datetime]:
+    """The first instants (UTC) of the month holding `now` and of the `ahead` months after it."""
+    utc = now.astimezone(UTC)
+    starts = []
+    for k in range(ahead + 1):
+        index = utc.year * 12 + utc.month - 1 + k
+        starts.append(datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC))
+    return starts

@@ -74,6 +74,8 @@ CREATE TABLE workflows (
     archived_at         timestamptz,
     -- a zero-row success is a failed tick (category empty_result)
     expect_rows         boolean NOT NULL DEFAULT false,
+    -- step outputs (customer data) are stored only when the workflow asks
+    keep_outputs        boolean NOT NULL DEFAULT false,
     UNIQUE (tenant_id, name)
 );
 
@@ -107,11 +109,20 @@ CREATE INDEX schedules_due_idx ON schedules (next_fire_at) WHERE status = 'activ
 --     │           └──────► pending_retry ──► queued (the next attempt)
 --     └── missed ◄── (deadline passed with no terminal outcome, or the tick never ran)
 --   any non-terminal ──► cancelled
+--
+-- The ledger (runs, attempts, attempt_steps) is partitioned by the run's tick, one
+-- partition per UTC month, so that expiring a month of metadata is dropping three
+-- tables instead of deleting millions of rows. A run's attempts and steps carry its
+-- `scheduled_for` (`run_scheduled_for`) and so live in the same month; their foreign keys
+-- are declared partition to partition (see tickwarden_ledger_partition), which keeps
+-- ON DELETE CASCADE and lets a month be dropped with no scan of the other months. The
+-- DEFAULT partitions catch a row whose month has no partition yet: a write never fails
+-- for want of a partition, and the retention loop moves such rows when it creates it.
 CREATE TABLE runs (
-    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id               bigint GENERATED ALWAYS AS IDENTITY,
     tenant_id        bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
     workflow_id      bigint NOT NULL REFERENCES workflows (id) ON DELETE CASCADE,
-    -- the tick this run belongs to; for a manual run, when it was requested
+    -- the tick this run belongs to; for a manual run, when it was requested (the partition key)
     scheduled_for    timestamptz NOT NULL,
     manual           boolean NOT NULL DEFAULT false,
     status           text NOT NULL CHECK (status IN
@@ -132,10 +143,13 @@ CREATE TABLE runs (
     retry_backoff_seconds integer[] NOT NULL DEFAULT '{}',  -- wait before each retry, captured per tick
     rows             bigint CHECK (rows IS NULL OR rows >= 0),  -- rows the verdict's attempt reported
     cancelled_by     text CHECK (length(cancelled_by) <= 254),  -- who cancelled the run by hand
+    -- the partition key is part of every unique rule; ids still come from one sequence
+    PRIMARY KEY (id, scheduled_for),
     CHECK (recovered = false OR status = 'succeeded'),
     CHECK ((status IN ('succeeded', 'failed', 'missed', 'cancelled')) = (finished_at IS NOT NULL))
-);
+) PARTITION BY RANGE (scheduled_for);
 -- One run per tick: racing triggers insert the same tick and all but one do nothing.
+-- The key holds the partition key, so the rule holds across partitions.
 CREATE UNIQUE INDEX runs_one_per_tick_idx ON runs (workflow_id, scheduled_for) WHERE NOT manual;
 -- A workflow's history newest first: the runs page and the consecutive-failure walk.
 CREATE INDEX runs_workflow_recent_idx ON runs (workflow_id, scheduled_for DESC, id DESC);
@@ -152,10 +166,11 @@ CREATE INDEX runs_tenant_success_idx ON runs (tenant_id, finished_at DESC) WHERE
 --                 └──────► lost                 (lease expired: worker killed, machine gone)
 --   queued | running ──► cancelled
 CREATE TABLE attempts (
-    id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id                bigint GENERATED ALWAYS AS IDENTITY,
     tenant_id         bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
     workflow_id       bigint NOT NULL REFERENCES workflows (id) ON DELETE CASCADE,
-    run_id            bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    run_id            bigint NOT NULL,      -- the run (same month partition: see runs)
+    run_scheduled_for timestamptz NOT NULL, -- the run's scheduled_for: the partition key
     number            integer NOT NULL CHECK (number >= 1),
     status            text NOT NULL CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'lost', 'cancelled')),
     worker_id         text,
@@ -173,10 +188,11 @@ CREATE TABLE attempts (
     -- set when the outcome poller claims the finished attempt; NULL = not yet processed
     processed_at      timestamptz,
     rows              bigint CHECK (rows IS NULL OR rows >= 0),  -- rows its steps reported; NULL: none did
-    UNIQUE (run_id, number),
+    PRIMARY KEY (id, run_scheduled_for),
+    UNIQUE (run_id, number, run_scheduled_for),
     CHECK ((status = 'running') = (lease_expires_at IS NOT NULL)),
     CHECK ((status IN ('succeeded', 'failed', 'lost', 'cancelled')) = (finished_at IS NOT NULL))
-);
+) PARTITION BY RANGE (run_scheduled_for);
 -- Workers lease the oldest queued attempt.
 CREATE INDEX attempts_queued_idx ON attempts (queued_at, id) WHERE status = 'queued';
 -- The lease reaper looks only at running attempts.
@@ -187,7 +203,8 @@ CREATE INDEX attempts_unprocessed_idx ON attempts (finished_at, id)
 
 -- What each step of an attempt did: status, sanitized log, small outputs.
 CREATE TABLE attempt_steps (
-    attempt_id   bigint NOT NULL REFERENCES attempts (id) ON DELETE CASCADE,
+    attempt_id   bigint NOT NULL,           -- the attempt (same month partition: see runs)
+    run_scheduled_for timestamptz NOT NULL, -- the run's scheduled_for: the partition key
     tenant_id    bigint NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
     step         text NOT NULL,
     position     integer NOT NULL,
@@ -197,8 +214,16 @@ CREATE TABLE attempt_steps (
     log          text NOT NULL DEFAULT '',
     output       jsonb,
     error        text,
-    PRIMARY KEY (attempt_id, step)
-);
+    PRIMARY KEY (attempt_id, step, run_scheduled_for)
+) PARTITION BY RANGE (run_scheduled_for);
+
+CREATE TABLE runs_default PARTITION OF runs DEFAULT;
+CREATE TABLE attempts_default PARTITION OF attempts DEFAULT;
+CREATE TABLE attempt_steps_default PARTITION OF attempt_steps DEFAULT;
+ALTER TABLE attempts_default ADD CONSTRAINT attempts_default_run_fkey FOREIGN KEY (run_id, run_scheduled_for)
+    REFERENCES runs_default (id, scheduled_for) ON DELETE CASCADE;
+ALTER TABLE attempt_steps_default ADD CONSTRAINT attempt_steps_default_attempt_fkey
+    FOREIGN KEY (attempt_id, run_scheduled_for) REFERENCES attempts_default (id, run_scheduled_for) ON DELETE CASCADE;
 
 -- An alert is the state "this workflow is broken".
 --
@@ -220,14 +245,14 @@ CREATE TABLE alerts (
     shadow                 boolean NOT NULL DEFAULT false,
     first_failure_at       timestamptz NOT NULL,
     last_failure_at        timestamptz NOT NULL,
-    last_run_id            bigint REFERENCES runs (id) ON DELETE SET NULL,
+    last_run_id            bigint,                 -- an opaque run id: retention may have expired the run
     last_error_category    text,
     last_error             text,            -- sanitized
     failed_step            text,
     opened_at              timestamptz NOT NULL,
     escalated_at           timestamptz,
     resolved_at            timestamptz,
-    resolved_by_run_id     bigint REFERENCES runs (id) ON DELETE SET NULL,
+    resolved_by_run_id     bigint,                 -- an opaque run id: retention may have expired the run
     downtime_seconds       integer,
     acknowledged_at        timestamptz,     -- acknowledged: escalation stops, the alert stays open
     acknowledged_by        text,
@@ -398,7 +423,7 @@ BEGIN
         SELECT c.relname, (c.relname = 'tenants') AS is_tenants
           FROM pg_class c
           JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = current_schema() AND c.relkind = 'r'
+         WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
            AND (c.relname = 'tenants' OR EXISTS (
                 SELECT 1 FROM pg_attribute a
                  WHERE a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped))
@@ -604,6 +629,75 @@ CREATE INDEX ack_link_uses_alert_idx ON ack_link_uses (alert_id);
 
 SELECT tickwarden_enforce_tenant_isolation();
 
+-- 0023 the partitioned ledger: month partitions are created ahead by the retention loop.
+
+-- Create the month partitions of the ledger (runs, attempts, attempt_steps) for the UTC
+-- month holding `at`, unless they exist; return whether they were created. Replica-safe:
+-- callers serialize on a transaction advisory lock keyed by the schema. Rows the DEFAULT
+-- partitions caught for that month move into the new partitions, with writers held off
+-- (EXCLUSIVE: reads go on) so that no update lands on a row while it moves. The new
+-- partitions get row-level security like every tenant table: reached directly, they
+-- filter by tenant as the parent does.
+CREATE FUNCTION tickwarden_ledger_partition(at timestamptz) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    lower_bound timestamptz := date_trunc('month', at, 'UTC');
+    upper_bound timestamptz := (date_trunc('month', at, 'UTC') AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC';
+    suffix text := to_char(date_trunc('month', at, 'UTC') AT TIME ZONE 'UTC', '"p"YYYYMM');
+    bounds text;
+    moving boolean;
+    target text;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || '.ledger_partitions', 0));
+    IF to_regclass(format('%I.%I', current_schema(), 'runs_' || suffix)) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    bounds := format('FOR VALUES FROM (%L) TO (%L)',
+                     to_char(lower_bound AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS+00'),
+                     to_char(upper_bound AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS+00'));
+    moving := EXISTS (SELECT 1 FROM runs_default WHERE scheduled_for >= lower_bound AND scheduled_for < upper_bound);
+    IF moving THEN
+        LOCK TABLE runs, attempts, attempt_steps IN EXCLUSIVE MODE;
+        CREATE TEMP TABLE tickwarden_moving_runs ON COMMIT DROP AS
+            SELECT * FROM runs_default WHERE scheduled_for >= lower_bound AND scheduled_for < upper_bound;
+        CREATE TEMP TABLE tickwarden_moving_attempts ON COMMIT DROP AS
+            SELECT * FROM attempts_default WHERE run_scheduled_for >= lower_bound AND run_scheduled_for < upper_bound;
+        CREATE TEMP TABLE tickwarden_moving_steps ON COMMIT DROP AS
+            SELECT * FROM attempt_steps_default
+             WHERE run_scheduled_for >= lower_bound AND run_scheduled_for < upper_bound;
+        -- attempts and steps go with their runs (ON DELETE CASCADE)
+        DELETE FROM runs_default WHERE scheduled_for >= lower_bound AND scheduled_for < upper_bound;
+    END IF;
+    EXECUTE format('CREATE TABLE %I PARTITION OF runs %s', 'runs_' || suffix, bounds);
+    EXECUTE format('CREATE TABLE %I PARTITION OF attempts %s', 'attempts_' || suffix, bounds);
+    EXECUTE format('CREATE TABLE %I PARTITION OF attempt_steps %s', 'attempt_steps_' || suffix, bounds);
+    EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I FOREIGN KEY (run_id, run_scheduled_for)'
+                   ' REFERENCES %I (id, scheduled_for) ON DELETE CASCADE',
+                   'attempts_' || suffix, 'attempts_' || suffix || '_run_fkey', 'runs_' || suffix);
+    EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I FOREIGN KEY (attempt_id, run_scheduled_for)'
+                   ' REFERENCES %I (id, run_scheduled_for) ON DELETE CASCADE',
+                   'attempt_steps_' || suffix, 'attempt_steps_' || suffix || '_attempt_fkey', 'attempts_' || suffix);
+    FOREACH target IN ARRAY ARRAY['runs_' || suffix, 'attempts_' || suffix, 'attempt_steps_' || suffix] LOOP
+        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', target);
+        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', target);
+        EXECUTE format(
+            'CREATE POLICY tenant_isolation ON %I'
+            ' USING (current_setting(''tickwarden.platform'', true) = ''on'''
+            ' OR tenant_id = nullif(current_setting(''tickwarden.tenant_id'', true), '''')::bigint)'
+            ' WITH CHECK (current_setting(''tickwarden.platform'', true) = ''on'''
+            ' OR tenant_id = nullif(current_setting(''tickwarden.tenant_id'', true), '''')::bigint)', target);
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I TO tickwarden_app', target);
+    END LOOP;
+    IF moving THEN
+        INSERT INTO runs OVERRIDING SYSTEM VALUE SELECT * FROM tickwarden_moving_runs;
+        INSERT INTO attempts OVERRIDING SYSTEM VALUE SELECT * FROM tickwarden_moving_attempts;
+        INSERT INTO attempt_steps SELECT * FROM tickwarden_moving_steps;
+        DROP TABLE tickwarden_moving_runs, tickwarden_moving_attempts, tickwarden_moving_steps;
+    END IF;
+    RETURN true;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION tickwarden_ledger_partition(timestamptz) FROM PUBLIC;
 -- 0024 environments as pods: an environment's runtime and pod, and the shared warm state
 -- (after the isolation block: its function runs again for the new tenant table).
 

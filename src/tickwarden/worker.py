@@ -41,6 +41,7 @@ import json
 import logging
 import threading
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -249,6 +250,9 @@ class Worker:
             except Exception as exc:  # tickwarden's own failure: record it rather than wait for the reaper
                 log.exception("attempt %s: the worker failed", attempt.id)
                 result = _failed(_Failure("internal", f"the worker failed: {type(exc).__name__}"), [], [])
+            if result is not None and not (context is not None and context.workflow is not None
+                                           and context.workflow.keep_outputs):
+                result = _without_outputs(result)
             warm, self._warm = self._warm, None
             if heartbeat.lost.is_set() or result is None:
                 if warm is not None:
@@ -508,6 +512,17 @@ def _failed(failure: _Failure, steps: list[StepRecord], notes: list[str]) -> Res
         ),
         steps,
     )
+
+
+def _without_outputs(result: Result) -> Result:
+    """The result with no step or attempt output: a workflow that did not ask keeps none.
+
+    Outputs are customer data; not storing them is the minimisation the workflow file's
+    `keep_outputs` controls. Rows were counted from the outputs before, so `expect_rows` still judges.
+    """
+    for record in result.steps:
+        record.output = None
+    return Result(dataclasses.replace(result.outcome, outputs={}), result.steps)
 
 
 def _all_skipped(recipe: Recipe) -> list[StepRecord]:

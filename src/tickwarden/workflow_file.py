@@ -174,6 +174,8 @@ class WorkflowSpec(_Model):
     shadow: bool = False
     archived: bool = False  # no more ticks; runs and alerts stay readable; false (or absent) restores it
     expect_rows: bool = False
+    # step outputs (customer data) are stored only when asked; otherwise only statuses and logs
+    keep_outputs: bool = False
     # managed: tickwarden runs the steps; external: another scheduler runs the job and reports check-ins
     kind: Literal["managed", "external"] = "managed"
     steps: list[StepSpec] | None = Field(default=None, max_length=100)

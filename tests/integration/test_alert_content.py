@@ -51,8 +51,8 @@ def deliver(db, clock, recording):
 def plant_step_log(db, run_id):
     """The step record the worker leaves for the failed step (its log, as a worker would store it)."""
     with db.connection() as conn:
-        conn.execute("""INSERT INTO attempt_steps (attempt_id, tenant_id, step, position, status, log)
-                        SELECT id, tenant_id, 'load', 0, 'failed', %s FROM attempts WHERE run_id = %s""",
+        conn.execute("""INSERT INTO attempt_steps (attempt_id, run_scheduled_for, tenant_id, step, position, status, log)
+                        SELECT id, run_scheduled_for, tenant_id, 'load', 0, 'failed', %s FROM attempts WHERE run_id = %s""",
                      (STEP_LOG, run_id))
 
 

@@ -49,8 +49,9 @@ def test_no_canary_reaches_any_transport(db, clock, servers):
                 config={"host": "127.0.0.1", "port": smtp.port, "from": "tw@ops.example", "to": "oncall@ops.example"})
     alert = open_alert(db, now, error=ERROR, log_tail=LOG_TAIL, outputs=OUTPUTS)
     with db.connection() as conn:  # a step's own output row carries customer data too
-        conn.execute("""INSERT INTO attempt_steps (attempt_id, tenant_id, step, position, status, log, output, error)
-                        SELECT id, tenant_id, 'load_orders', 0, 'failed', %s, '{"v": "CANARY-step-0015"}', %s
+        conn.execute("""INSERT INTO attempt_steps (attempt_id, run_scheduled_for, tenant_id, step, position, status, log,
+                                                   output, error)
+                        SELECT id, run_scheduled_for, tenant_id, 'load_orders', 0, 'failed', %s, '{"v": "CANARY-step-0015"}', %s
                           FROM attempts""", (LOG_TAIL, ERROR))
     add_event(db, alert, "escalated", clock.advance(60))
     add_event(db, alert, "reassigned", clock.advance(60), note=NOTE, actor="ops")

@@ -25,6 +25,7 @@ workflows:
     monitoring: true
     policy: {retries: 2, alert_after: 2, first_severity: warning, backoff_seconds: [30, 90]}
     expect_rows: true
+    keep_outputs: true
     steps:
       - {name: extract, kind: python, call: "tickwarden.examples_steps:extract", params: {count: 3}}
       - {name: check, kind: sql, depends_on: [extract], query: "select 1", database: "secret:WAREHOUSE",
@@ -33,7 +34,7 @@ workflows:
 READ_ONLY = {"id", "cadence_seconds", "schedule_version", "published_at", "profile", "next_fire_at", "archived_at",
              "created_at", "updated_at", "recent"}
 WORKFLOW_COLUMNS = ("description", "environment_id", "publisher_id", "recipe", "timeout_seconds", "monitoring_enabled",
-                    "policy_overrides", "shadow", "expect_rows", "archived_at", "created_at", "updated_at")
+                    "policy_overrides", "shadow", "expect_rows", "keep_outputs", "archived_at", "created_at", "updated_at")
 SCHEDULE_COLUMNS = ("cron", "timezone", "status", "cadence_seconds", "starting_deadline_seconds", "version",
                     "published_at", "next_fire_at", "created_at", "updated_at")
 

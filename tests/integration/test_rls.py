@@ -12,7 +12,7 @@ from tests.dbutil import TEST_URL
 def tenant_tables(conn, schema):
     return [r[0] for r in conn.execute(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND c.relkind = 'r' AND EXISTS (SELECT 1 FROM pg_attribute a"
+        " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND EXISTS (SELECT 1 FROM pg_attribute a"
         "  WHERE a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped) ORDER BY 1", (schema,))]
 
 

@@ -47,6 +47,18 @@ def test_it_runs_a_two_step_graph_and_outputs_flow_downstream(db, clock, workers
     assert "producing 21" in steps["first"].log and "doubling" in steps["second"].log
 
 
+def test_a_workflow_that_does_not_ask_keeps_no_outputs_but_its_rows_still_count(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [
+        python_step("second", "double", depends_on=["first"]),
+        python_step("first", "number", params={"value": 21}),
+    ], keep_outputs=False)
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers().run_once(clock.now())
+    run, attempt, steps = outcome(db, run.id)
+    assert run.status == "succeeded", "outputs still flow to the steps that depend on them"
+    assert attempt.outputs == {} and all(s.output is None for s in steps.values())
+
+
 def test_a_failing_step_stops_its_dependants_and_is_named(db, clock, workers):
     wf = make_runnable(db, clock.now(), [
         python_step("extract", "fail"),

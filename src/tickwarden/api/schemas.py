@@ -159,6 +159,7 @@ class WorkflowOut(BaseModel):
     shadow: bool
     archived: bool
     expect_rows: bool
+    keep_outputs: bool = Field(default=False, description="Whether step outputs are stored.")
     steps: list[dict[str, Any]] = Field(description="The steps, as in the workflow file (`StepSpec`).")
     kind: str = Field(description="managed (tickwarden runs the steps) or external (check-ins report outcomes).")
     maintenance: list[dict[str, Any]] = Field(

@@ -121,6 +121,7 @@ class CatalogStore(StoreBase):
         shadow: bool = False,
         expect_rows: bool = False,
         kind: str = "managed",
+        keep_outputs: bool = False,
     ) -> Workflow:
         """Create or update a workflow (the same statement `apply` uses)."""
         return self.apply_workflow(
@@ -128,6 +129,7 @@ class CatalogStore(StoreBase):
             publisher_id=publisher_id, recipe=recipe or {"steps": []},  # type: ignore[arg-type]
             timeout_seconds=timeout_seconds, monitoring_enabled=monitoring_enabled,
             policy_overrides=policy_overrides or {}, shadow=shadow, expect_rows=expect_rows, kind=kind,
+            keep_outputs=keep_outputs,
         ).row
 
     def get_workflow(self, workflow_id: int) -> Workflow | None:
@@ -240,13 +242,15 @@ class CatalogStore(StoreBase):
         shadow: bool,
         expect_rows: bool = False,
         kind: str = "managed",
+        keep_outputs: bool = False,
     ) -> Applied:
         return self._applied(
             "workflow", Workflow, "catalog_apply_workflow",
             {"tenant_id": tenant_id, "name": name, "description": description, "environment_id": environment_id,
              "publisher_id": publisher_id, "recipe": Jsonb(recipe), "timeout_seconds": timeout_seconds,
              "monitoring_enabled": monitoring_enabled, "policy_overrides": Jsonb(policy_overrides),
-             "shadow": shadow, "expect_rows": expect_rows, "kind": kind, "now": now},
+             "shadow": shadow, "expect_rows": expect_rows, "kind": kind, "keep_outputs": keep_outputs,
+             "now": now},
         )
 
     def apply_schedule(

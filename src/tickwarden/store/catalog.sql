@@ -107,23 +107,24 @@ SELECT c.id, 'unchanged' FROM notification_channels c
 -- it again un-archives it.
 WITH up AS (
     INSERT INTO workflows (tenant_id, name, description, environment_id, publisher_id, recipe, timeout_seconds,
-                           monitoring_enabled, policy_overrides, shadow, expect_rows, created_at, updated_at, kind)
+                           monitoring_enabled, policy_overrides, shadow, expect_rows, created_at, updated_at, kind,
+                           keep_outputs)
     VALUES (%(tenant_id)s, %(name)s, %(description)s, %(environment_id)s, %(publisher_id)s, %(recipe)s,
             %(timeout_seconds)s, %(monitoring_enabled)s, %(policy_overrides)s, %(shadow)s, %(expect_rows)s,
-            %(now)s, %(now)s, %(kind)s)
+            %(now)s, %(now)s, %(kind)s, %(keep_outputs)s)
         ON CONFLICT (tenant_id, name) DO UPDATE
        SET description = EXCLUDED.description, environment_id = EXCLUDED.environment_id,
            publisher_id = EXCLUDED.publisher_id, recipe = EXCLUDED.recipe,
            timeout_seconds = EXCLUDED.timeout_seconds, monitoring_enabled = EXCLUDED.monitoring_enabled,
            policy_overrides = EXCLUDED.policy_overrides, shadow = EXCLUDED.shadow,
-           expect_rows = EXCLUDED.expect_rows, kind = EXCLUDED.kind,
+           expect_rows = EXCLUDED.expect_rows, kind = EXCLUDED.kind, keep_outputs = EXCLUDED.keep_outputs,
            updated_at = EXCLUDED.updated_at, archived_at = NULL
      WHERE (workflows.description, workflows.environment_id, workflows.publisher_id, workflows.recipe,
             workflows.timeout_seconds, workflows.monitoring_enabled, workflows.policy_overrides,
-            workflows.shadow, workflows.expect_rows, workflows.archived_at, workflows.kind)
+            workflows.shadow, workflows.expect_rows, workflows.archived_at, workflows.kind, workflows.keep_outputs)
            IS DISTINCT FROM (EXCLUDED.description, EXCLUDED.environment_id, EXCLUDED.publisher_id, EXCLUDED.recipe,
             EXCLUDED.timeout_seconds, EXCLUDED.monitoring_enabled, EXCLUDED.policy_overrides,
-            EXCLUDED.shadow, EXCLUDED.expect_rows, NULL::timestamptz, EXCLUDED.kind)
+            EXCLUDED.shadow, EXCLUDED.expect_rows, NULL::timestamptz, EXCLUDED.kind, EXCLUDED.keep_outputs)
     RETURNING *, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS change
 )
 SELECT * FROM up

@@ -16,12 +16,15 @@ LIMIT 1;
 -- Write what each step of an attempt did, in one statement. Called in the same
 -- transaction as finish_attempt and only when that applied, so a result delivered
 -- twice writes its steps once; ON CONFLICT is the second line of defence.
-INSERT INTO attempt_steps (attempt_id, tenant_id, step, position, status, started_at, finished_at, log, output, error)
-SELECT %(attempt_id)s, %(tenant_id)s, s.step, s.position, s.status, s.started_at, s.finished_at,
+INSERT INTO attempt_steps (attempt_id, run_scheduled_for, tenant_id, step, position, status, started_at,
+                           finished_at, log, output, error)
+SELECT a.id, a.run_scheduled_for, %(tenant_id)s, s.step, s.position, s.status, s.started_at, s.finished_at,
        coalesce(s.log, ''), s.output, s.error
-  FROM jsonb_to_recordset(%(steps)s) AS s(step text, position integer, status text, started_at timestamptz,
+  FROM attempts a,
+       jsonb_to_recordset(%(steps)s) AS s(step text, position integer, status text, started_at timestamptz,
                                            finished_at timestamptz, log text, output jsonb, error text)
-    ON CONFLICT (attempt_id, step) DO NOTHING;
+ WHERE a.id = %(attempt_id)s
+    ON CONFLICT (attempt_id, step, run_scheduled_for) DO NOTHING;
 
 -- list_attempt_steps --
 SELECT * FROM attempt_steps WHERE attempt_id = %(attempt_id)s ORDER BY position;

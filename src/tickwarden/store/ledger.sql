@@ -21,8 +21,8 @@ WITH wanted AS (
         ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
     RETURNING *
 ), attempt AS (
-    INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
-    SELECT tenant_id, workflow_id, id, 1, 'queued', %(now)s FROM run WHERE attempts_count = 1
+    INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)
+    SELECT tenant_id, workflow_id, id, scheduled_for, 1, 'queued', %(now)s FROM run WHERE attempts_count = 1
     RETURNING run_id
 ), advanced AS (
     UPDATE schedules s
@@ -42,8 +42,8 @@ WITH run AS (
             %(deadline_at)s, %(requested_by)s, %(now)s, %(retry_backoff_seconds)s::integer[])
     RETURNING *
 ), attempt AS (
-    INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
-    SELECT tenant_id, workflow_id, id, 1, 'queued', %(now)s FROM run
+    INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)
+    SELECT tenant_id, workflow_id, id, scheduled_for, 1, 'queued', %(now)s FROM run
     RETURNING run_id
 )
 SELECT run.* FROM run;
@@ -52,12 +52,13 @@ SELECT run.* FROM run;
 -- Lease the oldest queued attempts. SKIP LOCKED hands concurrent workers disjoint
 -- rows without waiting; the run moves to running in the same statement. Each row
 -- also carries its run's tick and manual flag (`run_scheduled_for`, `run_manual`), so
--- no second look is needed. With `relaxed` (only for a statement that is its own
--- transaction), its commit does not wait for the WAL flush, set inside the statement
--- so that it costs no round trip of its own: a lease lost in a crash puts the attempt
--- back in the queue (see `Database.autocommit`).
+-- no second look is needed; every lookup names the partition key, so each is one probe
+-- of one month. With `relaxed` (only for a statement that is its own transaction), its
+-- commit does not wait for the WAL flush, set inside the statement so that it costs no
+-- round trip of its own: a lease lost in a crash puts the attempt back in the queue
+-- (see `Database.autocommit`).
 WITH next AS (
-    SELECT a.id
+    SELECT a.id, a.run_scheduled_for
       FROM attempts a
      WHERE a.status = 'queued' AND a.queued_at <= %(now)s
        AND (NOT %(relaxed)s OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
@@ -68,17 +69,18 @@ WITH next AS (
     UPDATE attempts a
        SET status = 'running', worker_id = %(worker_id)s, started_at = %(now)s,
            heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
-      FROM next
-     WHERE a.id = next.id
+     WHERE a.id = ANY (ARRAY(SELECT id FROM next))
+       AND a.run_scheduled_for = ANY (ARRAY(SELECT run_scheduled_for FROM next))
     RETURNING a.*
 ), started AS (
     UPDATE runs r
        SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
-      FROM leased
-     WHERE r.id = leased.run_id AND r.status IN ('queued', 'pending_retry')
+     WHERE r.id = ANY (ARRAY(SELECT run_id FROM leased))
+       AND r.scheduled_for = ANY (ARRAY(SELECT run_scheduled_for FROM leased))
+       AND r.status IN ('queued', 'pending_retry')
 )
-SELECT leased.*, r.scheduled_for AS run_scheduled_for, r.manual AS run_manual
-  FROM leased JOIN runs r ON r.id = leased.run_id
+SELECT leased.*, r.manual AS run_manual
+  FROM leased JOIN runs r ON r.id = leased.run_id AND r.scheduled_for = leased.run_scheduled_for
  ORDER BY leased.queued_at, leased.id;
 
 -- renew_lease --
@@ -203,16 +205,18 @@ WITH moved AS (
     UPDATE runs r
        SET status = 'queued', attempts_count = r.attempts_count + 1
      WHERE r.id = ANY(%(run_ids)s::bigint[]) AND r.status = 'pending_retry'
-    RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count, r.error_category, r.retry_backoff_seconds
+    RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count, r.error_category, r.retry_backoff_seconds,
+              r.scheduled_for
 )
-INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at)
-SELECT m.tenant_id, m.workflow_id, m.id, m.attempts_count, 'queued',
+INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)
+SELECT m.tenant_id, m.workflow_id, m.id, m.scheduled_for, m.attempts_count, 'queued',
        CASE WHEN m.error_category = ANY(%(patient)s::text[])
             THEN greatest(%(now)s, failed.finished_at
                           + make_interval(secs => coalesce(m.retry_backoff_seconds[m.attempts_count - 1], 0)))
             ELSE %(now)s END
   FROM moved m
-  JOIN attempts failed ON failed.run_id = m.id AND failed.number = m.attempts_count - 1
+  JOIN attempts failed ON failed.run_id = m.id AND failed.run_scheduled_for = m.scheduled_for
+                     AND failed.number = m.attempts_count - 1
 RETURNING *;
 
 -- close_run --

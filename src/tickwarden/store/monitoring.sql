@@ -5,7 +5,7 @@
 -- status says what to do next (pending_retry: launch a retry; terminal: evaluate),
 -- and alert_open whether a success has anything to resolve.
 WITH next AS (
-    SELECT id
+    SELECT id, run_scheduled_for
       FROM attempts
      WHERE processed_at IS NULL
        AND status IN ('succeeded', 'failed', 'lost', 'cancelled')
@@ -16,16 +16,20 @@ WITH next AS (
 ), claimed AS (
     -- id = ANY(ARRAY(…)) and the lateral lookups below keep every lookup an
     -- index probe; a join here tempts the planner into hashing the whole ledger.
+    -- The ledger is partitioned: the id probes each month's primary key, and the
+    -- run lookup names its month.
     UPDATE attempts a
        SET processed_at = %(now)s
      WHERE a.id = ANY (ARRAY(SELECT id FROM next))
-    RETURNING a.id, a.run_id, a.workflow_id, a.finished_at
+       AND a.run_scheduled_for = ANY (ARRAY(SELECT run_scheduled_for FROM next))
+    RETURNING a.id, a.run_id, a.run_scheduled_for, a.workflow_id, a.finished_at
 )
 SELECT claimed.id AS attempt_id, claimed.run_id, claimed.workflow_id, claimed.finished_at,
        r.status AS run_status, r.error_category AS run_error_category,
        EXISTS (SELECT 1 FROM alerts a WHERE a.workflow_id = claimed.workflow_id AND a.status = 'open') AS alert_open
   FROM claimed
-  CROSS JOIN LATERAL (SELECT status, error_category FROM runs WHERE runs.id = claimed.run_id) r;
+  CROSS JOIN LATERAL (SELECT status, error_category FROM runs
+                       WHERE runs.id = claimed.run_id AND runs.scheduled_for = claimed.run_scheduled_for) r;
 
 -- monitoring_fail_unretryable --
 -- A run pending a retry whose error category can never succeed on retry (config,

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from psycopg import sql
+
 from tickwarden.models import RetentionPolicy, from_row
 from tickwarden.store.base import StoreBase
 
@@ -14,6 +16,16 @@ LEDGER_QUERIES = {
     "payloads": "retention_expire_payloads",
     "metadata": "retention_expire_metadata",
 }
+
+
+@dataclass(frozen=True)
+class LedgerMonth:
+    """One month partition of the ledger: its suffix (pYYYYMM), UTC bounds and estimated rows."""
+
+    suffix: str
+    lower: datetime
+    upper: datetime
+    estimated_rows: int
 
 
 @dataclass(frozen=True)
@@ -64,3 +76,65 @@ class RetentionStore(StoreBase):
 
     def retention_totals(self) -> dict[str, int]:
         return {row["class"]: int(row["rows"]) for row in self._rows("retention_totals")}
+
+    def retention_ensure_partition(self, at: datetime) -> bool:
+        row = self._row("retention_ensure_partition", {"at": at})
+        return bool(row and row["created"])
+
+    def retention_ledger_months(self) -> list[LedgerMonth]:
+        return [LedgerMonth(r["suffix"], r["lower"], r["upper"], int(r["estimated_rows"]))
+                for r in self._rows("retention_ledger_partitions")]
+
+    def retention_shortest_metadata_days(self, default_days: int) -> int:
+        row = self._row("retention_shortest_metadata_days", {"default_days": default_days})
+        return int(row["days"]) if row and row["days"] is not None else default_days
+
+    def retention_month_droppable(self, month: LedgerMonth, now: datetime, default_days: int) -> bool:
+        """Whether retention keeps nothing in a month of the ledger.
+
+        In the caller's transaction, which must do nothing else: the month's tables are
+        locked against writers (SHARE) while it decides, so the answer is about a month
+        nobody is writing to; reads of the ledger go on.
+        """
+        self._rows("retention_lock_partitions")
+        # A lock reads the catalog afresh: a month another replica dropped is gone after it.
+        self.conn.execute("LOCK TABLE runs, attempts, attempt_steps IN ACCESS SHARE MODE")
+        names = self._month_tables(month)
+        if not self._exists(names[-1]):
+            return False  # another replica dropped it
+        self.conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(
+            sql.SQL(", ").join(sql.Identifier(n) for n in names)))
+        row = self._row("retention_month_keeps", {"lower": month.lower, "upper": month.upper, "now": now,
+                                                  "default_days": default_days})
+        return row is not None and not row["keeps"]
+
+    def retention_drop_month(self, month: LedgerMonth) -> bool:
+        """Drop a month the caller found droppable; True when this call dropped it.
+
+        In a transaction of its own, after the decision's: the parents are locked first
+        (ACCESS EXCLUSIVE, what dropping a partition takes anyway), in the order every
+        ledger statement locks them, so the drop cannot deadlock with one; the lock waits
+        at most `lock_timeout`. Between the decision and the drop nothing writes a month
+        past every retention: only kept rows are ever updated, and they kept it; a run
+        awaiting an outcome is checked again under the lock all the same.
+        """
+        self._rows("retention_lock_partitions")
+        self.conn.execute("LOCK TABLE runs, attempts, attempt_steps IN ACCESS EXCLUSIVE MODE")
+        names = self._month_tables(month)
+        if not self._exists(names[-1]):
+            return False  # another replica dropped it
+        open_runs = self.conn.execute(
+            sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE status IN ('queued', 'running', 'pending_retry'))")
+            .format(sql.Identifier(names[-1]))).fetchone()
+        if open_runs is None or open_runs[0]:
+            return False
+        self.conn.execute(sql.SQL("DROP TABLE {}").format(sql.SQL(", ").join(sql.Identifier(n) for n in names)))
+        return True
+
+    @staticmethod
+    def _month_tables(month: LedgerMonth) -> list[str]:
+        return [f"{table}_{month.suffix}" for table in ("attempt_steps", "attempts", "runs")]
+
+    def _exists(self, name: str) -> bool:
+        found = self.conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()
+        return found is not None and found[0] is not None

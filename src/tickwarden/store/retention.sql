@@ -188,9 +188,10 @@ WITH candidates AS (
              ORDER BY r.scheduled_for, r.id
              LIMIT %(runs)s) r
 ), attempts_gone AS (
-    DELETE FROM attempts a USING batch b WHERE a.run_id = b.id RETURNING a.id
+    DELETE FROM attempts a USING batch b WHERE a.run_id = b.id AND a.run_scheduled_for = b.scheduled_for
+    RETURNING a.id
 ), deleted AS (
-    DELETE FROM runs r USING batch b WHERE r.id = b.id RETURNING r.id
+    DELETE FROM runs r USING batch b WHERE r.id = b.id AND r.scheduled_for = b.scheduled_for RETURNING r.id
 ), per_workflow AS (
     SELECT workflow_id, count(*) AS runs, max(scheduled_for) AS last FROM batch GROUP BY workflow_id
 ), advanced AS (
@@ -256,3 +257,60 @@ SELECT class, rows, %(now)s FROM unnest(%(classes)s::text[], %(rows)s::bigint[])
 -- retention_totals --
 -- Rows expired per class since the database was created.
 SELECT class, rows FROM retention_totals ORDER BY class;
+
+-- retention_ensure_partition --
+-- Create the ledger's month partitions for the UTC month holding %(at)s unless they exist
+-- (serialized between replicas inside the function); true when this call created them.
+SELECT tickwarden_ledger_partition(%(at)s::timestamptz) AS created;
+
+-- retention_ledger_partitions --
+-- The ledger's month partitions, oldest first, with their bounds (named runs_pYYYYMM,
+-- the same suffix for attempts and attempt_steps) and the rows the statistics estimate
+-- in the month's runs and attempts.
+SELECT substr(c.relname, 6) AS suffix,
+       to_date(substr(c.relname, 7), 'YYYYMM')::timestamp AT TIME ZONE 'UTC' AS lower,
+       (to_date(substr(c.relname, 7), 'YYYYMM')::timestamp + interval '1 month') AT TIME ZONE 'UTC' AS upper,
+       greatest(c.reltuples, 0)::bigint
+         + coalesce((SELECT greatest(a.reltuples, 0)::bigint FROM pg_class a
+                      WHERE a.relnamespace = c.relnamespace AND a.relname = 'attempts_' || substr(c.relname, 6)), 0)
+         AS estimated_rows
+  FROM pg_inherits i
+  JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'runs'::regclass AND c.relname ~ '^runs_p[0-9]{6}$'
+ ORDER BY c.relname;
+
+-- retention_shortest_metadata_days --
+-- The shortest metadata retention any tenant has: no month younger than it can be dropped.
+SELECT least(%(default_days)s::integer, min(metadata_days)) AS days FROM retention_policies;
+
+-- retention_lock_partitions --
+-- Serialize with partition creation (the same advisory key as tickwarden_ledger_partition),
+-- and wait for locks at most briefly: a month that cannot be dropped now is dropped on a later pass.
+SELECT set_config('lock_timeout', '2s', true),
+       pg_advisory_xact_lock(hashtextextended(current_schema() || '.ledger_partitions', 0));
+
+-- retention_month_keeps --
+-- Whether a month of the ledger holds a run that retention must keep: a run still waiting
+-- for an outcome, or a workflow's run that is inside its tenant's metadata retention or
+-- not older than the workflow's newest success (the runs the failure count and an open
+-- alert read). The newest run a workflow has in the month decides for all its runs there:
+-- both rules keep a suffix of a workflow's history. One probe of the month and at most a
+-- few of the success index per workflow.
+SELECT EXISTS (
+           SELECT 1 FROM runs r
+            WHERE r.scheduled_for >= %(lower)s AND r.scheduled_for < %(upper)s
+              AND r.status IN ('queued', 'running', 'pending_retry'))
+    OR EXISTS (
+           SELECT 1
+             FROM workflows w
+             LEFT JOIN retention_policies p ON p.tenant_id = w.tenant_id
+            CROSS JOIN LATERAL (
+                  SELECT r.scheduled_for FROM runs r
+                   WHERE r.workflow_id = w.id AND r.scheduled_for >= %(lower)s AND r.scheduled_for < %(upper)s
+                   ORDER BY r.scheduled_for DESC LIMIT 1) newest
+            WHERE newest.scheduled_for
+                      >= %(now)s::timestamptz - make_interval(days => coalesce(p.metadata_days, %(default_days)s::integer))
+               OR NOT EXISTS (
+                  SELECT 1 FROM runs s
+                   WHERE s.workflow_id = w.id AND s.status = 'succeeded' AND s.scheduled_for > newest.scheduled_for))
+       AS keeps;

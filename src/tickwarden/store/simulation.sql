@@ -85,7 +85,9 @@ SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tab
 -- Make every table of the simulation's schema unlogged: its rows are scratch, dropped
 -- when the simulation ends, so writing them to the WAL is work with no reader. A table
 -- can turn unlogged only once no logged table references it, so referencing tables
--- go first (a table that references itself does not hold itself back).
+-- go first (a table that references itself does not hold itself back). A partitioned
+-- table stays logged (PostgreSQL 15 cannot change it; its partitions do turn unlogged),
+-- and so does every table a table that stays logged references.
 DO $$
 DECLARE
     pending regclass[];
@@ -98,7 +100,14 @@ BEGIN
     WHILE coalesce(array_length(pending, 1), 0) > 0 LOOP
         progressed := false;
         FOREACH target IN ARRAY pending LOOP
-            IF NOT EXISTS (
+            IF EXISTS (
+                SELECT 1 FROM pg_constraint k
+                  JOIN pg_class r ON r.oid = k.conrelid
+                 WHERE k.contype = 'f' AND k.confrelid = target AND k.conrelid <> target
+                   AND r.relpersistence = 'p' AND (r.relkind = 'p' OR NOT r.oid::regclass = ANY (pending))) THEN
+                pending := array_remove(pending, target);  -- stays logged
+                progressed := true;
+            ELSIF NOT EXISTS (
                 SELECT 1 FROM pg_constraint k
                   JOIN pg_class r ON r.oid = k.conrelid
                  WHERE k.contype = 'f' AND k.confrelid = target AND k.conrelid <> target

@@ -1,0 +1,317 @@
+"""The ledger partitioned by month: months created ahead, whole months dropped, rules across months."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from tests.dbutil import TEST_URL, drop_schema, make_schema
+from tests.integration.pipeline import DAILY, create_tick, manual_run, workflow
+from tests.integration.test_retention import YEAR_START, run_tick
+from tickwarden import migrate
+from tickwarden.db import Database
+from tickwarden.poller import OutcomePoller
+from tickwarden.retention import RetentionSpec, RetentionSweeper, month_starts, set_tenant_retention
+from tickwarden.store.ledger import TickRequest
+
+DAY = timedelta(days=1)
+
+
+def rows(db: Database, query: str, *params: object) -> list[tuple]:
+    with db.transaction() as store:
+        return store.conn.execute(query, params).fetchall()
+
+
+def months(db: Database) -> list[str]:
+    return [r[0] for r in rows(db, "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+                                   " WHERE i.inhparent = 'runs'::regclass AND c.relname <> 'runs_default'"
+                                   " ORDER BY 1")]
+
+
+def test_month_starts_are_utc_month_boundaries_across_a_year_end() -> None:
+    now = datetime(2025, 11, 30, 23, 30, tzinfo=UTC)
+    assert month_starts(now, 2) == [datetime(2025, 11, 1, tzinfo=UTC), datetime(2025, 12, 1, tzinfo=UTC),
+                                    datetime(2026, 1, 1, tzinfo=UTC)]
+
+
+def test_a_year_with_partitions_drops_whole_months_and_keeps_every_run_retention_promises(db: Database) -> None:
+    """A tenant keeping 30 days: months go whole once nothing in them is kept; a broken
+    workflow's streak pins its months, whose other runs the row-wise sweep removes."""
+    days = 365
+    steady = workflow(db, YEAR_START - DAY, tenant="short", name="steady", cadence=DAILY)
+    broken = workflow(db, YEAR_START - DAY, tenant="short", name="broken", cadence=DAILY)
+    with db.transaction() as store:
+        set_tenant_retention(store, steady.tenant_id, RetentionSpec(metadata_days=30), YEAR_START - DAY)
+        store.upsert_notification_channel(tenant_id=steady.tenant_id, name="ops", kind="recording",
+                                          audience="customer", now=YEAR_START - DAY)
+    poller = OutcomePoller(db, "p1")
+    sweeper = RetentionSweeper(db)
+    broken_from = 200  # the broken workflow fails from this day on, to the end
+    dropped: list[str] = []
+    for index in range(days):
+        day = YEAR_START + index * DAY
+        run_tick(db, steady, day, True)
+        run_tick(db, broken, day, index < broken_from)
+        poller.run_once(day + timedelta(minutes=5))
+        if index % 7 == 6 or index == days - 1:
+            result = sweeper.sweep(day + timedelta(hours=1))
+            dropped += result.months_dropped
+    now = YEAR_START + (days - 1) * DAY + timedelta(hours=1)
+
+    # Every run lives in its own month's partition, none in the default one.
+    assert rows(db, "SELECT count(*) FROM runs_default") == [(0,)]
+    assert rows(db, "SELECT count(*) FROM runs r WHERE to_char(r.scheduled_for AT TIME ZONE 'UTC', '\"p\"YYYYMM')"
+                    " <> substr(r.tableoid::regclass::text, strpos(r.tableoid::regclass::text, '_p') + 1)") == [(0,)]
+    # Months are there ahead of the clock.
+    ahead = [f"runs_p{m.year}{m.month:02d}" for m in month_starts(now, 2)]
+    assert set(ahead) <= set(months(db))
+
+    # Months before the broken streak went whole; from the streak's month on they stay.
+    newest_broken_success = YEAR_START + (broken_from - 1) * DAY
+    streak_month = f"p{newest_broken_success.year}{newest_broken_success.month:02d}"
+    assert dropped and all(m < streak_month for m in dropped), dropped
+    assert dropped == sorted(dropped) and dropped[0] == "p202501"
+    assert all(m >= f"runs_{streak_month}" for m in months(db)), months(db)
+
+    # Exactly what retention promises is left: the steady workflow's last 30 days, the broken
+    # one's runs from its newest success on (its open alert reads them).
+    kept = rows(db, "SELECT workflow_id, min(scheduled_for), count(*) FROM runs GROUP BY workflow_id")
+    by_workflow = {w: (first, count) for w, first, count in kept}
+    first_steady = min(YEAR_START + i * DAY for i in range(days) if YEAR_START + i * DAY >= now - 30 * DAY)
+    assert by_workflow[steady.id] == (first_steady, (YEAR_START + (days - 1) * DAY - first_steady) // DAY + 1)
+    assert by_workflow[broken.id] == (newest_broken_success, days - broken_from + 1)
+    # Attempts and steps went with their runs, months dropped or rows deleted.
+    assert rows(db, "SELECT count(*) FROM attempts a WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id)"
+                    " OR NOT EXISTS (SELECT 1 FROM attempt_steps s WHERE s.attempt_id = a.id)") == [(0,)]
+    assert rows(db, "SELECT count(*) FROM attempts") == [(sum(c for _, c in by_workflow.values()),)]
+    (status, failures), = rows(db, "SELECT status, failure_count FROM alerts WHERE workflow_id = %s"
+                                   " ORDER BY id DESC LIMIT 1", broken.id)
+    assert status == "open" and failures == days - broken_from
+    with db.transaction() as store:
+        assert store.count_consecutive_failures(broken.id) == days - broken_from
+        totals = store.retention_totals()
+    assert totals["metadata"] > 0
+
+
+def test_two_loops_at_once_create_each_month_once_and_move_what_the_default_partition_caught(db: Database) -> None:
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    for index in range(3):
+        run_tick(db, wf, YEAR_START + index * DAY, True)
+    assert rows(db, "SELECT count(*) FROM runs_default") == [(3,)]
+    sweepers = [RetentionSweeper(db) for _ in range(2)]
+    barrier = threading.Barrier(2)
+    created: list[int] = []
+    errors: list[BaseException] = []
+
+    def create(sweeper: RetentionSweeper) -> None:
+        try:
+            barrier.wait()
+            created.append(sweeper.create_months(YEAR_START + 3 * DAY))
+        except Exception as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(s,)) for s in sweepers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert sum(created) == 3, created  # each month by one loop or the other, never twice
+    assert months(db) == ["runs_p202501", "runs_p202502", "runs_p202503"]
+    for table in ("runs", "attempts", "attempt_steps"):
+        assert rows(db, f"SELECT tableoid::regclass::text, count(*) FROM {table} GROUP BY 1") == \
+            [(f"{table}_p202501", 3)], table
+    # Moved rows keep their ids and the sequences go on after them.
+    later = create_tick(db, wf, YEAR_START + 3 * DAY, YEAR_START + 3 * DAY)
+    assert later.id == 4
+
+
+def test_two_loops_at_once_drop_a_month_once(db: Database) -> None:
+    wfs = [workflow(db, YEAR_START, tenant=f"t{i}", name=f"w{i}", cadence=DAILY) for i in range(3)]
+    sweeper = RetentionSweeper(db)
+    sweeper.create_months(YEAR_START)
+    for index in range(40):
+        for wf in wfs:
+            run_tick(db, wf, YEAR_START + index * DAY, True)
+    with db.transaction() as store:
+        store.conn.execute("ANALYZE runs_p202501")
+    later = YEAR_START + 500 * DAY
+    barrier = threading.Barrier(2)
+    dropped: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def drop(s: RetentionSweeper) -> None:
+        try:
+            barrier.wait()
+            dropped.append(s.drop_months(later)[0])
+        except Exception as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drop, args=(RetentionSweeper(db),)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    # January went (by one loop), and March (created ahead, empty); February holds each
+    # workflow's newest success, so it stays.
+    assert sorted(m for d in dropped for m in d) == ["p202501", "p202503"]
+    assert "runs_p202501" not in months(db) and "runs_p202502" in months(db)
+    assert rows(db, "SELECT count(*), min(scheduled_for) FROM runs") == [(3 * 9, YEAR_START + 31 * DAY)]
+
+
+def test_a_month_with_a_run_awaiting_an_outcome_or_a_long_retention_tenant_is_not_dropped(db: Database) -> None:
+    wf = workflow(db, YEAR_START, tenant="long", cadence=DAILY)
+    other = workflow(db, YEAR_START, tenant="short", name="other", cadence=DAILY)
+    sweeper = RetentionSweeper(db)
+    sweeper.create_months(YEAR_START)
+    with db.transaction() as store:
+        set_tenant_retention(store, wf.tenant_id, RetentionSpec(metadata_days=900), YEAR_START)
+        set_tenant_retention(store, other.tenant_id, RetentionSpec(metadata_days=7), YEAR_START)
+    for index in range(40):
+        run_tick(db, other, YEAR_START + index * DAY, True)
+    stuck = create_tick(db, other, YEAR_START + 10 * DAY + timedelta(hours=1), YEAR_START)  # never finishes
+    later = YEAR_START + 500 * DAY
+    # The queued run pins January (March, created ahead and left empty, goes).
+    assert sweeper.drop_months(later)[0] == ["p202503"]
+    rows(db, "UPDATE runs SET status = 'cancelled', finished_at = %s WHERE id = %s RETURNING id", later, stuck.id)
+    rows(db, "UPDATE attempts SET status = 'cancelled', finished_at = %s WHERE run_id = %s RETURNING id", later, stuck.id)
+    run_tick(db, wf, YEAR_START + 5 * DAY, True)  # a tenant that keeps 900 days has a run in January
+    run_tick(db, wf, YEAR_START + 35 * DAY, True)  # (and a newer success: only its retention keeps it)
+    assert sweeper.drop_months(later)[0] == []
+    rows(db, "DELETE FROM runs WHERE workflow_id = %s RETURNING id", wf.id)
+    assert sweeper.drop_months(later)[0] == ["p202501"]
+
+
+def test_unique_rules_hold_across_months(db: Database) -> None:
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    sweeper = RetentionSweeper(db)
+    sweeper.create_months(YEAR_START)
+    tick = YEAR_START + 40 * DAY
+    first = create_tick(db, wf, tick, tick)
+    with db.transaction() as store:  # the ticker's racing insert of the same tick does nothing
+        assert store.create_tick_run(TickRequest(wf.tenant_id, wf.id, tick, 0, tick + DAY), tick) is None
+    manual_run(db, wf, tick)  # a manual run at the same instant is not a tick
+    assert rows(db, "SELECT count(*) FROM runs WHERE scheduled_for = %s", tick) == [(2,)]
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        rows(db, "INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)"
+                 " VALUES (%s, %s, %s, %s, 1, 'queued', %s)", wf.tenant_id, wf.id, first.id, tick, tick)
+    with pytest.raises(psycopg.errors.ForeignKeyViolation):  # an attempt lives in its run's month
+        rows(db, "INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)"
+                 " VALUES (%s, %s, %s, %s, 2, 'queued', %s)", wf.tenant_id, wf.id, first.id, YEAR_START, tick)
+
+
+def test_every_month_partition_forces_row_level_security(db: Database, schema: str) -> None:
+    acme = workflow(db, YEAR_START, tenant="acme", cadence=DAILY)
+    globex = workflow(db, YEAR_START, tenant="globex", name="other", cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    run_tick(db, acme, YEAR_START, True)
+    run_tick(db, globex, YEAR_START, True)
+    flags = rows(db, "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity,"
+                     " has_table_privilege('tickwarden_app', c.oid, 'SELECT')"
+                     " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+                     " WHERE i.inhparent IN ('runs'::regclass, 'attempts'::regclass, 'attempt_steps'::regclass)")
+    assert len(flags) == 3 * 4 and all(f[1:] == (True, True, True) for f in flags), flags
+    with psycopg.connect(TEST_URL, options=f"-c search_path={schema}") as conn:
+        conn.execute("SET ROLE tickwarden_app")
+        conn.execute("SELECT set_config('tickwarden.tenant_id', %s, false)", (str(acme.tenant_id),))
+        for table in ("runs", "attempts", "attempt_steps"):
+            for relation in (table, f"{table}_p202501"):
+                seen = conn.execute(f"SELECT DISTINCT tenant_id FROM {relation}").fetchall()
+                assert seen == [(acme.tenant_id,)], relation
+
+
+def test_migrating_a_populated_ledger_in_place_keeps_every_row_id_and_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = make_schema("mig")
+    everything = migrate.available_migrations()
+    try:
+        with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
+            monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in everything if m.version < 23])
+            migrate.upgrade(conn, YEAR_START)
+            conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'Acme', %s), ('globex', 'Globex', %s)",
+                         (YEAR_START, YEAR_START))
+            conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                         " SELECT id, 'w' || id, %s, %s FROM tenants", (YEAR_START, YEAR_START))
+            # Three months of daily ticks per workflow, an attempt and a step each; the last one failed.
+            conn.execute(
+                """
+                INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
+                                  deadline_at, created_at, finished_at, error)
+                SELECT w.tenant_id, w.id, %(t0)s + g * interval '1 day',
+                       CASE WHEN g = 89 THEN 'failed' ELSE 'succeeded' END, 0, 1,
+                       %(t0)s + g * interval '1 day' + interval '1 hour', %(t0)s, %(t0)s + g * interval '1 day',
+                       CASE WHEN g = 89 THEN 'boom' END
+                  FROM workflows w, generate_series(0, 89) g ORDER BY g, w.id
+                """, {"t0": YEAR_START})
+            conn.execute(
+                """
+                INSERT INTO attempts (tenant_id, workflow_id, run_id, number, status, queued_at, finished_at)
+                SELECT tenant_id, workflow_id, id, 1, status, scheduled_for, finished_at FROM runs ORDER BY id
+                """)
+            conn.execute("""INSERT INTO attempt_steps (attempt_id, tenant_id, step, position, status, log)
+                            SELECT id, tenant_id, 'load', 0, status, 'log' FROM attempts""")
+            conn.execute("""INSERT INTO alerts (tenant_id, workflow_id, status, first_severity, severity, owner,
+                                failure_count, cadence_seconds, escalation_multiplier, escalate_after, escalate_at,
+                                first_failure_at, last_failure_at, last_run_id, opened_at)
+                            SELECT tenant_id, workflow_id, 'open', 'warning', 'warning', 'engineering', 1, 86400,
+                                   2, 3, scheduled_for, scheduled_for, scheduled_for, id, scheduled_for
+                              FROM runs WHERE status = 'failed'""")
+            before = {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+                      for t in ("runs", "attempts", "attempt_steps", "alerts")}
+            conn.commit()
+
+            monkeypatch.setattr(migrate, "available_migrations", lambda: everything)
+            applied = migrate.upgrade(conn, YEAR_START)
+            assert [m.version for m in applied] == [m.version for m in everything if m.version >= 23]
+
+            assert conn.execute("SELECT relkind FROM pg_class WHERE oid = 'runs'::regclass").fetchone() == ("p",)
+            parts = [r[0] for r in conn.execute(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+                " WHERE i.inhparent = 'runs'::regclass ORDER BY 1")]
+            assert parts == ["runs_default", "runs_p202501", "runs_p202502", "runs_p202503"]
+            # Every row is there with its id and values (the new partition-key columns aside).
+            assert conn.execute("SELECT * FROM runs ORDER BY 1, 2").fetchall() == before["runs"]
+            attempts = conn.execute(
+                "SELECT id, tenant_id, workflow_id, run_id, number, status, worker_id, lease_expires_at, queued_at,"
+                " started_at, heartbeat_at, finished_at, retryable, error_category, error, failed_step, log_tail,"
+                " outputs, processed_at, rows FROM attempts ORDER BY 1, 2").fetchall()
+            assert attempts == before["attempts"]
+            assert conn.execute("SELECT count(*) FROM attempts a JOIN runs r ON r.id = a.run_id"
+                                " AND r.scheduled_for = a.run_scheduled_for").fetchone() == (len(before["attempts"]),)
+            steps = conn.execute("SELECT attempt_id, tenant_id, step, position, status, started_at, finished_at, log,"
+                                 " output, error FROM attempt_steps ORDER BY 1, 2").fetchall()
+            assert steps == before["attempt_steps"]
+            assert conn.execute("SELECT * FROM alerts ORDER BY 1, 2").fetchall() == before["alerts"]
+            assert conn.execute("SELECT count(*) FROM runs_default").fetchone() == (0,)
+
+            # Identity continues after the old ids; the one-run-per-tick rule holds on moved rows.
+            last_run = max(r[0] for r in before["runs"])
+            new_id = conn.execute("INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget,"
+                                  " deadline_at, created_at) SELECT tenant_id, id, %s, 'queued', 0, %s, %s"
+                                  " FROM workflows ORDER BY id LIMIT 1 RETURNING id",
+                                  (YEAR_START + 200 * DAY, YEAR_START, YEAR_START)).fetchone()[0]
+            assert new_id == last_run + 1
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                conn.execute("INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget,"
+                             " deadline_at, created_at) SELECT tenant_id, workflow_id, scheduled_for, 'queued', 0,"
+                             " deadline_at, created_at FROM runs ORDER BY id LIMIT 1")
+            conn.rollback()
+            # Deleting a run still takes its attempts and steps along.
+            doomed = before["runs"][0][0]
+            conn.execute("DELETE FROM runs WHERE id = %s", (doomed,))
+            assert conn.execute("SELECT count(*) FROM attempts WHERE run_id = %s", (doomed,)).fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM attempt_steps s JOIN attempts a ON a.id = s.attempt_id"
+                                " WHERE a.run_id = %s", (doomed,)).fetchone() == (0,)
+            conn.rollback()
+            # Row-level security is enabled and forced on every partition the migration made.
+            forced = conn.execute(
+                "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+                " WHERE i.inhparent IN ('runs'::regclass, 'attempts'::regclass, 'attempt_steps'::regclass)"
+                " AND c.relrowsecurity AND c.relforcerowsecurity").fetchone()[0]
+            assert forced == 3 * 4
+            assert conn.execute("SELECT to_regclass('runs_unpartitioned')").fetchone() == (None,)
+    finally:
+        drop_schema(name)
