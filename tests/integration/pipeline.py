@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from tickwarden.db import Database
-from tickwarden.evaluator import profile_of
+from tickwarden.alerts import profile_of
 from tickwarden.models import AttemptOutcome, Run, Workflow
 from tickwarden.poller import OutcomePoller
 from tickwarden.profile import run_deadline

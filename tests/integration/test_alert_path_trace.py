@@ -5,7 +5,7 @@ clock against a local Slack stand-in. The trace counts what the path costs:
 
 - passes: loop passes (the worker's included) from the tick's fire time to the Slack post;
 - transactions: server transactions begun on the way (an explicit BEGIN, or a
-  statement run outside one, which commits on its own);
+  statement run outside one, which commits on its own), and the statements sent;
 - shapes: the tickwarden dataclasses and named tuples the values were copied into.
 
 The bounds are the figures after the alerting module took over deciding, applying and
@@ -48,19 +48,22 @@ workflows:
 
 
 class Trace:
-    """Counts server transactions on every psycopg connection and the shapes built while on."""
+    """Counts statements and server transactions on every psycopg connection, and the shapes built, while on."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.transactions = 0
+        self.statements = 0
         self.shapes: Counter[str] = Counter()
         self.on = False
         trace = self
         real_execute = psycopg.Cursor.execute
         real_transaction = psycopg.Connection.transaction
 
-        def execute(cur: psycopg.Cursor[Any], *args: Any, **kwargs: Any) -> Any:
-            trace._begins(cur.connection)
-            return real_execute(cur, *args, **kwargs)
+        def execute(cur: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            if query != "":  # the pool's liveness check sends an empty query: no statement, no transaction
+                trace._begins(cur.connection)
+                trace.statements += trace.on
+            return real_execute(cur, query, *args, **kwargs)
 
         def transaction(conn: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
             trace._begins(conn)
@@ -134,5 +137,6 @@ def test_one_failing_tick_reaches_slack_in_few_passes_transactions_and_shapes(db
     assert len(slack.posts) == 1, "one failing tick opens one alert and posts one message"
     print(f"\npasses: {sum(passes.values())} {dict(passes)}")
     print(f"transactions: {trace.transactions} {dict(transactions)}")
+    print(f"statements: {trace.statements}")
     print(f"shapes: {len(trace.shapes)} {sorted(trace.shapes)}")
     assert now - timedelta(seconds=5) < datetime(2026, 11, 30, 12, 3, tzinfo=UTC), "the message took minutes"

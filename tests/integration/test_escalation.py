@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 
 from tests.integration.pipeline import FIVE_MIN, HOURLY, alerts_of, events_of, fail, tick, workflow
-from tickwarden.escalation import EscalationClock
+from tickwarden.alerts import EscalationClock
 from tickwarden.poller import OutcomePoller
 
 

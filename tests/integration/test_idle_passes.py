@@ -10,7 +10,7 @@ from tests.dbutil import TEST_URL
 from tests.helpers import create_run, make_workflow
 from tests.integration.notify_builders import add_channel, open_alert, outbox
 from tickwarden.db import Database
-from tickwarden.escalation import EscalationClock
+from tickwarden.alerts import EscalationClock
 from tickwarden.models import AttemptOutcome
 from tickwarden.notifier import Notifier
 from tickwarden.poller import OutcomePoller

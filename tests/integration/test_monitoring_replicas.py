@@ -10,8 +10,8 @@ from tests.integration.pipeline import DAILY, FIVE_MIN, HOURLY, workflow
 from tickwarden.cadence import parse_schedule
 from tickwarden.db import Database
 from tickwarden.deadlines import DeadlineDetector
-from tickwarden.escalation import EscalationClock
-from tickwarden.evaluator import profile_of
+from tickwarden.alerts import EscalationClock
+from tickwarden.alerts import profile_of
 from tickwarden.models import AttemptOutcome
 from tickwarden.poller import OutcomePoller
 from tickwarden.profile import run_deadline
