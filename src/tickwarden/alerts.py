@@ -33,9 +33,10 @@ they put it.
 
 "Escalate after N failures" is defined once, by the generated column
 `alerts.failures_reached_escalation` (failure_count − manual_failures ≥ escalate_after,
-migration 0022): the evaluation offers every alert it opened or counted a failure on
-to `monitoring_escalate_alerts`, the escalation clock selects on the same column, and
-no Python compares a count with the threshold. A manual run's failure is history, never
+migration 0022): opening an alert and recording a failure return it for the warning
+they wrote, the evaluation escalates those (`monitoring_escalate_alerts`, which reads it
+again), the escalation clock selects on it, and no Python compares a count with the
+threshold. A manual run's failure is history, never
 a step towards escalation.
 
 Evaluation never keeps a counter. For each workflow it recounts the consecutive
@@ -285,12 +286,13 @@ def _apply(store: Store, changes: Sequence[Change], now: datetime, report: Evalu
 
     Opening comes first (ON CONFLICT on the one-open index: a racing opener wins once), so
     a warning that opens with enough failures escalates in the same pass, after its
-    `opened` event; the escalation statement itself decides which warnings reached it.
+    `opened` event. Which warnings reached escalation, the statements say from the one
+    column that defines it; the escalation statement checks it again under its
+    compare-and-set (with acknowledgement and snooze).
     """
     opened = store.open_alerts([c for c in changes if isinstance(c, OpenAlert)], now)
     updated = store.record_alert_failures([c for c in changes if isinstance(c, FailureUpdate)], now)
-    warnings = [t.alert_id for t in (*opened, *updated) if t.severity == "warning"]
-    escalated = store.escalate_alerts(warnings, "failures", now)
+    escalated = store.escalate_alerts([t.alert_id for t in (*opened, *updated) if t.escalates], "failures", now)
     resolved = store.resolve_alerts([c for c in changes if isinstance(c, tuple)], now)
     event_ids = [t.event_id for t in (*opened, *updated, *escalated, *resolved)]
     notify(store, event_ids, now)

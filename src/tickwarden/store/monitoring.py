@@ -104,7 +104,7 @@ class Transition:
     alert_id: int
     workflow_id: int
     event_id: int
-    severity: str | None = None  # after the change; returned by opening and recording a failure
+    escalates: bool = False  # a warning whose failures reached escalation (opening and recording a failure say)
 
 
 @dataclass(frozen=True)

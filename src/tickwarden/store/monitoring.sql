@@ -135,7 +135,8 @@ WITH wanted AS (
      ORDER BY o.id
     RETURNING id, alert_id
 )
-SELECT o.id AS alert_id, o.workflow_id, events.id AS event_id, o.severity
+SELECT o.id AS alert_id, o.workflow_id, events.id AS event_id,
+       o.severity = 'warning' AND o.failures_reached_escalation AS escalates
   FROM opened o JOIN events ON events.alert_id = o.id;
 
 -- monitoring_record_failures --
@@ -171,7 +172,8 @@ WITH wanted AS (
      ORDER BY u.id
     RETURNING id, alert_id
 )
-SELECT u.id AS alert_id, u.workflow_id, events.id AS event_id, u.severity
+SELECT u.id AS alert_id, u.workflow_id, events.id AS event_id,
+       u.severity = 'warning' AND u.failures_reached_escalation AS escalates
   FROM updated u JOIN events ON events.alert_id = u.id;
 
 -- monitoring_escalate_alerts --
