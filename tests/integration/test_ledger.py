@@ -3,7 +3,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from tests.helpers import create_run, make_workflow, tick
+from tests.helpers import create_run, lease, make_workflow, streak, tick
 from tickwarden.models import AttemptOutcome
 from tickwarden.store.ledger import FREE_LOST_REQUEUES
 
@@ -13,7 +13,7 @@ OK = AttemptOutcome(status="succeeded")
 
 def lease_one(db, now, worker="w1", lease=60):
     with db.transaction() as store:
-        leased = store.lease_attempts(worker, now, lease)
+        leased = lease(store, worker, now, lease)
     assert len(leased) == 1
     return leased[0]
 
@@ -153,7 +153,7 @@ def test_close_run_writes_missed_once_and_cancels_queued_attempts(db, clock):
         missed = store.close_run(run.id, "missed", clock.advance(3600), error_category="missed", error="no outcome")
         again = store.close_run(run.id, "cancelled", clock.now())
         attempts = store.list_attempts(run.id)
-        leased = store.lease_attempts("w1", clock.now(), 60)
+        leased = lease(store, "w1", clock.now(), 60)
     assert missed.status == "missed" and again is None and leased == []
     assert attempts[0].status == "cancelled" and attempts[0].processed_at is not None
 
@@ -169,7 +169,7 @@ def test_consecutive_failures_stop_at_the_newest_success(db, clock):
         if verdict:
             finish(db, attempt, OK if verdict == "succeeded" else FAIL, clock.advance(1))
     with db.transaction() as store:
-        assert store.count_consecutive_failures(workflow.id) == 3
+        assert streak(store, workflow.id) == 3
 
 
 def test_missed_runs_count_as_failures(db, clock):
@@ -177,7 +177,7 @@ def test_missed_runs_count_as_failures(db, clock):
     run = create_run(db, workflow, clock.now(), clock.now())
     with db.transaction() as store:
         store.close_run(run.id, "missed", clock.advance(10))
-        assert store.count_consecutive_failures(workflow.id) == 1
+        assert streak(store, workflow.id) == 1
 
 
 @pytest.mark.parametrize(
@@ -217,24 +217,21 @@ def test_the_consecutive_failure_count_walks_only_the_streak_through_the_indexes
         )
         store.conn.execute("ANALYZE runs")
     with db.transaction() as store:
-        assert store.count_consecutive_failures(workflow.id) == 5
+        assert streak(store, workflow.id) == 5
         from tickwarden.store.queries import queries
 
-        def plan(name: str, params: dict) -> str:
-            return "\n".join(row[0] for row in store.conn.execute("EXPLAIN " + queries()[name], params))
-
-        newest = plan("newest_success", {"workflow_id": workflow.id})
-        since = store.conn.execute(queries()["newest_success"], {"workflow_id": workflow.id}).fetchone()[0]
-        streak = plan("count_failures_since", {"workflow_id": workflow.id, "since": since})
-    assert "runs_workflow_success_idx" in newest and "Seq Scan" not in newest
-    assert "runs_workflow_recent_idx" in streak and "Seq Scan" not in streak
+        plan = "\n".join(row[0] for row in store.conn.execute(
+            "EXPLAIN " + queries()["monitoring_evaluation_inputs"], {"workflow_ids": [workflow.id]}))
+    # the evaluation's own statement: one probe of the success index, then only the streak
+    assert "runs_workflow_success_idx" in plan and "runs_workflow_recent_idx" in plan
+    assert "Seq Scan on runs" not in plan
 
 
 def test_a_batch_of_outcomes_is_recorded_in_one_statement_each_attempt_once(db, clock):
     workflow = make_workflow(db, clock.now())
     runs = [create_run(db, workflow, clock.now() - timedelta(days=i), clock.now(), budget=1) for i in range(3)]
     with db.transaction() as store:
-        leased = sorted(store.lease_attempts("w1", clock.now(), 60, limit=10), key=lambda a: a.run_id)
+        leased = sorted(lease(store, "w1", clock.now(), 60, limit=10), key=lambda a: a.run_id)
     by_run = {a.run_id: a for a in leased}
     ok, failed, foreign = (by_run[r.id] for r in runs)
     with db.transaction() as store:  # another worker's attempt is not ours to finish

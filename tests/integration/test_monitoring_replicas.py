@@ -5,6 +5,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+from tests.helpers import lease
 from tests.dbutil import TEST_URL
 from tests.integration.pipeline import DAILY, FIVE_MIN, HOURLY, workflow
 from tickwarden.cadence import parse_schedule
@@ -69,7 +70,7 @@ def test_three_replicas_of_every_loop_double_nothing_and_lose_nothing(db, schema
             last = now
             with db.transaction() as store:
                 store.create_tick_runs(ticks, now)
-                leased = store.lease_attempts("worker", now, 3600, limit=1000)
+                leased = lease(store, "worker", now, 3600, limit=1000)
                 names = {wf.id: n for n, (wf, _, _, _) in workflows.items()}
                 for attempt in leased:
                     name = names[attempt.workflow_id]

@@ -249,24 +249,6 @@ WITH closed AS (
 )
 SELECT closed.* FROM closed CROSS JOIN (SELECT count(*) FROM stopped) s;
 
--- newest_success --
--- When the workflow's newest success was scheduled: one probe of a partial index.
-SELECT scheduled_for FROM runs
- WHERE workflow_id = %(workflow_id)s AND status = 'succeeded'
- ORDER BY scheduled_for DESC
- LIMIT 1;
-
--- count_failures_since --
--- Confirmed failures scheduled after a given instant (the newest success). The
--- instant is a parameter, not a subquery, so the planner sees its value and walks
--- only the streak through the workflow's recent-runs index; hidden in a subquery it
--- would guess a third of the workflow's history and scan the table instead.
-SELECT count(*) AS failures
-  FROM runs
- WHERE workflow_id = %(workflow_id)s
-   AND status IN ('failed', 'missed')
-   AND scheduled_for > %(since)s;
-
 -- get_run --
 SELECT * FROM runs WHERE id = %(run_id)s;
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tickwarden.models import Alert, AlertEvent, from_row
+from tickwarden.models import Alert, AlertEvent, AlertView, from_row
 from tickwarden.store.base import StoreBase
 
 
@@ -105,15 +105,6 @@ class Transition:
     workflow_id: int
     event_id: int
     escalates: bool = False  # a warning whose failures reached escalation (opening and recording a failure say)
-
-
-@dataclass(frozen=True)
-class AlertView:
-    """An alert with the names a person reads."""
-
-    alert: Alert
-    tenant: str
-    workflow: str
 
 
 @dataclass(frozen=True)
