@@ -63,8 +63,10 @@ def test_a_cancelled_run_neither_breaks_nor_extends_the_failure_streak(db, clock
     base = clock.now()
     with db.transaction() as store:
         for hour in (0, 1, 3):
-            failing = store.create_tick_run(tick(wf, base + timedelta(hours=hour), budget=0), base)
-            store.close_run(failing.id, "missed", base, error_category="missed", error="no outcome")
+            store.create_tick_run(tick(wf, base + timedelta(hours=hour), budget=0), base)
+        # the deadline pass gives the three their verdict `missed` (each deadline is three hours after its tick)
+        past = base + timedelta(hours=6)
+        assert len(store.close_overdue_and_arm(past, 500, "no outcome", past)) == 3
     middle = create_run(db, wf, base + timedelta(hours=2), base, budget=0)
     catalog.cancel(db, middle.id, base, "oncall")
     with db.transaction() as store:

@@ -3,6 +3,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
+from tests import helpers
 from tests.helpers import create_run, lease, make_workflow, streak, tick
 from tickwarden.models import AttemptOutcome
 from tickwarden.store.ledger import FREE_LOST_REQUEUES
@@ -13,7 +14,7 @@ OK = AttemptOutcome(status="succeeded")
 
 def lease_one(db, now, worker="w1", lease=60):
     with db.transaction() as store:
-        leased = lease(store, worker, now, lease)
+        leased = helpers.lease(store, worker, now, lease)
     assert len(leased) == 1
     return leased[0]
 
@@ -146,15 +147,18 @@ def test_an_expired_lease_is_lost_and_takes_the_failure_path(db, clock):
     assert run.status == "failed" and run.error_category == "lost"
 
 
-def test_close_run_writes_missed_once_and_cancels_queued_attempts(db, clock):
+def test_a_deadline_pass_writes_missed_once_and_cancels_queued_attempts(db, clock):
     workflow = make_workflow(db, clock.now())
-    run = create_run(db, workflow, clock.now(), clock.now())
+    run = create_run(db, workflow, clock.now(), clock.now())  # deadline: three hours after its tick
+    past = clock.advance(3 * 3600)
     with db.transaction() as store:
-        missed = store.close_run(run.id, "missed", clock.advance(3600), error_category="missed", error="no outcome")
-        again = store.close_run(run.id, "cancelled", clock.now())
+        missed = store.close_overdue_and_arm(past, 500, "no outcome", past)
+        again = store.close_overdue_and_arm(past, 500, "no outcome", past)
         attempts = store.list_attempts(run.id)
-        leased = lease(store, "w1", clock.now(), 60)
-    assert missed.status == "missed" and again is None and leased == []
+        leased = lease(store, "w1", past, 60)
+        closed = store.get_run(run.id)
+    assert missed == [(run.id, workflow.id)] and again == [] and leased == []
+    assert closed.status == "missed" and closed.error_category == "missed"
     assert attempts[0].status == "cancelled" and attempts[0].processed_at is not None
 
 
@@ -174,9 +178,10 @@ def test_consecutive_failures_stop_at_the_newest_success(db, clock):
 
 def test_missed_runs_count_as_failures(db, clock):
     workflow = make_workflow(db, clock.now())
-    run = create_run(db, workflow, clock.now(), clock.now())
+    create_run(db, workflow, clock.now(), clock.now())
+    past = clock.advance(3 * 3600)
     with db.transaction() as store:
-        store.close_run(run.id, "missed", clock.advance(10))
+        store.close_overdue_and_arm(past, 500, "no outcome", past)
         assert streak(store, workflow.id) == 1
 
 

@@ -2,6 +2,7 @@ import threading
 from datetime import timedelta
 
 from tests.dbutil import TEST_URL
+from tests import helpers
 from tests.helpers import create_run, lease, make_workflow
 from tickwarden.db import Database
 from tickwarden.models import AttemptOutcome
@@ -12,7 +13,7 @@ from tickwarden.store.ledger import FREE_LOST_REQUEUES
 
 def lease_all(db, now, lease=30):
     with db.transaction() as store:
-        return lease(store, "w1", now, lease, limit=1000)
+        return helpers.lease(store, "w1", now, lease, limit=1000)
 
 
 def test_it_marks_an_expired_lease_lost_and_the_run_pending_retry(db, clock):

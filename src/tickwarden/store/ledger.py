@@ -168,18 +168,6 @@ class LedgerStore(StoreBase):
         rows = self._rows("queue_retries", {"run_ids": list(run_ids), "now": now, "patient": list(patient)})
         return [from_row(Attempt, row) for row in rows]
 
-    def close_run(
-        self, run_id: int, status: str, now: datetime, *, error_category: str | None = None, error: str | None = None
-    ) -> Run | None:
-        """Give a run with no verdict yet the verdict `missed` or `cancelled`."""
-        if status not in ("missed", "cancelled"):
-            raise ValueError(f"close_run writes missed or cancelled, not {status!r}")
-        row = self._row(
-            "close_run",
-            {"run_id": run_id, "status": status, "now": now, "error_category": error_category, "error": error},
-        )
-        return from_row(Run, row) if row else None
-
     def cancel_run(self, run_id: int, actor: str, now: datetime) -> Run | None:
         """Cancel a run that has no verdict yet, and its queued or running attempt; None if it has one."""
         row = self._row("cancel_run", {"run_id": run_id, "actor": actor, "now": now})

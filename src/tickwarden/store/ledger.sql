@@ -210,23 +210,6 @@ SELECT m.tenant_id, m.workflow_id, m.id, m.attempts_count, 'queued',
   JOIN attempts failed ON failed.run_id = m.id AND failed.number = m.attempts_count - 1
 RETURNING *;
 
--- close_run --
--- Write a verdict that no attempt produced (missed, cancelled) onto a run that has
--- none yet; its queued attempts are cancelled and need no processing.
-WITH closed AS (
-    UPDATE runs
-       SET status = %(status)s, finished_at = %(now)s, error_category = %(error_category)s,
-           error = %(error)s, failed_step = NULL, recovered = false
-     WHERE id = %(run_id)s AND status IN ('queued', 'running', 'pending_retry')
-    RETURNING *
-), cancelled AS (
-    UPDATE attempts a
-       SET status = 'cancelled', finished_at = %(now)s, processed_at = %(now)s
-      FROM closed
-     WHERE a.run_id = closed.id AND a.status = 'queued'
-)
-SELECT * FROM closed;
-
 -- cancel_run --
 -- An operator's cancel: a run with no verdict yet becomes cancelled with its actor,
 -- and its queued or running attempt with it. The attempts are marked processed, so

@@ -358,7 +358,7 @@ SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
 -- tables, so neither needs to see the other's writes):
 --
 -- Give runs still waiting for an outcome past their deadline the verdict `missed`
--- (the same transition as close_run, for a batch). A run whose attempt is running
+-- (with its queued attempts cancelled). A run whose attempt is running
 -- on an expired lease is left to the lease reaper, which fails that attempt so it
 -- is retried; a run whose worker still holds a live lease past the deadline is
 -- missed all the same (the watchdog should have stopped it). SKIP LOCKED and the
