@@ -46,6 +46,16 @@ def streak(store: Store, workflow_id: int) -> int:
     return store.evaluation_inputs([workflow_id])[0].failures
 
 
+def catalog_counts(store: Store) -> dict[str, int]:
+    """How many rows the catalog holds, by table: what a refused apply must leave empty."""
+    row = store.conn.execute(
+        "SELECT (SELECT count(*) FROM tenants), (SELECT count(*) FROM users), (SELECT count(*) FROM environments),"
+        " (SELECT count(*) FROM notification_channels), (SELECT count(*) FROM workflows),"
+        " (SELECT count(*) FROM schedules)").fetchone()
+    assert row is not None
+    return dict(zip(("tenants", "users", "environments", "channels", "workflows", "schedules"), row, strict=True))
+
+
 def make_workflow(db: Database, now: datetime, *, tenant: str = "acme", name: str = "nightly", cron: str = "0 2 * * *",
                   cadence_seconds: int = 86400) -> Workflow:
     with db.transaction() as store:

@@ -36,7 +36,7 @@ TOKEN = "xoxb-5555-6666-test"
 FILE = """
 tenants: [{name: acme}]
 users: [{email: ops@acme.test}]
-environments: [{name: default}]
+environments: [{name: default, python: /usr/bin/python3}]  # readable by the sandbox user, whoever runs the test
 workflows:
   - name: every-minute
     environment: default
@@ -135,6 +135,8 @@ def test_one_failing_tick_reaches_slack_in_few_passes_transactions_and_shapes(db
         worker.close(clock.now())
 
     assert len(slack.posts) == 1, "one failing tick opens one alert and posts one message"
+    text = slack.posts[0]["text"]
+    assert "alert opened" in text and "*Owner:* customer" in text and "bad record in column amount" in text
     print(f"\npasses: {sum(passes.values())} {dict(passes)}")
     print(f"transactions: {trace.transactions} {dict(transactions)}")
     print(f"statements: {trace.statements}")

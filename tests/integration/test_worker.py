@@ -29,7 +29,7 @@ def outcome(db, run_id):
     with db.transaction() as store:
         run = store.get_run(run_id)
         attempts = store.list_attempts(run_id)
-        steps = store.list_attempt_steps(attempts[-1].id)
+        steps = [s for s in store.api_list_run_steps(run_id) if s.attempt_id == attempts[-1].id]
     return run, attempts[-1], {s.step: s for s in steps}
 
 
@@ -220,7 +220,7 @@ def test_an_environment_refuses_another_tenant(db, clock, workers):
 
     acme = make_runnable(db, clock.now(), [python_step("who", "pid")], tenant="acme")
     with db.transaction() as store:
-        env = store.get_environment(acme.environment_id)
+        env = store.api_get_environment(acme.environment_id).environment
     with pytest.raises(IsolationError):
         workers().environments.acquire(env, acme.tenant_id + 1, clock.now())
 
