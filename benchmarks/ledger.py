@@ -2,7 +2,8 @@
 
     python -m benchmarks.ledger [--large 10000000] [--small 10000] [--seconds 4] [--json]
 
-1. The count for one workflow (a streak of 5 failures after its newest success)
+1. The count for one workflow (a streak of 5 failures after its newest success), by the
+   evaluation's own statement (`evaluation_inputs`: the streak with the workflow and its alert),
    with `small` and then `large` rows of other history in the ledger (half of it
    the same workflow's older runs, half other workflows'), median of many calls.
 2. Runs created per second (ticks in batches of 100 per transaction, and one per
@@ -18,6 +19,7 @@ import multiprocessing as mp
 import time
 from datetime import timedelta
 
+from tests.helpers import lease
 from benchmarks import common
 from benchmarks.common import EPOCH, Figure, Target, bench_schema, connect, finish, median_ms, progress, rate, report
 from tickwarden.store import Store, TickRequest
@@ -74,8 +76,8 @@ def time_count(schema: str, rows: int, repeat: int) -> float:
     fill_history(schema, rows)
     with connect(schema) as conn:
         store = Store(conn)
-        assert store.count_consecutive_failures(1) == 5
-        return median_ms(lambda: store.count_consecutive_failures(1), repeat)
+        assert store.evaluation_inputs([1])[0].failures == 5
+        return median_ms(lambda: store.evaluation_inputs([1]), repeat)
 
 
 def _create_worker(args: tuple[str, int, int, float, int]) -> tuple[int, float, float]:
@@ -106,7 +108,7 @@ def _lease_worker(args: tuple[str, int, float, int]) -> tuple[int, float, float]
         deadline = t0 + seconds
         while time.perf_counter() < deadline:
             with conn.transaction():
-                got = store.lease_attempts(f"bench-{client}", EPOCH + timedelta(days=10_000), 60, limit=limit)
+                got = lease(store, f"bench-{client}", EPOCH + timedelta(days=10_000), 60, limit=limit)
             if not got:
                 break
             leased += len(got)

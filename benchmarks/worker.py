@@ -31,6 +31,7 @@ from psycopg.pq import Trace
 
 from benchmarks import common, peers
 from benchmarks.common import BENCH_URL, Figure, Target, bench_schema, finish, progress, report
+from tests.helpers import publish
 from tickwarden.clock import WallClock
 from tickwarden.db import Database
 from tickwarden.store import TickRequest
@@ -44,13 +45,10 @@ def setup(db: Database, clock: WallClock):
     now = clock.now()
     with db.transaction() as store:
         tenant = store.upsert_tenant("bench", now)
-        user = store.upsert_user(tenant.id, "owner@bench.test", now)
-        env = store.upsert_environment(tenant.id, "main", now)
-        wf = store.upsert_workflow(tenant.id, "noop", now, environment_id=env.id, publisher_id=user.id, recipe=NOOP,
-                                   timeout_seconds=60)
-        store.upsert_schedule(tenant_id=tenant.id, workflow_id=wf.id, cron="* * * * *", timezone="UTC",
-                              cadence_seconds=60, now=now)
-    return wf
+        user = store.apply_user(tenant.id, "owner@bench.test", "owner@bench.test", True, now).row
+        env = store.apply_environment(tenant.id, "main", None, 600, now).row
+        return publish(store, tenant.id, "noop", now, environment_id=env.id, publisher_id=user.id, recipe=NOOP,
+                       timeout_seconds=60, cron="* * * * *", cadence_seconds=60)
 
 
 _offset = [0]

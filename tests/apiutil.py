@@ -20,7 +20,7 @@ from tickwarden.clock import Clock
 from tickwarden.db import Database
 from tickwarden.models import AttemptOutcome
 from tickwarden.transports.recording import RecordingTransport
-from tests.helpers import create_run
+from tests.helpers import create_run, lease, publish
 
 
 def free_port() -> int:
@@ -80,15 +80,13 @@ def seed_tenant(db: Database, now: datetime, tenant: str, *, secret_word: str | 
     secret_word = secret_word or f"{tenant}-secret-log"
     with db.transaction() as store:
         t = store.upsert_tenant(tenant, now, display_name=tenant.capitalize() + " Inc")
-        env = store.upsert_environment(t.id, "default", now)
-        user = store.upsert_user(t.id, f"ops@{tenant}.test", now)
-        wf = store.upsert_workflow(t.id, "nightly", now, environment_id=env.id, publisher_id=user.id,
-                                   description=f"{tenant} nightly pipeline",
-                                   recipe={"steps": [{"name": "load", "kind": "python", "depends_on": [],
-                                                      "call": "tickwarden.examples_steps:noop", "params": {},
-                                                      "timeout_seconds": None}]})
-        store.upsert_schedule(tenant_id=t.id, workflow_id=wf.id, cron="0 2 * * *", timezone="UTC",
-                              cadence_seconds=86400, now=now)
+        env = store.apply_environment(t.id, "default", None, 600, now).row
+        user = store.apply_user(t.id, f"ops@{tenant}.test", f"ops@{tenant}.test", True, now).row
+        wf = publish(store, t.id, "nightly", now, environment_id=env.id, publisher_id=user.id,
+                     description=f"{tenant} nightly pipeline",
+                     recipe={"steps": [{"name": "load", "kind": "python", "depends_on": [],
+                                        "call": "tickwarden.examples_steps:noop", "params": {},
+                                        "timeout_seconds": None}]})
         channel = store.upsert_notification_channel(tenant_id=t.id, name=f"{tenant}-alerts", kind="recording",
                                                     audience="customer", now=now)
     seeded = Seeded(tenant, t.id, "nightly", wf.id, env.id, channel_id=channel.id)
@@ -99,7 +97,7 @@ def seed_tenant(db: Database, now: datetime, tenant: str, *, secret_word: str | 
         tick = now - timedelta(days=day)
         run = create_run(db, wf, tick, tick, budget=0)
         with db.transaction() as store:
-            attempt = store.lease_attempts(f"w-{tenant}", tick, 60)[0]
+            attempt = lease(store, f"w-{tenant}", tick, 60)[0]
             store.finish_attempt(attempt.id, f"w-{tenant}", outcome, tick + timedelta(minutes=3))
         seeded.run_ids.append(run.id)
     last_run = seeded.run_ids[-1]

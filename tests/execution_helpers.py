@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from tests.helpers import publish
 from tickwarden import secrets
 from tickwarden.db import Database
 from tickwarden.models import Run, Workflow
@@ -31,15 +32,12 @@ def make_runnable(db: Database, now: datetime, steps: list[dict[str, Any]], *, t
                   keep_outputs: bool = True) -> Workflow:
     with db.transaction() as store:
         t = store.upsert_tenant(tenant, now)
-        user = store.upsert_user(t.id, f"owner@{tenant}.test", now, active=publisher_active)
-        env = store.upsert_environment(t.id, "main", now, idle_timeout_seconds=idle_timeout)
-        workflow = store.upsert_workflow(t.id, name, now, environment_id=env.id,
-                                         publisher_id=user.id if with_publisher else None,
-                                         recipe={"steps": steps}, timeout_seconds=timeout, expect_rows=expect_rows,
-                                         keep_outputs=keep_outputs)
-        store.upsert_schedule(tenant_id=t.id, workflow_id=workflow.id, cron="0 2 * * *", timezone="UTC",
-                              cadence_seconds=86400, now=now)
-        return workflow
+        user = store.apply_user(t.id, f"owner@{tenant}.test", f"owner@{tenant}.test", publisher_active, now).row
+        env = store.apply_environment(t.id, "main", None, idle_timeout, now).row
+        return publish(store, t.id, name, now, environment_id=env.id,
+                       publisher_id=user.id if with_publisher else None,
+                       recipe={"steps": steps}, timeout_seconds=timeout, expect_rows=expect_rows,
+                       keep_outputs=keep_outputs)
 
 
 def queue_run(db: Database, workflow: Workflow, scheduled_for: datetime, now: datetime, *, budget: int = 2) -> Run:

@@ -1,17 +1,17 @@
-"""The alert state machine: one state per broken workflow, not one message per failure.
+"""Alerting: one state per broken workflow, not one message per failure; decided, applied and reported here.
 
 ::
 
-                    evaluator: failures ≥ alert_after
+                    evaluation: failures ≥ alert_after
                                    │
                                    ▼  event `opened` (notifies)
      ┌───────────────────── open(first_severity) ◄──┐ later confirmed failure:
      │                        │    │    │           │ count, error, owner updated
      │                        │    │    └───────────┘ event `failed` (history only)
-     │  escalation clock:     │    │
-     │  escalate_at ≤ now, or │    ├── reassign    (event `reassigned`, pins the owner)
-     │  failures ≥            │    ├── acknowledge (event `acknowledged`: escalation stops, stays open)
-     │  escalate_after        │    ├── snooze      (event `snoozed`: no escalation until a time)
+     │  escalate_at ≤ now, or │    │
+     │  failures reached      │    ├── reassign    (event `reassigned`, pins the owner)
+     │  escalation (the one   │    ├── acknowledge (event `acknowledged`: escalation stops, stays open)
+     │  rule: a column)       │    ├── snooze      (event `snoozed`: no escalation until a time)
      │  (not acknowledged,    │    ├── note        (event `noted`; an internal one reaches the platform only)
      │  not snoozed; manual   │    └── pause of the workflow (event `paused`)
      │  runs' failures do not ▼
@@ -28,45 +28,83 @@ schedule mid-incident changes nothing: first_severity from the profile, owner fr
 escalate_after and escalate_at = opened_at + multiplier × cadence, and shadow =
 tenant.shadow or workflow.shadow (a shadow alert is delivered to shadow channels
 only). The owner follows the newest failure's category until someone reassigns the
-alert by hand; from then on it stays where they put it.
+alert by hand (`owner_pinned`, set by the reassignment); from then on it stays where
+they put it.
 
-Every transition is one statement that changes the alert with a compare-and-set
-and writes its event row (`store/monitoring.sql`), and its events go to
-`store.enqueue_notifications` in the same transaction: a notification is never
-lost (the outbox row commits with the state) and never doubled (a replica whose
-compare-and-set matched nothing wrote no event; UNIQUE (event, channel) besides).
+"Escalate after N failures" is defined once, by the generated column
+`alerts.failures_reached_escalation` (failure_count − manual_failures ≥ escalate_after,
+migration 0022): opening an alert and recording a failure return it for the warning
+they wrote, the evaluation escalates those (`monitoring_escalate_alerts`, which reads it
+again), the escalation clock selects on it, and no Python compares a count with the
+threshold. A manual run's failure is history, never
+a step towards escalation.
+
+Evaluation never keeps a counter. For each workflow it recounts the consecutive
+confirmed failures (runs `failed` or `missed`, newest first by tick, stopping at the
+newest success; one statement for a whole batch) and compares the count with the
+workflow's profile (`profile.derive_profile(cadence or 1 day, policy_overrides)`):
+
+1. monitoring disabled                           → nothing (not evaluated)
+2. no failure since the newest success           → resolve the open alert, if any
+3. failures < alert_after and no open alert      → not yet
+4. failures ≥ alert_after and no open alert      → open at the profile's first severity
+5. an open alert and more failures than recorded → record the failure on it (count, error, owner)
+
+Beside the streak, the failure-rate rule (`profile.rate_window` > 0) catches a job that
+fails every other tick and so never builds a streak. It recounts the failures among the
+last `rate_window` confirmed scheduled ticks (only where it can change the decision):
+
+3a. failures < alert_after, no open alert, a full window
+    and failed ticks ≥ rate_threshold × window     → open with reason `failure_rate`
+2a. a `failure_rate` alert and no failure since the
+    newest success, but the window's rate is still
+    ≥ rate_resolve_below                            → keep it open (no flapping of the alert itself)
+
+Manual runs are runs like any other: a manual success resolves (rule 2), a manual
+failure only ever updates the one open alert (rule 5; the partial unique index
+alerts_one_open_idx makes a second open alert impossible).
+
+Replicas: an evaluation takes a per-workflow advisory lock before it reads, so two
+evaluations of one workflow run one after the other and the second sees the first
+one's writes. Every transition is one statement that changes the alert with a
+compare-and-set and writes its event row (`store/monitoring.sql`), and its events go
+to the outbox (`notify`) in the same transaction: a notification is never lost (the
+outbox row commits with the state) and never doubled (a replica whose compare-and-set
+matched nothing wrote no event; UNIQUE (event, channel) besides). The escalation
+clock selects due warnings with `FOR UPDATE SKIP LOCKED`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import json
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
+from tickwarden import holds
+from tickwarden.categories import owner_for
 from tickwarden.db import Database
-from tickwarden.errors import Conflict, InvalidInput, NotFound
+from tickwarden.errors import Conflict, InvalidInput, InvalidPolicy, NotFound
 from tickwarden.models import Alert, AlertEvent
+from tickwarden.profile import UNSCHEDULED_CADENCE_SECONDS, Profile, derive_profile
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store import Store
-from tickwarden.store.monitoring import FailureUpdate, OpenAlert
+from tickwarden.store.monitoring import EvaluationInput, FailureRate, FailureUpdate, OpenAlert
+
+log = logging.getLogger(__name__)
 
 OWNERS = ("engineering", "customer")
 MAX_NOTE = 1000
 MAX_SNOOZE_SECONDS = 30 * 86400
 
 
-@dataclass(frozen=True)
-class Decision:
-    """What to do with one workflow's alert state: decided by `evaluator.decide`, applied here."""
-
-    workflow_id: int
-    verdict: str  # none | not_yet | alert | resolve
-    failures: int = 0
-    severity: str | None = None
-    open: OpenAlert | None = None
-    update: FailureUpdate | None = None
-    escalate_alert_id: int | None = None
-    resolve: tuple[int, int | None] | None = None
+# What `decide` wants done to one workflow's alert state: open one, record a later failure on
+# it, resolve it (alert id, resolving run id), or nothing. The statements' own rows, so the
+# decision is applied without another copy.
+Change = OpenAlert | FailureUpdate | tuple[int, int | None] | None
 
 
 @dataclass
@@ -91,27 +129,171 @@ class EvaluationReport:
         self.failed_workflows += other.failed_workflows
 
 
-def apply_decisions(store: Store, decisions: Sequence[Decision], now: datetime, report: EvaluationReport) -> None:
-    """Apply a batch of evaluator decisions set-based, in the caller's transaction.
+@functools.lru_cache(maxsize=4096)
+def _cached_profile(cadence_seconds: int, overrides_json: str) -> Profile:
+    return derive_profile(cadence_seconds, json.loads(overrides_json) or None)
 
-    1. Open the new alerts (ON CONFLICT on the one-open index: a racing opener wins once).
-    2. Record later failures on open alerts (compare-and-set on the count).
-    3. Escalate open warnings whose failures reached escalate_after, including
-       alerts opened in step 1 with enough failures already.
-    4. Resolve alerts whose workflow succeeded.
-    5. Fan every new event out to the outbox.
+
+def profile_of(cadence_seconds: int | None, overrides: dict[str, Any] | None) -> Profile:
+    """Return the workflow's profile (cached: thousands of workflows share a handful)."""
+    return _cached_profile(cadence_seconds or UNSCHEDULED_CADENCE_SECONDS, json.dumps(overrides or {}, sort_keys=True))
+
+
+def rate_window_needed(inp: EvaluationInput) -> int:
+    """Return how many ticks to recount for `inp`'s failure rate, or 0 when the rate cannot change the decision."""
+    if not inp.monitoring_enabled:
+        return 0
+    profile = profile_of(inp.cadence_seconds, inp.policy_overrides)
+    if not profile.rate_window:
+        return 0
+    if inp.alert_id is None:
+        return profile.rate_window if 0 < inp.failures < profile.alert_after else 0
+    return profile.rate_window if inp.alert_reason == "failure_rate" and inp.failures == 0 else 0
+
+
+def decide(inp: EvaluationInput, now: datetime, rate: FailureRate | None = None) -> Change:
+    """Apply the rules of the module docstring to one workflow's evaluation input (and its failure rate, if counted)."""
+    if not inp.monitoring_enabled:
+        return None
+    profile = profile_of(inp.cadence_seconds, inp.policy_overrides)
+    if inp.failures == 0:
+        if inp.alert_id is not None and inp.success_run_id is not None:
+            if rate is not None and rate.ticks and rate.failures >= profile.rate_resolve_below * rate.ticks:
+                return None  # rule 2a: the rate has not fallen back yet
+            return (inp.alert_id, inp.success_run_id)
+        return None
+
+    owner = owner_for(inp.last_error_category)
+    error = sanitize_error(inp.last_error) if inp.last_error else None
+    last_failure_at = inp.last_failure_at or now
+    if inp.alert_id is None:
+        reason = "consecutive_failures"
+        if inp.failures < profile.alert_after:
+            if not _rate_reached(profile, rate):
+                return None  # not yet
+            reason = "failure_rate"
+        cadence = inp.cadence_seconds or UNSCHEDULED_CADENCE_SECONDS
+        return OpenAlert(
+            tenant_id=inp.tenant_id,
+            workflow_id=inp.workflow_id,
+            severity=profile.first_severity,
+            owner=owner,
+            failure_count=inp.failures,
+            cadence_seconds=cadence,
+            escalation_multiplier=profile.escalation_multiplier,
+            escalate_after=profile.escalate_after,
+            escalate_at=profile.escalate_at(now, cadence),
+            shadow=inp.shadow,
+            first_failure_at=inp.first_failure_at or last_failure_at,
+            last_failure_at=last_failure_at,
+            run_id=inp.last_failure_run_id,
+            category=inp.last_error_category,
+            error=error,
+            failed_step=inp.last_failed_step,
+            reason=reason,
+        )
+
+    if inp.failures <= (inp.alert_failure_count or 0):
+        return None  # this failure is already on the alert
+    return FailureUpdate(
+        alert_id=inp.alert_id,
+        failure_count=inp.failures,
+        last_failure_at=last_failure_at,
+        run_id=inp.last_failure_run_id,
+        category=inp.last_error_category,
+        error=error,
+        failed_step=inp.last_failed_step,
+        owner=owner,
+    )
+
+
+def _rate_reached(profile: Profile, rate: FailureRate | None) -> bool:
+    # A full window only: three ticks after a deploy are no rate to page on.
+    return (rate is not None and profile.rate_window > 0 and rate.ticks >= profile.rate_window
+            and rate.failures >= profile.rate_threshold * rate.ticks)
+
+
+def evaluate_workflows(store: Store, workflow_ids: Iterable[int], now: datetime) -> EvaluationReport:
+    """Evaluate a batch of workflows inside the caller's transaction.
+
+    1. Lock the workflows' evaluation locks (ascending, so batches never deadlock).
+    2. Read every input in one statement.
+    3. Decide per workflow in Python (a fault in one workflow's settings is logged
+       and skips only that workflow).
+    4. Apply all decisions set-based and fan the events out to the outbox (`_apply`).
     """
-    opened = store.open_alerts([d.open for d in decisions if d.open], now)
-    updated = store.record_alert_failures([d.update for d in decisions if d.update], now)
-    to_escalate = [d.escalate_alert_id for d in decisions if d.escalate_alert_id is not None]
-    to_escalate += [
-        t.alert_id
-        for t in opened
-        if t.severity == "warning" and t.failure_count is not None and t.escalate_after is not None
-        and t.failure_count >= t.escalate_after
-    ]
-    escalated = store.escalate_alerts(to_escalate, "failures", now)
-    resolved = store.resolve_alerts([d.resolve for d in decisions if d.resolve], now)
+    ids = sorted(set(workflow_ids))
+    report = EvaluationReport()
+    if not ids:
+        return report
+    store.lock_workflows_for_evaluation(ids)
+    inputs = store.evaluation_inputs(ids)
+    windows = {}
+    for inp in inputs:
+        try:
+            if n := rate_window_needed(inp):
+                windows[inp.workflow_id] = n
+        except (InvalidPolicy, TypeError, ValueError):
+            continue  # bad settings: decide() below meets them again, logs once and skips the workflow
+    rates = store.failure_rates(windows)
+    changes: list[Change] = []
+    for inp in inputs:
+        try:
+            rate = None
+            if inp.workflow_id in windows:  # no terminal tick at all is a count of zero, not "not counted"
+                rate = rates.get(inp.workflow_id) or FailureRate(inp.workflow_id, 0, 0)
+            changes.append(decide(inp, now, rate))
+        except Exception as exc:  # one workflow's bad settings must not stop the others
+            log.error("evaluation of workflow %d failed: %s", inp.workflow_id, _describe(exc))
+            report.failed_workflows.append(inp.workflow_id)
+    report.evaluated = len(changes)
+    _apply(store, changes, now, report)
+    return report
+
+
+def evaluate_batch(store: Store, workflow_ids: Iterable[int], now: datetime) -> tuple[EvaluationReport, list[int]]:
+    """Evaluate a batch under a savepoint of the caller's transaction; return the report and what to redo.
+
+    A fault rolls back only the savepoint, so the caller's own work (the poller's
+    claim) still commits; the workflows are returned to be evaluated one by one.
+    """
+    ids = sorted(set(workflow_ids))
+    if not ids:
+        return EvaluationReport(), []
+    try:
+        with store.conn.transaction():
+            return evaluate_workflows(store, ids, now), []
+    except Exception as exc:
+        log.warning("batch evaluation of %d workflow(s) failed (%s); evaluating one by one", len(ids), _describe(exc))
+        return EvaluationReport(), ids
+
+
+def evaluate_each(db: Database, workflow_ids: Iterable[int], now: datetime) -> EvaluationReport:
+    """Evaluate each workflow in its own transaction; a fault is logged (one sanitized line) and skipped."""
+    report = EvaluationReport()
+    for wid in sorted(set(workflow_ids)):
+        try:
+            with db.transaction() as store:
+                report.merge(evaluate_workflows(store, [wid], now))
+        except Exception as exc:
+            log.error("evaluation of workflow %d failed: %s", wid, _describe(exc))
+            report.failed_workflows.append(wid)
+    return report
+
+
+def _apply(store: Store, changes: Sequence[Change], now: datetime, report: EvaluationReport) -> None:
+    """Apply a batch of decisions set-based, in the caller's transaction, and fan the events out.
+
+    Opening comes first (ON CONFLICT on the one-open index: a racing opener wins once), so
+    a warning that opens with enough failures escalates in the same pass, after its
+    `opened` event. Which warnings reached escalation, the statements say from the one
+    column that defines it; the escalation statement checks it again under its
+    compare-and-set (with acknowledgement and snooze).
+    """
+    opened = store.open_alerts([c for c in changes if isinstance(c, OpenAlert)], now)
+    updated = store.record_alert_failures([c for c in changes if isinstance(c, FailureUpdate)], now)
+    escalated = store.escalate_alerts([t.alert_id for t in (*opened, *updated) if t.escalates], "failures", now)
+    resolved = store.resolve_alerts([c for c in changes if isinstance(c, tuple)], now)
     event_ids = [t.event_id for t in (*opened, *updated, *escalated, *resolved)]
     notify(store, event_ids, now)
     report.opened += [t.alert_id for t in opened]
@@ -127,25 +309,43 @@ def notify(store: Store, event_ids: Sequence[int], now: datetime) -> int:
     Every alert event reaches the outbox through here, so this is the one place a
     maintenance window stops a delivery (`holds.hold_new`), in the event's transaction.
     """
-    from tickwarden import holds
-
     new = store.enqueue_notifications(event_ids, now)
     holds.hold_new(store, new, now)
     return len(new)
 
 
-def escalate_due(store: Store, now: datetime, limit: int = 500) -> list[int]:
-    """Promote open warnings that are due (by time or by failures); return their alert ids.
+class EscalationClock:
+    """Each minute, promotes the open warnings nobody acted on: due by time, or by failures.
 
-    Time spent in a maintenance window does not count: `holds.defer_escalations` first
-    moves escalate_at of the due warnings that spent some, in this transaction.
+    A warning becomes critical at `escalate_at = opened_at + multiplier × cadence` (the
+    cadence captured at open, so editing the schedule mid-incident does not move it), or
+    when its failures reached escalation and the evaluation could not promote it (it was
+    acknowledged or snoozed then). Time spent in a maintenance window does not count:
+    `holds.defer_escalations` first moves escalate_at of the due warnings that spent some.
     """
-    from tickwarden import holds
 
-    holds.defer_escalations(store, now, limit)
-    escalated = store.escalate_due_alerts(now, limit)
-    notify(store, [t.event_id for t in escalated], now)
-    return [t.alert_id for t in escalated]
+    name = "escalation"
+
+    def __init__(self, db: Database, *, interval_seconds: float = 60, batch_size: int = 500):
+        self.db = db
+        self.interval = timedelta(seconds=interval_seconds)
+        self.batch_size = batch_size
+        self.last: list[int] = []
+
+    def run_once(self, now: datetime) -> datetime:
+        with self.db.probe() as store:
+            waiting = store.escalations_waiting(now)
+        if not waiting:  # the usual pass: one read-only statement
+            self.last = []
+            return now + self.interval
+        with self.db.transaction() as store:
+            holds.defer_escalations(store, now, self.batch_size)
+            escalated = store.escalate_due_alerts(now, self.batch_size)
+            notify(store, [t.event_id for t in escalated], now)
+        self.last = [t.alert_id for t in escalated]
+        if len(self.last) >= self.batch_size:
+            return now + timedelta(seconds=1)
+        return now + self.interval
 
 
 def reassign(db: Database, alert_id: int, owner: str, note: str | None, actor: str, now: datetime) -> Alert:
@@ -250,3 +450,7 @@ def _clean_note(note: str) -> str:
 
 def _clean_actor(actor: str) -> str:
     return sanitize_error(actor or "tickwarden", limit=100) or "tickwarden"
+
+
+def _describe(exc: BaseException) -> str:
+    return sanitize_error(f"{type(exc).__name__}: {exc}")

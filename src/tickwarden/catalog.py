@@ -278,7 +278,7 @@ def publish(store: Store, pub: Publication, now: datetime, *, actor: str, report
                                "to keep it paused).")
     workflow = store.apply_workflow(
         pub.tenant_id, pub.name, now, description=pub.description,
-        environment_id=pub.environment_id, publisher_id=pub.publisher_id,  # type: ignore[arg-type]
+        environment_id=pub.environment_id, publisher_id=pub.publisher_id,
         recipe=pub.recipe, timeout_seconds=pub.timeout_seconds, monitoring_enabled=pub.monitoring_enabled,
         policy_overrides=pub.policy_overrides, shadow=pub.shadow, expect_rows=pub.expect_rows, kind=pub.kind,
         keep_outputs=pub.keep_outputs,

@@ -3,7 +3,7 @@
 Exception capture can only see code that reports an error; it cannot prove that
 every due tick ever ran. This loop compares what should exist with what does, and
 writes the verdict `missed` where an outcome is absent. From there a missed run
-follows the ordinary failure path (the same `evaluator.evaluate` as the poller):
+follows the ordinary failure path (the same `alerts.evaluate_batch` as the poller):
 one alert per workflow, updated, never repeated per pass, because alerts are state.
 
 One pass:
@@ -38,7 +38,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from tickwarden import evaluator, metrics, profile
+from tickwarden import alerts, metrics, profile
 from tickwarden.cadence import HORIZON, CronSchedule, parse_schedule
 from tickwarden.db import Database
 from tickwarden.alerts import EvaluationReport
@@ -132,9 +132,9 @@ class DeadlineDetector:
             result.missed_ticks = [(workflow_id, tick) for _, workflow_id, tick in created]
             workflows |= {workflow_id for _, workflow_id, _ in created}
             # Under a savepoint: a fault in the evaluation leaves the verdicts written.
-            result.evaluation, redo = evaluator.evaluate_batch(store, workflows, now)
+            result.evaluation, redo = alerts.evaluate_batch(store, workflows, now)
         if redo:
-            result.evaluation.merge(evaluator.evaluate_each(self.db, redo, now))
+            result.evaluation.merge(alerts.evaluate_each(self.db, redo, now))
         result.full = len(closed) >= self.batch_size or len(audits) >= self.batch_size
         return result
 

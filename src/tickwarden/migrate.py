@@ -2,8 +2,9 @@
 
 `migrations/NNNN_name.sql` are applied inside one transaction each, under an
 advisory lock so that replicas starting together migrate once. The lock is keyed by
-the schema: deployments in other schemas of the same database never wait on it. `schema.sql` is
-the declared schema; a test proves that the migrations produce exactly it.
+the schema: deployments in other schemas of the same database never wait on it. The migrations
+are the one definition of the schema: read a table's shape from them, or from `psql`'s describe on a migrated
+database.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
-from typing import Any
 
 import psycopg
 
@@ -42,10 +42,6 @@ def available_migrations() -> list[Migration]:
     if len(set(versions)) != len(versions):
         raise MigrationError("Two migrations share a version number.")
     return found
-
-
-def declared_schema() -> str:
-    return resources.files("tickwarden").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
 def applied_versions(conn: psycopg.Connection) -> set[int]:
@@ -83,74 +79,3 @@ def upgrade(conn: psycopg.Connection, now: datetime) -> list[Migration]:
 def pending(conn: psycopg.Connection) -> list[Migration]:
     done = applied_versions(conn)
     return [m for m in available_migrations() if m.version not in done]
-
-
-def describe_schema(conn: psycopg.Connection, schema: str) -> dict[str, Any]:
-    """Return a comparable description of every object in `schema`.
-
-    Columns, constraints, indexes, policies and row-security flags, with the
-    schema name removed so that two schemas built differently can be compared.
-    """
-
-    def strip(text: str | None) -> str | None:
-        return None if text is None else text.replace(f"{schema}.", "")
-
-    columns = conn.execute(
-        """
-        SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-               pg_get_expr(d.adbin, d.adrelid), a.attidentity
-          FROM pg_attribute a
-          JOIN pg_class c ON c.oid = a.attrelid
-          JOIN pg_namespace n ON n.oid = c.relnamespace
-          LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-         WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v') AND a.attnum > 0 AND NOT a.attisdropped
-           AND c.relname <> 'schema_migrations'
-         ORDER BY c.relname, a.attname
-        """,
-        (schema,),
-    ).fetchall()
-    constraints = conn.execute(
-        """
-        SELECT c.relname, pg_get_constraintdef(k.oid)
-          FROM pg_constraint k
-          JOIN pg_class c ON c.oid = k.conrelid
-          JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = %s AND c.relname <> 'schema_migrations'
-         ORDER BY 1, 2
-        """,
-        (schema,),
-    ).fetchall()
-    indexes = conn.execute(
-        """
-        SELECT indexname, indexdef FROM pg_indexes
-         WHERE schemaname = %s AND tablename <> 'schema_migrations' ORDER BY 1
-        """,
-        (schema,),
-    ).fetchall()
-    policies = conn.execute(
-        "SELECT tablename, policyname, cmd, qual, with_check FROM pg_policies WHERE schemaname = %s ORDER BY 1, 2",
-        (schema,),
-    ).fetchall()
-    security = conn.execute(
-        """
-        SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c
-          JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND c.relname <> 'schema_migrations' ORDER BY 1
-        """,
-        (schema,),
-    ).fetchall()
-    functions = conn.execute(
-        """
-        SELECT p.proname, pg_get_functiondef(p.oid) FROM pg_proc p
-          JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s ORDER BY 1
-        """,
-        (schema,),
-    ).fetchall()
-    return {
-        "columns": [tuple(strip(v) if isinstance(v, str) else v for v in row) for row in columns],
-        "constraints": [tuple(strip(v) for v in row) for row in constraints],
-        "indexes": [tuple(strip(v) for v in row) for row in indexes],
-        "policies": [tuple(strip(v) if isinstance(v, str) else v for v in row) for row in policies],
-        "security": [tuple(row) for row in security],
-        "functions": [tuple(strip(v) for v in row) for row in functions],
-    }

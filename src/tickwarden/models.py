@@ -208,6 +208,15 @@ class Alert:
 
 
 @dataclass(frozen=True)
+class AlertView:
+    """An alert with the names a person reads."""
+
+    alert: Alert
+    tenant_name: str
+    workflow_name: str
+
+
+@dataclass(frozen=True)
 class AlertEvent:
     id: int
     tenant_id: int

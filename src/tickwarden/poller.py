@@ -32,7 +32,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from tickwarden import evaluator, metrics, retries
+from tickwarden import alerts, metrics, retries
 from tickwarden.db import Database
 from tickwarden.categories import is_retryable
 from tickwarden.alerts import EvaluationReport
@@ -95,10 +95,10 @@ class OutcomePoller:
                 if c.run_status in FAILURES or (c.run_status == "succeeded" and c.alert_open)
             }
             workflows |= {workflow_id for _, workflow_id in outcome.failed}
-            result.evaluation, redo = evaluator.evaluate_batch(store, workflows, now)
+            result.evaluation, redo = alerts.evaluate_batch(store, workflows, now)
         metrics.current().retries_decided(outcome)
         if redo:
-            result.evaluation.merge(evaluator.evaluate_each(self.db, redo, now))
+            result.evaluation.merge(alerts.evaluate_each(self.db, redo, now))
         return result
 
     def run_once(self, now: datetime) -> datetime:

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from tickwarden import alerts, erasure
+from tickwarden import alerts, catalog, erasure
 from tickwarden.clock import Clock
 from tickwarden.db import Database
 from tickwarden.errors import NotFound, TickwardenError
@@ -189,9 +189,14 @@ class Selftest:
                                  started_by=_actor())
             for name, call in ((MISSED, "synthetic_success"), (RECOVERS, "synthetic_success"),
                                (EXHAUSTED, "synthetic_failure")):
-                workflow = store.upsert_workflow(tenant.id, name, now, description="tickwarden selftest",
-                                                 recipe=_recipe(call), timeout_seconds=60)
-                self.workflows[name] = workflow.id
+                # Published paused: the self-test makes its own ticks, the ticker never fires one.
+                published = catalog.publish(store, catalog.Publication(
+                    tenant_id=tenant.id, name=name, description="tickwarden selftest", environment_id=None,
+                    publisher_id=None, recipe=_recipe(call), timeout_seconds=60, monitoring_enabled=True,
+                    policy_overrides={}, shadow=False, expect_rows=False, archived=False, cron="0 0 * * *",
+                    timezone="UTC", status="paused", cadence_seconds=86400, starting_deadline_seconds=300,
+                ), now, actor="tickwarden selftest")
+                self.workflows[name] = published.workflow.id
                 self.ticks[name] = tick
             store.selftest_create_due_run(tenant.id, self.workflows[MISSED], tick, now)
             for name in (RECOVERS, EXHAUSTED):

@@ -70,7 +70,7 @@ def build_loops(db: Database, replica_id: str, options: ServiceOptions | None = 
     processes (`serve --workers N`).
     """
     from tickwarden.deadlines import DeadlineDetector
-    from tickwarden.escalation import EscalationClock
+    from tickwarden.alerts import EscalationClock
     from tickwarden.notifier import Notifier
     from tickwarden.poller import OutcomePoller
     from tickwarden.reaper import LeaseReaper

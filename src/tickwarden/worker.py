@@ -112,7 +112,7 @@ class _Failure:
     step: str | None = None
 
 
-class Heartbeat:
+class LeaseRenewer:
     """Renew a lease every lease/3 seconds from a thread until stopped or the lease is lost."""
 
     def __init__(self, worker: Worker, attempt: Attempt):
@@ -122,7 +122,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{attempt.id}", daemon=True)
 
-    def __enter__(self) -> Heartbeat:
+    def __enter__(self) -> LeaseRenewer:
         self._thread.start()
         return self
 
@@ -242,7 +242,7 @@ class Worker:
                 context = store.execution_context(attempt.workflow_id, self.clock.now())
         self._identity = identity
         self._warm = None
-        with Heartbeat(self, attempt) as heartbeat:
+        with LeaseRenewer(self, attempt) as heartbeat:
             try:
                 result = self._run(attempt, context, heartbeat)
             except Aborted:
@@ -310,7 +310,7 @@ class Worker:
 
     # -- execution -------------------------------------------------------------------------
 
-    def _run(self, attempt: Attempt, context: ExecutionContext | None, heartbeat: Heartbeat) -> Result:
+    def _run(self, attempt: Attempt, context: ExecutionContext | None, heartbeat: LeaseRenewer) -> Result:
         notes: list[str] = []
         if context is None or context.environment is None:
             return _failed(_Failure("config", "the workflow or its environment no longer exists"), [], notes)
@@ -363,7 +363,7 @@ class Worker:
                                      outputs=outputs, rows=reported_rows(steps)), steps)
 
     def _run_steps(self, attempt: Attempt, recipe: Recipe, instance: Instance, deadline: float, timeout: int,
-                   heartbeat: Heartbeat, handoff: secrets.Handoff) -> tuple[list[StepRecord], _Failure | None, bool]:
+                   heartbeat: LeaseRenewer, handoff: secrets.Handoff) -> tuple[list[StepRecord], _Failure | None, bool]:
         """Run each step in order; return the records, the first failure and whether the process is reusable."""
         records: list[StepRecord] = []
         outputs: dict[str, Any] = {}

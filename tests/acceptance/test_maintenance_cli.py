@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import publish
 from tests.dbutil import TEST_URL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +30,7 @@ def cli(schema, tmp_path):
 def fleet(db, clock):
     with db.transaction() as store:
         tenant = store.upsert_tenant("acme", clock.now())
-        store.upsert_workflow(tenant.id, "nightly", clock.now())
+        publish(store, tenant.id, "nightly", clock.now())
 
 
 def test_windows_are_added_listed_and_removed(cli, fleet):

@@ -170,7 +170,7 @@ def test_a_worker_process_reuses_a_warm_environment_stops_it_when_idle_and_times
         pids = set()
         for r in runs:
             [attempt] = store.list_attempts(r.id)
-            pids.add(store.list_attempt_steps(attempt.id)[0].output["pid"])
+            pids.add(store.api_list_run_steps(r.id)[0].output["pid"])
         [timed_out] = store.list_attempts(hanging.id)
     assert len(pids) == 1
     assert timed_out.error_category == "timeout" and timed_out.failed_step == "stuck"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from tests.helpers import lease, publish
 from tickwarden.db import Database
-from tickwarden.evaluator import profile_of
+from tickwarden.alerts import profile_of
 from tickwarden.models import AttemptOutcome, Run, Workflow
 from tickwarden.poller import OutcomePoller
 from tickwarden.profile import run_deadline
@@ -37,11 +38,8 @@ def workflow(db: Database, now: datetime, *, tenant: str = "acme", name: str = "
     cron = cron or {FIVE_MIN: "*/5 * * * *", HOURLY: "0 * * * *", DAILY: "0 2 * * *"}[cadence]
     with db.transaction() as store:
         t = store.upsert_tenant(tenant, now, shadow=tenant_shadow)
-        wf = store.upsert_workflow(t.id, name, now, shadow=shadow, monitoring_enabled=monitoring,
-                                   policy_overrides=policy)
-        store.upsert_schedule(tenant_id=t.id, workflow_id=wf.id, cron=cron, timezone="UTC",
-                              cadence_seconds=cadence, now=now)
-        return wf
+        return publish(store, t.id, name, now, shadow=shadow, monitoring_enabled=monitoring,
+                       policy_overrides=policy or {}, cron=cron, cadence_seconds=cadence)
 
 
 def budget_of(db: Database, wf: Workflow) -> tuple[int, int]:
@@ -69,7 +67,7 @@ def manual_run(db: Database, wf: Workflow, now: datetime) -> Run:
 def attempt_once(db: Database, run: Run, outcome: AttemptOutcome, now: datetime, worker: str = "w1") -> None:
     """Lease the run's queued attempt and finish it with `outcome`."""
     with db.transaction() as store:
-        leased = store.lease_attempts(worker, now, 600, limit=1)
+        leased = lease(store, worker, now, 600, limit=1)
         assert [a.run_id for a in leased] == [run.id], f"expected the queued attempt of run {run.id}"
         store.finish_attempt(leased[0].id, worker, outcome, now)
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
+from tests.helpers import lease
 from tickwarden.db import Database
 from tickwarden.store import TickRequest
 
@@ -35,7 +36,7 @@ def main() -> None:
         leased = []
         for _ in range(int(arg)):
             with db.transaction() as store:
-                leased += [a.id for a in store.lease_attempts(f"racer-{id(db)}", now, 60, limit=1)]
+                leased += [a.id for a in lease(store, f"racer-{id(db)}", now, 60, limit=1)]
         print(json.dumps({"leased": leased}))
     db.close()
 

@@ -17,7 +17,7 @@ from tests.integration.pipeline import (
 )
 from tickwarden import alerts, catalog
 from tickwarden.errors import Conflict, InvalidInput, NotFound
-from tickwarden.escalation import EscalationClock
+from tickwarden.alerts import EscalationClock
 from tickwarden.poller import OutcomePoller
 
 

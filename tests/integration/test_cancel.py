@@ -9,7 +9,7 @@ import pytest
 
 from tests.apiutil import api, live_server, make_token, seed_tenant
 from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
-from tests.helpers import create_run, make_workflow, tick
+from tests.helpers import create_run, lease, make_workflow, streak, tick
 from tickwarden import catalog
 from tickwarden.errors import Conflict, NotFound
 from tickwarden.models import AttemptOutcome
@@ -50,7 +50,7 @@ def test_a_late_outcome_of_a_cancelled_attempt_is_refused(db, clock):
     wf = make_workflow(db, clock.now())
     run = create_run(db, wf, clock.now(), clock.now())
     with db.transaction() as store:
-        attempt = store.lease_attempts("w1", clock.now(), 30)[0]
+        attempt = lease(store, "w1", clock.now(), 30)[0]
     catalog.cancel(db, run.id, clock.now(), "oncall")
     with db.transaction() as store:
         finished = store.finish_attempt(attempt.id, "w1", AttemptOutcome(status="failed", error="boom"), clock.now())
@@ -63,12 +63,14 @@ def test_a_cancelled_run_neither_breaks_nor_extends_the_failure_streak(db, clock
     base = clock.now()
     with db.transaction() as store:
         for hour in (0, 1, 3):
-            failing = store.create_tick_run(tick(wf, base + timedelta(hours=hour), budget=0), base)
-            store.close_run(failing.id, "missed", base, error_category="missed", error="no outcome")
+            store.create_tick_run(tick(wf, base + timedelta(hours=hour), budget=0), base)
+        # the deadline pass gives the three their verdict `missed` (each deadline is three hours after its tick)
+        past = base + timedelta(hours=6)
+        assert len(store.close_overdue_and_arm(past, 500, "no outcome", past)) == 3
     middle = create_run(db, wf, base + timedelta(hours=2), base, budget=0)
     catalog.cancel(db, middle.id, base, "oncall")
     with db.transaction() as store:
-        assert store.count_consecutive_failures(wf.id) == 3
+        assert streak(store, wf.id) == 3
 
 
 def test_it_refuses_to_cancel_a_finished_or_unknown_run(db, clock):

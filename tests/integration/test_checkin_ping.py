@@ -4,6 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.helpers import publish
 from tests.apiutil import api, live_server, make_token
 from tickwarden import checkins
 from tickwarden.db import Database
@@ -14,10 +15,7 @@ TICK = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
 def external(db: Database, now: datetime, tenant: str, name: str = "export") -> int:
     with db.transaction() as store:
         t = store.upsert_tenant(tenant, now)
-        wf = store.upsert_workflow(t.id, name, now, kind="external")
-        store.upsert_schedule(tenant_id=t.id, workflow_id=wf.id, cron="0 2 * * *", timezone="UTC",
-                              cadence_seconds=86400, now=now)
-        return wf.id
+        return publish(store, t.id, name, now, kind="external").id
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.helpers import lease, publish
 from tickwarden import catalog, checkins
 from tickwarden.clock import VirtualClock
 from tickwarden.db import Database
@@ -21,10 +22,8 @@ def external(db: Database, now: datetime, *, tenant: str = "acme", name: str = "
              cadence: int = 86400, timeout: int | None = None) -> Workflow:
     with db.transaction() as store:
         t = store.upsert_tenant(tenant, now)
-        wf = store.upsert_workflow(t.id, name, now, kind="external", timeout_seconds=timeout)
-        store.upsert_schedule(tenant_id=t.id, workflow_id=wf.id, cron=cron, timezone="UTC", cadence_seconds=cadence,
-                              now=now)
-        return wf
+        return publish(store, t.id, name, now, kind="external", timeout_seconds=timeout, cron=cron,
+                       cadence_seconds=cadence)
 
 
 class Pipeline:
@@ -71,7 +70,7 @@ def test_a_tick_of_an_external_workflow_waits_for_its_report_and_no_worker_can_t
     assert (run.scheduled_for, run.status, run.attempts_count, run.retry_budget) == (at(2), "queued", 0, 0)
     with db.transaction() as store:
         assert store.list_attempts(run.id) == []
-        assert store.lease_attempts("w1", clock.now(), 60, limit=10) == []
+        assert lease(store, "w1", clock.now(), 60, limit=10) == []
 
 
 def test_it_records_start_then_success_and_no_alert_opens(db, clock, pipeline):

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.apiutil import live_server, make_token, seed_tenant
-from tests.helpers import create_run
+from tests.helpers import create_run, publish
 from tickwarden import catalog, checkins
 from tickwarden.dashboard.pages import default_window, describe_cron
 from tickwarden.store.queries import queries
@@ -172,9 +172,7 @@ def test_another_tenant_neither_sees_nor_operates_a_workflow(base, fleet, db):
 
 def add_external(db, clock, tenant_id: int, name: str = "export"):
     with db.transaction() as store:
-        wf = store.upsert_workflow(tenant_id, name, clock.now(), kind="external", timeout_seconds=600)
-        store.upsert_schedule(tenant_id=tenant_id, workflow_id=wf.id, cron="30 3 * * *", timezone="UTC",
-                              cadence_seconds=86400, now=clock.now())
+        wf = publish(store, tenant_id, name, clock.now(), cron="30 3 * * *", kind="external", timeout_seconds=600)
     return wf
 
 

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.helpers import lease
 from tests.dbutil import TEST_URL
 from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
 from tests.privatepg import PrivatePostgres, available
@@ -114,7 +115,7 @@ def test_the_reaper_leaves_leases_that_ran_out_while_the_server_was_down_to_thei
     workflow = make_workflow(private_db, now)
     create_run(private_db, workflow, now, now, budget=0)
     with private_db.transaction() as store:
-        [attempt] = store.lease_attempts("w1", now, 5)
+        [attempt] = lease(store, "w1", now, 5)
     private.restart("immediate")
     reaper = LeaseReaper(private_db, resume_grace_seconds=30, server_restarts=True)
     restarted = WallClock().now()

@@ -2,6 +2,7 @@
 
 from datetime import timedelta
 
+from tests.helpers import lease
 from tests.integration.pipeline import DAILY, FIVE_MIN, OK, alerts_of, create_tick, events_of, fail, tick, workflow
 from tickwarden import catalog
 from tickwarden.deadlines import DeadlineDetector
@@ -40,7 +41,7 @@ def test_a_run_whose_lease_expired_is_left_to_the_reaper(db, clock):
     wf = workflow(db, clock.now(), cadence=DAILY)
     run = create_tick(db, wf, clock.now(), clock.now())
     with db.transaction() as store:
-        store.lease_attempts("w1", clock.now(), 60)
+        lease(store, "w1", clock.now(), 60)
     detector = DeadlineDetector(db)
     detector.run_once(run.deadline_at + timedelta(seconds=1))
     assert detector.last.overdue_runs == []
@@ -53,7 +54,7 @@ def test_a_run_past_its_deadline_with_a_live_lease_is_missed_and_its_late_result
     wf = workflow(db, clock.now(), cadence=DAILY)
     run = create_tick(db, wf, clock.now(), clock.now())
     with db.transaction() as store:
-        (attempt,) = store.lease_attempts("w1", clock.now(), 10**6)
+        (attempt,) = lease(store, "w1", clock.now(), 10**6)
     DeadlineDetector(db).run_once(run.deadline_at)
     with db.transaction() as store:
         store.finish_attempt(attempt.id, "w1", OK, run.deadline_at + timedelta(seconds=5))

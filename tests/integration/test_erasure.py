@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from psycopg import sql
 
+from tests.helpers import lease
 from tests.dbutil import TEST_URL
 from tests.integration.pipeline import DAILY, create_tick, workflow
 from tickwarden import alerts, erasure, secrets
@@ -56,9 +57,9 @@ def populate(db: Database, now: datetime) -> dict[str, int]:
     wf = workflow(db, now, tenant="acme", name="nightly", cadence=DAILY)
     other_tenant = workflow(db, now, tenant="globex", name="export", cadence=DAILY)
     with db.transaction() as store:
-        alice = store.upsert_user(wf.tenant_id, EMAIL, now, display_name=NAME)
-        alice_elsewhere = store.upsert_user(other_tenant.tenant_id, EMAIL.lower(), now, display_name=NAME)
-        store.upsert_user(wf.tenant_id, OTHER, now, display_name="Bob Builder")
+        alice = store.apply_user(wf.tenant_id, EMAIL, NAME, True, now).row
+        alice_elsewhere = store.apply_user(other_tenant.tenant_id, EMAIL.lower(), NAME, True, now).row
+        store.apply_user(wf.tenant_id, OTHER, "Bob Builder", True, now)
         conn = store.conn
         conn.execute("UPDATE workflows SET publisher_id = %s, description = %s WHERE id = %s",
                      (alice.id, f"owned by {NAME}", wf.id))
@@ -76,7 +77,7 @@ def populate(db: Database, now: datetime) -> dict[str, int]:
                      "VALUES ('r1', 'poller', %s, %s)", (now, f"mail to {EMAIL} bounced"))
     run = create_tick(db, wf, now, now)
     with db.transaction() as store:
-        for leased in store.lease_attempts("w1", now, 600, limit=2):
+        for leased in lease(store, "w1", now, 600, limit=2):
             failed = AttemptOutcome(status="failed", error_category="step_error", retryable=False,
                                     error=f"no access for {EMAIL}", failed_step="load",
                                     log_tail=f"{NAME} <{EMAIL}> denied", outputs={"owner": EMAIL.upper()})
@@ -143,7 +144,7 @@ def test_a_subject_dry_run_reports_the_same_counts_and_changes_nothing(db: Datab
 def test_erase_subject_leaves_longer_addresses_and_unrelated_words_alone(db: Database, start: datetime) -> None:
     wf = workflow(db, start, tenant="acme", name="nightly", cadence=DAILY)
     with db.transaction() as store:
-        store.upsert_user(wf.tenant_id, "al@example.com", start, display_name="Ali")
+        store.apply_user(wf.tenant_id, "al@example.com", "Ali", True, start)
         store.conn.execute("UPDATE workflows SET description = %s WHERE id = %s",
                            ("mail xal@example.com or al@example.com.au; Alibaba, Ali.", wf.id))
         erasure.erase_subject(store, "al@example.com", actor="dpo", now=start)
@@ -156,7 +157,7 @@ def test_a_name_is_erased_only_among_the_persons_own_tenants_and_the_address_eve
     own = workflow(db, start, tenant="acme", name="nightly", cadence=DAILY)
     other = workflow(db, start, tenant="initech", name="report", cadence=DAILY)
     with db.transaction() as store:
-        store.upsert_user(own.tenant_id, EMAIL, start, display_name="Ops")
+        store.apply_user(own.tenant_id, EMAIL, "Ops", True, start)
         store.upsert_notification_channel(tenant_id=other.tenant_id, name="ops", kind="recording",
                                           audience="customer", now=start)
         for wf in (own, other):

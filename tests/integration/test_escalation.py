@@ -4,8 +4,9 @@ from datetime import timedelta
 
 import pytest
 
+from tests.helpers import republish
 from tests.integration.pipeline import FIVE_MIN, HOURLY, alerts_of, events_of, fail, tick, workflow
-from tickwarden.escalation import EscalationClock
+from tickwarden.alerts import EscalationClock
 from tickwarden.poller import OutcomePoller
 
 
@@ -44,8 +45,7 @@ def test_a_warning_escalates_at_opened_at_plus_multiplier_times_cadence(db, cloc
 def test_editing_the_schedule_later_does_not_move_escalate_at(db, clock, poller):
     wf, alert = open_warning(db, clock, poller)
     with db.transaction() as store:  # the workflow becomes hourly mid-incident
-        store.upsert_schedule(tenant_id=wf.tenant_id, workflow_id=wf.id, cron="0 * * * *", timezone="UTC",
-                              cadence_seconds=HOURLY, now=clock.now())
+        republish(store, wf, clock.now(), cron="0 * * * *", cadence_seconds=HOURLY)
     tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail()] * 2, clock)
     (updated,) = alerts_of(db, wf)
     assert updated.failure_count == 4
@@ -84,7 +84,7 @@ def test_an_alert_that_opens_with_enough_failures_opens_and_escalates_in_order(d
     for i in range(6):
         tick(db, poller, wf, base + timedelta(minutes=5 * (i + 1)), [fail()], clock)
     with db.transaction() as store:  # monitoring turned on mid-streak
-        store.upsert_workflow(wf.tenant_id, wf.name, clock.now(), monitoring_enabled=True)
+        republish(store, wf, clock.now(), monitoring_enabled=True)
     tick(db, poller, wf, base + timedelta(minutes=35), [fail()], clock)
     (alert,) = alerts_of(db, wf)
     assert (alert.first_severity, alert.severity, alert.failure_count) == ("warning", "critical", 7)

@@ -4,6 +4,7 @@ from datetime import timedelta
 
 import pytest
 
+from tests.helpers import streak
 from tests.integration.pipeline import DAILY, FIVE_MIN, OK, alerts_of, drive, events_of, fail, manual_run, tick, workflow
 from tickwarden.poller import OutcomePoller
 
@@ -37,7 +38,7 @@ def test_the_seed_table_counts_three_consecutive_failures(db, clock, poller):
     for i, outcome in enumerate([OK, fail(), OK, fail(), fail(), fail()]):
         tick(db, poller, wf, base + timedelta(minutes=5 * (i + 1)), [outcome], clock)
     with db.transaction() as store:
-        assert store.count_consecutive_failures(wf.id) == 3
+        assert streak(store, wf.id) == 3
         (inp,) = store.evaluation_inputs([wf.id])
     assert inp.failures == 3 and inp.success_run_id is not None
 

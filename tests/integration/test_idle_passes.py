@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 
 from tests.dbutil import TEST_URL
-from tests.helpers import create_run, make_workflow
+from tests.helpers import create_run, lease, make_workflow
 from tests.integration.notify_builders import add_channel, open_alert, outbox
 from tickwarden.db import Database
-from tickwarden.escalation import EscalationClock
+from tickwarden.alerts import EscalationClock
 from tickwarden.models import AttemptOutcome
 from tickwarden.notifier import Notifier
 from tickwarden.poller import OutcomePoller
@@ -36,7 +36,7 @@ def test_a_pass_with_work_still_does_it(db, clock, counted):
     wf = make_workflow(db, clock.now())
     run = create_run(db, wf, clock.now(), clock.now(), budget=1)
     with db.transaction() as store:
-        store.lease_attempts("w1", clock.now(), 30, limit=10)
+        lease(store, "w1", clock.now(), 30, limit=10)
     counted.clear()
     reaper, poller, _, _ = loops(db)
     reaper.run_once(clock.now() + timedelta(seconds=29))
@@ -56,7 +56,7 @@ def test_each_idle_check_sees_exactly_the_work_of_its_pass(db, clock):
             False, False, False, (False, None))
     create_run(db, wf, now, now)
     with db.transaction() as store:
-        [attempt] = store.lease_attempts("w1", now, 30, limit=10)
+        [attempt] = lease(store, "w1", now, 30, limit=10)
     with db.probe() as store:
         assert not store.reaper_waiting(now + timedelta(seconds=29))
         assert store.reaper_waiting(now + timedelta(seconds=30))
@@ -100,7 +100,7 @@ def test_a_poller_pass_after_a_busy_one_claims_without_looking_first(db, clock, 
     wf = make_workflow(db, clock.now())
     run = create_run(db, wf, clock.now(), clock.now())
     with db.transaction() as store:
-        [attempt] = store.lease_attempts("w1", clock.now(), 30, limit=10)
+        [attempt] = lease(store, "w1", clock.now(), 30, limit=10)
         store.finish_attempt(attempt.id, "w1", AttemptOutcome(status="succeeded"), clock.now())
     poller = OutcomePoller(db, "p1")
     counted.clear()

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
+from tests.helpers import catalog_counts
 from tests.apiutil import api, live_server, make_token, seed_tenant
 from tests.dbutil import TEST_URL, drop_schema, make_schema
 from tests.integration.test_apply import GOOD, NOW, write
@@ -56,7 +57,7 @@ def test_it_refuses_a_hostile_workflow_file_in_one_sentence(db, tmp_path, case):
     assert "\n" not in message and message.endswith(".") and len(message) < 300
     assert "passwd" not in message
     with db.transaction() as store:
-        assert set(store.catalog_counts().values()) == {0}
+        assert set(catalog_counts(store).values()) == {0}
 
 
 def test_a_webhook_channel_with_an_https_url_applies(db, tmp_path):

@@ -3,7 +3,8 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from tests.helpers import create_run, make_workflow, tick
+from tests import helpers
+from tests.helpers import create_run, lease, make_workflow, streak, tick
 from tickwarden.models import AttemptOutcome
 from tickwarden.store.ledger import FREE_LOST_REQUEUES
 
@@ -13,9 +14,13 @@ OK = AttemptOutcome(status="succeeded")
 
 def lease_one(db, now, worker="w1", lease=60):
     with db.transaction() as store:
-        leased = store.lease_attempts(worker, now, lease)
+        leased = helpers.lease(store, worker, now, lease)
     assert len(leased) == 1
     return leased[0]
+
+
+def attempt_of(store, attempt):
+    return next(a for a in store.list_attempts(attempt.run_id) if a.id == attempt.id)
 
 
 def finish(db, attempt, outcome, now, worker="w1"):
@@ -109,7 +114,7 @@ def test_a_result_delivered_twice_is_applied_once(db, clock):
     assert finish(db, attempt, FAIL, clock.advance(1)).applied
     assert not finish(db, attempt, OK, clock.advance(1)).applied
     with db.transaction() as store:
-        assert store.get_attempt(attempt.id).status == "failed"
+        assert attempt_of(store, attempt).status == "failed"
 
 
 def test_only_the_lease_holder_can_finish_or_renew(db, clock):
@@ -133,7 +138,7 @@ def test_an_expired_lease_is_lost_and_takes_the_failure_path(db, clock):
     # the worker comes back from the dead: its result is not applied
     assert not finish(db, attempt, OK, clock.advance(1)).applied
     with db.transaction() as store:
-        assert store.get_attempt(attempt.id).status == "lost"
+        assert attempt_of(store, attempt).status == "lost"
     # Losses are re-queued for free a bounded number of times, then spend the budget (1), then fail.
     for number in range(2, FREE_LOST_REQUEUES + 3):
         with db.transaction() as store:
@@ -146,15 +151,18 @@ def test_an_expired_lease_is_lost_and_takes_the_failure_path(db, clock):
     assert run.status == "failed" and run.error_category == "lost"
 
 
-def test_close_run_writes_missed_once_and_cancels_queued_attempts(db, clock):
+def test_a_deadline_pass_writes_missed_once_and_cancels_queued_attempts(db, clock):
     workflow = make_workflow(db, clock.now())
-    run = create_run(db, workflow, clock.now(), clock.now())
+    run = create_run(db, workflow, clock.now(), clock.now())  # deadline: three hours after its tick
+    past = clock.advance(3 * 3600)
     with db.transaction() as store:
-        missed = store.close_run(run.id, "missed", clock.advance(3600), error_category="missed", error="no outcome")
-        again = store.close_run(run.id, "cancelled", clock.now())
+        missed = store.close_overdue_and_arm(past, 500, "no outcome", past)
+        again = store.close_overdue_and_arm(past, 500, "no outcome", past)
         attempts = store.list_attempts(run.id)
-        leased = store.lease_attempts("w1", clock.now(), 60)
-    assert missed.status == "missed" and again is None and leased == []
+        leased = lease(store, "w1", past, 60)
+        closed = store.get_run(run.id)
+    assert missed == [(run.id, workflow.id)] and again == [] and leased == []
+    assert closed.status == "missed" and closed.error_category == "missed"
     assert attempts[0].status == "cancelled" and attempts[0].processed_at is not None
 
 
@@ -169,15 +177,16 @@ def test_consecutive_failures_stop_at_the_newest_success(db, clock):
         if verdict:
             finish(db, attempt, OK if verdict == "succeeded" else FAIL, clock.advance(1))
     with db.transaction() as store:
-        assert store.count_consecutive_failures(workflow.id) == 3
+        assert streak(store, workflow.id) == 3
 
 
 def test_missed_runs_count_as_failures(db, clock):
     workflow = make_workflow(db, clock.now())
-    run = create_run(db, workflow, clock.now(), clock.now())
+    create_run(db, workflow, clock.now(), clock.now())
+    past = clock.advance(3 * 3600)
     with db.transaction() as store:
-        store.close_run(run.id, "missed", clock.advance(10))
-        assert store.count_consecutive_failures(workflow.id) == 1
+        store.close_overdue_and_arm(past, 500, "no outcome", past)
+        assert streak(store, workflow.id) == 1
 
 
 @pytest.mark.parametrize(
@@ -217,30 +226,28 @@ def test_the_consecutive_failure_count_walks_only_the_streak_through_the_indexes
         )
         store.conn.execute("ANALYZE runs")
     with db.transaction() as store:
-        assert store.count_consecutive_failures(workflow.id) == 5
+        assert streak(store, workflow.id) == 5
         from tickwarden.store.queries import queries
 
-        def plan(name: str, params: dict) -> str:
-            return "\n".join(row[0] for row in store.conn.execute("EXPLAIN " + queries()[name], params))
-
-        newest = plan("newest_success", {"workflow_id": workflow.id})
-        since = store.conn.execute(queries()["newest_success"], {"workflow_id": workflow.id}).fetchone()[0]
-        streak = plan("count_failures_since", {"workflow_id": workflow.id, "since": since})
+        plan = "\n".join(row[0] for row in store.conn.execute(
+            "EXPLAIN " + queries()["monitoring_evaluation_inputs"], {"workflow_ids": [workflow.id]}))
         # The ledger is partitioned: a plan names each partition's copy of the parent index.
         copies = dict(store.conn.execute(
             "SELECT parent.relname, array_agg(child.relname::text) FROM pg_inherits i"
             "  JOIN pg_class parent ON parent.oid = i.inhparent JOIN pg_class child ON child.oid = i.inhrelid"
             " WHERE parent.relname IN ('runs_workflow_success_idx', 'runs_workflow_recent_idx')"
             "   AND parent.relnamespace = to_regnamespace(current_schema()) GROUP BY parent.relname").fetchall())
-    assert any(name in newest for name in copies["runs_workflow_success_idx"]) and "Seq Scan" not in newest
-    assert any(name in streak for name in copies["runs_workflow_recent_idx"]) and "Seq Scan" not in streak
+    # the evaluation's own statement: one probe of the success index, then only the streak
+    assert any(name in plan for name in copies["runs_workflow_success_idx"])
+    assert any(name in plan for name in copies["runs_workflow_recent_idx"])
+    assert "Seq Scan on runs" not in plan
 
 
 def test_a_batch_of_outcomes_is_recorded_in_one_statement_each_attempt_once(db, clock):
     workflow = make_workflow(db, clock.now())
     runs = [create_run(db, workflow, clock.now() - timedelta(days=i), clock.now(), budget=1) for i in range(3)]
     with db.transaction() as store:
-        leased = sorted(store.lease_attempts("w1", clock.now(), 60, limit=10), key=lambda a: a.run_id)
+        leased = sorted(lease(store, "w1", clock.now(), 60, limit=10), key=lambda a: a.run_id)
     by_run = {a.run_id: a for a in leased}
     ok, failed, foreign = (by_run[r.id] for r in runs)
     with db.transaction() as store:  # another worker's attempt is not ours to finish
@@ -254,7 +261,7 @@ def test_a_batch_of_outcomes_is_recorded_in_one_statement_each_attempt_once(db, 
     assert [r.applied for r in again] == [False]
     with db.transaction() as store:
         done = {r.id: store.get_run(r.id) for r in runs}
-        attempts = {a.id: store.get_attempt(a.id) for a in leased}
+        attempts = {a.id: attempt_of(store, a) for a in leased}
     assert (done[runs[0].id].status, done[runs[0].id].finished_at) == ("succeeded", t1)
     assert (done[runs[1].id].status, done[runs[1].id].finished_at) == ("pending_retry", None)
     assert done[runs[2].id].status == "running" and attempts[foreign.id].status == "running"

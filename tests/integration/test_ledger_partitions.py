@@ -11,6 +11,7 @@ import pytest
 from tests.dbutil import TEST_URL, drop_schema, make_schema
 from tests.integration.pipeline import DAILY, create_tick, manual_run, workflow
 from tests.integration.test_retention import YEAR_START, run_tick
+from tests.helpers import streak
 from tickwarden import migrate
 from tickwarden.db import Database
 from tickwarden.poller import OutcomePoller
@@ -91,7 +92,7 @@ def test_a_year_with_partitions_drops_whole_months_and_keeps_every_run_retention
                                    " ORDER BY id DESC LIMIT 1", broken.id)
     assert status == "open" and failures == days - broken_from
     with db.transaction() as store:
-        assert store.count_consecutive_failures(broken.id) == days - broken_from
+        assert streak(store, broken.id) == days - broken_from
         totals = store.retention_totals()
     assert totals["metadata"] > 0
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.integration.pipeline import FIVE_MIN, OK, alerts_of, events_of, fail, tick, workflow
 from tickwarden import maintenance
-from tickwarden.escalation import EscalationClock
+from tickwarden.alerts import EscalationClock
 from tickwarden.models import Workflow
 from tickwarden.notifier import Notifier
 from tickwarden.poller import OutcomePoller

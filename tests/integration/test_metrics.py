@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.apiutil import live_server, seed_tenant
 from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
-from tests.helpers import create_run, make_workflow
+from tests.helpers import create_run, lease, make_workflow
 from tests.integration.notify_builders import add_channel, open_alert
 from tickwarden import __version__, metrics
 from tickwarden.deadlines import DeadlineDetector
@@ -42,7 +42,7 @@ def test_metrics_report_runs_alerts_lag_backlog_and_stalled_loops(db, clock):
     # a finished attempt the poller has not claimed yet: 90 s of lag
     run = create_run(db, workflow, now - timedelta(minutes=10), now - timedelta(minutes=10), budget=1)
     with db.transaction() as store:
-        attempt = store.lease_attempts("w", now - timedelta(minutes=10), 60)[0]
+        attempt = lease(store, "w", now - timedelta(minutes=10), 60)[0]
         store.finish_attempt(attempt.id, "w", AttemptOutcome(status="failed", error_category="connection",
                                                              error="reset"), now - timedelta(seconds=90))
         store.queue_retries([run.id], now - timedelta(seconds=80))
@@ -164,7 +164,7 @@ def test_a_second_delivery_of_the_same_outcome_is_not_counted_again(db, clock):
     queue_run(db, workflow, clock.now(), clock.now())
     worker = Worker(db, "w1", clock=clock, secret_key=SECRET)
     with db.transaction() as store:
-        attempt = store.lease_attempts("w1", clock.now(), 60)[0]
+        attempt = lease(store, "w1", clock.now(), 60)[0]
     result = Result(outcome=AttemptOutcome(status="failed", error_category="step_error", error="boom",
                                            retryable=False), steps=[])
     before = own()
@@ -181,7 +181,7 @@ def test_the_poller_counts_the_retries_it_launches(db, clock):
     workflow = make_workflow(db, now)
     create_run(db, workflow, now, now, budget=1)
     with db.transaction() as store:
-        attempt = store.lease_attempts("w", now, 60)[0]
+        attempt = lease(store, "w", now, 60)[0]
         store.finish_attempt(attempt.id, "w", AttemptOutcome(status="failed", error_category="connection",
                                                              error="reset"), now)
     before = own()
@@ -238,7 +238,7 @@ def test_the_reaper_counts_lost_attempts_and_the_verdicts_they_give(db, clock):
     now = clock.now()
     for _ in range(4):
         with db.transaction() as store:
-            leased += len(store.lease_attempts("w", now, 30))
+            leased += len(lease(store, "w", now, 30))
         now += timedelta(minutes=1)
         LeaseReaper(db).run_once(now)
         OutcomePoller(db, "p1").run_once(now)  # launches the free re-queue the reaper decided

@@ -5,13 +5,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+from tests.helpers import lease
 from tests.dbutil import TEST_URL
 from tests.integration.pipeline import DAILY, FIVE_MIN, HOURLY, workflow
 from tickwarden.cadence import parse_schedule
 from tickwarden.db import Database
 from tickwarden.deadlines import DeadlineDetector
-from tickwarden.escalation import EscalationClock
-from tickwarden.evaluator import profile_of
+from tickwarden.alerts import EscalationClock
+from tickwarden.alerts import profile_of
 from tickwarden.models import AttemptOutcome
 from tickwarden.poller import OutcomePoller
 from tickwarden.profile import run_deadline
@@ -69,7 +70,7 @@ def test_three_replicas_of_every_loop_double_nothing_and_lose_nothing(db, schema
             last = now
             with db.transaction() as store:
                 store.create_tick_runs(ticks, now)
-                leased = store.lease_attempts("worker", now, 3600, limit=1000)
+                leased = lease(store, "worker", now, 3600, limit=1000)
                 names = {wf.id: n for n, (wf, _, _, _) in workflows.items()}
                 for attempt in leased:
                     name = names[attempt.workflow_id]

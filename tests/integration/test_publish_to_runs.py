@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from tests.helpers import lease
 from tests.apiutil import api, live_server, make_token, seed_tenant
 from tickwarden import catalog
 from tickwarden.models import AttemptOutcome
@@ -45,7 +46,7 @@ class Fleet:
                 if self.due[loop.name] <= now:
                     self.due[loop.name] = loop.run_once(now)
             with self.db.transaction() as store:
-                for attempt in store.lease_attempts("worker-1", now, 60, limit=100):
+                for attempt in lease(store, "worker-1", now, 60, limit=100):
                     store.finish_attempt(attempt.id, "worker-1", AttemptOutcome(status="succeeded"), now)
             now += step
 

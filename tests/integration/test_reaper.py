@@ -2,7 +2,8 @@ import threading
 from datetime import timedelta
 
 from tests.dbutil import TEST_URL
-from tests.helpers import create_run, make_workflow
+from tests import helpers
+from tests.helpers import create_run, lease, make_workflow
 from tickwarden.db import Database
 from tickwarden.models import AttemptOutcome
 from tickwarden.poller import OutcomePoller
@@ -12,7 +13,7 @@ from tickwarden.store.ledger import FREE_LOST_REQUEUES
 
 def lease_all(db, now, lease=30):
     with db.transaction() as store:
-        return store.lease_attempts("w1", now, lease, limit=1000)
+        return helpers.lease(store, "w1", now, lease, limit=1000)
 
 
 def test_it_marks_an_expired_lease_lost_and_the_run_pending_retry(db, clock):
@@ -43,7 +44,7 @@ def test_a_lost_attempt_is_queued_again_without_spending_the_budget(db, clock):
     with db.transaction() as store:
         assert store.get_run(run.id).status == "pending_retry"
         store.queue_retries([run.id], clock.now() + timedelta(minutes=1))
-        [leased] = store.lease_attempts("w2", clock.now() + timedelta(minutes=2), 30)
+        [leased] = lease(store, "w2", clock.now() + timedelta(minutes=2), 30)
         failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
         finished = store.finish_attempt(leased.id, "w2", failure, clock.now() + timedelta(minutes=3))
     # The workflow's own failure is judged on its own budget (none), not on the platform's loss.
@@ -56,7 +57,7 @@ def test_a_retry_after_a_lost_attempt_still_has_the_whole_budget(db, clock):
     lose_attempt(db, clock.now())
     with db.transaction() as store:
         store.queue_retries([run.id], clock.now() + timedelta(minutes=1))
-        [leased] = store.lease_attempts("w2", clock.now() + timedelta(minutes=2), 30)
+        [leased] = lease(store, "w2", clock.now() + timedelta(minutes=2), 30)
         failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
         finished = store.finish_attempt(leased.id, "w2", failure, clock.now() + timedelta(minutes=3))
     assert finished.run_status == "pending_retry"
@@ -135,7 +136,7 @@ def test_replicas_reap_each_attempt_once(db, clock, schema):
 def test_it_marks_instances_left_by_a_vanished_worker_dead(db, clock):
     with db.transaction() as store:
         t = store.upsert_tenant("acme", clock.now())
-        env = store.upsert_environment(t.id, "main", clock.now(), idle_timeout_seconds=60)
+        env = store.apply_environment(t.id, "main", None, 60, clock.now()).row
         stale = store.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="gone", pid=1,
                                                  status="warm", now=clock.now())
         fresh = store.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="alive", pid=2,

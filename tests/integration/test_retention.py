@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from tests.helpers import lease, streak
 from tests.integration.pipeline import DAILY, create_tick, workflow
 from tickwarden import retention
 from tickwarden.db import Database
@@ -30,7 +31,7 @@ def run_tick(db: Database, wf: Workflow, day: datetime, ok: bool) -> None:
                                          failed_step="load", retryable=False, log_tail="traceback tail",
                                          outputs={"partial": True}))
     with db.transaction() as store:
-        leased = store.lease_attempts("w1", day, 600, limit=1)
+        leased = lease(store, "w1", day, 600, limit=1)
         assert [a.run_id for a in leased] == [run.id]
         store.finish_attempt(leased[0].id, "w1", outcome, done)
         store.record_attempt_steps(leased[0].id, wf.tenant_id, [
@@ -85,13 +86,13 @@ def test_a_year_of_a_small_fleet_keeps_exactly_what_each_class_promises(db: Data
             broken_alert_opened = opened_at
             assert count == days - 1 - 5
             with db.transaction() as store:
-                assert store.count_consecutive_failures(wfs["short/broken"].id) == days - 1 - 5
+                assert streak(store, wfs["short/broken"].id) == days - 1 - 5
             events = rows(db, "SELECT kind FROM alert_events WHERE alert_id = %s ORDER BY id", alert_id)
             assert events[0] == ("opened",)
-            streak = rows(db, "SELECT count(*), count(r.error), count(a.log_tail), count(s.output) FROM runs r "
+            kept = rows(db, "SELECT count(*), count(r.error), count(a.log_tail), count(s.output) FROM runs r "
                               "JOIN attempts a ON a.run_id = r.id JOIN attempt_steps s ON s.attempt_id = a.id "
                               "WHERE r.workflow_id = %s AND r.status = 'failed'", wfs["short/broken"].id)
-            assert streak == [(days - 1 - 5,) * 4], "the runs of the open alert keep logs and payloads"
+            assert kept == [(days - 1 - 5,) * 4], "the runs of the open alert keep logs and payloads"
         for key, wf in wfs.items():
             run_tick(db, wf, day, outcome_of(key, index, days))
         poller.run_once(day + timedelta(minutes=5))

@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from tests.dbutil import TEST_URL
+from tests import helpers
 from tests.helpers import make_workflow
 from tests.integration.pipeline import fail
 from tickwarden.catalog import budget_for
@@ -31,7 +32,7 @@ def woken(listener, loop):
 
 def lease(db, now, worker="w1", lease_seconds=600):
     with db.transaction() as store:
-        return store.lease_attempts(worker, now, lease_seconds, limit=10)
+        return helpers.lease(store, worker, now, lease_seconds, limit=10)
 
 
 def fail_first_attempt(db, clock, outcome):

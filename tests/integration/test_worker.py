@@ -3,6 +3,7 @@ from datetime import timedelta
 
 import pytest
 
+from tests.helpers import lease
 from tests.dbutil import TEST_URL
 from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run, set_secret
 from tickwarden.db import Database
@@ -28,7 +29,7 @@ def outcome(db, run_id):
     with db.transaction() as store:
         run = store.get_run(run_id)
         attempts = store.list_attempts(run_id)
-        steps = store.list_attempt_steps(attempts[-1].id)
+        steps = [s for s in store.api_list_run_steps(run_id) if s.attempt_id == attempts[-1].id]
     return run, attempts[-1], {s.step: s for s in steps}
 
 
@@ -231,7 +232,7 @@ def test_an_environment_refuses_another_tenant(db, clock, workers):
 
     acme = make_runnable(db, clock.now(), [python_step("who", "pid")], tenant="acme")
     with db.transaction() as store:
-        env = store.get_environment(acme.environment_id)
+        env = store.api_get_environment(acme.environment_id).environment
     with pytest.raises(IsolationError):
         workers().environments.acquire(env, acme.tenant_id + 1, clock.now())
 
@@ -241,7 +242,7 @@ def test_a_result_delivered_twice_is_applied_once(db, clock, workers):
     run = queue_run(db, wf, clock.now(), clock.now())
     worker = workers()
     with db.transaction() as store:
-        [attempt] = store.lease_attempts("w1", clock.now(), 30)
+        [attempt] = lease(store, "w1", clock.now(), 30)
     first = worker.execute(attempt)
     again = worker.record(attempt, Result(AttemptOutcome(status="failed", error_category="step_error", error="late")))
     run, attempt, steps = outcome(db, run.id)
@@ -254,7 +255,7 @@ def test_a_lost_lease_abandons_the_result(db, clock, workers):
     run = queue_run(db, wf, clock.now(), clock.now())
     worker = workers(lease_seconds=0.6)
     with db.transaction() as store:
-        [attempt] = store.lease_attempts("w1", clock.now(), 0.6)
+        [attempt] = lease(store, "w1", clock.now(), 0.6)
         # another party (the reaper) decides the lease is gone
         store.expire_leases(clock.now() + timedelta(seconds=1))
     started = time.monotonic()
@@ -386,7 +387,7 @@ def test_an_environment_runs_its_own_interpreter(db, clock, workers):
     ])
     set_secret(db, wf.tenant_id, "ANY_DB", TEST_URL, clock.now())
     with db.transaction() as store:
-        store.upsert_environment(wf.tenant_id, "main", clock.now(), python=base)
+        store.apply_environment(wf.tenant_id, "main", base, 600, clock.now())
     run = queue_run(db, wf, clock.now(), clock.now())
     workers(environ={}).run_once(clock.now())
     run, attempt, steps = outcome(db, run.id)

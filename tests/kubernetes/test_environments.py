@@ -29,6 +29,7 @@ from kubernetes import client
 from kubernetes_validate import validate
 
 from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run, set_secret
+from tests.helpers import republish
 from tests.kubernetes.conftest import NAMESPACE, Cluster, closed_port
 from tests.kubernetes.test_deploy import DEPLOY, KUBERNETES_VERSION, policy_violations, render
 from tickwarden import secrets
@@ -215,10 +216,9 @@ def test_a_secret_set_after_the_wake_is_an_environment_failure_until_the_secret_
     queue_run(db, workflow, clock.now() - timedelta(minutes=1), clock.now())
     worker.run_once(clock.now())  # awake, its Secret written without NEW_TOKEN
     with db.transaction() as store:
-        store.upsert_workflow(workflow.tenant_id, workflow.name, clock.now(), environment_id=env.id,
-                              publisher_id=workflow.publisher_id, timeout_seconds=60, recipe={"steps": [
-                                  {**python_step("read", "secret_digest", params={"name": "NEW_TOKEN"}),
-                                   "secrets": ["secret:NEW_TOKEN"]}]})
+        republish(store, workflow, clock.now(), environment_id=env.id, timeout_seconds=60, recipe={"steps": [
+            {**python_step("read", "secret_digest", params={"name": "NEW_TOKEN"}),
+             "secrets": ["secret:NEW_TOKEN"]}]})
     set_secret(db, workflow.tenant_id, "NEW_TOKEN", "fresh-654321", clock.now())
     run = queue_run(db, workflow, clock.now(), clock.now())
     worker.run_once(clock.now())

@@ -14,3 +14,24 @@ def test_the_timeout_rule_is_the_workflows_own_else_its_cadences_default_and_uns
     # The run deadline a tick is given assumes the same timeout the worker's watchdog enforces.
     assert catalog.budget_for(300, {}, True, None).timeout_seconds == profile.timeout_for(None, 300)
     assert catalog.budget_for(300, {}, True, 45).timeout_seconds == 45
+
+
+def test_a_class_name_means_one_thing():
+    """Two top-level classes of one name are two meanings a reader must tell apart by import path.
+
+    The four left are recorded here until they are renamed; a new collision fails.
+    """
+    import ast
+    from collections import defaultdict
+    from pathlib import Path
+
+    import tickwarden
+
+    defined: dict[str, list[str]] = defaultdict(list)
+    for path in Path(tickwarden.__file__).parent.rglob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                defined[node.name].append(path.name)
+    colliding = {name for name, where in defined.items() if len(where) > 1}
+    assert len(defined["Heartbeat"]) == len(defined["AlertView"]) == 1
+    assert colliding <= {"Recorded", "WorkflowSpec", "Plan", "Window"}, colliding

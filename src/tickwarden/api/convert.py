@@ -9,11 +9,10 @@ from tickwarden import profile
 from tickwarden.api import schemas as s
 from tickwarden.cadence import parse_schedule
 from tickwarden.errors import InvalidPolicy
-from tickwarden.models import Alert, AlertEvent, Attempt, AttemptStep, Channel, EnvironmentInstance, Run
+from tickwarden.models import Alert, AlertEvent, AlertView, Attempt, AttemptStep, Channel, EnvironmentInstance, Run
 from tickwarden.sanitize import redact
 from tickwarden.workflow_file import ScheduleSpec
 from tickwarden.store.api import (
-    AlertView,
     EnvironmentView,
     FailingStep,
     Outcome,

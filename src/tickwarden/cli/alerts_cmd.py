@@ -14,7 +14,7 @@ from tickwarden.clock import WallClock, isoformat_z
 from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, NotFound
 from tickwarden.models import AlertEvent
-from tickwarden.store.monitoring import AlertView
+from tickwarden.models import AlertView
 
 alerts_app = typer.Typer(
     help="Alerts: one per broken workflow, with an owner, a history and a downtime.",
@@ -68,8 +68,8 @@ def alert_dict(view: AlertView) -> dict[str, Any]:
     a = view.alert
     return {
         "id": a.id,
-        "tenant": view.tenant,
-        "workflow": view.workflow,
+        "tenant": view.tenant_name,
+        "workflow": view.workflow_name,
         "status": a.status,
         "first_severity": a.first_severity,
         "severity": a.severity,
@@ -168,7 +168,7 @@ def show_command(alert: Annotated[str, typer.Argument(help="Alert id.")], as_jso
         fields.append(("downtime", downtime(data["downtime_seconds"])))
     if data["shadow"]:
         fields.append(("shadow", "yes: delivered to shadow channels only"))
-    print_table(("field", "value"), fields, title=f"alert {alert_id}: {view.tenant}/{view.workflow}")
+    print_table(("field", "value"), fields, title=f"alert {alert_id}: {view.tenant_name}/{view.workflow_name}")
     history = []
     for e in data["events"]:
         detail = e["note"] or ""

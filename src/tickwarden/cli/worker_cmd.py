@@ -27,7 +27,7 @@ log = logging.getLogger("tickwarden.worker")
 ERROR_BACKOFF_SECONDS = 5
 
 
-def run_workers(db: Database, workers: list[Worker], stop: threading.Event, clock: WallClock) -> None:
+def run_workers(workers: list[Worker], stop: threading.Event, clock: WallClock) -> None:
     """Drive each worker's passes on the wall clock in its own thread until `stop` is set."""
 
     def loop(worker: Worker) -> None:
@@ -98,7 +98,7 @@ def worker_command(
         if metrics_port:
             serve_process_metrics(metrics_port, metrics_host)
         log.info("worker %s started (concurrency %s, lease %s s)", base, concurrency, lease)
-        run_workers(db, workers, stop, clock)
+        run_workers(workers, stop, clock)
 
 
 @app.command("envs")

@@ -427,7 +427,7 @@ class Simulation:
 
     def _drive(self, db: Database, setup: SimulationSetup) -> None:
         from tickwarden.deadlines import DeadlineDetector
-        from tickwarden.escalation import EscalationClock
+        from tickwarden.alerts import EscalationClock
         from tickwarden.notifier import Notifier
         from tickwarden.poller import OutcomePoller
         from tickwarden.reaper import LeaseReaper

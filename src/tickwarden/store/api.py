@@ -16,6 +16,7 @@ from typing import Any
 
 from tickwarden.models import (
     Alert,
+    AlertView,
     AlertEvent,
     AttemptStep,
     Channel,
@@ -74,13 +75,6 @@ class Outcome:
 @dataclass(frozen=True)
 class RunView:
     run: Run
-    tenant_name: str
-    workflow_name: str
-
-
-@dataclass(frozen=True)
-class AlertView:
-    alert: Alert
     tenant_name: str
     workflow_name: str
 
@@ -339,9 +333,6 @@ class ApiStore(StoreBase):
         """True when this connection, outside a tenant context, sees every tenant (what the loops need)."""
         row = self._row("api_connection_context")
         return bool(row and (row["bypasses_rls"] or row["platform"]))
-
-    def api_schema_versions(self) -> list[int]:
-        return [int(r["version"]) for r in self._rows("api_schema_versions")]
 
 
 def _workflow_view(row: dict[str, Any]) -> WorkflowView:

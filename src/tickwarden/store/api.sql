@@ -250,10 +250,6 @@ SELECT status, count(*) AS n FROM notification_outbox
 -- Every replica's newest pass of every loop.
 SELECT * FROM loop_heartbeats ORDER BY loop, replica_id;
 
--- api_schema_versions --
--- Applied migration versions (readiness).
-SELECT version FROM schema_migrations ORDER BY version;
-
 -- api_get_user_by_email --
 -- One visible user of a tenant by e-mail: the publisher named when publishing over the API.
 SELECT u.* FROM users u JOIN tenants t ON t.id = u.tenant_id

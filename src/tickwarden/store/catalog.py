@@ -64,73 +64,9 @@ class CatalogStore(StoreBase):
         row = self._row("get_tenant", {"tenant_id": tenant_id})
         return from_row(Tenant, row) if row else None
 
-    def list_tenants(self) -> list[Tenant]:
-        return [from_row(Tenant, row) for row in self._rows("list_tenants")]
-
-    def upsert_user(
-        self, tenant_id: int, email: str, now: datetime, *, display_name: str | None = None, active: bool = True
-    ) -> User:
-        """Create or update a publisher (the same statement `apply` uses)."""
-        return self.apply_user(tenant_id, email, display_name or email, active, now).row
-
-    def get_user(self, user_id: int) -> User | None:
-        row = self._row("get_user", {"user_id": user_id})
-        return from_row(User, row) if row else None
-
-    def upsert_environment(
-        self,
-        tenant_id: int,
-        name: str,
-        now: datetime,
-        *,
-        python: str | None = None,
-        idle_timeout_seconds: int = 600,
-        settings: dict[str, Any] | None = None,
-    ) -> Environment:
-        row = self._row(
-            "upsert_environment",
-            {
-                "tenant_id": tenant_id,
-                "name": name,
-                "python": python,
-                "idle_timeout_seconds": idle_timeout_seconds,
-                "settings": Jsonb(settings or {}),
-                "now": now,
-            },
-        )
-        assert row is not None
-        return from_row(Environment, row)
-
     def get_environment(self, environment_id: int) -> Environment | None:
         row = self._row("get_environment", {"environment_id": environment_id})
         return from_row(Environment, row) if row else None
-
-    def upsert_workflow(
-        self,
-        tenant_id: int,
-        name: str,
-        now: datetime,
-        *,
-        description: str = "",
-        environment_id: int | None = None,
-        publisher_id: int | None = None,
-        recipe: dict[str, Any] | None = None,
-        timeout_seconds: int | None = None,
-        monitoring_enabled: bool = True,
-        policy_overrides: dict[str, Any] | None = None,
-        shadow: bool = False,
-        expect_rows: bool = False,
-        kind: str = "managed",
-        keep_outputs: bool = False,
-    ) -> Workflow:
-        """Create or update a workflow (the same statement `apply` uses)."""
-        return self.apply_workflow(
-            tenant_id, name, now, description=description, environment_id=environment_id,  # type: ignore[arg-type]
-            publisher_id=publisher_id, recipe=recipe or {"steps": []},  # type: ignore[arg-type]
-            timeout_seconds=timeout_seconds, monitoring_enabled=monitoring_enabled,
-            policy_overrides=policy_overrides or {}, shadow=shadow, expect_rows=expect_rows, kind=kind,
-            keep_outputs=keep_outputs,
-        ).row
 
     def get_workflow(self, workflow_id: int) -> Workflow | None:
         row = self._row("get_workflow", {"workflow_id": workflow_id})
@@ -147,24 +83,6 @@ class CatalogStore(StoreBase):
 
     def list_workflows(self, tenant_id: int) -> list[Workflow]:
         return [from_row(Workflow, row) for row in self._rows("list_workflows", {"tenant_id": tenant_id})]
-
-    def upsert_schedule(
-        self,
-        *,
-        tenant_id: int,
-        workflow_id: int,
-        cron: str,
-        timezone: str,
-        cadence_seconds: int,
-        now: datetime,
-        status: str = "active",
-        starting_deadline_seconds: int = 300,
-    ) -> Schedule:
-        """Attach or edit a workflow's schedule (the same statement `apply` uses)."""
-        return self.apply_schedule(
-            tenant_id=tenant_id, workflow_id=workflow_id, cron=cron, timezone=timezone, status=status,
-            cadence_seconds=cadence_seconds, starting_deadline_seconds=starting_deadline_seconds, now=now,
-        ).row
 
     def get_schedule_for_workflow(self, workflow_id: int) -> Schedule | None:
         row = self._row("get_schedule_for_workflow", {"workflow_id": workflow_id})
@@ -233,8 +151,8 @@ class CatalogStore(StoreBase):
         now: datetime,
         *,
         description: str,
-        environment_id: int,
-        publisher_id: int,
+        environment_id: int | None,  # none for an external workflow or a self-test's
+        publisher_id: int | None,
         recipe: dict[str, Any],
         timeout_seconds: int | None,
         monitoring_enabled: bool,

@@ -4,20 +4,6 @@ SELECT * FROM tenants WHERE name = %(name)s;
 -- get_tenant --
 SELECT * FROM tenants WHERE id = %(tenant_id)s;
 
--- list_tenants --
-SELECT * FROM tenants ORDER BY name;
-
--- get_user --
-SELECT * FROM users WHERE id = %(user_id)s;
-
--- upsert_environment --
-INSERT INTO environments (tenant_id, name, python, idle_timeout_seconds, settings, created_at, updated_at)
-VALUES (%(tenant_id)s, %(name)s, %(python)s, %(idle_timeout_seconds)s, %(settings)s, %(now)s, %(now)s)
-    ON CONFLICT (tenant_id, name) DO UPDATE
-   SET python = EXCLUDED.python, idle_timeout_seconds = EXCLUDED.idle_timeout_seconds,
-       settings = EXCLUDED.settings, updated_at = EXCLUDED.updated_at
-RETURNING *;
-
 -- get_environment --
 SELECT * FROM environments WHERE id = %(environment_id)s;
 

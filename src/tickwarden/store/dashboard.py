@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from tickwarden.models import from_row
-from tickwarden.store.api import AlertView, _alert_view
+from tickwarden.models import AlertView, from_row
+from tickwarden.store.api import _alert_view
 from tickwarden.store.base import StoreBase
 
 

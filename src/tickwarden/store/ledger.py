@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -19,7 +19,6 @@ from tickwarden.store.base import StoreBase
 from tickwarden.store.trigger import Advance
 
 # Before any success: every confirmed failure of the workflow belongs to the streak.
-NEVER = datetime(1, 1, 1, tzinfo=UTC)
 # Attempts of one run the platform may lose (a dead worker, an expired lease) and queue
 # again without spending the tick's retry budget: enough for a crash or two, bounded so
 # that a workflow that kills its worker every time still ends failed.
@@ -97,10 +96,6 @@ class LedgerStore(StoreBase):
         )
         assert row is not None
         return from_row(Run, row)
-
-    def lease_attempts(self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1) -> list[Attempt]:
-        """Lease up to `limit` queued attempts for `worker_id`."""
-        return [attempt for attempt, _ in self.lease_attempts_with_ticks(worker_id, now, lease_seconds, limit)]
 
     def lease_attempts_with_ticks(
         self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1, *, relaxed: bool = False
@@ -184,33 +179,10 @@ class LedgerStore(StoreBase):
         rows = self._rows("queue_retries", {"run_ids": list(run_ids), "now": now, "patient": list(patient)})
         return [from_row(Attempt, row) for row in rows]
 
-    def close_run(
-        self, run_id: int, status: str, now: datetime, *, error_category: str | None = None, error: str | None = None
-    ) -> Run | None:
-        """Give a run with no verdict yet the verdict `missed` or `cancelled`."""
-        if status not in ("missed", "cancelled"):
-            raise ValueError(f"close_run writes missed or cancelled, not {status!r}")
-        row = self._row(
-            "close_run",
-            {"run_id": run_id, "status": status, "now": now, "error_category": error_category, "error": error},
-        )
-        return from_row(Run, row) if row else None
-
     def cancel_run(self, run_id: int, actor: str, now: datetime) -> Run | None:
         """Cancel a run that has no verdict yet, and its queued or running attempt; None if it has one."""
         row = self._row("cancel_run", {"run_id": run_id, "actor": actor, "now": now})
         return from_row(Run, row) if row else None
-
-    def count_consecutive_failures(self, workflow_id: int) -> int:
-        """Count confirmed failures (failed or missed) since the workflow's newest success.
-
-        1. Find the newest success (an index probe).
-        2. Count the confirmed failures scheduled after it, walking only the streak.
-        """
-        success = self._row("newest_success", {"workflow_id": workflow_id})
-        since = success["scheduled_for"] if success else NEVER
-        row = self._row("count_failures_since", {"workflow_id": workflow_id, "since": since})
-        return int(row["failures"]) if row else 0
 
     def get_run(self, run_id: int) -> Run | None:
         row = self._row("get_run", {"run_id": run_id})

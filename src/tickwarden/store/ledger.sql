@@ -219,23 +219,6 @@ SELECT m.tenant_id, m.workflow_id, m.id, m.scheduled_for, m.attempts_count, 'que
                      AND failed.number = m.attempts_count - 1
 RETURNING *;
 
--- close_run --
--- Write a verdict that no attempt produced (missed, cancelled) onto a run that has
--- none yet; its queued attempts are cancelled and need no processing.
-WITH closed AS (
-    UPDATE runs
-       SET status = %(status)s, finished_at = %(now)s, error_category = %(error_category)s,
-           error = %(error)s, failed_step = NULL, recovered = false
-     WHERE id = %(run_id)s AND status IN ('queued', 'running', 'pending_retry')
-    RETURNING *
-), cancelled AS (
-    UPDATE attempts a
-       SET status = 'cancelled', finished_at = %(now)s, processed_at = %(now)s
-      FROM closed
-     WHERE a.run_id = closed.id AND a.status = 'queued'
-)
-SELECT * FROM closed;
-
 -- cancel_run --
 -- An operator's cancel: a run with no verdict yet becomes cancelled with its actor,
 -- and its queued or running attempt with it. The attempts are marked processed, so
@@ -257,24 +240,6 @@ WITH closed AS (
     RETURNING a.id
 )
 SELECT closed.* FROM closed CROSS JOIN (SELECT count(*) FROM stopped) s;
-
--- newest_success --
--- When the workflow's newest success was scheduled: one probe of a partial index.
-SELECT scheduled_for FROM runs
- WHERE workflow_id = %(workflow_id)s AND status = 'succeeded'
- ORDER BY scheduled_for DESC
- LIMIT 1;
-
--- count_failures_since --
--- Confirmed failures scheduled after a given instant (the newest success). The
--- instant is a parameter, not a subquery, so the planner sees its value and walks
--- only the streak through the workflow's recent-runs index; hidden in a subquery it
--- would guess a third of the workflow's history and scan the table instead.
-SELECT count(*) AS failures
-  FROM runs
- WHERE workflow_id = %(workflow_id)s
-   AND status IN ('failed', 'missed')
-   AND scheduled_for > %(since)s;
 
 -- get_run --
 SELECT * FROM runs WHERE id = %(run_id)s;

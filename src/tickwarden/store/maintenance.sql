@@ -120,7 +120,7 @@ SELECT a.id, a.workflow_id, a.opened_at, a.cadence_seconds, a.escalation_multipl
   FROM alerts a
  WHERE a.status = 'open' AND a.severity = 'warning'
    AND a.acknowledged_at IS NULL AND (a.snoozed_until IS NULL OR a.snoozed_until <= %(now)s)
-   AND a.escalate_at <= %(now)s AND a.failure_count - a.manual_failures < a.escalate_after
+   AND a.escalate_at <= %(now)s AND NOT a.failures_reached_escalation
    AND EXISTS (SELECT 1 FROM maintenance_windows m
                 WHERE m.tenant_id = a.tenant_id AND (m.workflow_id IS NULL OR m.workflow_id = a.workflow_id))
  ORDER BY a.escalate_at, a.id

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tickwarden.models import Alert, AlertEvent, from_row
+from tickwarden.models import Alert, AlertEvent, AlertView, from_row
 from tickwarden.store.base import StoreBase
 
 
@@ -47,11 +47,7 @@ class EvaluationInput:
     success_run_id: int | None
     success_at: datetime | None
     alert_id: int | None
-    alert_severity: str | None
-    alert_owner: str | None
     alert_failure_count: int | None
-    alert_escalate_after: int | None
-    owner_pinned: bool
     alert_reason: str | None = None
 
 
@@ -98,7 +94,7 @@ class FailureUpdate:
     category: str | None
     error: str | None
     failed_step: str | None
-    owner: str
+    owner: str  # the newest failure's owner; the statement keeps a pinned one
 
 
 @dataclass(frozen=True)
@@ -108,18 +104,7 @@ class Transition:
     alert_id: int
     workflow_id: int
     event_id: int
-    severity: str | None = None
-    failure_count: int | None = None
-    escalate_after: int | None = None
-
-
-@dataclass(frozen=True)
-class AlertView:
-    """An alert with the names a person reads."""
-
-    alert: Alert
-    tenant: str
-    workflow: str
+    escalates: bool = False  # a warning whose failures reached escalation (opening and recording a failure say)
 
 
 @dataclass(frozen=True)
@@ -196,6 +181,7 @@ class MonitoringStore(StoreBase):
         return [_transition(r) for r in self._batch("monitoring_record_failures", updates, {"now": now})]
 
     def escalate_alerts(self, alert_ids: Sequence[int], reason: str, now: datetime) -> list[Transition]:
+        """Escalate those of the alerts whose failures reached escalation (`alerts.failures_reached_escalation`)."""
         if not alert_ids:
             return []
         rows = self._rows("monitoring_escalate_alerts", {"alert_ids": list(alert_ids), "reason": reason, "now": now})

@@ -54,7 +54,7 @@ SELECT count(pg_advisory_xact_lock(7301, (s.id %% 2147483647)::integer)) AS lock
 -- workflow's settings and cadence, the consecutive confirmed failures since the
 -- newest success (the same walk as count_consecutive_failures: one probe of the
 -- success index, then only the streak), the newest failure of the streak, the
--- newest success, and the open alert with whether someone reassigned it by hand.
+-- newest success, and the open alert.
 SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_overrides,
        (w.shadow OR t.shadow) AS shadow,
        s.cadence_seconds,
@@ -62,10 +62,7 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
        lf.id AS last_failure_run_id, lf.finished_at AS last_failure_at,
        lf.error_category AS last_error_category, lf.error AS last_error, lf.failed_step AS last_failed_step,
        ok.id AS success_run_id, ok.finished_at AS success_at,
-       a.id AS alert_id, a.severity AS alert_severity, a.owner AS alert_owner,
-       a.failure_count AS alert_failure_count, a.escalate_after AS alert_escalate_after,
-       (a.id IS NOT NULL AND EXISTS (
-            SELECT 1 FROM alert_events e WHERE e.alert_id = a.id AND e.kind = 'reassigned')) AS owner_pinned,
+       a.id AS alert_id, a.failure_count AS alert_failure_count,
        a.reason AS alert_reason
   FROM unnest(%(workflow_ids)s::bigint[]) AS u (id)
   JOIN workflows w ON w.id = u.id
@@ -132,7 +129,8 @@ WITH wanted AS (
      ORDER BY o.id
     RETURNING id, alert_id
 )
-SELECT o.id AS alert_id, o.workflow_id, o.severity, o.failure_count, o.escalate_after, events.id AS event_id
+SELECT o.id AS alert_id, o.workflow_id, events.id AS event_id,
+       o.severity = 'warning' AND o.failures_reached_escalation AS escalates
   FROM opened o JOIN events ON events.alert_id = o.id;
 
 -- monitoring_record_failures --
@@ -151,9 +149,7 @@ WITH wanted AS (
            manual_failures = a.manual_failures
                              + CASE WHEN (SELECT r.manual FROM runs r WHERE r.id = w.run_id)
                                     THEN w.failure_count - a.failure_count ELSE 0 END,
-           owner = CASE WHEN EXISTS (SELECT 1 FROM alert_events e
-                                      WHERE e.alert_id = a.id AND e.kind = 'reassigned')
-                        THEN a.owner ELSE w.owner END
+           owner = CASE WHEN a.owner_pinned THEN a.owner ELSE w.owner END
       FROM wanted w
      WHERE a.id = w.alert_id AND a.status = 'open' AND a.failure_count < w.failure_count
     RETURNING a.*
@@ -166,20 +162,21 @@ WITH wanted AS (
      ORDER BY u.id
     RETURNING id, alert_id
 )
-SELECT u.id AS alert_id, u.workflow_id, u.severity, u.failure_count, u.escalate_after, events.id AS event_id
+SELECT u.id AS alert_id, u.workflow_id, events.id AS event_id,
+       u.severity = 'warning' AND u.failures_reached_escalation AS escalates
   FROM updated u JOIN events ON events.alert_id = u.id;
 
 -- monitoring_escalate_alerts --
--- Promote the listed open warnings to critical and write their `escalated` events.
--- The compare-and-set on (open, warning) makes a second promoter a no-op; an
--- acknowledged or snoozed alert, or one whose failures beyond the threshold came
--- from manual runs, stays where it is.
+-- Promote those of the listed alerts (just opened or given a failure) whose failures
+-- reached escalation, and write their `escalated` events. The compare-and-set on
+-- (open, warning) makes a second promoter a no-op; an acknowledged or snoozed alert
+-- stays where it is.
 WITH updated AS (
     UPDATE alerts a
        SET severity = 'critical', escalated_at = %(now)s
      WHERE a.id = ANY(%(alert_ids)s::bigint[]) AND a.status = 'open' AND a.severity = 'warning'
        AND a.acknowledged_at IS NULL AND (a.snoozed_until IS NULL OR a.snoozed_until <= %(now)s)
-       AND a.failure_count - a.manual_failures >= a.escalate_after
+       AND a.failures_reached_escalation
     RETURNING a.*
 ), events AS (
     INSERT INTO alert_events (tenant_id, alert_id, kind, at, severity, owner, data)
@@ -199,11 +196,11 @@ SELECT u.id AS alert_id, u.workflow_id, events.id AS event_id
 -- the (open, warning) compare-and-set keep replicas from promoting one twice.
 WITH due AS (
     SELECT id,
-           CASE WHEN failure_count - manual_failures >= escalate_after THEN 'failures' ELSE 'time' END AS why
+           CASE WHEN failures_reached_escalation THEN 'failures' ELSE 'time' END AS why
       FROM alerts
      WHERE status = 'open' AND severity = 'warning'
        AND acknowledged_at IS NULL AND (snoozed_until IS NULL OR snoozed_until <= %(now)s)
-       AND (escalate_at <= %(now)s OR failure_count - manual_failures >= escalate_after)
+       AND (escalate_at <= %(now)s OR failures_reached_escalation)
      ORDER BY escalate_at, id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -253,10 +250,9 @@ SELECT u.id AS alert_id, u.workflow_id, events.id AS event_id
 SELECT * FROM alerts WHERE id = %(alert_id)s FOR UPDATE;
 
 -- monitoring_reassign_alert --
--- Hand an open alert to another owner. The `reassigned` event is what pins the
--- owner from then on: later failures no longer move it.
+-- Hand an open alert to another owner and pin it there: later failures no longer move it.
 WITH updated AS (
-    UPDATE alerts SET owner = %(owner)s
+    UPDATE alerts SET owner = %(owner)s, owner_pinned = true
      WHERE id = %(alert_id)s AND status = 'open'
     RETURNING *
 ), event AS (
@@ -352,7 +348,7 @@ SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
 -- tables, so neither needs to see the other's writes):
 --
 -- Give runs still waiting for an outcome past their deadline the verdict `missed`
--- (the same transition as close_run, for a batch). A run whose attempt is running
+-- (with its queued attempts cancelled). A run whose attempt is running
 -- on an expired lease is left to the lease reaper, which fails that attempt so it
 -- is retried; a run whose worker still holds a live lease past the deadline is
 -- missed all the same (the watchdog should have stopped it). SKIP LOCKED and the
@@ -455,5 +451,5 @@ SELECT EXISTS (
     SELECT 1 FROM alerts
      WHERE status = 'open' AND severity = 'warning'
        AND acknowledged_at IS NULL AND (snoozed_until IS NULL OR snoozed_until <= %(now)s)
-       AND (escalate_at <= %(now)s OR failure_count - manual_failures >= escalate_after)
+       AND (escalate_at <= %(now)s OR failures_reached_escalation)
 ) AS found;

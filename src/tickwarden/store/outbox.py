@@ -96,24 +96,6 @@ class DeliveryContext:
 
 
 @dataclass(frozen=True)
-class SentNotification:
-    id: int
-    sent_at: datetime
-    alert_id: int
-    event_id: int
-    event: str
-    severity: str
-    event_at: datetime
-    tenant: str
-    workflow: str
-    channel_id: int
-    channel: str
-    channel_tenant_id: int | None
-    audience: str
-    thread_key: str | None
-
-
-@dataclass(frozen=True)
 class OutboxProblem:
     id: int
     status: str
@@ -266,6 +248,3 @@ class OutboxStore(StoreBase):
 
     def list_outbox_problems(self, limit: int = 50) -> list[OutboxProblem]:
         return [from_row(OutboxProblem, r) for r in self._rows("list_outbox_problems", {"limit": limit})]
-
-    def list_sent_notifications(self) -> list[SentNotification]:
-        return [from_row(SentNotification, r) for r in self._rows("list_sent_notifications")]

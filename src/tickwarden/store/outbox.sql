@@ -228,21 +228,6 @@ SELECT o.id, o.status, o.tries, o.next_attempt_at, o.last_error, o.alert_id, e.k
  ORDER BY o.id DESC
  LIMIT %(limit)s;
 
--- list_sent_notifications --
--- Delivered notifications in delivery order: what each channel heard, in which thread.
-SELECT o.id, o.sent_at, o.alert_id, o.event_id, e.kind AS event, e.severity, e.at AS event_at,
-       ta.name AS tenant, w.name AS workflow, c.id AS channel_id, c.name AS channel,
-       c.tenant_id AS channel_tenant_id, c.audience, th.thread_key
-  FROM notification_outbox o
-  JOIN alert_events e ON e.id = o.event_id
-  JOIN alerts a ON a.id = o.alert_id
-  JOIN tenants ta ON ta.id = a.tenant_id
-  JOIN workflows w ON w.id = a.workflow_id
-  JOIN notification_channels c ON c.id = o.channel_id
-  LEFT JOIN notification_threads th ON th.alert_id = o.alert_id AND th.channel_id = o.channel_id
- WHERE o.status = 'sent'
- ORDER BY o.sent_at, o.event_id, o.id;
-
 -- outbox_relaxed_commit --
 -- Let this transaction's commit return before its WAL reaches disk. Used when
 -- recording a delivery: a database crash may lose the mark of the last few

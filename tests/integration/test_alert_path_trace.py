@@ -1,0 +1,148 @@
+"""The path of one failing tick to one Slack message, traced through the real loops.
+
+Every loop of one replica (`service.build_loops`) and a real worker run on a virtual
+clock against a local Slack stand-in. The trace counts what the path costs:
+
+- passes: loop passes (the worker's included) from the tick's fire time to the Slack post;
+- transactions: server transactions begun on the way (an explicit BEGIN, or a
+  statement run outside one, which commits on its own), and the statements sent;
+- shapes: the tickwarden dataclasses and named tuples the values were copied into.
+
+The bounds are the figures after the alerting module took over deciding, applying and
+reporting (docs/benchmarks.md has both runs); a change that adds a pass, a transaction, a
+statement or a shape to the path fails here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from types import FrameType
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.integration.fake_servers import SlackFake
+from tests.integration.notify_builders import add_channel
+from tickwarden import catalog
+from tickwarden.service import build_loops
+from tickwarden.worker import Worker
+
+T0 = datetime(2026, 11, 30, 12, 0, 20, tzinfo=UTC)
+TOKEN = "xoxb-5555-6666-test"
+FILE = """
+tenants: [{name: acme}]
+users: [{email: ops@acme.test}]
+environments: [{name: default, python: /usr/bin/python3}]  # readable by the sandbox user, whoever runs the test
+workflows:
+  - name: every-minute
+    environment: default
+    publisher: ops@acme.test
+    schedule: {cron: "* * * * *"}
+    policy: {retries: 0, alert_after: 1}
+    steps: [{name: load, kind: python, call: "tests.steps:fail"}]
+"""
+
+
+class Trace:
+    """Counts statements and server transactions on every psycopg connection, and the shapes built, while on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.transactions = 0
+        self.statements = 0
+        self.shapes: Counter[str] = Counter()
+        self.on = False
+        trace = self
+        real_execute = psycopg.Cursor.execute
+        real_transaction = psycopg.Connection.transaction
+
+        def execute(cur: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            if query != "":  # the pool's liveness check sends an empty query: no statement, no transaction
+                trace._begins(cur.connection)
+                trace.statements += trace.on
+            return real_execute(cur, query, *args, **kwargs)
+
+        def transaction(conn: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
+            trace._begins(conn)
+            return real_transaction(conn, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+        monkeypatch.setattr(psycopg.Connection, "transaction", transaction)
+
+    def _begins(self, conn: psycopg.Connection[Any]) -> None:
+        if self.on and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            self.transactions += 1
+
+    def _profile(self, frame: FrameType, event: str, arg: object) -> None:
+        if event != "call" or frame.f_code.co_name not in ("__init__", "__new__"):
+            return
+        first = frame.f_locals.get("self", frame.f_locals.get("_cls"))
+        cls = first if isinstance(first, type) else type(first)
+        if cls.__module__.startswith("tickwarden") and (dataclasses.is_dataclass(cls) or hasattr(cls, "_fields")):
+            self.shapes[f"{cls.__module__}.{cls.__qualname__}"] += 1
+
+    def __enter__(self) -> Trace:
+        self.on = True
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+        self.on = False
+
+
+@pytest.fixture
+def slack(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlackFake]:
+    monkeypatch.setenv("TW_TEST_SLACK_TOKEN", TOKEN)
+    server = SlackFake(token=TOKEN, epoch=int(T0.timestamp())).start()
+    yield server
+    server.stop()
+
+
+def test_one_failing_tick_reaches_slack_in_few_passes_transactions_and_shapes(db, clock, slack, tmp_path, monkeypatch):
+    clock.set(T0)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FILE)
+    catalog.apply_file(db, path, T0)
+    add_channel(db, T0, tenant="acme", name="alerts", kind="slack", audience="customer",
+                config={"channel": "C0ALERTS", "base_url": slack.base_url}, secret_ref="env:TW_TEST_SLACK_TOKEN")
+    loops = build_loops(db, "replica-1")
+    worker = Worker(db, "worker-1", clock=clock, secret_key="test-signing-key")
+    due = {loop.name: T0 for loop in loops} | {worker.name: T0}
+    for loop in loops:  # every loop's first pass, before the tick is due, is no part of the path
+        due[loop.name] = loop.run_once(T0)
+    due[worker.name] = worker.run_once(T0)
+
+    trace = Trace(monkeypatch)
+    passes: Counter[str] = Counter()
+    transactions: Counter[str] = Counter()
+    now = datetime(2026, 11, 30, 12, 1, tzinfo=UTC)  # the tick fires
+    try:
+        with trace:
+            while not slack.posts and now < T0 + timedelta(minutes=10):
+                clock.set(now)
+                for loop in [*loops, worker]:
+                    if due[loop.name] <= now and not slack.posts:
+                        before = trace.transactions
+                        due[loop.name] = loop.run_once(now)
+                        passes[loop.name] += 1
+                        transactions[loop.name] += trace.transactions - before
+                now += timedelta(seconds=5)
+    finally:
+        worker.close(clock.now())
+
+    assert len(slack.posts) == 1, "one failing tick opens one alert and posts one message"
+    text = slack.posts[0]["text"]
+    assert "alert opened" in text and "*Owner:* customer" in text and "bad record in column amount" in text
+    print(f"\npasses: {sum(passes.values())} {dict(passes)}")
+    print(f"transactions: {trace.transactions} {dict(transactions)}")
+    print(f"statements: {trace.statements}")
+    print(f"shapes: {len(trace.shapes)} {sorted(trace.shapes)}")
+    assert now - timedelta(seconds=5) < datetime(2026, 11, 30, 12, 3, tzinfo=UTC), "the message took minutes"
+    # bounds: the figures recorded in docs/benchmarks.md ("Traced path"); lower them when the path gets shorter
+    assert sum(passes.values()) <= 17 and trace.transactions <= 38 and trace.statements <= 56
+    assert len(trace.shapes) <= 47 and not any(".Decision" in shape for shape in trace.shapes)
