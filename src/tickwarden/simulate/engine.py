@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from tickwarden.catalog import Publication, publish
 from tickwarden.categories import categorize
 from tickwarden.clock import VirtualClock
 from tickwarden.db import Database, DedicatedDatabase
-from tickwarden.migrate import upgrade
+from tickwarden.migrate import declared_schema
 from tickwarden.models import Attempt, AttemptOutcome
 from tickwarden.profile import default_timeout_seconds, derive_profile
 from tickwarden.sanitize import sanitize_error
@@ -71,7 +72,102 @@ SIMULATED_ROWS = 1
 # are not in lockstep with the round times faults are usually written at.
 CONTROL_PLANE_OFFSET = timedelta(seconds=15)
 LEASE_SECONDS = 60
+# The declared schema's table definitions, which a simulation creates unlogged (its rows are scratch).
+UNLOGGED_TABLE = re.compile(r"^CREATE TABLE ", re.MULTILINE)
 WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
+
+
+# After a pass of the loop on the left, the loops whose next work it may have brought
+# forward (the rest it can only have pushed back, or not touched): the ticker queues
+# attempts and gives runs deadlines; a lease starts a lease; the reaper finishes
+# attempts; the poller queues retries and writes alerts and their deliveries; the
+# deadline detector and the escalation clock write alerts and deliveries. Every loop
+# consumes its own work. A scenario's world events (a manual run, a cancel, a check-in)
+# touch every loop; an attempt's end is the poller's, and wakes it.
+TOUCHES: dict[str, frozenset[str]] = {
+    "ticker": frozenset({"ticker", "worker", "deadlines"}),
+    "worker": frozenset({"worker", "lease-reaper"}),
+    "lease-reaper": frozenset({"lease-reaper", "poller"}),
+    "poller": frozenset({"poller", "worker", "escalation", "notifier"}),
+    "deadlines": frozenset({"deadlines", "escalation", "notifier"}),
+    "escalation": frozenset({"escalation", "notifier"}),
+    "notifier": frozenset({"notifier"}),
+}
+REAPER_GRACE_SECONDS = 300  # store.reaper_waiting's default: when a vanished worker's instance is abandoned
+
+
+class IdlePasses:
+    """Which passes would find nothing to do, so that the simulator need not run them.
+
+    Each loop passes on its own interval and in the service that is what it does. But
+    a pass that finds no work writes nothing and wakes nobody: all it does is return
+    `now + interval` (the ticker and the notifier: no later than their next due entry).
+    So a chain of such passes can be skipped as long as the ledger proves each would be
+    idle, and the loop woken at the first instant of that same chain at which its work
+    could be due: the passes that do work fall at the very instants, and see the very
+    ledger, they would have without skipping, so every outcome and timestamp is the same.
+
+    The proof is `sim_next_due`: per loop, the earliest instant its look could match a
+    row (a lower bound; a pass there may still be idle). It holds until something is
+    written that could bring that instant forward (`TOUCHES`); such a write marks the
+    loop stale, and a loop whose wake was pushed ahead (jumped) is pulled back to the
+    next instant of its chain after the write, where it looks again. One statement
+    answers for every loop, and only when a loop due to pass is stale.
+    """
+
+    def __init__(self, end: datetime, loops: dict[str, tuple[timedelta, bool]]):
+        self.never = end + timedelta(days=1)  # nothing due within the run
+        # name -> (interval of its idle passes, whether an idle pass returns no later than its next due entry)
+        self.loops = loops
+        self.due: dict[str, datetime] = {}
+        self.cap: dict[str, datetime] = {}
+        self._stale: set[str] = set(loops)
+        # name -> (the idle pass it jumped from, where it jumped to, the cap of its chain)
+        self.jumped: dict[str, tuple[datetime, datetime, datetime | None]] = {}
+        self.refreshes = 0
+        self.skipped = 0
+
+    def stale(self, name: str) -> bool:
+        return name in self._stale
+
+    def refresh(self, found: dict[str, datetime | None]) -> None:
+        for name in self.loops:
+            parts = [found["notifier_due"], found["notifier_stale"]] if name == "notifier" else [found[name]]
+            present = [p for p in parts if p is not None]
+            self.due[name] = min(present) if present else self.never
+        self.cap = {"ticker": found["ticker"] or self.never, "notifier": found["notifier_due"] or self.never}
+        self._stale.clear()
+        self.refreshes += 1
+
+    def jump(self, name: str, now: datetime) -> datetime:
+        """Skip the idle pass at `now`: where its chain of idle passes first reaches the loop's due."""
+        interval, capped = self.loops[name]
+        steps = -((now - self.due[name]) // interval)  # ceil((due - now) / interval) >= 1
+        target = now + steps * interval
+        cap = self.cap[name] if capped else None
+        if cap is not None and cap < target:
+            target = cap
+        self.jumped[name] = (now, target, cap)
+        self.skipped += 1
+        return target
+
+    def touch(self, name: str, now: datetime, order: int) -> datetime | None:
+        """Something written at `now` may bring `name`'s work forward; return where to pull its wake back to."""
+        self._stale.add(name)
+        jumped = self.jumped.get(name)
+        if jumped is None:
+            return None
+        origin, target, cap = jumped
+        interval = self.loops[name][0]
+        point = origin + max(1, -((origin - now) // interval)) * interval  # the chain's first instant >= now
+        if point == now and ORDER[name] <= order:
+            point += interval  # its pass at `now` came before this write
+        if cap is not None and cap < point:
+            point = cap
+        if point >= target:
+            return None
+        del self.jumped[name]
+        return point
 
 
 @dataclass(frozen=True)
@@ -343,8 +439,11 @@ class Simulation:
         replace_policy: bool = False,
         model_factory: Callable[[Scenario, dict[str, int]], OutcomeModel] | None = None,
         suppress: Callable[[str, datetime], bool] | None = None,
+        skip_idle: bool = True,
     ):
         self.scenario = scenario
+        self.skip_idle = skip_idle
+        self.idle: IdlePasses | None = None  # after the run: how many passes were skipped, how many looks
         self.url = url
         self.overrides = overrides or {}
         self.replace_policy = replace_policy
@@ -356,15 +455,23 @@ class Simulation:
         self.db: Database | None = None
         self._schedule: Callable[[str, datetime], None] = lambda name, when: None
         self._flush: Callable[[], None] = lambda: None
+        self._touch_all: Callable[[datetime], None] = lambda now: None
 
     # -- schema -----------------------------------------------------------------------------------
 
     def _create_schema(self, url: str) -> None:
+        """Create the scratch schema from the declared schema, its tables unlogged from the start.
+
+        `schema.sql` is what the migrations produce (tests/integration/test_migrations.py
+        proves it), so one script builds the same schema as seventeen migrations, each in
+        turn, and unlogged tables need no rewrite afterwards. `sim_unlog_tables` still
+        runs: it finds nothing to do unless a table was declared in another form.
+        """
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
         with psycopg.connect(url, options=f"-c search_path={self.schema}") as conn:
-            upgrade(conn, self.scenario.start)
             with conn.transaction():
+                conn.execute(UNLOGGED_TABLE.sub("CREATE UNLOGGED TABLE ", declared_schema()))
                 conn.execute(queries()["sim_unlog_tables"])
 
     def _drop_schema(self, url: str) -> None:
@@ -470,14 +577,52 @@ class Simulation:
             "escalation": lambda escalation, now: ("notifier",) if escalation.last else (),
         }
 
+        idle = IdlePasses(self.scenario.end, {
+            "ticker": (ticker.max_sleep, True),
+            "worker": (timedelta(seconds=WORKER_POLL_SECONDS), False),
+            "lease-reaper": (by_name["lease-reaper"].interval, False),
+            "poller": (by_name["poller"].interval, False),
+            "deadlines": (by_name["deadlines"].interval, False),
+            "escalation": (by_name["escalation"].interval, False),
+            "notifier": (by_name["notifier"].poll, True),
+        }) if self.skip_idle else None
+        self.idle = idle
+        kinds = list(by_name["notifier"].transports)
+        current = {"order": 0}  # the order of the event being processed (for IdlePasses.touch)
+
         def schedule(name: str, when: datetime) -> None:
+            if idle is not None:
+                idle.jumped.pop(name, None)
             self.queue.wake(name, when, lambda now, name=name: step(name, now))
 
+        def touch(names: frozenset[str], now: datetime) -> None:
+            """What was just written may make these loops' work due sooner: look again before skipping."""
+            if idle is None:
+                return
+            for name in names:
+                replaced = idle.touch(name, now, current["order"])
+                if replaced is not None:
+                    self.queue.wake(name, replaced, lambda at, name=name: step(name, at))
+
         def step(name: str, now: datetime) -> None:
+            if idle is not None and name in idle.loops:
+                if idle.stale(name):
+                    with db.probe() as store:
+                        idle.refresh(store.sim_next_due(now, kinds, REAPER_GRACE_SECONDS))
+                due = idle.due[name]
+                if name == "poller" and worker.finished:  # outcomes not yet written are the poller's too
+                    due = min(due, worker.finished[0][2])
+                if due > now:
+                    # This pass would find nothing: the loop wakes where its chain of idle
+                    # passes first reaches the instant its work could be due.
+                    target = idle.jump(name, now)
+                    self.queue.wake(name, target, lambda at, name=name: step(name, at))
+                    return
             worker.flush_for(name, now)  # the pass sees what the worker did before it
             loop = by_name[name]
             following = loop.run_once(now)
             schedule(name, max(following, now + timedelta(milliseconds=1)))
+            touch(TOUCHES.get(name, frozenset()), now)
             woken = wakes.get(name)
             for consumer in woken(loop, now) if woken else ():
                 schedule(consumer, now)
@@ -488,6 +633,7 @@ class Simulation:
                     self.queue.at(due, ORDER["worker"], lambda at: step("worker", at))
 
         self._schedule = schedule
+        self._touch_all = lambda now: touch(frozenset(ORDER), now)
         self._flush = lambda: worker.flush(self.clock.now())
         for loop in loops:
             first = self.scenario.start if loop is worker else self.scenario.start + CONTROL_PLANE_OFFSET
@@ -506,6 +652,7 @@ class Simulation:
             if event is None or event.at > self.scenario.end:
                 break
             self.clock.set(event.at)
+            current["order"] = event.order
             event.action(event.at)
         worker.flush(self.clock.now())
 
@@ -526,6 +673,7 @@ class Simulation:
             tenant, workflow = key.split("/", 1)
             self._flush()
             run_now(db, tenant, workflow, now, requested_by="scenario")
+            self._touch_all(now)
             self._schedule("worker", now)
 
         return request
@@ -539,6 +687,7 @@ class Simulation:
                 run_id = store.sim_run_in_progress(setup.workflow_ids[key])
             if run_id is not None:  # nothing in progress: the operator has nothing to cancel
                 cancel_run(db, run_id, now, by)
+                self._touch_all(now)
 
         return cancel
 
@@ -554,6 +703,7 @@ class Simulation:
                 # scenario goes on, as the job's scheduler would.
                 log.info("check-in of %s at %s refused: %s", checkin.workflow, now.isoformat(), exc.message)
                 return
+            self._touch_all(now)
             self._schedule("poller", now)  # as the NOTIFY sent with the report's commit does
 
         return report
