@@ -77,22 +77,6 @@ UNLOGGED_TABLE = re.compile(r"^CREATE TABLE ", re.MULTILINE)
 WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
 
 
-# After a pass of the loop on the left, the loops whose next work it may have brought
-# forward (the rest it can only have pushed back, or not touched): the ticker queues
-# attempts and gives runs deadlines; a lease starts a lease; the reaper finishes
-# attempts; the poller queues retries and writes alerts and their deliveries; the
-# deadline detector and the escalation clock write alerts and deliveries. Every loop
-# consumes its own work. A scenario's world events (a manual run, a cancel, a check-in)
-# touch every loop; an attempt's end is the poller's, and wakes it.
-TOUCHES: dict[str, frozenset[str]] = {
-    "ticker": frozenset({"ticker", "worker", "deadlines"}),
-    "worker": frozenset({"worker", "lease-reaper"}),
-    "lease-reaper": frozenset({"lease-reaper", "poller"}),
-    "poller": frozenset({"poller", "worker", "escalation", "notifier"}),
-    "deadlines": frozenset({"deadlines", "escalation", "notifier"}),
-    "escalation": frozenset({"escalation", "notifier"}),
-    "notifier": frozenset({"notifier"}),
-}
 REAPER_GRACE_SECONDS = 300  # store.reaper_waiting's default: when a vanished worker's instance is abandoned
 
 
@@ -104,56 +88,68 @@ class IdlePasses:
     `now + interval` (the ticker and the notifier: no later than their next due entry).
     So a chain of such passes can be skipped as long as the ledger proves each would be
     idle, and the loop woken at the first instant of that same chain at which its work
-    could be due: the passes that do work fall at the very instants, and see the very
-    ledger, they would have without skipping, so every outcome and timestamp is the same.
+    could be due: the passes that do work fall at the very instants, in the same order,
+    and see the very ledger they would have without skipping, so every outcome and
+    every timestamp is the same.
 
-    The proof is `sim_next_due`: per loop, the earliest instant its look could match a
-    row (a lower bound; a pass there may still be idle). It holds until something is
-    written that could bring that instant forward (`TOUCHES`); such a write marks the
-    loop stale, and a loop whose wake was pushed ahead (jumped) is pulled back to the
-    next instant of its chain after the write, where it looks again. One statement
-    answers for every loop, and only when a loop due to pass is stale.
+    Per loop, `due` is a lower bound of the first instant its look could match a row.
+    It comes from the ledger (`sim_next_due_*`, one index probe, read only when the loop
+    is due to pass, its bound is past, and something it cannot account for was written
+    since: `stale`), or is lowered exactly by what the simulator knows it wrote (a lease
+    expires LEASE_SECONDS later; a retry is queued for its backoff's end; a pass that
+    woke a loop makes it due now). Either kind of write also pulls a loop whose wake-up
+    was pushed ahead back to the next instant of its chain after the write, where the
+    decision is taken again.
     """
 
-    def __init__(self, end: datetime, loops: dict[str, tuple[timedelta, bool]]):
+    def __init__(self, start: datetime, end: datetime, loops: dict[str, tuple[timedelta, bool]]):
         self.never = end + timedelta(days=1)  # nothing due within the run
         # name -> (interval of its idle passes, whether an idle pass returns no later than its next due entry)
         self.loops = loops
-        self.due: dict[str, datetime] = {}
+        self.due: dict[str, datetime] = {name: start for name in loops}  # every loop's first pass runs
         self.cap: dict[str, datetime] = {}
-        self._stale: set[str] = set(loops)
+        self._stale: set[str] = set()
         # name -> (the idle pass it jumped from, where it jumped to, the cap of its chain)
         self.jumped: dict[str, tuple[datetime, datetime, datetime | None]] = {}
-        self.refreshes = 0
+        self.looks = 0
         self.skipped = 0
 
-    def stale(self, name: str) -> bool:
-        return name in self._stale
+    def must_look(self, name: str, now: datetime) -> bool:
+        """Whether the ledger must be read to decide: the bound is not past and something unknown was written."""
+        return self.due[name] > now and name in self._stale
 
-    def refresh(self, found: dict[str, datetime | None]) -> None:
-        for name in self.loops:
-            parts = [found["notifier_due"], found["notifier_stale"]] if name == "notifier" else [found[name]]
-            present = [p for p in parts if p is not None]
-            self.due[name] = min(present) if present else self.never
-        self.cap = {"ticker": found["ticker"] or self.never, "notifier": found["notifier_due"] or self.never}
-        self._stale.clear()
-        self.refreshes += 1
+    def looked(self, name: str, due: datetime | None, cap: datetime | None) -> None:
+        self.due[name] = due or self.never
+        self.cap[name] = cap or self.never
+        self._stale.discard(name)
+        self.looks += 1
+
+    def passed(self, name: str) -> None:
+        """A real pass consumed the loop's own work: what is left must be read from the ledger."""
+        self.due[name] = self.never
+        self._stale.add(name)
 
     def jump(self, name: str, now: datetime) -> datetime:
         """Skip the idle pass at `now`: where its chain of idle passes first reaches the loop's due."""
         interval, capped = self.loops[name]
         steps = -((now - self.due[name]) // interval)  # ceil((due - now) / interval) >= 1
         target = now + steps * interval
-        cap = self.cap[name] if capped else None
+        cap = self.cap.get(name, self.never) if capped else None
         if cap is not None and cap < target:
             target = cap
         self.jumped[name] = (now, target, cap)
         self.skipped += 1
         return target
 
-    def touch(self, name: str, now: datetime, order: int) -> datetime | None:
-        """Something written at `now` may bring `name`'s work forward; return where to pull its wake back to."""
-        self._stale.add(name)
+    def touch(self, name: str, now: datetime, order: int, due: datetime | None = None) -> datetime | None:
+        """Something written at `now` may bring `name`'s work forward (to `due`, when known).
+
+        Returns where to pull the loop's pushed-ahead wake-up back to, if anywhere.
+        """
+        if due is None:
+            self._stale.add(name)
+        else:
+            self.due[name] = min(self.due[name], due)
         jumped = self.jumped.get(name)
         if jumped is None:
             return None
@@ -577,7 +573,7 @@ class Simulation:
             "escalation": lambda escalation, now: ("notifier",) if escalation.last else (),
         }
 
-        idle = IdlePasses(self.scenario.end, {
+        idle = IdlePasses(self.scenario.start, self.scenario.end, {
             "ticker": (ticker.max_sleep, True),
             "worker": (timedelta(seconds=WORKER_POLL_SECONDS), False),
             "lease-reaper": (by_name["lease-reaper"].interval, False),
@@ -595,24 +591,53 @@ class Simulation:
                 idle.jumped.pop(name, None)
             self.queue.wake(name, when, lambda now, name=name: step(name, now))
 
-        def touch(names: frozenset[str], now: datetime) -> None:
-            """What was just written may make these loops' work due sooner: look again before skipping."""
+        def touch(name: str, now: datetime, due: datetime | None = None) -> None:
+            """What was just written may bring loop `name`'s work forward (to `due`, when known)."""
             if idle is None:
                 return
-            for name in names:
-                replaced = idle.touch(name, now, current["order"])
-                if replaced is not None:
-                    self.queue.wake(name, replaced, lambda at, name=name: step(name, at))
+            replaced = idle.touch(name, now, current["order"], due)
+            if replaced is not None:
+                self.queue.wake(name, replaced, lambda at, name=name: step(name, at))
+
+        def touched(name: str, loop: Any, now: datetime) -> None:
+            """After a real pass of `name`: the loops whose work it may have brought forward.
+
+            What the pass consumed of its own work is read again (`passed`). The ticker's
+            runs: attempts queued now (the worker is woken) and deadlines; a lease: a lease
+            that runs out LEASE_SECONDS later; a reaped attempt: the poller's, now; the
+            poller's retries: queued for when they fall due; every verdict may move an
+            alert (the escalation clock); every alert event is a delivery (the notifier is
+            woken). The other loops a pass cannot have brought forward, only pushed back.
+            """
+            if idle is None or name not in idle.loops:
+                return
+            idle.passed(name)
+            if name == "ticker" and loop.last_pass and loop.last_pass.created:
+                touch("worker", now, now)
+                touch("deadlines", now)
+            elif name == "worker" and worker.in_flight:
+                touch("lease-reaper", now, now + timedelta(seconds=LEASE_SECONDS))
+            elif name == "lease-reaper" and loop.last_reaped:
+                touch("poller", now, now)
+            elif name == "poller" and loop.last.claimed:
+                if loop.last.retry_due:
+                    touch("worker", now, min(loop.last.retry_due))
+                touch("escalation", now)
+                if loop.last.evaluation.event_ids:
+                    touch("notifier", now, now)
+            elif name == "deadlines" and (loop.last.overdue_runs or loop.last.missed_ticks):
+                touch("escalation", now)
+                if loop.last.evaluation.event_ids:
+                    touch("notifier", now, now)
+            elif name == "escalation" and loop.last:
+                touch("notifier", now, now)
 
         def step(name: str, now: datetime) -> None:
             if idle is not None and name in idle.loops:
-                if idle.stale(name):
+                if idle.must_look(name, now):
                     with db.probe() as store:
-                        idle.refresh(store.sim_next_due(now, kinds, REAPER_GRACE_SECONDS))
-                due = idle.due[name]
-                if name == "poller" and worker.finished:  # outcomes not yet written are the poller's too
-                    due = min(due, worker.finished[0][2])
-                if due > now:
+                        idle.looked(name, *store.sim_next_due(name, now, kinds, REAPER_GRACE_SECONDS))
+                if idle.due[name] > now:
                     # This pass would find nothing: the loop wakes where its chain of idle
                     # passes first reaches the instant its work could be due.
                     target = idle.jump(name, now)
@@ -622,7 +647,7 @@ class Simulation:
             loop = by_name[name]
             following = loop.run_once(now)
             schedule(name, max(following, now + timedelta(milliseconds=1)))
-            touch(TOUCHES.get(name, frozenset()), now)
+            touched(name, loop, now)
             woken = wakes.get(name)
             for consumer in woken(loop, now) if woken else ():
                 schedule(consumer, now)
@@ -633,13 +658,22 @@ class Simulation:
                     self.queue.at(due, ORDER["worker"], lambda at: step("worker", at))
 
         self._schedule = schedule
-        self._touch_all = lambda now: touch(frozenset(ORDER), now)
+        def touch_all(now: datetime) -> None:  # a scenario's world event: any loop may have work
+            for name in idle.loops if idle else ():
+                touch(name, now)
+
+        self._touch_all = touch_all
         self._flush = lambda: worker.flush(self.clock.now())
         for loop in loops:
             first = self.scenario.start if loop is worker else self.scenario.start + CONTROL_PLANE_OFFSET
             schedule(loop.name, first)
         self._heartbeat(worker)
-        worker.on_finished = lambda now: schedule("poller", now)
+
+        def finished(now: datetime) -> None:  # an outcome, written or not yet, is the poller's work from now
+            touch("poller", now, now)
+            schedule("poller", now)
+
+        worker.on_finished = finished
         for key, at in self.scenario.manual_runs:
             self.queue.at(at, ORDER["world"], self._manual(db, key, setup))
         for key, at, by in self.scenario.cancellations:

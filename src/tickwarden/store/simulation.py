@@ -66,18 +66,21 @@ class SimulationStore(StoreBase):
         if tables:
             self.conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
 
-    def sim_next_due(self, now: datetime, kinds: Sequence[str], grace_seconds: int) -> dict[str, datetime | None]:
-        """When each loop could next find work in the ledger as it stands (a lower bound; None: never).
+    def sim_next_due(self, loop: str, now: datetime, kinds: Sequence[str], grace_seconds: int
+                     ) -> tuple[datetime | None, datetime | None]:
+        """When loop `loop` could next find work in the ledger as it stands (a lower bound; None: never).
 
-        Keys are the loops' names, plus the notifier's two parts: `notifier_due` (the
-        earliest claimable delivery, which its pass also returns as its next wake-up) and
-        `notifier_stale` (the earliest sender's claim to run out).
+        The second value is the instant the loop's idle pass returns as its next wake-up
+        at the latest: the ticker's earliest fire time, the notifier's earliest claimable
+        delivery (None for the other loops, which return `now + interval`).
         """
-        row = self._row("sim_next_due", {"now": now, "kinds": list(kinds), "grace_seconds": grace_seconds})
+        row = self._row(f"sim_next_due_{loop.replace('-', '_')}",
+                        {"now": now, "kinds": list(kinds), "grace_seconds": grace_seconds})
         assert row is not None
-        return {"ticker": row["ticker"], "worker": row["worker"], "lease-reaper": row["lease_reaper"],
-                "poller": row["poller"], "deadlines": row["deadlines"], "escalation": row["escalation"],
-                "notifier_due": row["notifier_due"], "notifier_stale": row["notifier_stale"]}
+        if loop == "notifier":
+            present = [v for v in (row["due"], row["stale"]) if v is not None]
+            return (min(present) if present else None), row["due"]
+        return row["due"], (row["due"] if loop == "ticker" else None)
 
     def sim_history(self) -> list[dict[str, Any]]:
         return self._rows("sim_history")
