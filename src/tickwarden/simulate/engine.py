@@ -124,10 +124,14 @@ class IdlePasses:
         self._stale.discard(name)
         self.looks += 1
 
-    def passed(self, name: str) -> None:
-        """A real pass consumed the loop's own work: what is left must be read from the ledger."""
-        self.due[name] = self.never
-        self._stale.add(name)
+    def passed(self, name: str, due: datetime | None = None) -> None:
+        """A real pass consumed the loop's own work: what is left is due at `due`, or must be read."""
+        if due is None:
+            self.due[name] = self.never
+            self._stale.add(name)
+        else:
+            self.due[name] = due
+            self._stale.discard(name)
 
     def jump(self, name: str, now: datetime) -> datetime:
         """Skip the idle pass at `now`: where its chain of idle passes first reaches the loop's due."""
@@ -599,19 +603,26 @@ class Simulation:
             if replaced is not None:
                 self.queue.wake(name, replaced, lambda at, name=name: step(name, at))
 
-        def touched(name: str, loop: Any, now: datetime) -> None:
+        def touched(name: str, loop: Any, now: datetime, following: datetime) -> None:
             """After a real pass of `name`: the loops whose work it may have brought forward.
 
             What the pass consumed of its own work is read again (`passed`). The ticker's
             runs: attempts queued now (the worker is woken) and deadlines; a lease: a lease
             that runs out LEASE_SECONDS later; a reaped attempt: the poller's, now; the
-            poller's retries: queued for when they fall due; every verdict may move an
-            alert (the escalation clock); every alert event is a delivery (the notifier is
-            woken). The other loops a pass cannot have brought forward, only pushed back.
+            poller's retries: queued for when they fall due; an alert opened or counting
+            more failures may escalate (the escalation clock); every alert event is a
+            delivery (the notifier is woken). The other loops a pass cannot have brought
+            forward, only pushed back.
             """
             if idle is None or name not in idle.loops:
                 return
-            idle.passed(name)
+            if name == "ticker" and following < now + loop.max_sleep:
+                idle.passed(name, following)  # its earliest fire time: only the ticker moves schedules
+            elif name == "deadlines" and (loop.last.audited_schedules or loop.last.overdue_runs
+                                          or loop.last.missed_ticks):
+                idle.passed(name, now)  # a detector that found work passes again before looking
+            else:
+                idle.passed(name)
             if name == "ticker" and loop.last_pass and loop.last_pass.created:
                 touch("worker", now, now)
                 touch("deadlines", now)
@@ -619,15 +630,13 @@ class Simulation:
                 touch("lease-reaper", now, now + timedelta(seconds=LEASE_SECONDS))
             elif name == "lease-reaper" and loop.last_reaped:
                 touch("poller", now, now)
-            elif name == "poller" and loop.last.claimed:
-                if loop.last.retry_due:
+            elif name in ("poller", "deadlines"):
+                evaluation = loop.last.evaluation
+                if evaluation.opened or evaluation.updated:  # a new warning, or one with more failures
+                    touch("escalation", now)
+                if name == "poller" and loop.last.retry_due:
                     touch("worker", now, min(loop.last.retry_due))
-                touch("escalation", now)
-                if loop.last.evaluation.event_ids:
-                    touch("notifier", now, now)
-            elif name == "deadlines" and (loop.last.overdue_runs or loop.last.missed_ticks):
-                touch("escalation", now)
-                if loop.last.evaluation.event_ids:
+                if evaluation.event_ids:
                     touch("notifier", now, now)
             elif name == "escalation" and loop.last:
                 touch("notifier", now, now)
@@ -647,7 +656,7 @@ class Simulation:
             loop = by_name[name]
             following = loop.run_once(now)
             schedule(name, max(following, now + timedelta(milliseconds=1)))
-            touched(name, loop, now)
+            touched(name, loop, now, following)
             woken = wakes.get(name)
             for consumer in woken(loop, now) if woken else ():
                 schedule(consumer, now)
