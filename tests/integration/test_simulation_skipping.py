@@ -2,8 +2,9 @@
 
 The simulator skips the passes the ledger proves idle (`IdlePasses`) and wakes each
 loop where its chain of idle passes first reaches work. Every run, attempt, alert,
-alert event and delivered notification, with every id and timestamp, must equal what
-stepping every loop at its interval produces.
+alert event and delivered notification, and every column of the ledger's rows (ids,
+claim times, heartbeats, watermarks) must equal what stepping every loop at its
+interval produces.
 """
 
 from __future__ import annotations
@@ -22,17 +23,36 @@ from tickwarden.simulate.engine import SimulationOutcome
 SCENARIOS = Path(__file__).resolve().parents[1] / "acceptance" / "scenarios"
 
 
+# Every column of every row these tables hold when the simulation ends.
+TABLES = {"runs": "id", "attempts": "id", "alerts": "id", "alert_events": "id", "notification_outbox": "id",
+          "notification_threads": "alert_id, channel_id", "tick_audits": "schedule_id"}
+
+
+class Recorded(Simulation):
+    """A simulation that also keeps its whole ledger, not only the read-outs of `--json`."""
+
+    def _collect(self, db, setup) -> SimulationOutcome:
+        outcome = super()._collect(db, setup)
+        with db.transaction() as store:
+            for table, order in TABLES.items():
+                cursor = store.conn.execute(f"SELECT * FROM {table} ORDER BY {order}")
+                names = [column.name for column in cursor.description]
+                outcome.extra[table] = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return outcome
+
+
 def ledger(outcome: SimulationOutcome) -> dict[str, list[dict]]:
     return {"runs": outcome.runs, "attempts": outcome.attempts, "alerts": outcome.alerts,
-            "alert_events": outcome.alert_events, "notifications": outcome.notifications}
+            "alert_events": outcome.alert_events, "notifications": outcome.notifications,
+            **{f"table {table}": outcome.extra[table] for table in TABLES}}
 
 
 def both(scenario, policy: str = "tickwarden") -> tuple[Simulation, dict, dict]:
     chosen = get_policy(policy)
     kwargs = {"url": TEST_URL, "overrides": chosen.overrides, "replace_policy": chosen.replace_policy}
-    skipping = Simulation(scenario, **kwargs)
+    skipping = Recorded(scenario, **kwargs)
     skipped = ledger(skipping.run())
-    stepped = ledger(Simulation(scenario, skip_idle=False, **kwargs).run())
+    stepped = ledger(Recorded(scenario, skip_idle=False, **kwargs).run())
     return skipping, skipped, stepped
 
 

@@ -364,9 +364,10 @@ class SimulatedWorker:
             self.in_flight.pop(attempt.id, None)
             if plan.outcome is None:
                 return  # the worker died here: nothing more is written, the lease will run out
-            # The outcome clears the lease, so no renewal of it is needed any more; until the
-            # outcome is written, the lease the ledger shows still tells the reaper when to flush.
-            self.renewed.pop(attempt.id, None)
+            # A renewal not yet written still goes out, just before the outcome (which clears the
+            # lease): the ledger then shows the attempt's last heartbeat whenever the flush happens,
+            # as the real worker's would. Until the outcome is written, the lease the ledger shows
+            # still tells the reaper when to flush.
             self.finished.append((attempt.id, plan.outcome, now))
             self.on_finished(now)
 
