@@ -619,9 +619,6 @@ class Simulation:
                 return
             if name == "ticker" and following < now + loop.max_sleep:
                 idle.passed(name, following)  # its earliest fire time: only the ticker moves schedules
-            elif name == "deadlines" and (loop.last.audited_schedules or loop.last.overdue_runs
-                                          or loop.last.missed_ticks):
-                idle.passed(name, now)  # a detector that found work passes again before looking
             else:
                 idle.passed(name)
             if name == "ticker" and loop.last_pass and loop.last_pass.created:
