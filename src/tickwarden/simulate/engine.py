@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from tickwarden.catalog import Publication, publish
 from tickwarden.categories import categorize
 from tickwarden.clock import VirtualClock
 from tickwarden.db import Database, DedicatedDatabase
-from tickwarden.migrate import upgrade
+from tickwarden.migrate import declared_schema
 from tickwarden.models import Attempt, AttemptOutcome
 from tickwarden.profile import default_timeout_seconds, derive_profile
 from tickwarden.sanitize import sanitize_error
@@ -71,7 +72,102 @@ SIMULATED_ROWS = 1
 # are not in lockstep with the round times faults are usually written at.
 CONTROL_PLANE_OFFSET = timedelta(seconds=15)
 LEASE_SECONDS = 60
+# The declared schema's table definitions, which a simulation creates unlogged (its rows are scratch).
+UNLOGGED_TABLE = re.compile(r"^CREATE TABLE ", re.MULTILINE)
 WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
+
+
+REAPER_GRACE_SECONDS = 300  # store.reaper_waiting's default: when a vanished worker's instance is abandoned
+
+
+class IdlePasses:
+    """Which passes would find nothing to do, so that the simulator need not run them.
+
+    Each loop passes on its own interval and in the service that is what it does. But
+    a pass that finds no work writes nothing and wakes nobody: all it does is return
+    `now + interval` (the ticker and the notifier: no later than their next due entry).
+    So a chain of such passes can be skipped as long as the ledger proves each would be
+    idle, and the loop woken at the first instant of that same chain at which its work
+    could be due: the passes that do work fall at the very instants, in the same order,
+    and see the very ledger they would have without skipping, so every outcome and
+    every timestamp is the same.
+
+    Per loop, `due` is a lower bound of the first instant its look could match a row.
+    It comes from the ledger (`sim_next_due_*`, one index probe, read only when the loop
+    is due to pass, its bound is past, and something it cannot account for was written
+    since: `stale`), or is lowered exactly by what the simulator knows it wrote (a lease
+    expires LEASE_SECONDS later; a retry is queued for its backoff's end; a pass that
+    woke a loop makes it due now). Either kind of write also pulls a loop whose wake-up
+    was pushed ahead back to the next instant of its chain after the write, where the
+    decision is taken again.
+    """
+
+    def __init__(self, start: datetime, end: datetime, loops: dict[str, tuple[timedelta, bool]]):
+        self.never = end + timedelta(days=1)  # nothing due within the run
+        # name -> (interval of its idle passes, whether an idle pass returns no later than its next due entry)
+        self.loops = loops
+        self.due: dict[str, datetime] = {name: start for name in loops}  # every loop's first pass runs
+        self.cap: dict[str, datetime] = {}
+        self._stale: set[str] = set()
+        # name -> (the idle pass it jumped from, where it jumped to, the cap of its chain)
+        self.jumped: dict[str, tuple[datetime, datetime, datetime | None]] = {}
+        self.looks = 0
+        self.skipped = 0
+
+    def must_look(self, name: str, now: datetime) -> bool:
+        """Whether the ledger must be read to decide: the bound is not past and something unknown was written."""
+        return self.due[name] > now and name in self._stale
+
+    def looked(self, name: str, due: datetime | None, cap: datetime | None) -> None:
+        self.due[name] = due or self.never
+        self.cap[name] = cap or self.never
+        self._stale.discard(name)
+        self.looks += 1
+
+    def passed(self, name: str, due: datetime | None = None) -> None:
+        """A real pass consumed the loop's own work: what is left is due at `due`, or must be read."""
+        if due is None:
+            self.due[name] = self.never
+            self._stale.add(name)
+        else:
+            self.due[name] = due
+            self._stale.discard(name)
+
+    def jump(self, name: str, now: datetime) -> datetime:
+        """Skip the idle pass at `now`: where its chain of idle passes first reaches the loop's due."""
+        interval, capped = self.loops[name]
+        steps = -((now - self.due[name]) // interval)  # ceil((due - now) / interval) >= 1
+        target = now + steps * interval
+        cap = self.cap.get(name, self.never) if capped else None
+        if cap is not None and cap < target:
+            target = cap
+        self.jumped[name] = (now, target, cap)
+        self.skipped += 1
+        return target
+
+    def touch(self, name: str, now: datetime, order: int, due: datetime | None = None) -> datetime | None:
+        """Something written at `now` may bring `name`'s work forward (to `due`, when known).
+
+        Returns where to pull the loop's pushed-ahead wake-up back to, if anywhere.
+        """
+        if due is None:
+            self._stale.add(name)
+        else:
+            self.due[name] = min(self.due[name], due)
+        jumped = self.jumped.get(name)
+        if jumped is None:
+            return None
+        origin, target, cap = jumped
+        interval = self.loops[name][0]
+        point = origin + max(1, -((origin - now) // interval)) * interval  # the chain's first instant >= now
+        if point == now and ORDER[name] <= order:
+            point += interval  # its pass at `now` came before this write
+        if cap is not None and cap < point:
+            point = cap
+        if point >= target:
+            return None
+        del self.jumped[name]
+        return point
 
 
 @dataclass(frozen=True)
@@ -268,9 +364,10 @@ class SimulatedWorker:
             self.in_flight.pop(attempt.id, None)
             if plan.outcome is None:
                 return  # the worker died here: nothing more is written, the lease will run out
-            # The outcome clears the lease, so no renewal of it is needed any more; until the
-            # outcome is written, the lease the ledger shows still tells the reaper when to flush.
-            self.renewed.pop(attempt.id, None)
+            # A renewal not yet written still goes out, just before the outcome (which clears the
+            # lease): the ledger then shows the attempt's last heartbeat whenever the flush happens,
+            # as the real worker's would. Until the outcome is written, the lease the ledger shows
+            # still tells the reaper when to flush.
             self.finished.append((attempt.id, plan.outcome, now))
             self.on_finished(now)
 
@@ -343,8 +440,11 @@ class Simulation:
         replace_policy: bool = False,
         model_factory: Callable[[Scenario, dict[str, int]], OutcomeModel] | None = None,
         suppress: Callable[[str, datetime], bool] | None = None,
+        skip_idle: bool = True,
     ):
         self.scenario = scenario
+        self.skip_idle = skip_idle
+        self.idle: IdlePasses | None = None  # after the run: how many passes were skipped, how many looks
         self.url = url
         self.overrides = overrides or {}
         self.replace_policy = replace_policy
@@ -356,15 +456,23 @@ class Simulation:
         self.db: Database | None = None
         self._schedule: Callable[[str, datetime], None] = lambda name, when: None
         self._flush: Callable[[], None] = lambda: None
+        self._touch_all: Callable[[datetime], None] = lambda now: None
 
     # -- schema -----------------------------------------------------------------------------------
 
     def _create_schema(self, url: str) -> None:
+        """Create the scratch schema from the declared schema, its tables unlogged from the start.
+
+        `schema.sql` is what the migrations produce (tests/integration/test_migrations.py
+        proves it), so one script builds the same schema as seventeen migrations, each in
+        turn, and unlogged tables need no rewrite afterwards. `sim_unlog_tables` still
+        runs: it finds nothing to do unless a table was declared in another form.
+        """
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
         with psycopg.connect(url, options=f"-c search_path={self.schema}") as conn:
-            upgrade(conn, self.scenario.start)
             with conn.transaction():
+                conn.execute(UNLOGGED_TABLE.sub("CREATE UNLOGGED TABLE ", declared_schema()))
                 conn.execute(queries()["sim_unlog_tables"])
 
     def _drop_schema(self, url: str) -> None:
@@ -470,14 +578,83 @@ class Simulation:
             "escalation": lambda escalation, now: ("notifier",) if escalation.last else (),
         }
 
+        idle = IdlePasses(self.scenario.start, self.scenario.end, {
+            "ticker": (ticker.max_sleep, True),
+            "worker": (timedelta(seconds=WORKER_POLL_SECONDS), False),
+            "lease-reaper": (by_name["lease-reaper"].interval, False),
+            "poller": (by_name["poller"].interval, False),
+            "deadlines": (by_name["deadlines"].interval, False),
+            "escalation": (by_name["escalation"].interval, False),
+            "notifier": (by_name["notifier"].poll, True),
+        }) if self.skip_idle else None
+        self.idle = idle
+        kinds = list(by_name["notifier"].transports)
+        current = {"order": 0}  # the order of the event being processed (for IdlePasses.touch)
+
         def schedule(name: str, when: datetime) -> None:
+            if idle is not None:
+                idle.jumped.pop(name, None)
             self.queue.wake(name, when, lambda now, name=name: step(name, now))
 
+        def touch(name: str, now: datetime, due: datetime | None = None) -> None:
+            """What was just written may bring loop `name`'s work forward (to `due`, when known)."""
+            if idle is None:
+                return
+            replaced = idle.touch(name, now, current["order"], due)
+            if replaced is not None:
+                self.queue.wake(name, replaced, lambda at, name=name: step(name, at))
+
+        def touched(name: str, loop: Any, now: datetime, following: datetime) -> None:
+            """After a real pass of `name`: the loops whose work it may have brought forward.
+
+            What the pass consumed of its own work is read again (`passed`). The ticker's
+            runs: attempts queued now (the worker is woken) and deadlines; a lease: a lease
+            that runs out LEASE_SECONDS later; a reaped attempt: the poller's, now; the
+            poller's retries: queued for when they fall due; an alert opened or counting
+            more failures may escalate (the escalation clock); every alert event is a
+            delivery (the notifier is woken). The other loops a pass cannot have brought
+            forward, only pushed back.
+            """
+            if idle is None or name not in idle.loops:
+                return
+            if name == "ticker" and following < now + loop.max_sleep:
+                idle.passed(name, following)  # its earliest fire time: only the ticker moves schedules
+            else:
+                idle.passed(name)
+            if name == "ticker" and loop.last_pass and loop.last_pass.created:
+                touch("worker", now, now)
+                touch("deadlines", now)
+            elif name == "worker" and worker.in_flight:
+                touch("lease-reaper", now, now + timedelta(seconds=LEASE_SECONDS))
+            elif name == "lease-reaper" and loop.last_reaped:
+                touch("poller", now, now)
+            elif name in ("poller", "deadlines"):
+                evaluation = loop.last.evaluation
+                if evaluation.opened or evaluation.updated:  # a new warning, or one with more failures
+                    touch("escalation", now)
+                if name == "poller" and loop.last.retry_due:
+                    touch("worker", now, min(loop.last.retry_due))
+                if evaluation.event_ids:
+                    touch("notifier", now, now)
+            elif name == "escalation" and loop.last:
+                touch("notifier", now, now)
+
         def step(name: str, now: datetime) -> None:
+            if idle is not None and name in idle.loops:
+                if idle.must_look(name, now):
+                    with db.probe() as store:
+                        idle.looked(name, *store.sim_next_due(name, now, kinds, REAPER_GRACE_SECONDS))
+                if idle.due[name] > now:
+                    # This pass would find nothing: the loop wakes where its chain of idle
+                    # passes first reaches the instant its work could be due.
+                    target = idle.jump(name, now)
+                    self.queue.wake(name, target, lambda at, name=name: step(name, at))
+                    return
             worker.flush_for(name, now)  # the pass sees what the worker did before it
             loop = by_name[name]
             following = loop.run_once(now)
             schedule(name, max(following, now + timedelta(milliseconds=1)))
+            touched(name, loop, now, following)
             woken = wakes.get(name)
             for consumer in woken(loop, now) if woken else ():
                 schedule(consumer, now)
@@ -488,12 +665,22 @@ class Simulation:
                     self.queue.at(due, ORDER["worker"], lambda at: step("worker", at))
 
         self._schedule = schedule
+        def touch_all(now: datetime) -> None:  # a scenario's world event: any loop may have work
+            for name in idle.loops if idle else ():
+                touch(name, now)
+
+        self._touch_all = touch_all
         self._flush = lambda: worker.flush(self.clock.now())
         for loop in loops:
             first = self.scenario.start if loop is worker else self.scenario.start + CONTROL_PLANE_OFFSET
             schedule(loop.name, first)
         self._heartbeat(worker)
-        worker.on_finished = lambda now: schedule("poller", now)
+
+        def finished(now: datetime) -> None:  # an outcome, written or not yet, is the poller's work from now
+            touch("poller", now, now)
+            schedule("poller", now)
+
+        worker.on_finished = finished
         for key, at in self.scenario.manual_runs:
             self.queue.at(at, ORDER["world"], self._manual(db, key, setup))
         for key, at, by in self.scenario.cancellations:
@@ -506,6 +693,7 @@ class Simulation:
             if event is None or event.at > self.scenario.end:
                 break
             self.clock.set(event.at)
+            current["order"] = event.order
             event.action(event.at)
         worker.flush(self.clock.now())
 
@@ -526,6 +714,7 @@ class Simulation:
             tenant, workflow = key.split("/", 1)
             self._flush()
             run_now(db, tenant, workflow, now, requested_by="scenario")
+            self._touch_all(now)
             self._schedule("worker", now)
 
         return request
@@ -539,6 +728,7 @@ class Simulation:
                 run_id = store.sim_run_in_progress(setup.workflow_ids[key])
             if run_id is not None:  # nothing in progress: the operator has nothing to cancel
                 cancel_run(db, run_id, now, by)
+                self._touch_all(now)
 
         return cancel
 
@@ -554,6 +744,7 @@ class Simulation:
                 # scenario goes on, as the job's scheduler would.
                 log.info("check-in of %s at %s refused: %s", checkin.workflow, now.isoformat(), exc.message)
                 return
+            self._touch_all(now)
             self._schedule("poller", now)  # as the NOTIFY sent with the report's commit does
 
         return report

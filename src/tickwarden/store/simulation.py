@@ -66,6 +66,22 @@ class SimulationStore(StoreBase):
         if tables:
             self.conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
 
+    def sim_next_due(self, loop: str, now: datetime, kinds: Sequence[str], grace_seconds: int
+                     ) -> tuple[datetime | None, datetime | None]:
+        """When loop `loop` could next find work in the ledger as it stands (a lower bound; None: never).
+
+        The second value is the instant the loop's idle pass returns as its next wake-up
+        at the latest: the ticker's earliest fire time, the notifier's earliest claimable
+        delivery (None for the other loops, which return `now + interval`).
+        """
+        row = self._row(f"sim_next_due_{loop.replace('-', '_')}",
+                        {"now": now, "kinds": list(kinds), "grace_seconds": grace_seconds})
+        assert row is not None
+        if loop == "notifier":
+            present = [v for v in (row["due"], row["stale"]) if v is not None]
+            return (min(present) if present else None), row["due"]
+        return row["due"], (row["due"] if loop == "ticker" else None)
+
     def sim_history(self) -> list[dict[str, Any]]:
         return self._rows("sim_history")
 

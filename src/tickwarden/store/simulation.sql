@@ -130,3 +130,60 @@ SELECT id FROM runs
  WHERE workflow_id = %(workflow_id)s AND status IN ('queued', 'running', 'pending_retry')
  ORDER BY scheduled_for DESC, id DESC
  LIMIT 1;
+
+-- sim_next_due_ticker --
+-- When each loop could next find work in the ledger as it stands (the sim_next_due_*
+-- queries): the earliest instant at which the condition of its own look (or claim)
+-- could hold, read from the same partial indexes. A lower bound: a pass then may still
+-- find nothing (a lease renewed meanwhile, a deadline's run holding an expired lease),
+-- never the reverse. NULL: nothing will be due for that loop until something is written.
+SELECT min(next_fire_at) AS due FROM schedules WHERE status = 'active';
+
+-- sim_next_due_worker --
+SELECT min(queued_at) AS due FROM attempts WHERE status = 'queued';
+
+-- sim_next_due_lease_reaper --
+SELECT least(
+    (SELECT min(lease_expires_at) FROM attempts WHERE status = 'running'),
+    (SELECT min(i.last_used_at + make_interval(secs => e.idle_timeout_seconds + %(grace_seconds)s))
+       FROM environment_instances i
+       JOIN environments e ON e.id = i.environment_id
+      WHERE i.status IN ('starting', 'warm', 'busy'))) AS due;
+
+-- sim_next_due_poller --
+SELECT min(finished_at) AS due FROM attempts
+ WHERE processed_at IS NULL AND status IN ('succeeded', 'failed', 'lost', 'cancelled');
+
+-- sim_next_due_deadlines --
+-- A schedule without a watermark, or edited since, is armed by the next pass: due now.
+SELECT least(
+    (SELECT min(deadline_at) FROM runs WHERE status IN ('queued', 'running', 'pending_retry')),
+    (SELECT min(next_check_at) FROM tick_audits),
+    (SELECT %(now)s::timestamptz
+      WHERE EXISTS (SELECT 1 FROM schedules s
+                      LEFT JOIN tick_audits ta ON ta.schedule_id = s.id
+                     WHERE s.status = 'active'
+                       AND (ta.schedule_id IS NULL OR ta.schedule_version <> s.version)))) AS due;
+
+-- sim_next_due_escalation --
+-- A warning whose failures reached escalate_after is due at once (unless snoozed).
+SELECT min(CASE WHEN failure_count - manual_failures >= escalate_after
+                THEN greatest(%(now)s::timestamptz, snoozed_until)
+                ELSE greatest(escalate_at, snoozed_until) END) AS due
+  FROM alerts
+ WHERE status = 'open' AND severity = 'warning' AND acknowledged_at IS NULL;
+
+-- sim_next_due_notifier --
+-- The earliest claimable delivery (as outbox_waiting: the head of each thread's queue),
+-- and the earliest sender's claim to run out.
+SELECT (SELECT min(o.next_attempt_at)
+          FROM notification_outbox o
+         WHERE o.status IN ('pending', 'failed', 'held')
+           AND EXISTS (SELECT 1 FROM notification_channels c
+                        WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
+           AND NOT EXISTS (
+               SELECT 1 FROM notification_outbox p
+                WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
+                  AND p.status IN ('pending', 'failed', 'sending', 'held')
+                  AND p.event_id < o.event_id)) AS due,
+       (SELECT min(locked_until) FROM notification_outbox WHERE status = 'sending') AS stale;

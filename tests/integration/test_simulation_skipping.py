@@ -1,0 +1,77 @@
+"""Skipping idle passes changes nothing: the same scenario gives the same ledger with and without it.
+
+The simulator skips the passes the ledger proves idle (`IdlePasses`) and wakes each
+loop where its chain of idle passes first reaches work. Every run, attempt, alert,
+alert event and delivered notification, and every column of the ledger's rows (ids,
+claim times, heartbeats, watermarks) must equal what stepping every loop at its
+interval produces.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from benchmarks.noise import START, build
+from tests.dbutil import TEST_URL
+from tickwarden.clock import isoformat_z
+from tickwarden.simulate import Simulation, get_policy, load_scenario, parse_scenario
+from tickwarden.simulate.engine import SimulationOutcome
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "acceptance" / "scenarios"
+
+
+# Every column of every row these tables hold when the simulation ends.
+TABLES = {"runs": "id", "attempts": "id", "alerts": "id", "alert_events": "id", "notification_outbox": "id",
+          "notification_threads": "alert_id, channel_id", "tick_audits": "schedule_id"}
+
+
+class Recorded(Simulation):
+    """A simulation that also keeps its whole ledger, not only the read-outs of `--json`."""
+
+    def _collect(self, db, setup) -> SimulationOutcome:
+        outcome = super()._collect(db, setup)
+        with db.transaction() as store:
+            for table, order in TABLES.items():
+                cursor = store.conn.execute(f"SELECT * FROM {table} ORDER BY {order}")
+                names = [column.name for column in cursor.description]
+                outcome.extra[table] = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return outcome
+
+
+def ledger(outcome: SimulationOutcome) -> dict[str, list[dict]]:
+    return {"runs": outcome.runs, "attempts": outcome.attempts, "alerts": outcome.alerts,
+            "alert_events": outcome.alert_events, "notifications": outcome.notifications,
+            **{f"table {table}": outcome.extra[table] for table in TABLES}}
+
+
+def both(scenario, policy: str = "tickwarden") -> tuple[Simulation, dict, dict]:
+    chosen = get_policy(policy)
+    kwargs = {"url": TEST_URL, "overrides": chosen.overrides, "replace_policy": chosen.replace_policy}
+    skipping = Recorded(scenario, **kwargs)
+    skipped = ledger(skipping.run())
+    stepped = ledger(Recorded(scenario, skip_idle=False, **kwargs).run())
+    return skipping, skipped, stepped
+
+
+@pytest.mark.parametrize(("name", "policy"), [("everything", "tickwarden"), ("checkins", "naive")])
+def test_a_scenario_gives_the_same_ledger_with_and_without_skipping(name, policy):
+    skipping, skipped, stepped = both(load_scenario(SCENARIOS / f"{name}.yaml"), policy)
+    assert stepped["runs"] and stepped["attempts"]
+    for part in stepped:
+        assert skipped[part] == stepped[part], part
+    assert skipping.idle is not None and skipping.idle.skipped > 0
+
+
+def test_a_fleet_with_crashes_outages_and_alerts_gives_the_same_ledger():
+    raw, _, _ = build(40, 1, 7)
+    raw["end"] = isoformat_z(START + timedelta(hours=14))
+    raw["manual_runs"] = [m for m in raw["manual_runs"] if m["at"] <= raw["end"]]
+    skipping, skipped, stepped = both(parse_scenario(raw, source="test"))
+    assert stepped["alerts"] and stepped["notifications"], "the fleet must exercise alerting"
+    assert any(a["status"] == "lost" for a in stepped["attempts"]), "and crashes"
+    for part in stepped:
+        assert skipped[part] == stepped[part], part
+    assert skipping.idle is not None and skipping.idle.skipped > 0
