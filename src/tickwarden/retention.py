@@ -18,7 +18,7 @@ Invariants, whatever the retention:
 - an open alert, its events and its deliveries are never touched;
 - clearing a log or payload keeps the row and every id, so joins stay possible.
 
-The ledger is partitioned by month (see schema.sql). Each pass first makes sure the
+The ledger is partitioned by month (migration 0023). Each pass first makes sure the
 partitions of this month and the next AHEAD_MONTHS exist (created under an advisory
 lock inside `tickwarden_ledger_partition`, so replicas never collide), then drops every
 month that retention keeps nothing of: a month goes as a whole, without reading or

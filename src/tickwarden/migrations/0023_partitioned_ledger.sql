@@ -1,7 +1,7 @@
 -- Step outputs kept only when a workflow asks; the ledger partitioned by month.
 --
 -- The ledger (runs, attempts, attempt_steps) is migrated in place: the tables are renamed
--- aside, partitioned tables are created as schema.sql declares them, a month partition is
+-- aside, partitioned tables are created below, a month partition is
 -- created for every month that holds runs, the rows are copied (ids kept, the identity
 -- sequences continue where they were), and the old tables are dropped. Alerts keep run
 -- ids as opaque references (a foreign key to a partitioned table must name the partition

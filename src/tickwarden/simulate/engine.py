@@ -17,7 +17,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from tickwarden.catalog import Publication, publish
 from tickwarden.categories import categorize
 from tickwarden.clock import VirtualClock
 from tickwarden.db import Database, DedicatedDatabase
-from tickwarden.migrate import declared_schema
+from tickwarden.migrate import upgrade
 from tickwarden.models import Attempt, AttemptOutcome
 from tickwarden.profile import default_timeout_seconds, derive_profile
 from tickwarden.sanitize import sanitize_error
@@ -73,7 +72,6 @@ SIMULATED_ROWS = 1
 CONTROL_PLANE_OFFSET = timedelta(seconds=15)
 LEASE_SECONDS = 60
 # The declared schema's table definitions, which a simulation creates unlogged (its rows are scratch).
-UNLOGGED_TABLE = re.compile(r"^CREATE TABLE ", re.MULTILINE)
 WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
 
 
@@ -461,18 +459,11 @@ class Simulation:
     # -- schema -----------------------------------------------------------------------------------
 
     def _create_schema(self, url: str) -> None:
-        """Create the scratch schema from the declared schema, its tables unlogged from the start.
-
-        `schema.sql` is what the migrations produce (tests/integration/test_migrations.py
-        proves it), so one script builds the same schema as seventeen migrations, each in
-        turn, and unlogged tables need no rewrite afterwards. `sim_unlog_tables` still
-        runs: it finds nothing to do unless a table was declared in another form.
-        """
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
         with psycopg.connect(url, options=f"-c search_path={self.schema}") as conn:
+            upgrade(conn, self.scenario.start)
             with conn.transaction():
-                conn.execute(UNLOGGED_TABLE.sub("CREATE UNLOGGED TABLE ", declared_schema()))
                 conn.execute(queries()["sim_unlog_tables"])
 
     def _drop_schema(self, url: str) -> None:
