@@ -125,7 +125,7 @@ def measure(runs: int, workflows: int, repeat: int) -> dict[str, float]:
 
             def lease() -> None:
                 with conn.transaction():
-                    assert len(store.lease_attempts("bench", now, 600, limit=10)) == 10
+                    assert len(store.lease_attempts_with_runs("bench", now, 600, limit=10)) == 10
 
             figures["lease"] = median_ms(lease, calls)
             conn.execute("UPDATE attempts SET status = 'succeeded', lease_expires_at = NULL, finished_at = %s"
