@@ -144,5 +144,5 @@ def test_one_failing_tick_reaches_slack_in_few_passes_transactions_and_shapes(db
     print(f"shapes: {len(trace.shapes)} {sorted(trace.shapes)}")
     assert now - timedelta(seconds=5) < datetime(2026, 11, 30, 12, 3, tzinfo=UTC), "the message took minutes"
     # bounds: the figures recorded in docs/benchmarks.md ("Traced path"); lower them when the path gets shorter
-    assert sum(passes.values()) <= 17 and trace.transactions <= 38 and trace.statements <= 56
-    assert len(trace.shapes) <= 47 and not any(".Decision" in shape for shape in trace.shapes)
+    assert sum(passes.values()) <= 17 and trace.transactions <= 25 and trace.statements <= 44
+    assert len(trace.shapes) <= 48 and not any(".Decision" in shape for shape in trace.shapes)
