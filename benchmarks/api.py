@@ -112,10 +112,10 @@ def main() -> None:
                 healthz = figures[-1].value
                 figures = [Figure(f.name, f.value, f.unit, healthz) for f in figures[:-1]] + figures[-1:]
             with db.transaction() as store:
-                store.enter_tenant_context(1, platform=False)
-                with_rls = median_ms(lambda: store.api_list_runs(workflow_id, None, 50), args.repeat * 5)
+                store.api.enter_tenant_context(1, platform=False)
+                with_rls = median_ms(lambda: store.api.list_runs(workflow_id, None, 50), args.repeat * 5)
             with db.transaction() as store:
-                without = median_ms(lambda: store.api_list_runs(workflow_id, None, 50), args.repeat * 5)
+                without = median_ms(lambda: store.api.list_runs(workflow_id, None, 50), args.repeat * 5)
             rows.append(("store: 50 runs as tenant (RLS)", f"{with_rls:.3f} ms median"))
             rows.append(("store: 50 runs as owner (no RLS)", f"{without:.3f} ms median"))
             report("API and dashboard latency (one server thread pool, loopback)", rows)

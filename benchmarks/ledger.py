@@ -76,8 +76,8 @@ def time_count(schema: str, rows: int, repeat: int) -> float:
     fill_history(schema, rows)
     with connect(schema) as conn:
         store = Store(conn)
-        assert store.evaluation_inputs([1])[0].failures == 5
-        return median_ms(lambda: store.evaluation_inputs([1]), repeat)
+        assert store.monitoring.evaluation_inputs([1])[0].failures == 5
+        return median_ms(lambda: store.monitoring.evaluation_inputs([1]), repeat)
 
 
 def _create_worker(args: tuple[str, int, int, float, int]) -> tuple[int, float, float]:
@@ -95,7 +95,7 @@ def _create_worker(args: tuple[str, int, int, float, int]) -> tuple[int, float, 
                 ticks.append(TickRequest(1, 1 + minute % workflows, base + timedelta(minutes=minute), 0, base))
                 minute += 1
             with conn.transaction():
-                created += len(store.create_tick_runs(ticks, base))
+                created += len(store.ledger.create_tick_runs(ticks, base))
     return created, t0, time.perf_counter()
 
 

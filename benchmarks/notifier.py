@@ -64,7 +64,7 @@ def fill(schema: str, alerts: int, history: int) -> None:
         store = Store(conn)
         ids = [r[0] for r in conn.execute("SELECT e.id FROM alert_events e JOIN alerts a ON a.id = e.alert_id"
                                           " WHERE a.status = 'open' ORDER BY e.id").fetchall()]
-        store.enqueue_notifications(ids, EPOCH)
+        store.outbox.enqueue_notifications(ids, EPOCH)
         conn.commit()
         conn.execute("ANALYZE")
 
@@ -109,7 +109,7 @@ def time_claim(schema: str, batch: int) -> float:
         store = Store(conn)
 
         def once() -> None:
-            rows = store.claim_outbox("probe", EPOCH + timedelta(minutes=1), EPOCH + timedelta(minutes=6), batch,
+            rows = store.outbox.claim_outbox("probe", EPOCH + timedelta(minutes=1), EPOCH + timedelta(minutes=6), batch,
                                       ["recording"])
             assert rows
             conn.rollback()

@@ -109,8 +109,8 @@ def measure(runs: int, workflows: int, repeat: int) -> dict[str, float]:
         with connect(schema) as conn:
             store = Store(conn)
             # the evaluation's own statement, whose failures are the consecutive-failure count
-            assert store.evaluation_inputs([1])[0].failures == 5
-            figures["count"] = median_ms(lambda: store.evaluation_inputs([1]), repeat)
+            assert store.monitoring.evaluation_inputs([1])[0].failures == 5
+            figures["count"] = median_ms(lambda: store.monitoring.evaluation_inputs([1]), repeat)
             conn.rollback()
         ticker = Ticker(db, batch=workflows)
         walls = []
@@ -125,7 +125,7 @@ def measure(runs: int, workflows: int, repeat: int) -> dict[str, float]:
 
             def lease() -> None:
                 with conn.transaction():
-                    assert len(store.lease_attempts_with_runs("bench", now, 600, limit=10)) == 10
+                    assert len(store.ledger.lease_attempts_with_runs("bench", now, 600, limit=10)) == 10
 
             figures["lease"] = median_ms(lease, calls)
             conn.execute("UPDATE attempts SET status = 'succeeded', lease_expires_at = NULL, finished_at = %s"
@@ -134,7 +134,7 @@ def measure(runs: int, workflows: int, repeat: int) -> dict[str, float]:
 
             def claim() -> None:
                 with conn.transaction():
-                    assert len(store.claim_finished_attempts(now, 10)) == 10
+                    assert len(store.monitoring.claim_finished_attempts(now, 10)) == 10
 
             figures["claim"] = median_ms(claim, calls)
         sweeper = RetentionSweeper(db)

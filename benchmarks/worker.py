@@ -44,9 +44,9 @@ NOOP = {"steps": [{"name": "noop", "kind": "python", "call": "tests.steps:noop",
 def setup(db: Database, clock: WallClock):
     now = clock.now()
     with db.transaction() as store:
-        tenant = store.upsert_tenant("bench", now)
-        user = store.apply_user(tenant.id, "owner@bench.test", "owner@bench.test", True, now).row
-        env = store.apply_environment(tenant.id, "main", None, 600, now).row
+        tenant = store.catalog.upsert_tenant("bench", now)
+        user = store.catalog.apply_user(tenant.id, "owner@bench.test", "owner@bench.test", True, now).row
+        env = store.catalog.apply_environment(tenant.id, "main", None, 600, now).row
         return publish(store, tenant.id, "noop", now, environment_id=env.id, publisher_id=user.id, recipe=NOOP,
                        timeout_seconds=60, cron="* * * * *", cadence_seconds=60)
 
@@ -62,7 +62,7 @@ def queue(db: Database, wf, clock: WallClock, count: int) -> None:
         at = now - timedelta(days=3650) + timedelta(minutes=_offset[0])
         ticks.append(TickRequest(wf.tenant_id, wf.id, at, 0, at + timedelta(days=7000)))
     with db.transaction() as store:
-        store.create_tick_runs(ticks, now)
+        store.ledger.create_tick_runs(ticks, now)
 
 
 class TripCounter:

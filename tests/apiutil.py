@@ -53,8 +53,8 @@ def live_server(db: Database, clock: Clock, **kwargs) -> Iterator[str]:
 def make_token(db: Database, now: datetime, *, tenant: str | None = None, name: str = "test") -> str:
     token = new_token()
     with db.transaction() as store:
-        tenant_id = store.get_tenant_by_name(tenant).id if tenant else None
-        store.create_api_token(tenant_id=tenant_id, role="member" if tenant else "platform", name=name,
+        tenant_id = store.catalog.get_tenant_by_name(tenant).id if tenant else None
+        store.api.create_api_token(tenant_id=tenant_id, role="member" if tenant else "platform", name=name,
                                token_hash=hash_token(token), now=now)
     return token
 
@@ -79,15 +79,15 @@ def seed_tenant(db: Database, now: datetime, tenant: str, *, secret_word: str | 
     an open alert with its history and the failing step's log, and a customer channel."""
     secret_word = secret_word or f"{tenant}-secret-log"
     with db.transaction() as store:
-        t = store.upsert_tenant(tenant, now, display_name=tenant.capitalize() + " Inc")
-        env = store.apply_environment(t.id, "default", None, 600, now).row
-        user = store.apply_user(t.id, f"ops@{tenant}.test", f"ops@{tenant}.test", True, now).row
+        t = store.catalog.upsert_tenant(tenant, now, display_name=tenant.capitalize() + " Inc")
+        env = store.catalog.apply_environment(t.id, "default", None, 600, now).row
+        user = store.catalog.apply_user(t.id, f"ops@{tenant}.test", f"ops@{tenant}.test", True, now).row
         wf = publish(store, t.id, "nightly", now, environment_id=env.id, publisher_id=user.id,
                      description=f"{tenant} nightly pipeline",
                      recipe={"steps": [{"name": "load", "kind": "python", "depends_on": [],
                                         "call": "tickwarden.examples_steps:noop", "params": {},
                                         "timeout_seconds": None}]})
-        channel = store.upsert_notification_channel(tenant_id=t.id, name=f"{tenant}-alerts", kind="recording",
+        channel = store.outbox.upsert_notification_channel(tenant_id=t.id, name=f"{tenant}-alerts", kind="recording",
                                                     audience="customer", now=now)
     seeded = Seeded(tenant, t.id, "nightly", wf.id, env.id, channel_id=channel.id)
     ok = AttemptOutcome(status="succeeded")
@@ -98,7 +98,7 @@ def seed_tenant(db: Database, now: datetime, tenant: str, *, secret_word: str | 
         run = create_run(db, wf, tick, tick, budget=0)
         with db.transaction() as store:
             attempt = lease(store, f"w-{tenant}", tick, 60)[0]
-            store.finish_attempt(attempt.id, f"w-{tenant}", outcome, tick + timedelta(minutes=3))
+            store.ledger.finish_attempt(attempt.id, f"w-{tenant}", outcome, tick + timedelta(minutes=3))
         seeded.run_ids.append(run.id)
     last_run = seeded.run_ids[-1]
     with db.connection() as conn, conn.transaction():

@@ -31,9 +31,9 @@ def make_runnable(db: Database, now: datetime, steps: list[dict[str, Any]], *, t
                   publisher_active: bool = True, with_publisher: bool = True, expect_rows: bool = False,
                   keep_outputs: bool = True) -> Workflow:
     with db.transaction() as store:
-        t = store.upsert_tenant(tenant, now)
-        user = store.apply_user(t.id, f"owner@{tenant}.test", f"owner@{tenant}.test", publisher_active, now).row
-        env = store.apply_environment(t.id, "main", None, idle_timeout, now).row
+        t = store.catalog.upsert_tenant(tenant, now)
+        user = store.catalog.apply_user(t.id, f"owner@{tenant}.test", f"owner@{tenant}.test", publisher_active, now).row
+        env = store.catalog.apply_environment(t.id, "main", None, idle_timeout, now).row
         return publish(store, t.id, name, now, environment_id=env.id,
                        publisher_id=user.id if with_publisher else None,
                        recipe={"steps": steps}, timeout_seconds=timeout, expect_rows=expect_rows,
@@ -42,7 +42,7 @@ def make_runnable(db: Database, now: datetime, steps: list[dict[str, Any]], *, t
 
 def queue_run(db: Database, workflow: Workflow, scheduled_for: datetime, now: datetime, *, budget: int = 2) -> Run:
     with db.transaction() as store:
-        run = store.create_tick_run(TickRequest(workflow.tenant_id, workflow.id, scheduled_for, budget,
+        run = store.ledger.create_tick_run(TickRequest(workflow.tenant_id, workflow.id, scheduled_for, budget,
                                                 scheduled_for + timedelta(hours=3)), now)
         assert run is not None
         return run

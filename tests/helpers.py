@@ -29,8 +29,8 @@ def publish(store: Store, tenant_id: int, name: str, now: datetime, *, cron: str
 
 def republish(store: Store, workflow: Workflow, now: datetime, **changes: Any) -> Workflow:
     """Publish a stored workflow again with some fields changed (as a re-applied file would)."""
-    schedule = store.get_schedule_for_workflow(workflow.id)
-    current = store.get_workflow(workflow.id)
+    schedule = store.catalog.get_schedule_for_workflow(workflow.id)
+    current = store.catalog.get_workflow(workflow.id)
     assert schedule is not None and current is not None
     pub = dataclasses.replace(Publication.stored(current, schedule), **changes)
     return catalog.publish(store, pub, now, actor="tests").workflow.row
@@ -38,12 +38,12 @@ def republish(store: Store, workflow: Workflow, now: datetime, **changes: Any) -
 
 def lease(store: Store, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1) -> list[Attempt]:
     """Lease attempts through the worker's own statement, without the ticks it also returns."""
-    return [attempt for attempt, _ in store.lease_attempts_with_ticks(worker_id, now, lease_seconds, limit)]
+    return [attempt for attempt, _ in store.ledger.lease_attempts_with_ticks(worker_id, now, lease_seconds, limit)]
 
 
 def streak(store: Store, workflow_id: int) -> int:
     """The workflow's consecutive confirmed failures, as the evaluation counts them (`evaluation_inputs`)."""
-    return store.evaluation_inputs([workflow_id])[0].failures
+    return store.monitoring.evaluation_inputs([workflow_id])[0].failures
 
 
 def catalog_counts(store: Store) -> dict[str, int]:
@@ -59,7 +59,7 @@ def catalog_counts(store: Store) -> dict[str, int]:
 def make_workflow(db: Database, now: datetime, *, tenant: str = "acme", name: str = "nightly", cron: str = "0 2 * * *",
                   cadence_seconds: int = 86400) -> Workflow:
     with db.transaction() as store:
-        t = store.upsert_tenant(tenant, now)
+        t = store.catalog.upsert_tenant(tenant, now)
         return publish(store, t.id, name, now, cron=cron, cadence_seconds=cadence_seconds)
 
 
@@ -75,6 +75,6 @@ def tick(workflow: Workflow, scheduled_for: datetime, *, budget: int = 2) -> Tic
 
 def create_run(db: Database, workflow: Workflow, scheduled_for: datetime, now: datetime, *, budget: int = 2) -> Run:
     with db.transaction() as store:
-        run = store.create_tick_run(tick(workflow, scheduled_for, budget=budget), now)
+        run = store.ledger.create_tick_run(tick(workflow, scheduled_for, budget=budget), now)
         assert run is not None
         return run

@@ -226,8 +226,8 @@ def evaluate_workflows(store: Store, workflow_ids: Iterable[int], now: datetime)
     report = EvaluationReport()
     if not ids:
         return report
-    store.lock_workflows_for_evaluation(ids)
-    inputs = store.evaluation_inputs(ids)
+    store.monitoring.lock_workflows_for_evaluation(ids)
+    inputs = store.monitoring.evaluation_inputs(ids)
     windows = {}
     for inp in inputs:
         try:
@@ -235,7 +235,7 @@ def evaluate_workflows(store: Store, workflow_ids: Iterable[int], now: datetime)
                 windows[inp.workflow_id] = n
         except (InvalidPolicy, TypeError, ValueError):
             continue  # bad settings: decide() below meets them again, logs once and skips the workflow
-    rates = store.failure_rates(windows)
+    rates = store.monitoring.failure_rates(windows)
     changes: list[Change] = []
     for inp in inputs:
         try:
@@ -290,10 +290,10 @@ def _apply(store: Store, changes: Sequence[Change], now: datetime, report: Evalu
     column that defines it; the escalation statement checks it again under its
     compare-and-set (with acknowledgement and snooze).
     """
-    opened = store.open_alerts([c for c in changes if isinstance(c, OpenAlert)], now)
-    updated = store.record_alert_failures([c for c in changes if isinstance(c, FailureUpdate)], now)
-    escalated = store.escalate_alerts([t.alert_id for t in (*opened, *updated) if t.escalates], "failures", now)
-    resolved = store.resolve_alerts([c for c in changes if isinstance(c, tuple)], now)
+    opened = store.monitoring.open_alerts([c for c in changes if isinstance(c, OpenAlert)], now)
+    updated = store.monitoring.record_alert_failures([c for c in changes if isinstance(c, FailureUpdate)], now)
+    escalated = store.monitoring.escalate_alerts([t.alert_id for t in (*opened, *updated) if t.escalates], "failures", now)
+    resolved = store.monitoring.resolve_alerts([c for c in changes if isinstance(c, tuple)], now)
     event_ids = [t.event_id for t in (*opened, *updated, *escalated, *resolved)]
     notify(store, event_ids, now)
     report.opened += [t.alert_id for t in opened]
@@ -309,7 +309,7 @@ def notify(store: Store, event_ids: Sequence[int], now: datetime) -> int:
     Every alert event reaches the outbox through here, so this is the one place a
     maintenance window stops a delivery (`holds.hold_new`), in the event's transaction.
     """
-    new = store.enqueue_notifications(event_ids, now)
+    new = store.outbox.enqueue_notifications(event_ids, now)
     holds.hold_new(store, new, now)
     return len(new)
 
@@ -334,13 +334,13 @@ class EscalationClock:
 
     def run_once(self, now: datetime) -> datetime:
         with self.db.probe() as store:
-            waiting = store.escalations_waiting(now)
+            waiting = store.monitoring.escalations_waiting(now)
         if not waiting:  # the usual pass: one read-only statement
             self.last = []
             return now + self.interval
         with self.db.transaction() as store:
             holds.defer_escalations(store, now, self.batch_size)
-            escalated = store.escalate_due_alerts(now, self.batch_size)
+            escalated = store.monitoring.escalate_due_alerts(now, self.batch_size)
             notify(store, [t.event_id for t in escalated], now)
         self.last = [t.alert_id for t in escalated]
         if len(self.last) >= self.batch_size:
@@ -354,15 +354,15 @@ def reassign(db: Database, alert_id: int, owner: str, note: str | None, actor: s
         raise InvalidInput(f"Owner {owner!r} is not valid: use engineering or customer.")
     clean_note = _clean_note(note) if note else None
     with db.transaction() as store:
-        alert = store.lock_alert(alert_id)
+        alert = store.monitoring.lock_alert(alert_id)
         if alert is None:
             raise NotFound(f"There is no alert {alert_id}.")
         if alert.status != "open":
             raise Conflict(f"Alert {alert_id} is already resolved; only open alerts can be reassigned.")
-        event = store.reassign_alert(alert_id, owner, alert.owner, clean_note, _clean_actor(actor), now)
+        event = store.monitoring.reassign_alert(alert_id, owner, alert.owner, clean_note, _clean_actor(actor), now)
         assert event is not None  # the row lock above makes the compare-and-set match
         notify(store, [event.id], now)
-        view = store.get_alert(alert_id)
+        view = store.monitoring.get_alert(alert_id)
         assert view is not None
         return view.alert
 
@@ -374,7 +374,7 @@ def add_note(db: Database, alert_id: int, note: str, actor: str, now: datetime, 
     if not clean:
         raise InvalidInput("The note is empty.")
     with db.transaction() as store:
-        event = store.add_alert_note(alert_id, clean, _clean_actor(actor), now, internal=internal)
+        event = store.monitoring.add_alert_note(alert_id, clean, _clean_actor(actor), now, internal=internal)
         if event is None:
             raise NotFound(f"There is no alert {alert_id}.")
         notify(store, [event.id], now)
@@ -389,7 +389,7 @@ def acknowledge(db: Database, alert_id: int, actor: str, now: datetime, note: st
     use there); raising from it rolls the acknowledgement back.
     """
     return _by_hand(db, alert_id, "acknowledged", now,
-                    lambda store, clean: store.acknowledge_alert(alert_id, _clean_actor(actor), clean, now),
+                    lambda store, clean: store.monitoring.acknowledge_alert(alert_id, _clean_actor(actor), clean, now),
                     note, already="is already acknowledged", also=also)
 
 
@@ -400,7 +400,7 @@ def snooze(db: Database, alert_id: int, seconds: int, actor: str, now: datetime,
         raise InvalidInput("A snooze lasts from 1 minute to 30 days.")
     until = now + timedelta(seconds=seconds)
     return _by_hand(db, alert_id, "snoozed", now,
-                    lambda store, clean: store.snooze_alert(alert_id, until, _clean_actor(actor), clean, now), note)
+                    lambda store, clean: store.monitoring.snooze_alert(alert_id, until, _clean_actor(actor), clean, now), note)
 
 
 def resolve(db: Database, alert_id: int, note: str, actor: str, now: datetime) -> AlertEvent:
@@ -408,7 +408,7 @@ def resolve(db: Database, alert_id: int, note: str, actor: str, now: datetime) -
     if not note or not _clean_note(note):
         raise InvalidInput("Resolving an alert by hand needs a note saying why.")
     return _by_hand(db, alert_id, "resolved", now,
-                    lambda store, clean: store.resolve_alert_by_hand(alert_id, _clean_actor(actor), clean or "", now), note)
+                    lambda store, clean: store.monitoring.resolve_alert_by_hand(alert_id, _clean_actor(actor), clean or "", now), note)
 
 
 PAUSED_NOTE = "The workflow is paused: no ticks until it is resumed."
@@ -418,7 +418,7 @@ ARCHIVED_NOTE = "The workflow is archived: no ticks until its file is applied ag
 def note_paused(store: Store, workflow_id: int, actor: str, now: datetime, note: str = PAUSED_NOTE
                 ) -> list[AlertEvent]:
     """Tell the thread of the workflow's open alert, if any, that the workflow was paused (caller's transaction)."""
-    events = store.note_workflow_paused(workflow_id, _clean_actor(actor), note, now)
+    events = store.monitoring.note_workflow_paused(workflow_id, _clean_actor(actor), note, now)
     notify(store, [e.id for e in events], now)
     return events
 
@@ -429,7 +429,7 @@ def _by_hand(db: Database, alert_id: int, kind: str, now: datetime,
     """Lock the alert, check it is open, write the transition and its event, fan it out."""
     clean = _clean_note(note) if note else None
     with db.transaction() as store:
-        alert = store.lock_alert(alert_id)
+        alert = store.monitoring.lock_alert(alert_id)
         if alert is None:
             raise NotFound(f"There is no alert {alert_id}.")
         if alert.status != "open":

@@ -135,30 +135,30 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
     with db.transaction() as store:
         tenant_ids: dict[str, int] = {}
         for tenant in plan.tenants:
-            applied = store.apply_tenant(tenant.name, tenant.display_name or tenant.name, tenant.shadow, now)
+            applied = store.catalog.apply_tenant(tenant.name, tenant.display_name or tenant.name, tenant.shadow, now)
             tenant_ids[tenant.name] = applied.id
             report.add(applied, tenant.name)
             if tenant.retention is not None:
                 retention.set_tenant_retention(store, applied.id, tenant.retention, now)
         user_ids: dict[tuple[str, str], int] = {}
         for tenant_name, user in plan.users:
-            applied = store.apply_user(tenant_ids[tenant_name], user.email, user.name or user.email, user.active, now)
+            applied = store.catalog.apply_user(tenant_ids[tenant_name], user.email, user.name or user.email, user.active, now)
             user_ids[(tenant_name, user.email)] = applied.id
             report.add(applied, f"{tenant_name}/{user.email}")
         env_ids: dict[tuple[str, str], int] = {}
         for tenant_name, env in plan.environments:
-            applied = store.apply_environment(tenant_ids[tenant_name], env.name, env.python, env.idle_timeout_seconds, now,
+            applied = store.catalog.apply_environment(tenant_ids[tenant_name], env.name, env.python, env.idle_timeout_seconds, now,
                                               env.runtime, env.pod())
             env_ids[(tenant_name, env.name)] = applied.id
             report.add(applied, f"{tenant_name}/{env.name}")
         for tenant_name, channel in plan.channels:
-            report.add(store.apply_channel(
+            report.add(store.catalog.apply_channel(
                 tenant_ids[tenant_name], channel.name, kind=channel.kind, audience=channel.audience,
                 config=channel.config, secret_ref=channel.secret_ref, now=now,
                 severities=channel.routed_severities(), events=channel.routed_events(),
             ), f"{tenant_name}/{channel.name}")
         for channel in plan.platform_channels:
-            report.add(store.apply_channel(
+            report.add(store.catalog.apply_channel(
                 None, channel.name, kind=channel.kind, audience=channel.audience,
                 config=channel.config, secret_ref=channel.secret_ref, now=now,
                 severities=channel.routed_severities(), events=channel.routed_events(),
@@ -177,8 +177,8 @@ def _apply_plan(db: Database, plan: Any, now: datetime, report: ApplyReport, dry
 
 def _wake_trigger(store: Store) -> None:
     """Wake whichever trigger runs: the built-in ticker, or the Kubernetes trigger's reconciler."""
-    store.notify_wake("ticker")
-    store.notify_wake("reconciler")
+    store.trigger.notify_wake("ticker")
+    store.trigger.notify_wake("reconciler")
 
 
 @dataclass(frozen=True)
@@ -265,8 +265,8 @@ def publish(store: Store, pub: Publication, now: datetime, *, actor: str, report
     nothing; without `archived` it restores it). The trigger is woken at commit, which only
     makes its next pass come sooner.
     """
-    existing = store.catalog_lock_workflow(pub.tenant_id, pub.name)
-    current = store.get_schedule_for_workflow(existing.id) if existing else None
+    existing = store.catalog.lock_workflow(pub.tenant_id, pub.name)
+    current = store.catalog.get_schedule_for_workflow(existing.id) if existing else None
     if pub.archived and existing is not None and existing.archived_at is not None:
         published = Published(Applied("workflow", existing.id, "unchanged", existing),
                               Applied("schedule", current.id if current else 0, "unchanged", current))
@@ -276,7 +276,7 @@ def publish(store: Store, pub: Publication, now: datetime, *, actor: str, report
         # The content says active: publishing it resumes a schedule someone paused by hand.
         report.warnings.append(f"{label} is paused; this file resumes it (set schedule.status: paused "
                                "to keep it paused).")
-    workflow = store.apply_workflow(
+    workflow = store.catalog.apply_workflow(
         pub.tenant_id, pub.name, now, description=pub.description,
         environment_id=pub.environment_id, publisher_id=pub.publisher_id,
         recipe=pub.recipe, timeout_seconds=pub.timeout_seconds, monitoring_enabled=pub.monitoring_enabled,
@@ -290,7 +290,7 @@ def publish(store: Store, pub: Publication, now: datetime, *, actor: str, report
     if pub.archived and _archive(store, workflow.id, actor, now) is not None:
         workflow = Applied(workflow.kind, workflow.id, "created" if workflow.change == "created" else "updated",
                            workflow.row)
-    schedule = store.apply_schedule(
+    schedule = store.catalog.apply_schedule(
         tenant_id=pub.tenant_id, workflow_id=workflow.id, cron=pub.cron, timezone=pub.timezone, status=pub.status,
         cadence_seconds=pub.cadence_seconds, starting_deadline_seconds=pub.starting_deadline_seconds, now=now,
     )
@@ -320,10 +320,10 @@ def publish_workflow(db: Database, tenant: str, spec: WorkflowSpec, now: datetim
     with db.transaction() as store:
         found = find_tenant(store, tenant)
         planned = plan_workflow(spec, tenant, now)
-        environment = store.api_get_environment_by_name(tenant, spec.environment)
+        environment = store.api.get_environment_by_name(tenant, spec.environment)
         if environment is None:
             raise InvalidField("environment", f"tenant {tenant!r} has no environment named {spec.environment!r}")
-        publisher = store.api_get_user_by_email(tenant, spec.publisher)
+        publisher = store.api.get_user_by_email(tenant, spec.publisher)
         if publisher is None or not publisher.active:
             raise InvalidField("publisher", f"tenant {tenant!r} has no active user {spec.publisher!r} to publish as")
         return publish(store, Publication.planned(planned, found.id, environment.id, publisher.id), now, actor=actor)
@@ -338,7 +338,7 @@ def set_policy(db: Database, tenant: str, workflow: str, overrides: PolicyOverri
     """
     with db.transaction() as store:
         found = find_workflow(store, tenant, workflow)
-        schedule = store.get_schedule_for_workflow(found.id)
+        schedule = store.catalog.get_schedule_for_workflow(found.id)
         if schedule is None:
             raise Conflict(f"Workflow {tenant}/{workflow} has no schedule, so it has no cadence profile.")
         if found.archived_at is not None:
@@ -358,7 +358,7 @@ def parse_ref(ref: str) -> tuple[str, str]:
 
 
 def find_tenant(store: Store, tenant: str) -> Tenant:
-    found = store.get_tenant_by_name(tenant)
+    found = store.catalog.get_tenant_by_name(tenant)
     if found is None:
         raise NotFound(f"No tenant named {tenant!r}.")
     return found
@@ -366,7 +366,7 @@ def find_tenant(store: Store, tenant: str) -> Tenant:
 
 def find_workflow(store: Store, tenant: str, workflow: str) -> Workflow:
     """Return the workflow `tenant/workflow`; raise NotFound naming what is missing."""
-    found = store.get_workflow_by_name(tenant, workflow)
+    found = store.catalog.get_workflow_by_name(tenant, workflow)
     if found is None:
         find_tenant(store, tenant)
         raise NotFound(f"Tenant {tenant!r} has no workflow named {workflow!r}.")
@@ -375,7 +375,7 @@ def find_workflow(store: Store, tenant: str, workflow: str) -> Workflow:
 
 def find_schedule(store: Store, tenant: str, workflow: str) -> tuple[Workflow, Schedule]:
     found = find_workflow(store, tenant, workflow)
-    schedule = store.get_schedule_for_workflow(found.id)
+    schedule = store.catalog.get_schedule_for_workflow(found.id)
     if schedule is None:
         raise NotFound(f"Workflow {tenant}/{workflow} has no schedule.")
     return found, schedule
@@ -402,7 +402,7 @@ def archive(db: Database, tenant: str, workflow: str, now: datetime, actor: str 
 
 def _archive(store: Store, workflow_id: int, actor: str, now: datetime) -> Workflow | None:
     """The one write that archives a workflow; None when it already was archived."""
-    archived = store.archive_workflow(workflow_id, now)
+    archived = store.catalog.archive_workflow(workflow_id, now)
     if archived is not None:
         _wake_trigger(store)  # the reconciler deletes its CronJob; the ticker simply stops seeing it
         alerts.note_paused(store, workflow_id, actor, now, alerts.ARCHIVED_NOTE)
@@ -435,10 +435,10 @@ def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_b
         if found.kind == "external":
             raise Conflict(f"Workflow {tenant}/{workflow} is external: its own scheduler runs it and reports "
                            "with `tickwarden checkin`.")
-        schedule = store.get_schedule_for_workflow(found.id)
+        schedule = store.catalog.get_schedule_for_workflow(found.id)
         cadence_seconds = schedule.cadence_seconds if schedule else profile.UNSCHEDULED_CADENCE_SECONDS
         budget = budget_for(cadence_seconds, found.policy_overrides, found.monitoring_enabled, found.timeout_seconds)
-        return store.create_manual_run(
+        return store.ledger.create_manual_run(
             tenant_id=found.tenant_id,
             workflow_id=found.id,
             retry_budget=budget.retries,
@@ -458,10 +458,10 @@ def cancel(db: Database, run_id: int, now: datetime, actor: str) -> Run:
     history.
     """
     with db.transaction() as store:
-        cancelled = store.cancel_run(run_id, actor, now)
+        cancelled = store.ledger.cancel_run(run_id, actor, now)
         if cancelled is not None:
             return cancelled
-        run = store.get_run(run_id)
+        run = store.ledger.get_run(run_id)
         if run is None:
             raise NotFound(f"There is no run {run_id}.")
         raise Conflict(f"Run {run_id} is already {run.status}; only a run in progress can be cancelled.")
@@ -473,7 +473,7 @@ def list_runs(db: Database, tenant: str, workflow: str, limit: int = 50) -> list
         raise InvalidInput("The limit must be at least 1.")
     with db.transaction() as store:
         found = find_workflow(store, tenant, workflow)
-        return store.list_runs(found.id, limit=limit)
+        return store.ledger.list_runs(found.id, limit=limit)
 
 
 def list_workflows(db: Database, tenant: str | None = None) -> list[WorkflowSummary]:
@@ -481,4 +481,4 @@ def list_workflows(db: Database, tenant: str | None = None) -> list[WorkflowSumm
     with db.transaction() as store:
         if tenant is not None:
             find_tenant(store, tenant)
-        return store.workflow_summaries(tenant)
+        return store.catalog.workflow_summaries(tenant)

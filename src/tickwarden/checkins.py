@@ -140,12 +140,12 @@ def issue_key(db: Database, tenant: str, workflow: str, now: datetime, *, rotate
     with db.transaction() as store:
         found, _ = find_schedule(store, tenant, workflow)
         _require_external(found, tenant, workflow)
-        issued_at = store.checkin_key_issued_at(found.id)
+        issued_at = store.checkins.key_issued_at(found.id)
         if issued_at is not None and not rotate:
             raise Conflict(f"Workflow {tenant}/{workflow} already has a check-in URL (issued "
                            f"{isoformat_z(issued_at)}); rotate it to get a new one, and the old one stops working.")
         key = new_key()
-        created_at = store.checkin_issue_key(found.id, found.tenant_id, hash_key(key), now)
+        created_at = store.checkins.issue_key(found.id, found.tenant_id, hash_key(key), now)
     return IssuedKey(key, created_at, issued_at is not None)
 
 
@@ -168,16 +168,16 @@ def report_by_key(db: Database, key: str, report: Report, now: datetime) -> Reco
     if not KEY_SHAPE.match(key):
         raise NotFound(UNKNOWN_KEY)
     with db.transaction() as store:
-        use = store.checkin_use_key(hash_key(key), now, now - RATE_WINDOW)
+        use = store.checkins.use_key(hash_key(key), now, now - RATE_WINDOW)
     if use is None:
         raise NotFound(UNKNOWN_KEY)
     if use.window_count > RATE_LIMIT:
         remaining = use.window_start + RATE_WINDOW - now
         raise RateLimited(max(1, int(remaining.total_seconds() + 0.999)))
     with db.transaction() as store:
-        found = store.get_workflow(use.workflow_id)
-        schedule = store.get_schedule_for_workflow(use.workflow_id)
-        owner = store.get_tenant(use.tenant_id)
+        found = store.catalog.get_workflow(use.workflow_id)
+        schedule = store.catalog.get_schedule_for_workflow(use.workflow_id)
+        owner = store.catalog.get_tenant(use.tenant_id)
         if found is None or schedule is None or owner is None:
             raise NotFound(UNKNOWN_KEY)
         return record(store, owner.name, found, schedule, report, now)
@@ -206,25 +206,25 @@ def record(store: Store, tenant: str, workflow: Workflow, schedule: Schedule, re
         raise Conflict(f"Workflow {label} is paused; resume it to record check-ins.")
     cron = parse_schedule(schedule.cron, schedule.timezone)
     tick = _resolve_tick(cron, schedule, report.tick, now, label)
-    run = store.get_run_for_tick(workflow.id, tick)
+    run = store.ledger.get_run_for_tick(workflow.id, tick)
     budget = budget_for(schedule.cadence_seconds, workflow.policy_overrides, False, workflow.timeout_seconds)
     if run is None:
-        store.create_tick_run(TickRequest(workflow.tenant_id, workflow.id, tick, 0, budget.external_deadline(tick)),
+        store.ledger.create_tick_run(TickRequest(workflow.tenant_id, workflow.id, tick, 0, budget.external_deadline(tick)),
                               now)
-        run = store.get_run_for_tick(workflow.id, tick)
+        run = store.ledger.get_run_for_tick(workflow.id, tick)
         assert run is not None
     if report.status == "start":
         if run.status == "running":
             return Recorded(tenant, workflow.name, run, False)
-        started = store.checkin_start_run(run.id, now, budget.external_deadline(tick, started=True))
+        started = store.checkins.start_run(run.id, now, budget.external_deadline(tick, started=True))
         if started is None:
             raise _already_decided(label, run)
         return Recorded(tenant, workflow.name, started, True)
-    attempt_id = store.checkin_open_attempt(run.id, WORKER_ID, now)
+    attempt_id = store.checkins.open_attempt(run.id, WORKER_ID, now)
     if attempt_id is None:
-        raise _already_decided(label, store.get_run(run.id) or run)
-    store.finish_attempt(attempt_id, WORKER_ID, _outcome(report), now)
-    finished = store.get_run(run.id)
+        raise _already_decided(label, store.ledger.get_run(run.id) or run)
+    store.ledger.finish_attempt(attempt_id, WORKER_ID, _outcome(report), now)
+    finished = store.ledger.get_run(run.id)
     assert finished is not None
     return Recorded(tenant, workflow.name, finished, True)
 

@@ -357,11 +357,11 @@ class Database:
             store = Store(conn)
             try:
                 if relaxed:
-                    store.relax_commit()
+                    store.execution.relax_commit()
                 yield store
             finally:
                 if relaxed and not conn.closed:
-                    store.restore_commit()
+                    store.execution.restore_commit()
                 conn.autocommit = False
 
     def migrate(self, now: datetime) -> list[Migration]:

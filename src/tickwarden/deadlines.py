@@ -106,11 +106,11 @@ class DeadlineDetector:
         """Do steps 1 to 3 of the module docstring once, in one transaction."""
         result = DeadlineResult()
         with self.db.transaction() as store:
-            closed = store.close_overdue_and_arm(now, self.batch_size, OVERDUE_ERROR, now - self.lookback)
+            closed = store.monitoring.close_overdue_and_arm(now, self.batch_size, OVERDUE_ERROR, now - self.lookback)
             result.overdue_runs = [run_id for run_id, _ in closed]
             workflows = {workflow_id for _, workflow_id in closed}
 
-            audits = store.due_tick_audits(now, self.batch_size)
+            audits = store.monitoring.due_tick_audits(now, self.batch_size)
             result.audited_schedules = len(audits)
             advances: list[tuple[int, datetime, datetime | None]] = []
             wanted: list[tuple[int, int, datetime]] = []
@@ -128,7 +128,7 @@ class DeadlineDetector:
                     continue
                 advances.append((audit.schedule_id, checked, next_check))
                 wanted += [(audit.tenant_id, audit.workflow_id, tick) for tick in ticks]
-            created = store.record_missed_and_advance(wanted, advances, NEVER_RAN_ERROR, now)
+            created = store.monitoring.record_missed_and_advance(wanted, advances, NEVER_RAN_ERROR, now)
             result.missed_ticks = [(workflow_id, tick) for _, workflow_id, tick in created]
             workflows |= {workflow_id for _, workflow_id, _ in created}
             # Under a savepoint: a fault in the evaluation leaves the verdicts written.

@@ -68,27 +68,27 @@ def parse_subject(email: str) -> str:
 
 def erase_tenant(store: Store, tenant: str, *, actor: str, now: datetime, dry_run: bool = False) -> ErasureReport:
     """Delete every row of a tenant, referencing tables first; record the audit unless `dry_run`."""
-    found = store.get_tenant_by_name(tenant)
+    found = store.catalog.get_tenant_by_name(tenant)
     if found is None:
         raise NotFound(f"No tenant named {tenant!r}.")
-    tables = store.erasure_tenant_tables()
+    tables = store.erasure.tenant_tables()
     counts = {table: n for table in _referencing_first(tables)
-              if (n := store.erasure_count_tenant_rows(table, found.id))}
+              if (n := store.erasure.count_tenant_rows(table, found.id))}
     counts["tenants"] = 1
     if dry_run:
         return ErasureReport("tenant", True, counts)
     delete_tenant(store, found.id, tables)
-    audit = store.erasure_record_audit(kind="tenant", target=f"tenant {found.id}", actor=actor, at=now,
+    audit = store.erasure.record_audit(kind="tenant", target=f"tenant {found.id}", actor=actor, at=now,
                                        counts=counts)
     return ErasureReport("tenant", False, counts, audit.id)
 
 
 def delete_tenant(store: Store, tenant_id: int, tables: dict[str, list[str]] | None = None) -> None:
     """Delete every row of a tenant, referencing tables first, then the tenant itself (no audit)."""
-    tables = store.erasure_tenant_tables() if tables is None else tables
+    tables = store.erasure.tenant_tables() if tables is None else tables
     for table in _referencing_first(tables):
-        store.erasure_delete_tenant_rows(table, tenant_id)
-    store.erasure_delete_tenant(tenant_id)
+        store.erasure.delete_tenant_rows(table, tenant_id)
+    store.erasure.delete_tenant(tenant_id)
 
 
 def _referencing_first(tables: dict[str, list[str]]) -> list[str]:
@@ -114,22 +114,22 @@ def _referencing_first(tables: dict[str, list[str]]) -> list[str]:
 def erase_subject(store: Store, email: str, *, actor: str, now: datetime, dry_run: bool = False) -> ErasureReport:
     """Remove a person's address and name from every table; record the audit unless `dry_run`."""
     address = parse_subject(email)
-    users = store.erasure_find_users(address)
+    users = store.erasure.find_users(address)
     names = sorted({u.display_name.strip() for u in users
                     if len(u.display_name.strip()) >= MIN_NAME_LENGTH and u.display_name.strip().lower()
                     != address.lower()}, key=len, reverse=True)
     counts: dict[str, int] = {}
     if users:
-        counts["users"] = len(users) if dry_run else store.erasure_anonymise_users(address)
+        counts["users"] = len(users) if dry_run else store.erasure.anonymise_users(address)
     tenant_ids = sorted({u.tenant_id for u in users})
     everywhere, with_names = _Scrubber(address, []), _Scrubber(address, names)
-    for target in store.erasure_text_columns():
+    for target in store.erasure.text_columns():
         if target.table == "users":
             # Publisher rows are anonymised whole, above (in a dry run: would be).
             target = _without(target, ("email", "display_name"))
             if not target.columns:
                 continue
-        for mention in store.erasure_find_mentions(target, address, names, tenant_ids):
+        for mention in store.erasure.find_mentions(target, address, names, tenant_ids):
             # A name identifies the person only among their own tenants (or in rows of no tenant).
             own = target.tenant_column is None or mention.tenant_id in tenant_ids
             scrub = with_names if own else everywhere
@@ -141,10 +141,10 @@ def erase_subject(store: Store, email: str, *, actor: str, now: datetime, dry_ru
                 key = f"{target.table}.{column}"
                 counts[key] = counts.get(key, 0) + 1
             if not dry_run:
-                store.erasure_rewrite_row(target, mention.row_ref, changed)
+                store.erasure.rewrite_row(target, mention.row_ref, changed)
     if dry_run:
         return ErasureReport("subject", True, counts)
-    audit = store.erasure_record_audit(kind="subject", target="subject", actor=actor, at=now, counts=counts)
+    audit = store.erasure.record_audit(kind="subject", target="subject", actor=actor, at=now, counts=counts)
     return ErasureReport("subject", False, counts, audit.id)
 
 

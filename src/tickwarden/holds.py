@@ -56,10 +56,10 @@ def hold_new(store: Store, outbox_ids: Sequence[int], now: datetime) -> int:
     """Hold the new outbox rows whose alert's workflow is in maintenance at `now`; return how many."""
     if not outbox_ids:
         return 0
-    scope = store.maintenance_outbox_scope(outbox_ids)
+    scope = store.maintenance.outbox_scope(outbox_ids)
     if not scope:  # the usual case: no window anywhere near these alerts
         return 0
-    windows = store.maintenance_for_workflows([wf for wf, _ in scope.values()])
+    windows = store.maintenance.for_workflows([wf for wf, _ in scope.values()])
     ends = {wf: covered_until(found, now) for wf, found in windows.items()}
     holds = []
     for row_id, (wf, behind) in scope.items():
@@ -68,7 +68,7 @@ def hold_new(store: Store, outbox_ids: Sequence[int], now: datetime) -> int:
         end = ends.get(wf) or behind
         if end is not None:
             holds.append((row_id, end))
-    return store.maintenance_hold_outbox(holds)
+    return store.maintenance.hold_outbox(holds)
 
 
 def choose_release(rows: Sequence[HeldRow], alert_status: str) -> int | None:
@@ -92,39 +92,39 @@ def release_due(store: Store, now: datetime, limit: int = RELEASE_BATCH) -> int:
     2. An alert whose workflow is covered again at `now` stays held until the new end.
     3. For the others, choose one row per channel (`choose_release`) and suppress the rest.
     """
-    alerts = store.maintenance_claim_held_alerts(now, limit)
+    alerts = store.maintenance.claim_held_alerts(now, limit)
     if not alerts:
         return 0
-    windows = store.maintenance_for_workflows([a.workflow_id for a in alerts])
+    windows = store.maintenance.for_workflows([a.workflow_id for a in alerts])
     releasing = []
     for alert in alerts:
         until = covered_until(windows.get(alert.workflow_id, []), now)
         if until is not None:
-            store.maintenance_extend_holds([alert.alert_id], until)
+            store.maintenance.extend_holds([alert.alert_id], until)
         else:
             releasing.append(alert)
     if not releasing:
         return 0
     status = {a.alert_id: a.status for a in releasing}
     groups: dict[tuple[int, int], list[HeldRow]] = {}
-    for row in store.maintenance_held_rows(list(status)):
+    for row in store.maintenance.held_rows(list(status)):
         groups.setdefault((row.alert_id, row.channel_id), []).append(row)
     chosen = [row_id for (alert_id, _), rows in groups.items()
               if (row_id := choose_release(rows, status[alert_id])) is not None]
-    store.maintenance_release_outbox(list(status), chosen, now)
+    store.maintenance.release_outbox(list(status), chosen, now)
     return len(chosen)
 
 
 def defer_escalations(store: Store, now: datetime, limit: int = 500) -> int:
     """Move escalate_at of due warnings past the maintenance time they spent; return how many moved."""
-    candidates = store.maintenance_escalation_candidates(now, limit)
+    candidates = store.maintenance.escalation_candidates(now, limit)
     if not candidates:
         return 0
-    windows = store.maintenance_for_workflows([c.workflow_id for c in candidates])
+    windows = store.maintenance.for_workflows([c.workflow_id for c in candidates])
     moved = 0
     for alert in candidates:
         budget = timedelta(seconds=alert.escalation_multiplier * alert.cadence_seconds)
         due = deadline_outside(windows.get(alert.workflow_id, []), alert.opened_at, budget)
-        if due > now and store.maintenance_defer_escalation(alert.id, alert.escalate_at, due):
+        if due > now and store.maintenance.defer_escalation(alert.id, alert.escalate_at, due):
             moved += 1
     return moved

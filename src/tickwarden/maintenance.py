@@ -179,34 +179,34 @@ def add_window(store: Store, tenant: str, workflow: str | None, spec: WindowSpec
     The caller's transaction carries its row-security context: a tenant's token sees,
     and so can attach a window to, its own tenant only.
     """
-    tenant_row = store.get_tenant_by_name(tenant)
+    tenant_row = store.catalog.get_tenant_by_name(tenant)
     if tenant_row is None:
         raise NotFound(f"There is no tenant {tenant!r}.")
     workflow_id = None
     if workflow is not None:
-        found = store.get_workflow_by_name(tenant, workflow)
+        found = store.catalog.get_workflow_by_name(tenant, workflow)
         if found is None:
             raise NotFound(f"There is no workflow {tenant}/{workflow}.")
         workflow_id = found.id
-    return store.maintenance_insert(tenant_row.id, workflow_id, "api", spec,
+    return store.maintenance.insert(tenant_row.id, workflow_id, "api", spec,
                                     sanitize_error(actor or "tickwarden", limit=254), now)
 
 
 def remove_window(store: Store, window_id: int, tenant: str | None = None) -> Window:
     """Delete a window made through the API or CLI; `tenant`, when given, must own it."""
-    window = store.maintenance_get(window_id)
+    window = store.maintenance.get(window_id)
     if window is None or (tenant is not None and window.tenant != tenant):
         raise NotFound(f"There is no maintenance window {window_id}.")
     if window.source == "file":
         raise Conflict(f"Maintenance window {window_id} comes from {window.tenant}/{window.workflow}'s "
                        "workflow file; remove it there and apply the file.")
-    store.maintenance_delete(window_id)
+    store.maintenance.delete(window_id)
     return window
 
 
 def list_windows(store: Store, tenant: str | None = None) -> list[Window]:
     """Every window visible to the caller's transaction, or one tenant's, oldest first."""
-    return store.maintenance_list(tenant)
+    return store.maintenance.windows(tenant)
 
 
 def replace_file_windows(store: Store, tenant_id: int, workflow_id: int, specs: Sequence[WindowSpec],
@@ -215,13 +215,13 @@ def replace_file_windows(store: Store, tenant_id: int, workflow_id: int, specs: 
 
     Windows added through the API or CLI are the operators' and are left alone.
     """
-    current = [w for w in store.maintenance_for_workflows([workflow_id]).get(workflow_id, [])
+    current = [w for w in store.maintenance.for_workflows([workflow_id]).get(workflow_id, [])
                if w.source == "file" and w.workflow_id == workflow_id]
     if [_spec_of(w) for w in current] == list(specs):
         return False
-    store.maintenance_delete_file_windows(workflow_id)
+    store.maintenance.delete_file_windows(workflow_id)
     for spec in specs:
-        store.maintenance_insert(tenant_id, workflow_id, "file", spec, "apply", now)
+        store.maintenance.insert(tenant_id, workflow_id, "file", spec, "apply", now)
     return True
 
 

@@ -122,8 +122,8 @@ def loop_statuses(heartbeats: Iterable[Heartbeat], now: datetime) -> list[LoopSt
 def read_snapshot(db: Database) -> OperationsSnapshot:
     """Read every figure in one transaction, as the platform."""
     with db.transaction() as store:
-        store.enter_tenant_context(None, platform=True)
-        return store.api_operations_snapshot()
+        store.api.enter_tenant_context(None, platform=True)
+        return store.api.operations_snapshot()
 
 
 class TickwardenCollector(Collector):
@@ -190,8 +190,8 @@ class TickwardenCollector(Collector):
 def retention_counter(db: Database) -> CounterMetricFamily:
     """Rows the retention sweeper expired per class, over the database's life (any replica answers)."""
     with db.transaction() as store:
-        store.enter_tenant_context(None, platform=True)
-        totals = store.retention_totals()
+        store.api.enter_tenant_context(None, platform=True)
+        totals = store.retention.totals()
     expired = CounterMetricFamily("tickwarden_retention_expired_rows",
                                   "Rows expired by retention, per class (cleared or deleted).", labels=["class"])
     for klass in RETENTION_CLASSES:

@@ -154,7 +154,7 @@ class Notifier:
         kinds = list(self.transports)
         wake = now + self.poll
         with self.db.probe() as store:
-            stale, due = store.outbox_waiting(kinds, now)
+            stale, due = store.outbox.waiting(kinds, now)
         if not stale and (due is None or due > now):  # the usual pass: one read-only statement
             self.last_pass = PassReport(**counts)
             return min(wake, due) if due is not None else wake
@@ -162,18 +162,18 @@ class Notifier:
         for round_ in range(self.rounds):
             with self.db.transaction() as store:
                 if round_ == 0:
-                    released = store.release_expired_outbox(now)
+                    released = store.outbox.release_expired_outbox(now)
                     if released:
                         log.warning("released %d notification(s) whose sender stopped before confirming",
                                     len(released))
                     # deliveries held by a maintenance window that has ended: one per alert and channel
                     holds.release_due(store, now)
-                claimed = store.claim_outbox(self.replica_id, now, now + self.lease, self.batch, kinds)
-                contexts = store.outbox_delivery_context([row.id for row in claimed]) if claimed else []
-                facts = store.alert_tick_facts(sorted({c.alert_id for c in contexts}))
+                claimed = store.outbox.claim_outbox(self.replica_id, now, now + self.lease, self.batch, kinds)
+                contexts = store.outbox.delivery_context([row.id for row in claimed]) if claimed else []
+                facts = store.alert_content.tick_facts(sorted({c.alert_id for c in contexts}))
                 if not contexts:  # another replica took them, or this round emptied the queue
                     idle = True
-                    due = store.outbox_waiting(kinds, now)[1]
+                    due = store.outbox.waiting(kinds, now)[1]
             if idle:
                 break
             # A channel that failed earlier in this batch is not tried again until its back-off ends.
@@ -191,7 +191,7 @@ class Notifier:
         self.last_pass = PassReport(**counts)
         if not idle:
             with self.db.transaction() as store:
-                due = store.outbox_waiting(kinds, now)[1]
+                due = store.outbox.waiting(kinds, now)[1]
         if due is not None and due < wake:
             wake = max(now, due)
         return wake
@@ -201,12 +201,12 @@ class Notifier:
         channel = ctx.channel
         if not channel.enabled:
             with self.db.transaction() as store:
-                store.mark_outbox_dead(ctx.outbox_id, self.replica_id,
+                store.outbox.mark_outbox_dead(ctx.outbox_id, self.replica_id,
                                        f"channel disabled: {channel.disabled_reason or 'by an operator'}")
             return "dead"
         if channel.id in failed_channels:
             with self.db.transaction() as store:
-                store.defer_outbox(ctx.outbox_id, self.replica_id, failed_channels[channel.id])
+                store.outbox.defer_outbox(ctx.outbox_id, self.replica_id, failed_channels[channel.id])
             return None
         transport = self.transports[channel.kind]
         try:
@@ -264,13 +264,13 @@ class Notifier:
 
     def _record(self, ctx: DeliveryContext, delivery: Delivery, now: datetime) -> str | None:
         with self.db.transaction() as store:
-            store.relax_transaction_commit()
+            store.outbox.relax_transaction_commit()
             if ctx.thread_key is None:
-                store.insert_notification_thread(
+                store.outbox.insert_notification_thread(
                     alert_id=ctx.alert_id, channel_id=ctx.channel.id, tenant_id=ctx.alert_tenant_id,
                     thread_key=delivery.thread_key, parent_ref=delivery.parent_ref, now=now,
                 )
-            if not store.mark_outbox_sent(ctx.outbox_id, self.replica_id, now):
+            if not store.outbox.mark_outbox_sent(ctx.outbox_id, self.replica_id, now):
                 # Our lease ran out and another replica took the row over; it will send again.
                 log.warning("notification %d was delivered after its lease expired", ctx.outbox_id)
                 return None
@@ -284,7 +284,7 @@ class Notifier:
         next_at = now + timedelta(seconds=delay)
         failed_channels[ctx.channel.id] = next_at
         with self.db.transaction() as store:
-            status = store.mark_outbox_retry(ctx.outbox_id, self.replica_id, error=sanitize_error(error),
+            status = store.outbox.mark_outbox_retry(ctx.outbox_id, self.replica_id, error=sanitize_error(error),
                                              next_attempt_at=next_at, max_tries=self.max_tries,
                                              maybe_sent=maybe_sent)
         if status == "dead":
@@ -297,8 +297,8 @@ class Notifier:
     def _disable(self, ctx: DeliveryContext, channel: Channel, error: str, now: datetime) -> str:
         reason = sanitize_error(error)
         with self.db.transaction() as store:
-            store.mark_outbox_dead(ctx.outbox_id, self.replica_id, reason)
-            store.disable_notification_channel(channel.id, reason, now)
+            store.outbox.mark_outbox_dead(ctx.outbox_id, self.replica_id, reason)
+            store.outbox.disable_notification_channel(channel.id, reason, now)
         log.error("disabled notification channel %s: %s", channel.label, reason,
                   extra={"alert_id": ctx.alert_id, "channel_id": channel.id})
         return "disabled_channels"

@@ -71,10 +71,10 @@ class OutcomePoller:
         result = PollResult()
         if not self._busy:
             with self.db.probe() as store:
-                if not store.finished_attempts_waiting(now):
+                if not store.monitoring.finished_attempts_waiting(now):
                     return result  # the usual idle pass: one read-only statement
         with self.db.transaction() as store:
-            claimed = store.claim_finished_attempts(now, self.batch_size)
+            claimed = store.monitoring.claim_finished_attempts(now, self.batch_size)
             self._busy = bool(claimed)
             result.claimed = len(claimed)
             result.finished_at = [c.finished_at for c in claimed]

@@ -51,8 +51,8 @@ class LeaseReaper:
         """Reap expired leases at `now`; come back at once while a full batch was found."""
         try:
             with self.db.probe() as store:
-                waiting = store.reaper_waiting(now)
-                started = store.reaper_server_started() if waiting and self.server_restarts else None
+                waiting = store.execution.reaper_waiting(now)
+                started = store.execution.reaper_server_started() if waiting and self.server_restarts else None
         except DatabaseUnavailable:
             self._unreachable = True
             raise
@@ -68,8 +68,8 @@ class LeaseReaper:
             self.last_reaped = []
             return min(hold, now + self.interval)
         with self.db.transaction() as store:
-            reaped = store.expire_leases(now, limit=self.batch)
-            store.abandon_environment_instances(now)
+            reaped = store.ledger.expire_leases(now, limit=self.batch)
+            store.execution.abandon_environment_instances(now)
         self.last_reaped = reaped
         metrics.current().leases_expired(reaped)
         for item in reaped:

@@ -49,7 +49,7 @@ class Reconciler:
             removed = self.backend.delete(store, drift.deletes, now) if drift.deletes else 0
             written = self.backend.upsert(store, drift.upserts, now) if drift.upserts else 0
             if written or removed:
-                store.notify_wake("ticker")
+                store.trigger.notify_wake("ticker")
         if written or removed:
             log.info("reconciler: %d trigger(s) written, %d removed", written, removed)
         full = len(drift.upserts) >= self.batch or len(drift.deletes) >= self.batch

@@ -90,7 +90,7 @@ class RetentionSpec(BaseModel):
 
 def set_tenant_retention(store: Store, tenant_id: int, spec: RetentionSpec, now: datetime) -> RetentionPolicy:
     """Replace a tenant's overrides: the one write path of workflow files, the API and the CLI."""
-    return store.retention_set_policy(tenant_id, spec.days(), now)
+    return store.retention.set_policy(tenant_id, spec.days(), now)
 
 
 def effective_days(policy: RetentionPolicy | None) -> dict[str, int]:
@@ -148,14 +148,14 @@ class RetentionSweeper:
         created = self.create_months(now)
         dropped, expired["metadata"] = self.drop_months(now)
         with self.db.transaction() as store:
-            store.retention_ensure_marks(now)
+            store.retention.ensure_marks(now)
         for klass in ("metadata", "logs", "payloads"):
             for _ in range(self.max_batches):
                 with self.db.transaction() as store:
-                    batch = store.retention_expire_ledger(
+                    batch = store.retention.expire_ledger(
                         klass, now, self.defaults[klass],
                         workflows=self.workflows_per_batch, runs=self.runs_per_workflow)
-                    store.retention_add_totals(now, {klass: batch.expired})
+                    store.retention.add_totals(now, {klass: batch.expired})
                 expired[klass] += batch.expired
                 if not batch.more:
                     break
@@ -164,9 +164,9 @@ class RetentionSweeper:
         for klass in ("outbox", "alerts"):
             for _ in range(self.max_batches):
                 with self.db.transaction() as store:
-                    expire = store.retention_expire_outbox if klass == "outbox" else store.retention_expire_alerts
+                    expire = store.retention.expire_outbox if klass == "outbox" else store.retention.expire_alerts
                     count = expire(now, self.defaults[klass], self.rows_per_batch)
-                    store.retention_add_totals(now, {klass: count})
+                    store.retention.add_totals(now, {klass: count})
                 expired[klass] += count
                 if count < self.rows_per_batch:
                     break
@@ -181,15 +181,15 @@ class RetentionSweeper:
         created = 0
         for at in month_starts(now, AHEAD_MONTHS):
             with self.db.transaction() as store:
-                created += store.retention_ensure_partition(at)
+                created += store.retention.ensure_partition(at)
         return created
 
     def drop_months(self, now: datetime) -> tuple[list[str], int]:
         """Drop each month retention keeps nothing of; return their suffixes and estimated rows."""
         default_days = self.defaults["metadata"]
         with self.db.transaction() as store:
-            months = store.retention_ledger_months()
-            horizon = now - timedelta(days=store.retention_shortest_metadata_days(default_days))
+            months = store.retention.ledger_months()
+            horizon = now - timedelta(days=store.retention.shortest_metadata_days(default_days))
         dropped: list[str] = []
         rows = 0
         for month in months:
@@ -197,13 +197,13 @@ class RetentionSweeper:
                 break
             try:
                 with self.db.transaction() as store:
-                    droppable = store.retention_month_droppable(month, now, default_days)
+                    droppable = store.retention.month_droppable(month, now, default_days)
                 if not droppable:
                     continue
                 with self.db.transaction() as store:
-                    gone = store.retention_drop_month(month)
+                    gone = store.retention.drop_month(month)
                     if gone:
-                        store.retention_add_totals(now, {"metadata": month.estimated_rows})
+                        store.retention.add_totals(now, {"metadata": month.estimated_rows})
             except psycopg.errors.LockNotAvailable:
                 log.info("retention: ledger month %s is busy; it is dropped on a later pass", month.suffix)
                 continue

@@ -50,10 +50,10 @@ def launch_retries(store: Store, run_ids: Sequence[int], now: datetime, *, check
     if not run_ids:
         return outcome
     if check_retryable:
-        outcome.failed = store.fail_unretryable(run_ids, sorted(NOT_RETRYABLE), now)
+        outcome.failed = store.monitoring.fail_unretryable(run_ids, sorted(NOT_RETRYABLE), now)
     failed = {run_id for run_id, _ in outcome.failed}
     remaining = [r for r in run_ids if r not in failed]
-    queued = store.queue_retries(remaining, now, sorted(PATIENT_CATEGORIES))
+    queued = store.ledger.queue_retries(remaining, now, sorted(PATIENT_CATEGORIES))
     outcome.launched = [a.run_id for a in queued]
     outcome.due = [a.queued_at for a in queued]
     return outcome

@@ -179,12 +179,12 @@ def set_secret(store: Store, keyring: Keyring, tenant_id: int, name: str, value:
     check_name(name)
     check_value(value)
     key_id, ciphertext = keyring.seal(tenant_id, name, value)
-    return store.upsert_secret(tenant_id, name, key_id, ciphertext, now)
+    return store.secrets.upsert_secret(tenant_id, name, key_id, ciphertext, now)
 
 
 def delete_secret(store: Store, tenant_id: int, name: str) -> None:
     check_name(name)
-    if not store.delete_secret(tenant_id, name):
+    if not store.secrets.delete_secret(tenant_id, name):
         raise NotFound(f"No secret named {name!r}.")
 
 
@@ -197,11 +197,11 @@ def rotate(db: Database, keyring: Keyring) -> int:
     changed = 0
     while True:
         with db.transaction() as store:
-            batch = store.claim_secrets_for_rotation(keyring.current.id, ROTATE_BATCH)
+            batch = store.secrets.claim_secrets_for_rotation(keyring.current.id, ROTATE_BATCH)
             for sealed in batch:
                 value = keyring.open(sealed)
                 key_id, ciphertext = keyring.seal(sealed.tenant_id, sealed.name, value)
-                changed += store.reseal_secret(sealed, key_id, ciphertext)
+                changed += store.secrets.reseal_secret(sealed, key_id, ciphertext)
         if len(batch) < ROTATE_BATCH:
             return changed
 
@@ -217,7 +217,7 @@ def resolve(store: Store | None, keyring: Keyring, tenant_id: int, tenant: str, 
     for ref in refs:
         check_tenant_reference(ref, tenant, environ)
     names = [TENANT_REF.match(r).group(1) for r in refs if TENANT_REF.match(r)]  # type: ignore[union-attr]
-    found = {s.name: keyring.open(s) for s in store.sealed_secrets(tenant_id, names)} if names and store else {}
+    found = {s.name: keyring.open(s) for s in store.secrets.sealed_secrets(tenant_id, names)} if names and store else {}
     values: dict[str, str] = {}
     env = os.environ if environ is None else environ
     for ref in refs:
@@ -299,7 +299,7 @@ def prepare(store: Store | None, keyring: Keyring, *, tenant_id: int, run_id: in
         raise ValueError("prepare needs a store to read the run's identity, secrets or platform identity")
     if identity is None:
         assert store is not None
-        identity = store.run_identity(run_id, tenant_id)
+        identity = store.secrets.run_identity(run_id, tenant_id)
     if identity is None:
         raise SecretError("the run no longer exists")
     values = resolve(store, keyring, tenant_id, identity.tenant, refs, environ)
@@ -312,7 +312,7 @@ def prepare(store: Store | None, keyring: Keyring, *, tenant_id: int, run_id: in
         "TICKWARDEN_RUN_KEY": run.idempotency_key,
         "TICKWARDEN_RUN_CREDENTIAL": auth.issue_run_credential(run, now, signing_key),
     }
-    return Handoff(values, run_environment, store.platform_identity() if has_sql and store is not None else None)
+    return Handoff(values, run_environment, store.secrets.platform_identity() if has_sql and store is not None else None)
 
 
 def channel_secret(db: Database, channel: Channel) -> str | None:
@@ -328,7 +328,7 @@ def channel_secret(db: Database, channel: Channel) -> str | None:
         return None
     try:
         with db.transaction() as store:
-            store.enter_tenant_context(channel.tenant_id, platform=False)
+            store.api.enter_tenant_context(channel.tenant_id, platform=False)
             return resolve(store, Keyring.from_environment(), channel.tenant_id, channel.tenant or "", [ref])[ref]
     except SecretError as exc:
         raise SecretError(f"channel {channel.label}: {exc.message}") from None

@@ -164,7 +164,7 @@ class Selftest:
     def _remove_stale(self) -> None:
         now = self.clock.now()
         with self.db.transaction() as store:
-            for tenant_id, name in store.selftest_stale_tenants(now - STALE_AFTER):
+            for tenant_id, name in store.selftest.stale_tenants(now - STALE_AFTER):
                 log.warning("removing the leftovers of an interrupted self-test (%s)", name)
                 erasure.delete_tenant(store, tenant_id)
 
@@ -174,18 +174,18 @@ class Selftest:
         with self.db.transaction() as store:
             lent_id = None
             if self.lent_tenant is not None:
-                found = store.get_tenant_by_name(self.lent_tenant)
+                found = store.catalog.get_tenant_by_name(self.lent_tenant)
                 if found is None:
                     raise NotFound(f"No tenant named {self.lent_tenant!r}.")
                 lent_id = found.id
-            self.routes = store.selftest_routes(lent_id)
+            self.routes = store.selftest.routes(lent_id)
             if not self.routes:
                 raise SelftestError("There is no notification channel to test: add a platform channel "
                                     "(engineering audience, no tenant) or name a tenant with --tenant.")
-            tenant = store.upsert_tenant(self.name, now, display_name="tickwarden selftest")
+            tenant = store.catalog.upsert_tenant(self.name, now, display_name="tickwarden selftest")
             self.tenant_id = tenant.id
             lent = [c.id for c in self.routes if c.tenant_id is not None]
-            store.selftest_begin(tenant.id, no_send=self.no_send, lent_channel_ids=lent, now=now,
+            store.selftest.begin(tenant.id, no_send=self.no_send, lent_channel_ids=lent, now=now,
                                  started_by=_actor())
             for name, call in ((MISSED, "synthetic_success"), (RECOVERS, "synthetic_success"),
                                (EXHAUSTED, "synthetic_failure")):
@@ -198,22 +198,22 @@ class Selftest:
                 ), now, actor="tickwarden selftest")
                 self.workflows[name] = published.workflow.id
                 self.ticks[name] = tick
-            store.selftest_create_due_run(tenant.id, self.workflows[MISSED], tick, now)
+            store.selftest.create_due_run(tenant.id, self.workflows[MISSED], tick, now)
             for name in (RECOVERS, EXHAUSTED):
                 # One retry at once: the retry engine's backoff is the run's, not the cadence's.
-                store.create_tick_runs([TickRequest(tenant.id, self.workflows[name], tick, 1,
+                store.ledger.create_tick_runs([TickRequest(tenant.id, self.workflows[name], tick, 1,
                                                     now + timedelta(minutes=10), (0,))], now)
                 # Leased in the transaction that records the tick: no worker of the pool sees it queued.
-                attempt = store.kubernetes_lease_tick_attempt(self.workflows[name], tick, self.worker_id, now,
+                attempt = store.kubernetes.lease_tick_attempt(self.workflows[name], tick, self.worker_id, now,
                                                               LEASE_SECONDS)
                 if attempt is None:
                     raise SelftestError("The synthetic tick's attempt could not be leased.")
                 self.finished.append((attempt.id, AttemptOutcome("failed", "connection", REFUSED, "synthetic",
                                                                  True), now))
-            store.selftest_wake("deadlines")
+            store.selftest.wake("deadlines")
         with self.db.transaction() as store:
             # The worker's statement; it wakes the poller at commit.
-            store.finish_attempts(self.worker_id, self.finished)
+            store.ledger.finish_attempts(self.worker_id, self.finished)
 
     # -- 3: watching ------------------------------------------------------------------
 
@@ -234,8 +234,8 @@ class Selftest:
         now = self.clock.now()
         names = {v: k for k, v in self.workflows.items()}
         outcomes = []
-        for queued in store.selftest_queued_attempts(self.tenant_id):
-            leased = store.kubernetes_lease_attempt(queued.id, self.worker_id, now, LEASE_SECONDS)
+        for queued in store.selftest.queued_attempts(self.tenant_id):
+            leased = store.kubernetes.lease_attempt(queued.id, self.worker_id, now, LEASE_SECONDS)
             if leased is None:
                 continue  # a worker of the pool took it: it runs the recipe, with the same outcome
             if names.get(leased.workflow_id) == RECOVERS:
@@ -244,19 +244,19 @@ class Selftest:
                 outcome = AttemptOutcome("failed", "step_error", STEP_FAILURE, "synthetic", True)
             outcomes.append((leased.id, outcome, now))
         if outcomes:
-            store.finish_attempts(self.worker_id, outcomes)
+            store.ledger.finish_attempts(self.worker_id, outcomes)
             self.finished += outcomes
 
     def _settled(self, store: Store) -> bool:
         assert self.tenant_id is not None
-        runs = dict(store.selftest_runs(self.tenant_id))
+        runs = dict(store.selftest.runs(self.tenant_id))
         if any(name not in runs or not runs[name].terminal for name in self.workflows):
             return False
-        alerts = store.selftest_alerts(self.tenant_id)
+        alerts = store.selftest.alerts(self.tenant_id)
         if len(alerts) < 2:
             return False
-        rows = store.selftest_outbox(self.tenant_id)
-        events = [e for e in store.selftest_events(self.tenant_id) if e.kind in NOTIFYING]
+        rows = store.selftest.outbox(self.tenant_id)
+        events = [e for e in store.selftest.events(self.tenant_id) if e.kind in NOTIFYING]
         for channel in self.routes:
             if not channel.enabled:
                 continue
@@ -272,7 +272,7 @@ class Selftest:
 
     def _stalled_detail(self) -> str:
         with self.db.transaction() as store:
-            beats = store.list_heartbeats()
+            beats = store.heartbeat.list_heartbeats()
         since = self.started_at
         idle = [loop for loop in WATCHED_LOOPS
                 if not any(b.loop == loop and since is not None and b.last_pass_at >= since for b in beats)]
@@ -294,9 +294,9 @@ class Selftest:
     def _scenario_checks(self) -> list[Check]:
         assert self.tenant_id is not None
         with self.db.transaction() as store:
-            runs = dict(store.selftest_runs(self.tenant_id))
-            alerts = store.selftest_alerts(self.tenant_id)
-            events = store.selftest_events(self.tenant_id)
+            runs = dict(store.selftest.runs(self.tenant_id))
+            alerts = store.selftest.alerts(self.tenant_id)
+            events = store.selftest.events(self.tenant_id)
         by_workflow: dict[str, list[Any]] = {}
         for name, alert in alerts:
             by_workflow.setdefault(name, []).append(alert)
@@ -324,16 +324,16 @@ class Selftest:
     def _snapshot(self) -> tuple[list[int], list[int], list[SelftestDelivery], list[tuple[int, int, str]]]:
         assert self.tenant_id is not None
         with self.db.transaction() as store:
-            return ([a.id for _, a in store.selftest_alerts(self.tenant_id)],
-                    [e.id for e in store.selftest_events(self.tenant_id)],
-                    store.selftest_outbox(self.tenant_id),
-                    store.selftest_threads(self.tenant_id))
+            return ([a.id for _, a in store.selftest.alerts(self.tenant_id)],
+                    [e.id for e in store.selftest.events(self.tenant_id)],
+                    store.selftest.outbox(self.tenant_id),
+                    store.selftest.threads(self.tenant_id))
 
     def _route_results(self, rows: list[SelftestDelivery]) -> list[Route]:
         assert self.tenant_id is not None
         with self.db.transaction() as store:
-            events = [e for e in store.selftest_events(self.tenant_id) if e.kind in NOTIFYING]
-            threads = store.selftest_threads(self.tenant_id)
+            events = [e for e in store.selftest.events(self.tenant_id) if e.kind in NOTIFYING]
+            threads = store.selftest.threads(self.tenant_id)
         results = []
         for channel in self.routes:
             expected = self._expected(channel, events)
@@ -370,17 +370,17 @@ class Selftest:
         assert self.tenant_id is not None
         now = self.clock.now()
         with self.db.transaction() as store:
-            again = store.finish_attempts(self.worker_id, [(a, o, now) for a, o, _ in self.finished])
+            again = store.ledger.finish_attempts(self.worker_id, [(a, o, now) for a, o, _ in self.finished])
             applied = [f for f in again if f.applied]
-            recreated = store.create_tick_runs(
+            recreated = store.ledger.create_tick_runs(
                 [TickRequest(self.tenant_id, self.workflows[n], self.ticks[n], 1, now + timedelta(minutes=10), (0,))
                  for n in (RECOVERS, EXHAUSTED)], now)
-            recreated_missed = store.selftest_create_due_run(self.tenant_id, self.workflows[MISSED],
+            recreated_missed = store.selftest.create_due_run(self.tenant_id, self.workflows[MISSED],
                                                              self.ticks[MISSED], now)
             fanned = alerts.notify(store, before[1], now)
         mark = self.clock.now()
         with self.db.transaction() as store:
-            store.selftest_wake("")
+            store.selftest.wake("")
         # Every watched loop must have started a pass after the repeated writes committed.
         passed_loops = self._wait(max(deadline, time.monotonic() + 10), lambda s: self._loops_passed_since(s, mark))
         after = self._snapshot()
@@ -403,7 +403,7 @@ class Selftest:
 
     @staticmethod
     def _loops_passed_since(store: Store, mark: datetime) -> bool:
-        beats = store.list_heartbeats()
+        beats = store.heartbeat.list_heartbeats()
         return all(any(b.loop == loop and b.last_pass_at >= mark for b in beats) for loop in WATCHED_LOOPS)
 
     # -- 5: cleaning up ---------------------------------------------------------------
@@ -416,7 +416,7 @@ class Selftest:
             give_up = time.monotonic() + 10
             while time.monotonic() < give_up:
                 with self.db.transaction() as store:
-                    if not any(r.status == "sending" for r in store.selftest_outbox(self.tenant_id)):
+                    if not any(r.status == "sending" for r in store.selftest.outbox(self.tenant_id)):
                         break
                 self.sleep(POLL_SECONDS)
             with self.db.transaction() as store:

@@ -191,7 +191,7 @@ class Service:
         due = max(wanted, now + MIN_GAP)
         try:
             with self.db.transaction() as store:
-                store.record_heartbeat(self.replica_id, state.loop.name, now, duration_ms, error, due)
+                store.heartbeat.record_heartbeat(self.replica_id, state.loop.name, now, duration_ms, error, due)
         except DatabaseUnavailable:
             pass  # the outage is logged once, by db
         except Exception as exc:  # the heartbeat is observability: never stop the loop for it

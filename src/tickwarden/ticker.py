@@ -99,7 +99,7 @@ class Ticker:
         windows: dict[tuple[str, str, datetime, int], Window] = {}
         t0 = time.perf_counter()
         with self.db.transaction() as store:
-            due = store.trigger_claim_due(now, self.batch)
+            due = store.trigger.claim_due(now, self.batch)
             ticks: list[TickRequest] = []
             advances: list[Advance] = []
             for entry in due:
@@ -123,9 +123,9 @@ class Ticker:
                         last_fired = tick
                 advances.append(Advance(entry.schedule_id, window.next_fire_at, last_fired))
             t1 = time.perf_counter()
-            created = store.create_tick_runs(ticks, now, advances)
+            created = store.ledger.create_tick_runs(ticks, now, advances)
             t2 = time.perf_counter()
-            earliest = store.trigger_earliest_fire()
+            earliest = store.trigger.earliest_fire()
         t3 = time.perf_counter()
         self.fired += len(ticks)
         self.created += len(created)

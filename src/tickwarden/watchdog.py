@@ -171,18 +171,18 @@ class Watchdog:
             self.watching_since = now
         report = WatchdogReport()
         with self.db.probe() as store:
-            look = store.watchdog_probe(self.watched, now)
+            look = store.watchdog.probe(self.watched, now)
         stalls, to_open, to_resolve = self._decide(look, now)
         if to_open or to_resolve:
             with self.db.transaction() as store:
-                look = store.watchdog_probe(self.watched, now)
+                look = store.watchdog.probe(self.watched, now)
                 stalls, to_open, to_resolve = self._decide(look, now)
                 for loop, alert_id in to_resolve:
-                    if store.watchdog_resolve_alert(alert_id, self.replica_id, now) is not None:
+                    if store.watchdog.resolve_alert(alert_id, self.replica_id, now) is not None:
                         report.resolved.append(alert_id)
                         log.warning("platform alert %d resolved: loop %s runs again", alert_id, loop)
                 for stall in to_open:
-                    opened = store.watchdog_open_alert(stall.loop, stall.last_pass_at,
+                    opened = store.watchdog.open_alert(stall.loop, stall.last_pass_at,
                                                        int(stall.span.total_seconds()), self.replica_id, now)
                     if opened is not None:
                         report.opened.append(opened[0].id)
@@ -218,8 +218,8 @@ class Watchdog:
     def _deliver(self, now: datetime, report: WatchdogReport) -> None:
         for _ in range(5):  # a resolution becomes claimable once its opening is sent
             with self.db.transaction() as store:
-                ids = store.watchdog_claim_deliveries(self.replica_id, now, now + self.lease, self.batch)
-                claimed = store.watchdog_delivery_context(ids) if ids else []
+                ids = store.watchdog.claim_deliveries(self.replica_id, now, now + self.lease, self.batch)
+                claimed = store.watchdog.delivery_context(ids) if ids else []
             if not claimed:
                 return
             for delivery in claimed:
@@ -259,12 +259,12 @@ class Watchdog:
                 error = f"unexpected {type(exc).__name__}"
         with self.db.transaction() as store:
             if sent is not None:
-                if store.watchdog_mark_sent(delivery.delivery_id, self.replica_id, now, sent.thread_key,
+                if store.watchdog.mark_sent(delivery.delivery_id, self.replica_id, now, sent.thread_key,
                                             sent.parent_ref):
                     report.sent += 1
                 return
             delay = backoff_seconds(delivery.tries, delivery.delivery_id, base=self.base_backoff, cap=self.max_backoff)
-            status = store.watchdog_mark_failed(delivery.delivery_id, self.replica_id, error=sanitize_error(error),
+            status = store.watchdog.mark_failed(delivery.delivery_id, self.replica_id, error=sanitize_error(error),
                                                 permanent=permanent, next_attempt_at=now + timedelta(seconds=delay),
                                                 max_tries=self.max_tries)
         report.failed += 1

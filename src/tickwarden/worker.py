@@ -135,7 +135,7 @@ class LeaseRenewer:
         while not self._stop.wait(interval):
             try:
                 with self.worker.db.transaction() as store:
-                    held = store.renew_lease(self.attempt.id, self.worker.worker_id, self.worker.clock.now(),
+                    held = store.ledger.renew_lease(self.attempt.id, self.worker.worker_id, self.worker.clock.now(),
                                              self.worker.lease_seconds)
             except DatabaseUnavailable:
                 continue  # the outage is logged once, by db; the lease has slack
@@ -198,7 +198,7 @@ class Worker:
         # The lease is one statement and the context only reads; a lease is a claim, not
         # an outcome, so it need not wait for the disk (see `Database.autocommit`).
         with self.db.autocommit() as store:
-            found = store.lease_attempts_with_runs(self.worker_id, now, self.lease_seconds, limit=1, relaxed=True)
+            found = store.ledger.lease_attempts_with_runs(self.worker_id, now, self.lease_seconds, limit=1, relaxed=True)
             metrics.current().attempts_leased([(attempt, tick) for attempt, tick, _ in found], now)
             return _Leased.load(store, found[0], now) if found else None
 
@@ -216,7 +216,7 @@ class Worker:
         if now - leased.leased_at < timedelta(seconds=self.lease_seconds / 3):
             return leased
         with self.db.transaction() as store:
-            store.release_attempt(leased.attempt.id, self.worker_id)
+            store.execution.release_attempt(leased.attempt.id, self.worker_id)
         return None
 
     def close(self, now: datetime) -> None:
@@ -225,7 +225,7 @@ class Worker:
         if leased is not None:
             try:
                 with self.db.transaction() as store:
-                    store.release_attempt(leased.attempt.id, self.worker_id)
+                    store.execution.release_attempt(leased.attempt.id, self.worker_id)
             except DatabaseUnavailable:  # its lease runs out and the reaper re-queues it
                 log.warning("attempt %s: could not give back its lease; the reaper will", leased.attempt.id)
         self.environments.close(now)
@@ -239,7 +239,7 @@ class Worker:
         """
         if context is None:
             with self.db.transaction() as store:
-                context = store.execution_context(attempt.workflow_id, self.clock.now())
+                context = store.execution.context(attempt.workflow_id, self.clock.now())
         self._identity = identity
         self._warm = None
         with LeaseRenewer(self, attempt) as heartbeat:
@@ -260,7 +260,7 @@ class Worker:
                 if result is not None:
                     return None
                 with self.db.transaction() as store:
-                    store.release_attempt(attempt.id, self.worker_id)
+                    store.execution.release_attempt(attempt.id, self.worker_id)
                 log.info("attempt %s released back to the queue", attempt.id)
                 return None
             # Still under the heartbeat: while an outage holds up the write, the lease is renewed
@@ -290,13 +290,13 @@ class Worker:
         while True:
             try:
                 with self.db.transaction() as store:
-                    finished = store.finish_attempt(attempt.id, self.worker_id, result.outcome, now)
+                    finished = store.ledger.finish_attempt(attempt.id, self.worker_id, result.outcome, now)
                     if finished.applied:
-                        store.record_attempt_steps(attempt.id, attempt.tenant_id, [s.row() for s in result.steps])
+                        store.execution.record_attempt_steps(attempt.id, attempt.tenant_id, [s.row() for s in result.steps])
                     if warm is not None:
                         self.environments.release(warm, now, store)
                     if lease_next:
-                        found = store.lease_attempts_with_runs(self.worker_id, now, self.lease_seconds, limit=1)
+                        found = store.ledger.lease_attempts_with_runs(self.worker_id, now, self.lease_seconds, limit=1)
                         self._next = _Leased.load(store, found[0], now) if found else None
                 break
             except DatabaseUnavailable:
@@ -472,7 +472,7 @@ class _Leased:
     @classmethod
     def load(cls, store: Any, found: tuple[Attempt, datetime, bool], now: datetime) -> _Leased:
         attempt, tick, manual = found
-        context = store.execution_context(attempt.workflow_id, now)
+        context = store.execution.context(attempt.workflow_id, now)
         identity = None
         if context is not None and context.tenant_name is not None:
             identity = RunIdentity(context.tenant_name, context.workflow.name, tick, manual)

@@ -33,7 +33,7 @@ def alert_id(db, clock):
     tick(db, OutcomePoller(db, "p1"), wf, clock.now() + timedelta(minutes=5),
          [fail("connection", "connection reset by peer")] * 4, clock)  # a daily tick: 1 + 3 retries
     with db.transaction() as store:
-        (view,) = store.list_alerts()
+        (view,) = store.monitoring.list_alerts()
     return view.alert.id
 
 

@@ -39,7 +39,7 @@ def slack():
 
 def test_channels_are_added_tested_listed_and_reenabled(cli, db, clock, slack, monkeypatch):
     with db.transaction() as store:
-        store.upsert_tenant("acme", clock.now())
+        store.catalog.upsert_tenant("acme", clock.now())
     added = cli("channels", "add", "alerts", "--kind", "slack", "--tenant", "acme", "--set", "channel=C0CUSTOMER",
                 "--set", f"base_url={slack.base_url}", "--secret-ref", "env:TW_CLI_SLACK")
     assert added.returncode == 0, added.stderr
@@ -96,7 +96,7 @@ def test_a_webhook_test_message_is_signed(cli, db, clock):
 
 def test_a_channel_added_with_a_routing_lists_it_and_an_unknown_severity_exits_2(cli, db, clock):
     with db.transaction() as store:
-        store.upsert_tenant("acme", clock.now())
+        store.catalog.upsert_tenant("acme", clock.now())
     added = cli("channels", "add", "pager", "--kind", "webhook", "--set", "url=https://pager.test/hook",
                 "--severity", "critical", "--event", "escalated", "--event", "opened")
     assert added.returncode == 0, added.stderr

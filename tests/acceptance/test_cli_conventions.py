@@ -64,8 +64,8 @@ def failed_run(db, clock):
     poller = OutcomePoller(db, "p1")
     tick(db, poller, wf, clock.now() + timedelta(minutes=5), [fail("step_error", MARKER)] * 4, clock)
     with db.transaction() as store:
-        (run,) = store.list_runs(wf.id)
-        (view,) = store.list_alerts()
+        (run,) = store.ledger.list_runs(wf.id)
+        (view,) = store.monitoring.list_alerts()
     return run, view.alert.id
 
 

@@ -29,7 +29,7 @@ def cli(schema, tmp_path):
 @pytest.fixture
 def fleet(db, clock):
     with db.transaction() as store:
-        tenant = store.upsert_tenant("acme", clock.now())
+        tenant = store.catalog.upsert_tenant("acme", clock.now())
         publish(store, tenant.id, "nightly", clock.now())
 
 

@@ -30,12 +30,12 @@ def cli(schema, tmp_path):
 
 def sealed(db, tenant_id):
     with db.transaction() as store:
-        return store.sealed_secrets(tenant_id, ["WAREHOUSE"])[0]
+        return store.secrets.sealed_secrets(tenant_id, ["WAREHOUSE"])[0]
 
 
 def test_a_secret_is_set_from_stdin_listed_by_name_and_deleted(cli, db, clock):
     with db.transaction() as store:
-        tenant = store.upsert_tenant("acme", clock.now())
+        tenant = store.catalog.upsert_tenant("acme", clock.now())
     done = cli("secrets", "set", "acme", "WAREHOUSE", stdin=CANARY + "\n")
     assert done.returncode == 0, done.stderr
     row = sealed(db, tenant.id)
@@ -52,7 +52,7 @@ def test_a_secret_is_set_from_stdin_listed_by_name_and_deleted(cli, db, clock):
 
 def test_a_secret_is_read_from_a_file(cli, db, clock, tmp_path):
     with db.transaction() as store:
-        tenant = store.upsert_tenant("acme", clock.now())
+        tenant = store.catalog.upsert_tenant("acme", clock.now())
     path = tmp_path / "value"
     path.write_text(CANARY)
     assert cli("secrets", "set", "acme", "WAREHOUSE", "--file", str(path)).returncode == 0
@@ -68,7 +68,7 @@ def test_a_secret_is_read_from_a_file(cli, db, clock, tmp_path):
 ])
 def test_it_refuses_bad_input_with_one_sentence(cli, db, clock, args, stdin, code, message):
     with db.transaction() as store:
-        store.upsert_tenant("acme", clock.now())
+        store.catalog.upsert_tenant("acme", clock.now())
     done = cli(*args, stdin=stdin)
     assert done.returncode == code if code else done.returncode != 0
     assert "Traceback" not in done.stderr and message in done.stderr and CANARY not in done.stderr + done.stdout
@@ -78,7 +78,7 @@ def test_it_refuses_bad_input_with_one_sentence(cli, db, clock, args, stdin, cod
 
 def test_rotation_reseals_every_secret_under_the_new_key(cli, db, clock):
     with db.transaction() as store:
-        tenant = store.upsert_tenant("acme", clock.now())
+        tenant = store.catalog.upsert_tenant("acme", clock.now())
     assert cli("secrets", "set", "acme", "WAREHOUSE", stdin=CANARY).returncode == 0
     before = sealed(db, tenant.id)
     rotated = cli("secrets", "rotate", TICKWARDEN_SECRET_KEY="key-two", TICKWARDEN_SECRET_KEYS_OLD="key-one")

@@ -37,8 +37,8 @@ def _env(schema: str, tmp_path: Path) -> dict[str, str]:
 
 def _channel(schema: str, name: str, url: str, tenant: str | None = None) -> None:
     with Database(TEST_URL, schema=schema, max_size=1) as db, db.transaction() as store:
-        tenant_id = store.upsert_tenant(tenant, NOW).id if tenant else None
-        store.upsert_notification_channel(tenant_id=tenant_id, name=name, kind="webhook",
+        tenant_id = store.catalog.upsert_tenant(tenant, NOW).id if tenant else None
+        store.outbox.upsert_notification_channel(tenant_id=tenant_id, name=name, kind="webhook",
                                           audience="customer" if tenant else "engineering",
                                           now=NOW, config={"url": url})
 

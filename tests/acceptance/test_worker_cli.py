@@ -72,7 +72,7 @@ def wait_for(predicate, timeout=30.0, what="condition"):
 
 def run_status(db, run_id):
     with db.transaction() as store:
-        return store.get_run(run_id).status
+        return store.ledger.get_run(run_id).status
 
 
 def test_the_database_url_can_select_the_schema(schema):
@@ -88,7 +88,7 @@ def test_a_killed_worker_loses_its_attempt_and_a_second_worker_runs_the_retry(db
     first = spawn("--id", "first", "--lease", "2")
     wait_for(marker.exists, what="the step to start")
     with db.transaction() as store:
-        [instance] = store.list_environment_instances()
+        [instance] = store.execution.list_environment_instances()
     first.send_signal(signal.SIGKILL)
     first.wait()
     # The environment process notices its worker is gone and exits too.
@@ -98,18 +98,18 @@ def test_a_killed_worker_loses_its_attempt_and_a_second_worker_runs_the_retry(db
     reaper = LeaseReaper(db)
     reaper.run_once(wall.now() + timedelta(seconds=3))
     with db.transaction() as store:
-        [attempt] = store.list_attempts(run.id)
-        assert attempt.status == "lost" and store.get_run(run.id).status == "pending_retry"
-        store.queue_retries([run.id], wall.now())
+        [attempt] = store.ledger.list_attempts(run.id)
+        assert attempt.status == "lost" and store.ledger.get_run(run.id).status == "pending_retry"
+        store.ledger.queue_retries([run.id], wall.now())
 
     second = spawn("--id", "second", "--lease", "2")
     wait_for(lambda: run_status(db, run.id) == "succeeded", what="the retry to succeed")
     second.send_signal(signal.SIGTERM)
     assert second.wait(20) == 0
     with db.transaction() as store:
-        attempts = store.list_attempts(run.id)
-        finished = store.get_run(run.id)
-        instances = store.list_environment_instances(include_stopped=True)
+        attempts = store.ledger.list_attempts(run.id)
+        finished = store.ledger.get_run(run.id)
+        instances = store.execution.list_environment_instances(include_stopped=True)
     assert [(a.number, a.status, a.worker_id) for a in attempts] == [(1, "lost", "first"), (2, "succeeded", "second")]
     assert finished.recovered
     assert {i.worker_id: i.status for i in instances}["second"] == "stopped"
@@ -152,10 +152,10 @@ def test_a_stopping_worker_releases_an_attempt_that_outlives_its_grace(db, spawn
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(15) == 0
     with db.transaction() as store:
-        [attempt] = store.list_attempts(run.id)
+        [attempt] = store.ledger.list_attempts(run.id)
         assert (attempt.status, attempt.worker_id) == ("queued", None)
-        assert store.get_run(run.id).status == "queued"
-        assert {i.status for i in store.list_environment_instances(include_stopped=True)} == {"dead"}
+        assert store.ledger.get_run(run.id).status == "queued"
+        assert {i.status for i in store.execution.list_environment_instances(include_stopped=True)} == {"dead"}
 
 
 def test_a_worker_process_reuses_a_warm_environment_stops_it_when_idle_and_times_out_a_hanging_step(db, spawn):
@@ -169,15 +169,15 @@ def test_a_worker_process_reuses_a_warm_environment_stops_it_when_idle_and_times
     with db.transaction() as store:
         pids = set()
         for r in runs:
-            [attempt] = store.list_attempts(r.id)
-            pids.add(store.api_list_run_steps(r.id)[0].output["pid"])
-        [timed_out] = store.list_attempts(hanging.id)
+            [attempt] = store.ledger.list_attempts(r.id)
+            pids.add(store.api.list_run_steps(r.id)[0].output["pid"])
+        [timed_out] = store.ledger.list_attempts(hanging.id)
     assert len(pids) == 1
     assert timed_out.error_category == "timeout" and timed_out.failed_step == "stuck"
 
     def warm_stopped():
         with db.transaction() as store:
-            rows = store.list_environment_instances(include_stopped=True)
+            rows = store.execution.list_environment_instances(include_stopped=True)
         return [i for i in rows if i.tenant == "acme" and i.status == "stopped" and i.runs_served == 2]
 
     wait_for(warm_stopped, 15, "the idle environment to stop")

@@ -17,8 +17,8 @@ from tickwarden.store.outbox import Channel
 def add_channel(db: Database, now: datetime, *, tenant: str | None, name: str, kind: str, audience: str,
                 config: dict[str, Any] | None = None, secret_ref: str | None = None) -> Channel:
     with db.transaction() as store:
-        tenant_id = store.upsert_tenant(tenant, now).id if tenant else None
-        return store.upsert_notification_channel(tenant_id=tenant_id, name=name, kind=kind, audience=audience,
+        tenant_id = store.catalog.upsert_tenant(tenant, now).id if tenant else None
+        return store.outbox.upsert_notification_channel(tenant_id=tenant_id, name=name, kind=kind, audience=audience,
                                                  now=now, config=config, secret_ref=secret_ref)
 
 

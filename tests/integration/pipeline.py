@@ -37,14 +37,14 @@ def workflow(db: Database, now: datetime, *, tenant: str = "acme", name: str = "
              monitoring: bool = True, policy: dict | None = None) -> Workflow:
     cron = cron or {FIVE_MIN: "*/5 * * * *", HOURLY: "0 * * * *", DAILY: "0 2 * * *"}[cadence]
     with db.transaction() as store:
-        t = store.upsert_tenant(tenant, now, shadow=tenant_shadow)
+        t = store.catalog.upsert_tenant(tenant, now, shadow=tenant_shadow)
         return publish(store, t.id, name, now, shadow=shadow, monitoring_enabled=monitoring,
                        policy_overrides=policy or {}, cron=cron, cadence_seconds=cadence)
 
 
 def budget_of(db: Database, wf: Workflow) -> tuple[int, int]:
     with db.transaction() as store:
-        schedule = store.get_schedule_for_workflow(wf.id)
+        schedule = store.catalog.get_schedule_for_workflow(wf.id)
     cadence = schedule.cadence_seconds if schedule else DAILY
     return profile_of(cadence, wf.policy_overrides).retries, cadence
 
@@ -53,14 +53,14 @@ def create_tick(db: Database, wf: Workflow, scheduled_for: datetime, now: dateti
     retries, cadence = budget_of(db, wf)
     deadline = run_deadline(scheduled_for, timeout_seconds=600, backoffs=(0,) * retries, interval_seconds=cadence)
     with db.transaction() as store:
-        run = store.create_tick_run(TickRequest(wf.tenant_id, wf.id, scheduled_for, retries, deadline), now)
+        run = store.ledger.create_tick_run(TickRequest(wf.tenant_id, wf.id, scheduled_for, retries, deadline), now)
     assert run is not None
     return run
 
 
 def manual_run(db: Database, wf: Workflow, now: datetime) -> Run:
     with db.transaction() as store:
-        return store.create_manual_run(tenant_id=wf.tenant_id, workflow_id=wf.id, retry_budget=0,
+        return store.ledger.create_manual_run(tenant_id=wf.tenant_id, workflow_id=wf.id, retry_budget=0,
                                        deadline_at=now + timedelta(hours=1), now=now, requested_by="ops")
 
 
@@ -69,7 +69,7 @@ def attempt_once(db: Database, run: Run, outcome: AttemptOutcome, now: datetime,
     with db.transaction() as store:
         leased = lease(store, worker, now, 600, limit=1)
         assert [a.run_id for a in leased] == [run.id], f"expected the queued attempt of run {run.id}"
-        store.finish_attempt(leased[0].id, worker, outcome, now)
+        store.ledger.finish_attempt(leased[0].id, worker, outcome, now)
 
 
 def drive(db: Database, poller: OutcomePoller, run: Run, outcomes: list[AttemptOutcome], clock) -> Run:
@@ -78,7 +78,7 @@ def drive(db: Database, poller: OutcomePoller, run: Run, outcomes: list[AttemptO
         attempt_once(db, run, outcome, clock.advance(60))
         poller.run_once(clock.advance(5))
     with db.transaction() as store:
-        return store.get_run(run.id)
+        return store.ledger.get_run(run.id)
 
 
 def tick(db: Database, poller: OutcomePoller, wf: Workflow, scheduled_for: datetime,
@@ -91,9 +91,9 @@ def tick(db: Database, poller: OutcomePoller, wf: Workflow, scheduled_for: datet
 
 def alerts_of(db: Database, wf: Workflow):
     with db.transaction() as store:
-        return [v.alert for v in store.list_alerts() if v.alert.workflow_id == wf.id]
+        return [v.alert for v in store.monitoring.list_alerts() if v.alert.workflow_id == wf.id]
 
 
 def events_of(db: Database, alert_id: int):
     with db.transaction() as store:
-        return store.list_alert_events(alert_id)
+        return store.monitoring.list_alert_events(alert_id)

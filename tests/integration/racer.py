@@ -28,7 +28,7 @@ def main() -> None:
     if action == "create-tick":
         workflow_id, tenant_id = (int(x) for x in arg.split(","))
         with db.transaction() as store:
-            created = store.create_tick_runs(
+            created = store.ledger.create_tick_runs(
                 [TickRequest(tenant_id, workflow_id, now, 2, now + timedelta(hours=3))], now
             )
         print(json.dumps({"created": [r.id for r in created]}))

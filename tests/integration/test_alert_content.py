@@ -69,7 +69,7 @@ def fail_one_tick(db, clock, wf):
     plant_step_log(db, run.id)
     OutcomePoller(db, "p1").run_once(clock.advance(5))
     with db.transaction() as store:
-        [attempt] = store.list_attempts(run.id)
+        [attempt] = store.ledger.list_attempts(run.id)
     return due, run, attempt
 
 

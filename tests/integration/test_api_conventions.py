@@ -72,7 +72,7 @@ def test_delete_archives_a_workflow(server, fleet, db):
         assert client.delete("/api/tenants/acme/workflows/quality").status_code == 204  # idempotent
         assert client.delete("/api/tenants/acme/workflows/nope").status_code == 404
     with db.transaction() as store:
-        assert store.get_workflow_by_name("acme", "quality").archived_at is not None
+        assert store.catalog.get_workflow_by_name("acme", "quality").archived_at is not None
 
 
 def test_the_alert_lifecycle_over_http_and_internal_notes_stay_internal(server, fleet):

@@ -43,8 +43,8 @@ def test_the_stored_value_opens_with_the_platform_key_only(server, tokens, db):
     with api(server, bob) as client:
         assert client.put("/api/tenants/beta/secrets/WAREHOUSE", json={"value": CANARY}).status_code == 200
     with db.transaction() as store:
-        tenant = store.get_tenant_by_name("beta")
-        (sealed,) = store.sealed_secrets(tenant.id, ["WAREHOUSE"])
+        tenant = store.catalog.get_tenant_by_name("beta")
+        (sealed,) = store.secrets.sealed_secrets(tenant.id, ["WAREHOUSE"])
     assert secrets.Keyring("api-test-key").open(sealed) == CANARY
 
 
@@ -82,5 +82,5 @@ def test_publishing_a_step_on_the_platform_database_variable_is_refused(server, 
         accepted = client.put("/api/tenants/beta/workflows/probe", json=body)
         assert accepted.status_code == 201, accepted.text  # created
     with db.transaction() as store:
-        stored = store.get_workflow_by_name("beta", "probe")
+        stored = store.catalog.get_workflow_by_name("beta", "probe")
     assert parse_recipe(stored.recipe).steps[0].database == "secret:WAREHOUSE"

@@ -108,8 +108,8 @@ def test_it_applies_a_file_and_reports_what_it_created(db, tmp_path):
     assert report.counts["tenant"]["created"] == 2 and report.counts["workflow"]["created"] == 2
     assert report.counts["channel"]["created"] == 2 and report.created == 12 and report.unchanged == 0
     with db.transaction() as store:
-        nightly = store.get_workflow_by_name("acme", "nightly")
-        schedule = store.get_schedule_for_workflow(nightly.id)
+        nightly = store.catalog.get_workflow_by_name("acme", "nightly")
+        schedule = store.catalog.get_schedule_for_workflow(nightly.id)
     assert [s["name"] for s in nightly.recipe["steps"]] == ["extract", "load"]
     assert nightly.recipe["steps"][1] == {"name": "load", "kind": "sql", "depends_on": ["extract"], "query": "SELECT 1",
                                           "database": "secret:WAREHOUSE", "timeout_seconds": None}
@@ -122,10 +122,10 @@ def test_reapplying_the_same_file_changes_nothing(db, tmp_path):
     path = write(tmp_path, GOOD)
     catalog.apply_file(db, path, NOW)
     with db.transaction() as store:
-        before = store.get_schedule_for_workflow(store.get_workflow_by_name("acme", "nightly").id)
+        before = store.catalog.get_schedule_for_workflow(store.catalog.get_workflow_by_name("acme", "nightly").id)
     again = catalog.apply_file(db, path, datetime(2026, 11, 30, 13, 0, tzinfo=UTC))
     with db.transaction() as store:
-        after = store.get_schedule_for_workflow(store.get_workflow_by_name("acme", "nightly").id)
+        after = store.catalog.get_schedule_for_workflow(store.catalog.get_workflow_by_name("acme", "nightly").id)
     assert again.created == 0 and again.updated == 0 and again.unchanged == 12
     assert after == before   # same version, same updated_at
 
@@ -136,7 +136,7 @@ def test_an_edit_updates_only_what_changed_and_bumps_the_schedule_version(db, tm
     assert report.counts["schedule"] == {"created": 0, "updated": 1, "unchanged": 1}
     assert report.counts["workflow"] == {"created": 0, "updated": 0, "unchanged": 2}
     with db.transaction() as store:
-        schedule = store.get_schedule_for_workflow(store.get_workflow_by_name("acme", "nightly").id)
+        schedule = store.catalog.get_schedule_for_workflow(store.catalog.get_workflow_by_name("acme", "nightly").id)
     assert schedule.version == 2 and schedule.cron == "0 3 * * *"
 
 
@@ -162,7 +162,7 @@ def test_the_quickstart_example_applies_cleanly(db):
     report = catalog.apply_file(db, QUICKSTART, NOW)
     assert report.counts["workflow"]["created"] == 1
     with db.transaction() as store:
-        workflow = store.get_workflow_by_name("acme", "quickstart")
+        workflow = store.catalog.get_workflow_by_name("acme", "quickstart")
     kinds = [(s["name"], s["kind"]) for s in workflow.recipe["steps"]]
     assert kinds == [("extract", "python"), ("check", "python"), ("summarize", "python")]
     # The quickstart must run green as written: no step may need a secret the user has not set.

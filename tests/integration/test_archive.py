@@ -33,8 +33,8 @@ def test_the_api_archives_a_workflow_of_the_callers_tenant_only(db, clock):
             assert client.get("/api/workflows").json()["items"] == []
             assert client.get("/api/tenants/acme/workflows/nightly/runs").status_code == 200
     with db.transaction() as store:
-        assert store.get_workflow_by_name("acme", "nightly").archived_at is not None
-        assert store.get_workflow_by_name("globex", "nightly").archived_at is None
+        assert store.catalog.get_workflow_by_name("acme", "nightly").archived_at is not None
+        assert store.catalog.get_workflow_by_name("globex", "nightly").archived_at is None
 
 
 FILE = """
@@ -59,13 +59,13 @@ def test_a_workflow_file_archives_with_archived_true_once_and_restores_without_i
     archived = catalog.apply_file(db, path, clock.now() + timedelta(minutes=1))
     assert archived.counts["workflow"] == {"created": 0, "updated": 1, "unchanged": 0}
     with db.transaction() as store:
-        assert store.get_workflow_by_name("acme", "export").archived_at == clock.now() + timedelta(minutes=1)
+        assert store.catalog.get_workflow_by_name("acme", "export").archived_at == clock.now() + timedelta(minutes=1)
     again = catalog.apply_file(db, path, clock.now() + timedelta(minutes=2))
     assert again.created == 0 and again.updated == 0
     with db.transaction() as store:
-        assert store.get_workflow_by_name("acme", "export").archived_at == clock.now() + timedelta(minutes=1)
+        assert store.catalog.get_workflow_by_name("acme", "export").archived_at == clock.now() + timedelta(minutes=1)
     path.write_text(FILE % "")
     restored = catalog.apply_file(db, path, clock.now() + timedelta(minutes=3))
     assert restored.counts["workflow"]["updated"] == 1
     with db.transaction() as store:
-        assert store.get_workflow_by_name("acme", "export").archived_at is None
+        assert store.catalog.get_workflow_by_name("acme", "export").archived_at is None

@@ -49,7 +49,7 @@ def surfaces(db, clock, hook, schema, text):
         {**python_step("load", "leak", params={"text": text, "echo": "API_TOKEN"}), "secrets": ["secret:API_TOKEN"]}])
     set_secret(db, wf.tenant_id, "API_TOKEN", GIVEN, clock.now())
     with db.transaction() as store:
-        store.upsert_notification_channel(tenant_id=wf.tenant_id, name="hook", kind="webhook", audience="customer",
+        store.outbox.upsert_notification_channel(tenant_id=wf.tenant_id, name="hook", kind="webhook", audience="customer",
                                           config={"url": hook.url}, now=clock.now())
     run = queue_run(db, wf, clock.now(), clock.now(), budget=0)
     worker = Worker(db, "w1", clock=clock, secret_key=SECRET)

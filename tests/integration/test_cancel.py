@@ -27,7 +27,7 @@ def test_it_stops_the_running_attempt_through_the_workers_abort_path_and_never_r
         thread.start()
         for _ in range(200):
             with db.transaction() as store:
-                if store.list_attempts(run.id)[0].status == "running":
+                if store.ledger.list_attempts(run.id)[0].status == "running":
                     break
             time.sleep(0.05)
         cancelled = catalog.cancel(db, run.id, clock.now(), "oncall@acme.test")
@@ -40,8 +40,8 @@ def test_it_stops_the_running_attempt_through_the_workers_abort_path_and_never_r
         worker.environments.close(clock.now())
     OutcomePoller(db, "p1").run_once(clock.now() + timedelta(minutes=5))
     with db.transaction() as store:
-        after = store.get_run(run.id)
-        attempts = store.list_attempts(run.id)
+        after = store.ledger.get_run(run.id)
+        attempts = store.ledger.list_attempts(run.id)
     assert (after.status, after.finished_at, after.error_category) == ("cancelled", clock.now(), None)
     assert [(a.number, a.status) for a in attempts] == [(1, "cancelled")]  # no retry, budget notwithstanding
 
@@ -53,9 +53,9 @@ def test_a_late_outcome_of_a_cancelled_attempt_is_refused(db, clock):
         attempt = lease(store, "w1", clock.now(), 30)[0]
     catalog.cancel(db, run.id, clock.now(), "oncall")
     with db.transaction() as store:
-        finished = store.finish_attempt(attempt.id, "w1", AttemptOutcome(status="failed", error="boom"), clock.now())
+        finished = store.ledger.finish_attempt(attempt.id, "w1", AttemptOutcome(status="failed", error="boom"), clock.now())
         assert not finished.applied
-        assert store.get_run(run.id).status == "cancelled"
+        assert store.ledger.get_run(run.id).status == "cancelled"
 
 
 def test_a_cancelled_run_neither_breaks_nor_extends_the_failure_streak(db, clock):
@@ -63,10 +63,10 @@ def test_a_cancelled_run_neither_breaks_nor_extends_the_failure_streak(db, clock
     base = clock.now()
     with db.transaction() as store:
         for hour in (0, 1, 3):
-            store.create_tick_run(tick(wf, base + timedelta(hours=hour), budget=0), base)
+            store.ledger.create_tick_run(tick(wf, base + timedelta(hours=hour), budget=0), base)
         # the deadline pass gives the three their verdict `missed` (each deadline is three hours after its tick)
         past = base + timedelta(hours=6)
-        assert len(store.close_overdue_and_arm(past, 500, "no outcome", past)) == 3
+        assert len(store.monitoring.close_overdue_and_arm(past, 500, "no outcome", past)) == 3
     middle = create_run(db, wf, base + timedelta(hours=2), base, budget=0)
     catalog.cancel(db, middle.id, base, "oncall")
     with db.transaction() as store:
@@ -80,7 +80,7 @@ def test_it_refuses_to_cancel_a_finished_or_unknown_run(db, clock):
     with pytest.raises(Conflict, match="already cancelled"):
         catalog.cancel(db, run.id, clock.now(), "someone-else")
     with db.transaction() as store:
-        assert store.get_run(run.id).cancelled_by == "oncall"  # the first cancel stands
+        assert store.ledger.get_run(run.id).cancelled_by == "oncall"  # the first cancel stands
     with pytest.raises(NotFound):
         catalog.cancel(db, run.id + 1000, clock.now(), "oncall")
 
@@ -91,7 +91,7 @@ def test_the_api_cancels_a_tenants_own_run_with_the_tokens_actor_and_hides_other
     acme_token = make_token(db, clock.now(), tenant="acme", name="alice")
     globex_token = make_token(db, clock.now(), tenant="globex", name="gina")
     with db.transaction() as store:
-        wf = store.get_workflow(acme.workflow_id)
+        wf = store.catalog.get_workflow(acme.workflow_id)
     run = create_run(db, wf, clock.now() + timedelta(days=1), clock.now())
     with live_server(db, clock) as base:
         with api(base, globex_token) as other:
@@ -112,7 +112,7 @@ def test_the_dashboard_button_cancels_with_the_signed_in_actor_and_shows_rows(db
     acme_token = make_token(db, clock.now(), tenant="acme", name="alice")
     globex_token = make_token(db, clock.now(), tenant="globex", name="gina")
     with db.transaction() as store:
-        wf = store.get_workflow(acme.workflow_id)
+        wf = store.catalog.get_workflow(acme.workflow_id)
     run = create_run(db, wf, clock.now() + timedelta(days=1), clock.now())
     with live_server(db, clock) as base:
         with httpx.Client(base_url=base, cookies={"tickwarden_token": globex_token}) as intruder:
@@ -128,4 +128,4 @@ def test_the_dashboard_button_cancels_with_the_signed_in_actor_and_shows_rows(db
             again = client.post(f"/dashboard/runs/{run.id}/cancel")
             assert again.status_code == 409 and "already cancelled" in again.text
     with db.transaction() as store:
-        assert store.get_run(run.id).cancelled_by
+        assert store.ledger.get_run(run.id).cancelled_by

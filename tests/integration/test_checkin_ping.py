@@ -14,7 +14,7 @@ TICK = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
 
 def external(db: Database, now: datetime, tenant: str, name: str = "export") -> int:
     with db.transaction() as store:
-        t = store.upsert_tenant(tenant, now)
+        t = store.catalog.upsert_tenant(tenant, now)
         return publish(store, t.id, name, now, kind="external").id
 
 
@@ -35,7 +35,7 @@ def keys(db, clock):
 
 def runs_of(db, workflow_id):
     with db.transaction() as store:
-        return store.list_runs(workflow_id)
+        return store.ledger.list_runs(workflow_id)
 
 
 def test_a_report_needs_no_token_and_records_the_tick(server, keys, db):
@@ -84,7 +84,7 @@ def test_the_log_is_sanitized_and_bounded(server, keys, db):
     [run] = runs_of(db, ids["acme"])
     assert run.status == "failed" and "exit code 2" in run.error
     with db.transaction() as store:
-        [attempt] = store.list_attempts(run.id)
+        [attempt] = store.ledger.list_attempts(run.id)
     assert "hunter2" not in attempt.log_tail and "ops@acme.test" not in attempt.log_tail
     assert attempt.log_tail.endswith("boom") and "line 0\n" not in attempt.log_tail  # the tail only
 
@@ -160,4 +160,4 @@ def test_publishing_over_the_api_takes_kind_external_without_steps(server, db, c
         issued = client.post("/api/tenants/gamma/workflows/export/checkin-url")
         assert issued.status_code == 201 and issued.json()["path"].startswith("/ping/")
     with db.transaction() as store:
-        assert store.get_workflow_by_name("gamma", "export").kind == "external"
+        assert store.catalog.get_workflow_by_name("gamma", "export").kind == "external"

@@ -21,7 +21,7 @@ DAILY_CRON, FIVE_MIN_CRON = "0 2 * * *", "*/5 * * * *"
 def external(db: Database, now: datetime, *, tenant: str = "acme", name: str = "export", cron: str = DAILY_CRON,
              cadence: int = 86400, timeout: int | None = None) -> Workflow:
     with db.transaction() as store:
-        t = store.upsert_tenant(tenant, now)
+        t = store.catalog.upsert_tenant(tenant, now)
         return publish(store, t.id, name, now, kind="external", timeout_seconds=timeout, cron=cron,
                        cadence_seconds=cadence)
 
@@ -47,11 +47,11 @@ class Pipeline:
 
     def runs(self, wf: Workflow):
         with self.db.transaction() as store:
-            return sorted(store.list_runs(wf.id, limit=100), key=lambda r: r.scheduled_for)
+            return sorted(store.ledger.list_runs(wf.id, limit=100), key=lambda r: r.scheduled_for)
 
     def alerts(self):
         with self.db.transaction() as store:
-            return [view.alert for view in store.list_alerts()]
+            return [view.alert for view in store.monitoring.list_alerts()]
 
 
 def at(hour: int, minute: int = 0, second: int = 0) -> datetime:
@@ -69,7 +69,7 @@ def test_a_tick_of_an_external_workflow_waits_for_its_report_and_no_worker_can_t
     [run] = pipeline.runs(wf)
     assert (run.scheduled_for, run.status, run.attempts_count, run.retry_budget) == (at(2), "queued", 0, 0)
     with db.transaction() as store:
-        assert store.list_attempts(run.id) == []
+        assert store.ledger.list_attempts(run.id) == []
         assert lease(store, "w1", clock.now(), 60, limit=10) == []
 
 
@@ -86,7 +86,7 @@ def test_it_records_start_then_success_and_no_alert_opens(db, clock, pipeline):
     [run] = pipeline.runs(wf)
     assert run.status == "succeeded"
     with db.transaction() as store:
-        [attempt] = store.list_attempts(run.id)
+        [attempt] = store.ledger.list_attempts(run.id)
     assert (attempt.status, attempt.started_at, attempt.finished_at) == ("succeeded", at(2, 0, 10), at(2, 4))
     assert attempt.outputs == {"exit_code": 0} and attempt.log_tail == "exported 1200 rows"
     assert pipeline.alerts() == []
@@ -146,7 +146,7 @@ def test_three_failures_open_the_alert_and_a_success_resolves_it(db, clock, pipe
     [alert] = pipeline.alerts()
     assert (alert.status, alert.severity, alert.failure_count, alert.owner) == ("open", "warning", 3, "customer")
     with db.transaction() as store:
-        attempt = store.list_attempts(pipeline.runs(wf)[-1].id)[0]
+        attempt = store.ledger.list_attempts(pipeline.runs(wf)[-1].id)[0]
     assert (attempt.error_category, attempt.retryable) == ("step_error", False)
     assert "exit code 3" in attempt.error
     assert "hunter2" not in attempt.log_tail and "KeyError" in attempt.log_tail
@@ -216,7 +216,7 @@ def test_concurrent_terminal_reports_of_one_tick_record_one_outcome(db, clock, p
     assert sorted(outcomes) == ["recorded", "refused", "refused", "refused"]
     [run] = pipeline.runs(wf)
     with db.transaction() as store:
-        assert len(store.list_attempts(run.id)) == 1
+        assert len(store.ledger.list_attempts(run.id)) == 1
     assert run.status in ("succeeded", "failed") and run.attempts_count == 1
 
 

@@ -346,7 +346,7 @@ def test_an_empty_installation_says_what_to_do_next(base, db, clock):
 def test_every_page_polls_its_live_part_and_the_tenant_and_run_partials_are_isolated(base, fleet, db, clock):
     acme, globex, _ = fleet
     with db.transaction() as store:
-        wf = store.get_workflow(acme.workflow_id)
+        wf = store.catalog.get_workflow(acme.workflow_id)
     running = create_run(db, wf, clock.now() + timedelta(hours=1), clock.now())
     with client(base, acme.token) as c:
         for path, partial in (("/dashboard/tenants/acme", "/dashboard/partials/tenants/acme"),
@@ -373,8 +373,8 @@ def test_every_page_polls_its_live_part_and_the_tenant_and_run_partials_are_isol
 # -- bounded reads and helpers ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["dash_workflow_runs", "dash_last_success", "dash_runs", "dash_failure_buckets",
-                                  "dash_alert_buckets", "dash_recently_resolved"])
+@pytest.mark.parametrize("name", ["dashboard_workflow_runs", "dashboard_last_success", "dashboard_runs", "dashboard_failure_buckets",
+                                  "dashboard_alert_buckets", "dashboard_recently_resolved"])
 def test_every_dashboard_query_can_read_through_an_index_without_scanning_the_ledger(db, clock, name):
     now = clock.now()
     params = {"workflow_id": 1, "since": now - timedelta(days=1), "until": now, "limit": 10, "tenant": None,

@@ -72,8 +72,8 @@ def test_the_worker_records_a_finished_attempt_once_the_database_is_back(private
         done.join(30)
         assert not done.is_alive()
         with private_db.transaction() as store:
-            recorded = store.get_run(run.id)
-            attempts = store.list_attempts(run.id)
+            recorded = store.ledger.get_run(run.id)
+            attempts = store.ledger.list_attempts(run.id)
         assert recorded.status == "succeeded"
         assert [a.status for a in attempts] == ["succeeded"]
     finally:
@@ -127,7 +127,7 @@ def test_the_reaper_leaves_leases_that_ran_out_while_the_server_was_down_to_thei
             time.sleep(0.2)
     assert reaper.last_reaped == [] and wake <= restarted + timedelta(seconds=31)
     with private_db.transaction() as store:
-        assert store.renew_lease(attempt.id, "w1", restarted + timedelta(seconds=11), 5)  # the worker is back in time
+        assert store.ledger.renew_lease(attempt.id, "w1", restarted + timedelta(seconds=11), 5)  # the worker is back in time
     reaper.run_once(restarted + timedelta(seconds=60))
     assert [r.attempt_id for r in reaper.last_reaped] == [attempt.id]  # past the grace, a silent worker is lost
 

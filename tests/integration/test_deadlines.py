@@ -11,7 +11,7 @@ from tickwarden.poller import OutcomePoller
 
 def runs_of(db, wf):
     with db.transaction() as store:
-        return list(reversed(store.list_runs(wf.id, limit=1000)))
+        return list(reversed(store.ledger.list_runs(wf.id, limit=1000)))
 
 
 def test_a_run_stuck_queued_past_its_deadline_becomes_missed_and_alerts_once(db, clock):
@@ -27,7 +27,7 @@ def test_a_run_stuck_queued_past_its_deadline_becomes_missed_and_alerts_once(db,
     (missed,) = runs_of(db, wf)
     assert (missed.status, missed.error_category) == ("missed", "missed")
     with db.transaction() as store:
-        assert [a.status for a in store.list_attempts(run.id)] == ["cancelled"]
+        assert [a.status for a in store.ledger.list_attempts(run.id)] == ["cancelled"]
     (alert,) = alerts_of(db, wf)
     assert (alert.severity, alert.owner, alert.failure_count) == ("critical", "engineering", 1)
     assert [e.kind for e in events_of(db, alert.id)] == ["opened"]
@@ -46,8 +46,8 @@ def test_a_run_whose_lease_expired_is_left_to_the_reaper(db, clock):
     detector.run_once(run.deadline_at + timedelta(seconds=1))
     assert detector.last.overdue_runs == []
     with db.transaction() as store:
-        store.expire_leases(run.deadline_at + timedelta(seconds=2))
-        assert store.get_run(run.id).status == "pending_retry"
+        store.ledger.expire_leases(run.deadline_at + timedelta(seconds=2))
+        assert store.ledger.get_run(run.id).status == "pending_retry"
 
 
 def test_a_run_past_its_deadline_with_a_live_lease_is_missed_and_its_late_result_changes_nothing(db, clock):
@@ -57,8 +57,8 @@ def test_a_run_past_its_deadline_with_a_live_lease_is_missed_and_its_late_result
         (attempt,) = lease(store, "w1", clock.now(), 10**6)
     DeadlineDetector(db).run_once(run.deadline_at)
     with db.transaction() as store:
-        store.finish_attempt(attempt.id, "w1", OK, run.deadline_at + timedelta(seconds=5))
-        assert store.get_run(run.id).status == "missed"
+        store.ledger.finish_attempt(attempt.id, "w1", OK, run.deadline_at + timedelta(seconds=5))
+        assert store.ledger.get_run(run.id).status == "missed"
     OutcomePoller(db, "p1").run_once(run.deadline_at + timedelta(seconds=10))
     (alert,) = alerts_of(db, wf)
     assert alert.status == "open"

@@ -57,21 +57,21 @@ def populate(db: Database, now: datetime) -> dict[str, int]:
     wf = workflow(db, now, tenant="acme", name="nightly", cadence=DAILY)
     other_tenant = workflow(db, now, tenant="globex", name="export", cadence=DAILY)
     with db.transaction() as store:
-        alice = store.apply_user(wf.tenant_id, EMAIL, NAME, True, now).row
-        alice_elsewhere = store.apply_user(other_tenant.tenant_id, EMAIL.lower(), NAME, True, now).row
-        store.apply_user(wf.tenant_id, OTHER, "Bob Builder", True, now)
+        alice = store.catalog.apply_user(wf.tenant_id, EMAIL, NAME, True, now).row
+        alice_elsewhere = store.catalog.apply_user(other_tenant.tenant_id, EMAIL.lower(), NAME, True, now).row
+        store.catalog.apply_user(wf.tenant_id, OTHER, "Bob Builder", True, now)
         conn = store.conn
         conn.execute("UPDATE workflows SET publisher_id = %s, description = %s WHERE id = %s",
                      (alice.id, f"owned by {NAME}", wf.id))
         conn.execute("UPDATE workflows SET publisher_id = %s WHERE id = %s", (alice_elsewhere.id, other_tenant.id))
-        store.ensure_default_environment(wf.tenant_id, now)
+        store.execution.ensure_default_environment(wf.tenant_id, now)
         conn.execute("UPDATE environments SET settings = %s::jsonb WHERE tenant_id = %s",
                      (json.dumps({"maintainer": EMAIL, "team": [NAME, "ops"]}), wf.tenant_id))
-        store.upsert_notification_channel(tenant_id=wf.tenant_id, name="mail", kind="email", audience="customer",
+        store.outbox.upsert_notification_channel(tenant_id=wf.tenant_id, name="mail", kind="email", audience="customer",
                                           now=now, config={"to": [EMAIL.lower(), OTHER]})
-        store.create_api_token(tenant_id=wf.tenant_id, role="member", name=f"token of {EMAIL}", token_hash="h" * 64,
+        store.api.create_api_token(tenant_id=wf.tenant_id, role="member", name=f"token of {EMAIL}", token_hash="h" * 64,
                                now=now)
-        manual = store.create_manual_run(tenant_id=wf.tenant_id, workflow_id=wf.id, retry_budget=0,
+        manual = store.ledger.create_manual_run(tenant_id=wf.tenant_id, workflow_id=wf.id, retry_budget=0,
                                          deadline_at=now + timedelta(hours=1), now=now, requested_by=EMAIL)
         conn.execute("INSERT INTO loop_heartbeats (replica_id, loop, last_pass_at, last_error) "
                      "VALUES ('r1', 'poller', %s, %s)", (now, f"mail to {EMAIL} bounced"))
@@ -81,8 +81,8 @@ def populate(db: Database, now: datetime) -> dict[str, int]:
             failed = AttemptOutcome(status="failed", error_category="step_error", retryable=False,
                                     error=f"no access for {EMAIL}", failed_step="load",
                                     log_tail=f"{NAME} <{EMAIL}> denied", outputs={"owner": EMAIL.upper()})
-            store.finish_attempt(leased.id, "w1", failed, now + timedelta(minutes=1))
-            store.record_attempt_steps(leased.id, wf.tenant_id, [
+            store.ledger.finish_attempt(leased.id, "w1", failed, now + timedelta(minutes=1))
+            store.execution.record_attempt_steps(leased.id, wf.tenant_id, [
                 {"step": "load", "position": 0, "status": "failed", "log": f"user {NAME} lacks rights",
                  "output": {"rows": [{"email": EMAIL, "other": OTHER}]}, "error": f"denied: {EMAIL}"}])
     OutcomePoller(db, "p1").run_once(now + timedelta(minutes=2))
@@ -144,7 +144,7 @@ def test_a_subject_dry_run_reports_the_same_counts_and_changes_nothing(db: Datab
 def test_erase_subject_leaves_longer_addresses_and_unrelated_words_alone(db: Database, start: datetime) -> None:
     wf = workflow(db, start, tenant="acme", name="nightly", cadence=DAILY)
     with db.transaction() as store:
-        store.apply_user(wf.tenant_id, "al@example.com", "Ali", True, start)
+        store.catalog.apply_user(wf.tenant_id, "al@example.com", "Ali", True, start)
         store.conn.execute("UPDATE workflows SET description = %s WHERE id = %s",
                            ("mail xal@example.com or al@example.com.au; Alibaba, Ali.", wf.id))
         erasure.erase_subject(store, "al@example.com", actor="dpo", now=start)
@@ -157,8 +157,8 @@ def test_a_name_is_erased_only_among_the_persons_own_tenants_and_the_address_eve
     own = workflow(db, start, tenant="acme", name="nightly", cadence=DAILY)
     other = workflow(db, start, tenant="initech", name="report", cadence=DAILY)
     with db.transaction() as store:
-        store.apply_user(own.tenant_id, EMAIL, "Ops", True, start)
-        store.upsert_notification_channel(tenant_id=other.tenant_id, name="ops", kind="recording",
+        store.catalog.apply_user(own.tenant_id, EMAIL, "Ops", True, start)
+        store.outbox.upsert_notification_channel(tenant_id=other.tenant_id, name="ops", kind="recording",
                                           audience="customer", now=start)
         for wf in (own, other):
             store.conn.execute("UPDATE workflows SET description = %s WHERE id = %s",
@@ -172,8 +172,8 @@ def test_a_name_is_erased_only_among_the_persons_own_tenants_and_the_address_eve
 def test_erase_tenant_removes_every_row_of_the_tenant_and_nothing_else(db: Database, start: datetime) -> None:
     ids = populate(db, start)
     with db.transaction() as store:
-        tables = store.erasure_tenant_tables()
-        (acme,) = [t.id for t in [store.get_tenant_by_name("acme")]]
+        tables = store.erasure.tenant_tables()
+        (acme,) = [t.id for t in [store.catalog.get_tenant_by_name("acme")]]
     assert {"runs", "attempts", "attempt_steps", "alerts", "alert_events", "notification_threads",
             "notification_outbox", "api_tokens", "users", "retention_marks"} <= set(tables) | {"retention_marks"}
     populated = [t for t in tables if sql_rows(db, f"SELECT count(*) FROM {t} WHERE tenant_id = %s", acme)[0][0]]

@@ -39,7 +39,7 @@ def test_the_seed_table_counts_three_consecutive_failures(db, clock, poller):
         tick(db, poller, wf, base + timedelta(minutes=5 * (i + 1)), [outcome], clock)
     with db.transaction() as store:
         assert streak(store, wf.id) == 3
-        (inp,) = store.evaluation_inputs([wf.id])
+        (inp,) = store.monitoring.evaluation_inputs([wf.id])
     assert inp.failures == 3 and inp.success_run_id is not None
 
 

@@ -16,7 +16,7 @@ def worker(db, clock):
 
 def ran(db, run_id):
     with db.transaction() as store:
-        return store.get_run(run_id), store.list_attempts(run_id)[-1]
+        return store.ledger.get_run(run_id), store.ledger.list_attempts(run_id)[-1]
 
 
 def test_the_run_shows_the_sum_of_the_rows_its_steps_reported(db, clock, worker):

@@ -51,20 +51,20 @@ def test_each_idle_check_sees_exactly_the_work_of_its_pass(db, clock):
     now = clock.now()
     wf = make_workflow(db, now)
     with db.probe() as store:
-        assert (store.reaper_waiting(now), store.finished_attempts_waiting(now),
-                store.escalations_waiting(now), store.outbox_waiting(["recording"], now)) == (
+        assert (store.execution.reaper_waiting(now), store.monitoring.finished_attempts_waiting(now),
+                store.monitoring.escalations_waiting(now), store.outbox.waiting(["recording"], now)) == (
             False, False, False, (False, None))
     create_run(db, wf, now, now)
     with db.transaction() as store:
         [attempt] = lease(store, "w1", now, 30, limit=10)
     with db.probe() as store:
-        assert not store.reaper_waiting(now + timedelta(seconds=29))
-        assert store.reaper_waiting(now + timedelta(seconds=30))
+        assert not store.execution.reaper_waiting(now + timedelta(seconds=29))
+        assert store.execution.reaper_waiting(now + timedelta(seconds=30))
     with db.transaction() as store:
-        store.finish_attempt(attempt.id, "w1", AttemptOutcome(status="succeeded"), now + timedelta(seconds=5))
+        store.ledger.finish_attempt(attempt.id, "w1", AttemptOutcome(status="succeeded"), now + timedelta(seconds=5))
     with db.probe() as store:
-        assert not store.finished_attempts_waiting(now + timedelta(seconds=4))
-        assert store.finished_attempts_waiting(now + timedelta(seconds=5))
+        assert not store.monitoring.finished_attempts_waiting(now + timedelta(seconds=4))
+        assert store.monitoring.finished_attempts_waiting(now + timedelta(seconds=5))
 
 
 def test_the_notifiers_idle_check_reports_stale_claims_and_the_next_due_delivery(db, clock):
@@ -72,13 +72,13 @@ def test_the_notifiers_idle_check_reports_stale_claims_and_the_next_due_delivery
     add_channel(db, now, tenant="acme", name="rec", kind="recording", audience="customer")
     open_alert(db, now)
     with db.probe() as store:
-        assert store.outbox_waiting(["recording"], now) == (False, now)
-        assert store.outbox_waiting(["slack"], now) == (False, None)
+        assert store.outbox.waiting(["recording"], now) == (False, now)
+        assert store.outbox.waiting(["slack"], now) == (False, None)
     with db.transaction() as store:
-        store.claim_outbox("gone", now, now + timedelta(seconds=300), 10, ["recording"])
+        store.outbox.claim_outbox("gone", now, now + timedelta(seconds=300), 10, ["recording"])
     with db.probe() as store:
-        assert store.outbox_waiting(["recording"], now + timedelta(seconds=299)) == (False, None)
-        assert store.outbox_waiting(["recording"], now + timedelta(seconds=300))[0] is True
+        assert store.outbox.waiting(["recording"], now + timedelta(seconds=299)) == (False, None)
+        assert store.outbox.waiting(["recording"], now + timedelta(seconds=300))[0] is True
     recorder = RecordingTransport()
     Notifier(db, "n1", {"recording": recorder}).run_once(now + timedelta(seconds=300))
     assert len(recorder.messages) == 1 and outbox(db)[0]["status"] == "sent"
@@ -101,7 +101,7 @@ def test_a_poller_pass_after_a_busy_one_claims_without_looking_first(db, clock, 
     run = create_run(db, wf, clock.now(), clock.now())
     with db.transaction() as store:
         [attempt] = lease(store, "w1", clock.now(), 30, limit=10)
-        store.finish_attempt(attempt.id, "w1", AttemptOutcome(status="succeeded"), clock.now())
+        store.ledger.finish_attempt(attempt.id, "w1", AttemptOutcome(status="succeeded"), clock.now())
     poller = OutcomePoller(db, "p1")
     counted.clear()
     poller.run_once(clock.now())
@@ -111,4 +111,4 @@ def test_a_poller_pass_after_a_busy_one_claims_without_looking_first(db, clock, 
     poller.run_once(clock.now() + timedelta(seconds=60))
     assert counted == [1, 1]  # idle again: one look, no transaction
     with db.transaction() as store:
-        assert store.get_run(run.id).status == "succeeded"
+        assert store.ledger.get_run(run.id).status == "succeeded"

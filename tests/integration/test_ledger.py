@@ -20,19 +20,19 @@ def lease_one(db, now, worker="w1", lease=60):
 
 
 def attempt_of(store, attempt):
-    return next(a for a in store.list_attempts(attempt.run_id) if a.id == attempt.id)
+    return next(a for a in store.ledger.list_attempts(attempt.run_id) if a.id == attempt.id)
 
 
 def finish(db, attempt, outcome, now, worker="w1"):
     with db.transaction() as store:
-        return store.finish_attempt(attempt.id, worker, outcome, now)
+        return store.ledger.finish_attempt(attempt.id, worker, outcome, now)
 
 
 def test_a_tick_creates_one_run_with_a_queued_first_attempt(db, clock):
     workflow = make_workflow(db, clock.now())
     run = create_run(db, workflow, clock.now(), clock.now())
     with db.transaction() as store:
-        attempts = store.list_attempts(run.id)
+        attempts = store.ledger.list_attempts(run.id)
     assert run.status == "queued" and run.attempts_count == 1 and not run.manual
     assert [(a.number, a.status) for a in attempts] == [(1, "queued")]
 
@@ -40,10 +40,10 @@ def test_a_tick_creates_one_run_with_a_queued_first_attempt(db, clock):
 def test_creating_the_same_tick_twice_yields_one_run(db, clock):
     workflow = make_workflow(db, clock.now())
     with db.transaction() as store:
-        first = store.create_tick_runs([tick(workflow, clock.now()), tick(workflow, clock.now())], clock.now())
+        first = store.ledger.create_tick_runs([tick(workflow, clock.now()), tick(workflow, clock.now())], clock.now())
     with db.transaction() as store:
-        again = store.create_tick_run(tick(workflow, clock.now()), clock.now())
-        runs = store.list_runs(workflow.id)
+        again = store.ledger.create_tick_run(tick(workflow, clock.now()), clock.now())
+        runs = store.ledger.list_runs(workflow.id)
     assert len(first) == 1 and again is None and len(runs) == 1
 
 
@@ -51,10 +51,10 @@ def test_manual_runs_do_not_collide_with_ticks(db, clock):
     workflow = make_workflow(db, clock.now())
     create_run(db, workflow, clock.now(), clock.now())
     with db.transaction() as store:
-        manual = store.create_manual_run(tenant_id=workflow.tenant_id, workflow_id=workflow.id, retry_budget=0,
+        manual = store.ledger.create_manual_run(tenant_id=workflow.tenant_id, workflow_id=workflow.id, retry_budget=0,
                                          deadline_at=clock.now() + timedelta(hours=1), now=clock.now(),
                                          requested_by="ops@acme.test")
-        runs = store.list_runs(workflow.id)
+        runs = store.ledger.list_runs(workflow.id)
     assert manual.manual and len(runs) == 2
 
 
@@ -64,7 +64,7 @@ def test_success_on_the_first_attempt_is_the_verdict(db, clock):
     attempt = lease_one(db, clock.now())
     result = finish(db, attempt, OK, clock.advance(30))
     with db.transaction() as store:
-        run = store.get_run(run.id)
+        run = store.ledger.get_run(run.id)
     assert result.applied and result.run_status == "succeeded"
     assert run.status == "succeeded" and not run.recovered and run.finished_at == clock.now()
 
@@ -75,16 +75,16 @@ def test_failure_with_budget_left_is_pending_retry_and_then_recovered(db, clock)
     first = lease_one(db, clock.now())
     assert finish(db, first, FAIL, clock.advance(10)).run_status == "pending_retry"
     with db.transaction() as store:
-        assert store.get_run(run.id).status == "pending_retry"
-        retry = store.queue_retries([run.id], clock.now())
-        assert store.queue_retries([run.id], clock.now()) == []  # a second engine finds nothing to do
+        assert store.ledger.get_run(run.id).status == "pending_retry"
+        retry = store.ledger.queue_retries([run.id], clock.now())
+        assert store.ledger.queue_retries([run.id], clock.now()) == []  # a second engine finds nothing to do
     assert [a.number for a in retry] == [2]
     second = lease_one(db, clock.advance(1))
     assert second.id == retry[0].id
     assert finish(db, second, OK, clock.advance(10)).run_status == "succeeded"
     with db.transaction() as store:
-        run = store.get_run(run.id)
-        attempts = store.list_attempts(run.id)
+        run = store.ledger.get_run(run.id)
+        attempts = store.ledger.list_attempts(run.id)
     assert run.status == "succeeded" and run.recovered and run.error is None and run.attempts_count == 2
     assert [a.status for a in attempts] == ["failed", "succeeded"]
 
@@ -95,7 +95,7 @@ def test_failure_without_budget_is_failed_with_the_final_error(db, clock):
     attempt = lease_one(db, clock.now())
     assert finish(db, attempt, FAIL, clock.advance(5)).run_status == "failed"
     with db.transaction() as store:
-        run = store.get_run(run.id)
+        run = store.ledger.get_run(run.id)
     assert (run.status, run.error, run.error_category, run.failed_step) == ("failed", "boom", "step_error", "join")
 
 
@@ -122,8 +122,8 @@ def test_only_the_lease_holder_can_finish_or_renew(db, clock):
     create_run(db, workflow, clock.now(), clock.now())
     attempt = lease_one(db, clock.now(), worker="w1")
     with db.transaction() as store:
-        assert not store.renew_lease(attempt.id, "w2", clock.now(), 60)
-        assert store.renew_lease(attempt.id, "w1", clock.now(), 60)
+        assert not store.ledger.renew_lease(attempt.id, "w2", clock.now(), 60)
+        assert store.ledger.renew_lease(attempt.id, "w1", clock.now(), 60)
     assert not finish(db, attempt, OK, clock.advance(1), worker="w2").applied
 
 
@@ -132,8 +132,8 @@ def test_an_expired_lease_is_lost_and_takes_the_failure_path(db, clock):
     run = create_run(db, workflow, clock.now(), clock.now(), budget=1)
     attempt = lease_one(db, clock.now(), lease=30)
     with db.transaction() as store:
-        assert store.expire_leases(clock.advance(29)) == []
-        reaped = store.expire_leases(clock.advance(2))
+        assert store.ledger.expire_leases(clock.advance(29)) == []
+        reaped = store.ledger.expire_leases(clock.advance(2))
     assert [(r.attempt_id, r.run_status) for r in reaped] == [(attempt.id, "pending_retry")]
     # the worker comes back from the dead: its result is not applied
     assert not finish(db, attempt, OK, clock.advance(1)).applied
@@ -142,11 +142,11 @@ def test_an_expired_lease_is_lost_and_takes_the_failure_path(db, clock):
     # Losses are re-queued for free a bounded number of times, then spend the budget (1), then fail.
     for number in range(2, FREE_LOST_REQUEUES + 3):
         with db.transaction() as store:
-            store.queue_retries([run.id], clock.now())
+            store.ledger.queue_retries([run.id], clock.now())
         again = lease_one(db, clock.now(), lease=30)
         with db.transaction() as store:
-            reaped = store.expire_leases(clock.advance(60))
-            run = store.get_run(run.id)
+            reaped = store.ledger.expire_leases(clock.advance(60))
+            run = store.ledger.get_run(run.id)
         assert again.number == number and reaped[0].attempt_id == again.id
     assert run.status == "failed" and run.error_category == "lost"
 
@@ -156,11 +156,11 @@ def test_a_deadline_pass_writes_missed_once_and_cancels_queued_attempts(db, cloc
     run = create_run(db, workflow, clock.now(), clock.now())  # deadline: three hours after its tick
     past = clock.advance(3 * 3600)
     with db.transaction() as store:
-        missed = store.close_overdue_and_arm(past, 500, "no outcome", past)
-        again = store.close_overdue_and_arm(past, 500, "no outcome", past)
-        attempts = store.list_attempts(run.id)
+        missed = store.monitoring.close_overdue_and_arm(past, 500, "no outcome", past)
+        again = store.monitoring.close_overdue_and_arm(past, 500, "no outcome", past)
+        attempts = store.ledger.list_attempts(run.id)
         leased = lease(store, "w1", past, 60)
-        closed = store.get_run(run.id)
+        closed = store.ledger.get_run(run.id)
     assert missed == [(run.id, workflow.id)] and again == [] and leased == []
     assert closed.status == "missed" and closed.error_category == "missed"
     assert attempts[0].status == "cancelled" and attempts[0].processed_at is not None
@@ -185,7 +185,7 @@ def test_missed_runs_count_as_failures(db, clock):
     create_run(db, workflow, clock.now(), clock.now())
     past = clock.advance(3 * 3600)
     with db.transaction() as store:
-        store.close_overdue_and_arm(past, 500, "no outcome", past)
+        store.monitoring.close_overdue_and_arm(past, 500, "no outcome", past)
         assert streak(store, workflow.id) == 1
 
 
@@ -254,20 +254,20 @@ def test_a_batch_of_outcomes_is_recorded_in_one_statement_each_attempt_once(db, 
         store.conn.execute("UPDATE attempts SET worker_id = 'w2' WHERE id = %s", (foreign.id,))
     t1, t2 = clock.now() + timedelta(seconds=10), clock.now() + timedelta(seconds=20)
     with db.transaction() as store:
-        results = store.finish_attempts("w1", [(ok.id, OK, t1), (failed.id, FAIL, t2), (foreign.id, OK, t2)])
-        again = store.finish_attempts("w1", [(ok.id, FAIL, t2)])
+        results = store.ledger.finish_attempts("w1", [(ok.id, OK, t1), (failed.id, FAIL, t2), (foreign.id, OK, t2)])
+        again = store.ledger.finish_attempts("w1", [(ok.id, FAIL, t2)])
     assert [(r.attempt_id, r.applied, r.run_status) for r in results] == [
         (ok.id, True, "succeeded"), (failed.id, True, "pending_retry"), (foreign.id, False, None)]
     assert [r.applied for r in again] == [False]
     with db.transaction() as store:
-        done = {r.id: store.get_run(r.id) for r in runs}
+        done = {r.id: store.ledger.get_run(r.id) for r in runs}
         attempts = {a.id: attempt_of(store, a) for a in leased}
     assert (done[runs[0].id].status, done[runs[0].id].finished_at) == ("succeeded", t1)
     assert (done[runs[1].id].status, done[runs[1].id].finished_at) == ("pending_retry", None)
     assert done[runs[2].id].status == "running" and attempts[foreign.id].status == "running"
     assert (attempts[failed.id].finished_at, attempts[failed.id].error_category) == (t2, "step_error")
     with db.transaction() as store:
-        assert store.finish_attempts("w1", []) == []
+        assert store.ledger.finish_attempts("w1", []) == []
 
 
 def test_a_lease_carries_each_attempts_tick_in_queue_order(db, clock):
@@ -277,8 +277,8 @@ def test_a_lease_carries_each_attempts_tick_in_queue_order(db, clock):
         create_run(db, workflow, at, clock.now())
     later = clock.now() + timedelta(seconds=1)
     with db.transaction() as store:
-        leased = store.lease_attempts_with_ticks("w1", later, 60, limit=10)
-        runs = {run.id: run.scheduled_for for run in store.list_runs(workflow.id)}
+        leased = store.ledger.lease_attempts_with_ticks("w1", later, 60, limit=10)
+        runs = {run.id: run.scheduled_for for run in store.ledger.list_runs(workflow.id)}
     assert [scheduled_for for _, scheduled_for in leased] == ticks  # queued in creation order
     assert all(runs[attempt.run_id] == scheduled_for for attempt, scheduled_for in leased)
     assert {attempt.status for attempt, _ in leased} == {"running"}

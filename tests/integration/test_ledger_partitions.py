@@ -46,7 +46,7 @@ def test_a_year_with_partitions_drops_whole_months_and_keeps_every_run_retention
     broken = workflow(db, YEAR_START - DAY, tenant="short", name="broken", cadence=DAILY)
     with db.transaction() as store:
         set_tenant_retention(store, steady.tenant_id, RetentionSpec(metadata_days=30), YEAR_START - DAY)
-        store.upsert_notification_channel(tenant_id=steady.tenant_id, name="ops", kind="recording",
+        store.outbox.upsert_notification_channel(tenant_id=steady.tenant_id, name="ops", kind="recording",
                                           audience="customer", now=YEAR_START - DAY)
     poller = OutcomePoller(db, "p1")
     sweeper = RetentionSweeper(db)
@@ -93,7 +93,7 @@ def test_a_year_with_partitions_drops_whole_months_and_keeps_every_run_retention
     assert status == "open" and failures == days - broken_from
     with db.transaction() as store:
         assert streak(store, broken.id) == days - broken_from
-        totals = store.retention_totals()
+        totals = store.retention.totals()
     assert totals["metadata"] > 0
 
 
@@ -194,7 +194,7 @@ def test_unique_rules_hold_across_months(db: Database) -> None:
     tick = YEAR_START + 40 * DAY
     first = create_tick(db, wf, tick, tick)
     with db.transaction() as store:  # the ticker's racing insert of the same tick does nothing
-        assert store.create_tick_run(TickRequest(wf.tenant_id, wf.id, tick, 0, tick + DAY), tick) is None
+        assert store.ledger.create_tick_run(TickRequest(wf.tenant_id, wf.id, tick, 0, tick + DAY), tick) is None
     manual_run(db, wf, tick)  # a manual run at the same instant is not a tick
     assert rows(db, "SELECT count(*) FROM runs WHERE scheduled_for = %s", tick) == [(2,)]
     with pytest.raises(psycopg.errors.UniqueViolation):

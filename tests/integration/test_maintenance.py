@@ -14,6 +14,7 @@ from tickwarden.models import Workflow
 from tickwarden.notifier import Notifier
 from tickwarden.poller import OutcomePoller
 from tickwarden.transports.recording import RecordingTransport
+from tickwarden.simulate.simulation import SimulationRepository
 
 
 @pytest.fixture
@@ -25,8 +26,8 @@ def poller(db):
 def wf(db, clock) -> Workflow:
     found = workflow(db, clock.now(), cadence=FIVE_MIN, name="check")
     with db.transaction() as store:
-        store.sim_create_channel(found.tenant_id, "acme", "customer", clock.now())
-        store.sim_create_channel(None, "platform", "engineering", clock.now())
+        SimulationRepository(store.conn).create_channel(found.tenant_id, "acme", "customer", clock.now())
+        SimulationRepository(store.conn).create_channel(None, "platform", "engineering", clock.now())
     return found
 
 
@@ -60,7 +61,7 @@ def test_nothing_is_delivered_while_a_window_covers_the_workflow(db, clock, poll
     assert recorder.messages == []
     assert {status for status, _, _ in deliveries(db)} == {"held"}
     with db.transaction() as store:
-        counts = store.outbox_status_counts()
+        counts = store.outbox.status_counts()
     assert (counts["held"], counts["pending"], counts["suppressed"]) == (2, 0, 0), "operators see what waits"
 
 

@@ -38,14 +38,14 @@ def test_metrics_report_runs_alerts_lag_backlog_and_stalled_loops(db, clock):
     acme = seed_tenant(db, now, "acme")
     workflow = None
     with db.transaction() as store:
-        workflow = store.get_workflow(acme.workflow_id)
+        workflow = store.catalog.get_workflow(acme.workflow_id)
     # a finished attempt the poller has not claimed yet: 90 s of lag
     run = create_run(db, workflow, now - timedelta(minutes=10), now - timedelta(minutes=10), budget=1)
     with db.transaction() as store:
         attempt = lease(store, "w", now - timedelta(minutes=10), 60)[0]
-        store.finish_attempt(attempt.id, "w", AttemptOutcome(status="failed", error_category="connection",
+        store.ledger.finish_attempt(attempt.id, "w", AttemptOutcome(status="failed", error_category="connection",
                                                              error="reset"), now - timedelta(seconds=90))
-        store.queue_retries([run.id], now - timedelta(seconds=80))
+        store.ledger.queue_retries([run.id], now - timedelta(seconds=80))
     with db.connection() as conn, conn.transaction():
         conn.execute("UPDATE attempts SET processed_at = %s WHERE id <> %s", (now, attempt.id))
         conn.execute("INSERT INTO notification_outbox (tenant_id, event_id, alert_id, channel_id, status,"
@@ -149,7 +149,7 @@ def test_the_worker_counts_attempts_verdicts_duration_and_schedule_lag(db, clock
     after = own()
     replica = metrics.current().replica
     with db.transaction() as store:
-        finished = store.get_run(run.id)
+        finished = store.ledger.get_run(run.id)
     assert finished.status == "succeeded"
     assert delta(before, after, "tickwarden_attempts_total", status="succeeded", replica=replica) == 1
     assert delta(before, after, "tickwarden_runs_total", status="succeeded", replica=replica) == 1
@@ -182,7 +182,7 @@ def test_the_poller_counts_the_retries_it_launches(db, clock):
     create_run(db, workflow, now, now, budget=1)
     with db.transaction() as store:
         attempt = lease(store, "w", now, 60)[0]
-        store.finish_attempt(attempt.id, "w", AttemptOutcome(status="failed", error_category="connection",
+        store.ledger.finish_attempt(attempt.id, "w", AttemptOutcome(status="failed", error_category="connection",
                                                              error="reset"), now)
     before = own()
     OutcomePoller(db, "p1").run_once(clock.advance(1))

@@ -69,7 +69,7 @@ def test_three_replicas_of_every_loop_double_nothing_and_lose_nothing(db, schema
                     ticks.append(TickRequest(wf.tenant_id, wf.id, fire, retries, deadline))
             last = now
             with db.transaction() as store:
-                store.create_tick_runs(ticks, now)
+                store.ledger.create_tick_runs(ticks, now)
                 leased = lease(store, "worker", now, 3600, limit=1000)
                 names = {wf.id: n for n, (wf, _, _, _) in workflows.items()}
                 for attempt in leased:
@@ -77,8 +77,8 @@ def test_three_replicas_of_every_loop_double_nothing_and_lose_nothing(db, schema
                     if name == "stuck":
                         stuck_attempts.add(attempt.id)  # the worker hangs on a live lease: its deadline passes
                         continue
-                    run = store.get_run(attempt.run_id)
-                    store.finish_attempt(attempt.id, "worker", outcome_for(name, run.scheduled_for, attempt.number,
+                    run = store.ledger.get_run(attempt.run_id)
+                    store.ledger.finish_attempt(attempt.id, "worker", outcome_for(name, run.scheduled_for, attempt.number,
                                                                        workflows[name][2]), now)
             barrier = threading.Barrier(len(loops))
 
@@ -136,7 +136,7 @@ def test_three_replicas_of_every_loop_double_nothing_and_lose_nothing(db, schema
 
     # nothing lost: each workflow's alert state matches a recount of its history
     with db.transaction() as store:
-        inputs = store.evaluation_inputs([wf.id for wf, _, _, _ in workflows.values()])
+        inputs = store.monitoring.evaluation_inputs([wf.id for wf, _, _, _ in workflows.values()])
     for inp in inputs:
         profile = profile_of(inp.cadence_seconds, {})
         if inp.failures >= profile.alert_after:

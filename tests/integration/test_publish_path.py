@@ -120,7 +120,7 @@ def test_the_old_api_names_are_unknown_fields(server, fleet, db, old, value):
     assert response.json()["detail"] == f"Unknown field {old!r} in the request body."
     assert [e["field"] for e in response.json()["errors"]] == [old]
     with db.transaction() as store:
-        assert store.get_workflow_by_name("acme", "old") is None
+        assert store.catalog.get_workflow_by_name("acme", "old") is None
 
 
 @pytest.mark.parametrize("old", ["monitoring_enabled: false", "policy_overrides: {retries: 1}", "paused: true"])
@@ -151,7 +151,7 @@ def test_a_meaning_error_names_its_field_in_errors(server, fleet, db):
     assert body["detail"].startswith("schedule.cron: ") and body["detail"].endswith(".")
     assert [(e["location"], e["field"]) for e in body["errors"]] == [("body", "schedule.cron")]
     with db.transaction() as store:
-        assert store.get_workflow_by_name("acme", "bad") is None
+        assert store.catalog.get_workflow_by_name("acme", "bad") is None
 
 
 def test_the_body_may_not_name_another_workflow_or_tenant(server, fleet, db):
@@ -161,7 +161,7 @@ def test_the_body_may_not_name_another_workflow_or_tenant(server, fleet, db):
             response = client.put("/api/tenants/acme/workflows/mine", json={**entry(), key: value})
             assert response.status_code == 422 and f"'{key}' must match the path" in response.json()["detail"]
     with db.transaction() as store:
-        assert store.get_workflow_by_name("acme", "mine") is None and store.get_workflow_by_name("acme", "other") is None
+        assert store.catalog.get_workflow_by_name("acme", "mine") is None and store.catalog.get_workflow_by_name("acme", "other") is None
 
 
 def test_only_a_platform_token_changes_shadow_mode(server, fleet, db):
@@ -177,7 +177,7 @@ def test_only_a_platform_token_changes_shadow_mode(server, fleet, db):
         assert client.put("/api/tenants/acme/workflows/quiet", json=same).status_code == 200  # unchanged: allowed
         assert client.put("/api/tenants/acme/workflows/quiet", json={**same, "shadow": False}).status_code == 403
     with db.transaction() as store:
-        assert store.get_workflow_by_name("acme", "quiet").shadow is True
+        assert store.catalog.get_workflow_by_name("acme", "quiet").shadow is True
 
 
 def test_pause_resume_and_a_paused_file_write_the_schedule_one_way(db, clock, tmp_path):
@@ -205,4 +205,4 @@ def test_a_profile_change_is_refused_for_an_archived_workflow(db, clock, tmp_pat
     with pytest.raises(Conflict, match="archived"):
         catalog.set_policy(db, "acme", "filed", PolicyOverrides(retries=1), clock.now())
     with db.transaction() as store:
-        assert store.get_workflow_by_name("acme", "filed").archived_at is not None
+        assert store.catalog.get_workflow_by_name("acme", "filed").archived_at is not None

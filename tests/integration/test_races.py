@@ -49,8 +49,8 @@ def test_racing_processes_create_one_run_per_tick(db, schema, clock):
     results = race(schema, "create-tick", f"{workflow.id},{workflow.tenant_id}", racers=4)
     created = [run for result in results for run in result["created"]]
     with db.transaction() as store:
-        runs = store.list_runs(workflow.id)
-        attempts = store.list_attempts(runs[0].id)
+        runs = store.ledger.list_runs(workflow.id)
+        attempts = store.ledger.list_attempts(runs[0].id)
     assert len(created) == 1 and len(runs) == 1 and len(attempts) == 1
 
 

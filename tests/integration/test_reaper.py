@@ -25,8 +25,8 @@ def test_it_marks_an_expired_lease_lost_and_the_run_pending_retry(db, clock):
     assert reaper.last_reaped == []
     reaper.run_once(clock.now() + timedelta(seconds=31))
     with db.transaction() as store:
-        [attempt] = store.list_attempts(run.id)
-        run = store.get_run(run.id)
+        [attempt] = store.ledger.list_attempts(run.id)
+        run = store.ledger.get_run(run.id)
     assert attempt.status == "lost" and attempt.error_category == "lost"
     assert run.status == "pending_retry" and run.finished_at is None
 
@@ -42,11 +42,11 @@ def test_a_lost_attempt_is_queued_again_without_spending_the_budget(db, clock):
     run = create_run(db, wf, clock.now(), clock.now(), budget=0)
     lose_attempt(db, clock.now())
     with db.transaction() as store:
-        assert store.get_run(run.id).status == "pending_retry"
-        store.queue_retries([run.id], clock.now() + timedelta(minutes=1))
+        assert store.ledger.get_run(run.id).status == "pending_retry"
+        store.ledger.queue_retries([run.id], clock.now() + timedelta(minutes=1))
         [leased] = lease(store, "w2", clock.now() + timedelta(minutes=2), 30)
         failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
-        finished = store.finish_attempt(leased.id, "w2", failure, clock.now() + timedelta(minutes=3))
+        finished = store.ledger.finish_attempt(leased.id, "w2", failure, clock.now() + timedelta(minutes=3))
     # The workflow's own failure is judged on its own budget (none), not on the platform's loss.
     assert leased.number == 2 and finished.run_status == "failed"
 
@@ -56,10 +56,10 @@ def test_a_retry_after_a_lost_attempt_still_has_the_whole_budget(db, clock):
     run = create_run(db, wf, clock.now(), clock.now(), budget=1)
     lose_attempt(db, clock.now())
     with db.transaction() as store:
-        store.queue_retries([run.id], clock.now() + timedelta(minutes=1))
+        store.ledger.queue_retries([run.id], clock.now() + timedelta(minutes=1))
         [leased] = lease(store, "w2", clock.now() + timedelta(minutes=2), 30)
         failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
-        finished = store.finish_attempt(leased.id, "w2", failure, clock.now() + timedelta(minutes=3))
+        finished = store.ledger.finish_attempt(leased.id, "w2", failure, clock.now() + timedelta(minutes=3))
     assert finished.run_status == "pending_retry"
 
 
@@ -73,9 +73,9 @@ def test_a_workflow_that_kills_its_worker_every_time_fails_and_alerts_engineerin
         now += timedelta(minutes=2)
         poller.run_once(now)  # launches the re-queue, or evaluates the verdict
     with db.transaction() as store:
-        run = store.get_run(run.id)
-        attempts = store.list_attempts(run.id)
-        [alert] = store.list_alerts(open_only=True)
+        run = store.ledger.get_run(run.id)
+        attempts = store.ledger.list_attempts(run.id)
+        [alert] = store.monitoring.list_alerts(open_only=True)
     assert [a.status for a in attempts] == ["lost"] * (FREE_LOST_REQUEUES + 1)
     assert run.status == "failed" and run.error_category == "lost"
     assert alert.alert.owner == "engineering"
@@ -87,7 +87,7 @@ def test_a_lost_attempt_past_the_runs_deadline_spends_the_budget(db, clock):
     lease_all(db, clock.now())
     LeaseReaper(db).run_once(clock.now() + timedelta(hours=4))  # the deadline is 3 hours after the tick
     with db.transaction() as store:
-        run = store.get_run(run.id)
+        run = store.ledger.get_run(run.id)
     assert run.status == "failed" and run.error_category == "lost"
 
 
@@ -135,20 +135,20 @@ def test_replicas_reap_each_attempt_once(db, clock, schema):
 
 def test_it_marks_instances_left_by_a_vanished_worker_dead(db, clock):
     with db.transaction() as store:
-        t = store.upsert_tenant("acme", clock.now())
-        env = store.apply_environment(t.id, "main", None, 60, clock.now()).row
-        stale = store.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="gone", pid=1,
+        t = store.catalog.upsert_tenant("acme", clock.now())
+        env = store.catalog.apply_environment(t.id, "main", None, 60, clock.now()).row
+        stale = store.execution.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="gone", pid=1,
                                                  status="warm", now=clock.now())
-        fresh = store.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="alive", pid=2,
+        fresh = store.execution.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="alive", pid=2,
                                                  status="warm", now=clock.now() + timedelta(minutes=10))
-        orphan = store.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="killed", pid=3,
+        orphan = store.execution.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="killed", pid=3,
                                                   status="busy", now=clock.now())
-        working = store.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="w1", pid=4,
+        working = store.execution.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="w1", pid=4,
                                                    status="busy", now=clock.now())
     wf = make_workflow(db, clock.now())
     create_run(db, wf, clock.now(), clock.now())
     lease_all(db, clock.now(), lease=3600)  # w1 is still running a long attempt
     LeaseReaper(db).run_once(clock.now() + timedelta(minutes=10))
     with db.transaction() as store:
-        status = {i.id: i.status for i in store.list_environment_instances(include_stopped=True)}
+        status = {i.id: i.status for i in store.execution.list_environment_instances(include_stopped=True)}
     assert status == {stale.id: "dead", fresh.id: "warm", orphan.id: "dead", working.id: "busy"}

@@ -33,8 +33,8 @@ def run_tick(db: Database, wf: Workflow, day: datetime, ok: bool) -> None:
     with db.transaction() as store:
         leased = lease(store, "w1", day, 600, limit=1)
         assert [a.run_id for a in leased] == [run.id]
-        store.finish_attempt(leased[0].id, "w1", outcome, done)
-        store.record_attempt_steps(leased[0].id, wf.tenant_id, [
+        store.ledger.finish_attempt(leased[0].id, "w1", outcome, done)
+        store.execution.record_attempt_steps(leased[0].id, wf.tenant_id, [
             {"step": "load", "position": 0, "status": "succeeded" if ok else "failed", "log": "step log line",
              "output": {"customer": "payload"}, "error": None if ok else "boom"}])
 
@@ -47,10 +47,10 @@ def fleet(db: Database, now: datetime) -> dict[str, Workflow]:
         "short/broken": workflow(db, now, tenant="short", name="broken", cadence=DAILY),
     }
     with db.transaction() as store:
-        short = store.get_tenant_by_name("short")
+        short = store.catalog.get_tenant_by_name("short")
         set_tenant_retention(store, short.id, SHORT, now)
         for tenant_id in {wf.tenant_id for wf in wfs.values()}:
-            store.upsert_notification_channel(tenant_id=tenant_id, name="ops", kind="recording",
+            store.outbox.upsert_notification_channel(tenant_id=tenant_id, name="ops", kind="recording",
                                               audience="customer", now=now)
     return wfs
 
@@ -156,7 +156,7 @@ def test_a_year_of_a_small_fleet_keeps_exactly_what_each_class_promises(db: Data
 
 def _policy(db: Database, tenant: str):
     with db.transaction() as store:
-        return store.retention_get_policy(store.get_tenant_by_name(tenant).id)
+        return store.retention.get_policy(store.catalog.get_tenant_by_name(tenant).id)
 
 
 def _count(db: Database, query: str, *params: object) -> int:
@@ -165,7 +165,7 @@ def _count(db: Database, query: str, *params: object) -> int:
 
 def _totals(db: Database) -> dict[str, int]:
     with db.transaction() as store:
-        return store.retention_totals()
+        return store.retention.totals()
 
 
 def test_an_idle_sweep_expires_nothing_and_sleeps_its_interval(db: Database, start: datetime) -> None:
@@ -241,7 +241,7 @@ def test_retention_overrides_refuse_values_below_the_floor() -> None:
 def test_the_database_refuses_a_retention_below_the_floor_too(db: Database, start: datetime) -> None:
     wf = workflow(db, start)
     with pytest.raises(psycopg.errors.CheckViolation), db.transaction() as store:
-        store.retention_set_policy(wf.tenant_id, {"metadata": 1}, start)
+        store.retention.set_policy(wf.tenant_id, {"metadata": 1}, start)
 
 
 def test_metrics_count_the_rows_expired_per_class(db: Database, clock) -> None:

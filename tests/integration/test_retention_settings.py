@@ -40,7 +40,7 @@ workflows:
 
 def policy_of(db: Database, tenant: str):
     with db.transaction() as store:
-        return store.retention_get_policy(store.get_tenant_by_name(tenant).id)
+        return store.retention.get_policy(store.catalog.get_tenant_by_name(tenant).id)
 
 
 def test_a_workflow_file_sets_and_replaces_a_tenants_retention(db: Database, tmp_path: Path, start: datetime) -> None:

@@ -24,7 +24,7 @@ def seeded(db, clock):
     make_token(db, clock.now(), tenant="globex")
     make_token(db, clock.now())
     with db.transaction() as store:  # a platform (engineering) channel has no tenant
-        store.upsert_notification_channel(tenant_id=None, name="eng", kind="recording", audience="engineering",
+        store.outbox.upsert_notification_channel(tenant_id=None, name="eng", kind="recording", audience="engineering",
                                           now=clock.now())
     return acme, globex
 
@@ -90,9 +90,9 @@ def test_a_tenant_cannot_write_or_change_another_tenants_rows(db, schema, seeded
 def test_the_api_store_context_switches_role_for_the_transaction_only(db, seeded):
     acme, _ = seeded
     with db.transaction() as store:
-        store.enter_tenant_context(acme.tenant_id, platform=False)
-        assert [t.name for t in store.api_list_tenants(None, 10)] == ["acme"]
+        store.api.enter_tenant_context(acme.tenant_id, platform=False)
+        assert [t.name for t in store.api.list_tenants(None, 10)] == ["acme"]
         assert store.conn.execute("SELECT current_user").fetchone()[0] == "tickwarden_app"
     with db.transaction() as store:
         assert store.conn.execute("SELECT current_user").fetchone()[0] != "tickwarden_app"
-        assert len(store.api_list_tenants(None, 10)) == 2
+        assert len(store.api.list_tenants(None, 10)) == 2

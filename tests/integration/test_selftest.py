@@ -9,7 +9,7 @@ from tickwarden.selftest import Selftest, SelftestError
 
 def _platform_channel(db, clock):
     with db.transaction() as store:
-        store.upsert_notification_channel(tenant_id=None, name="oncall", kind="recording", audience="engineering",
+        store.outbox.upsert_notification_channel(tenant_id=None, name="oncall", kind="recording", audience="engineering",
                                           now=clock.now(), config={})
 
 

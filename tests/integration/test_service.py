@@ -42,7 +42,7 @@ def test_it_runs_each_loop_and_records_every_pass(db):
     wait_for(lambda: all(loop.calls >= 3 for loop in loops))
     service.stop()
     with db.transaction() as store:
-        beats = {b.loop: b for b in store.list_heartbeats()}
+        beats = {b.loop: b for b in store.heartbeat.list_heartbeats()}
     assert set(beats) == {"alpha", "beta"}
     for loop in loops:
         beat = beats[loop.name]
@@ -69,10 +69,10 @@ def test_the_heartbeat_keeps_the_error_of_the_last_pass_only(db):
     state = service.states["flaky"]
     service.run_pass(state)
     with db.transaction() as store:
-        first = store.list_heartbeats()[0]
+        first = store.heartbeat.list_heartbeats()[0]
     service.run_pass(state)
     with db.transaction() as store:
-        second = store.list_heartbeats()[0]
+        second = store.heartbeat.list_heartbeats()[0]
     assert "RuntimeError" in first.last_error and "hunter2" not in first.last_error
     assert second.last_error is None and second.passes == 2
 
@@ -89,7 +89,7 @@ def test_a_notification_wakes_a_sleeping_loop_early(db):
     while sleepy.calls < 2:
         assert time.monotonic() < deadline, "no notification woke the loop"
         with db.transaction() as store:
-            store.notify_wake("sleepy")
+            store.trigger.notify_wake("sleepy")
         time.sleep(0.2)
     service.stop()
 

@@ -38,9 +38,9 @@ def worker(db, clock, monkeypatch, tmp_path):
 
 def outcome(db, run_id):
     with db.transaction() as store:
-        run = store.get_run(run_id)
-        attempt = store.list_attempts(run_id)[-1]
-        steps = {s.step: s for s in store.api_list_run_steps(run_id) if s.attempt_id == attempt.id}
+        run = store.ledger.get_run(run_id)
+        attempt = store.ledger.list_attempts(run_id)[-1]
+        steps = {s.step: s for s in store.api.list_run_steps(run_id) if s.attempt_id == attempt.id}
     return run, attempt, steps
 
 

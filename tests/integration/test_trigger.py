@@ -157,14 +157,14 @@ def test_the_ticker_sleeps_until_the_next_fire_time_but_not_longer_than_its_cap(
 def test_replicas_racing_make_exactly_one_run_per_tick(db, tmp_path):
     apply(db, tmp_path, T0)
     with db.transaction() as store:
-        tenant = store.get_tenant_by_name("acme")
-        env = store.apply_environment(tenant.id, "default", None, 600, T0).id
-        user = store.apply_user(tenant.id, "ops@acme.test", "ops", True, T0).id
+        tenant = store.catalog.get_tenant_by_name("acme")
+        env = store.catalog.apply_environment(tenant.id, "default", None, 600, T0).id
+        user = store.catalog.apply_user(tenant.id, "ops@acme.test", "ops", True, T0).id
         for i in range(40):
-            w = store.apply_workflow(tenant.id, f"wf-{i}", T0, description="", environment_id=env,
+            w = store.catalog.apply_workflow(tenant.id, f"wf-{i}", T0, description="", environment_id=env,
                                      publisher_id=user, recipe={"steps": []}, timeout_seconds=None,
                                      monitoring_enabled=True, policy_overrides={}, shadow=False)
-            store.apply_schedule(tenant_id=tenant.id, workflow_id=w.id, cron="* * * * *", timezone="UTC",
+            store.catalog.apply_schedule(tenant_id=tenant.id, workflow_id=w.id, cron="* * * * *", timezone="UTC",
                                  status="active", cadence_seconds=60, starting_deadline_seconds=300, now=T0)
     minutes = 12
     barrier = threading.Barrier(5)
@@ -208,7 +208,7 @@ def test_a_pass_sleeps_until_the_next_fire_or_looks_again_soon_while_a_due_sched
     # another replica holds the every-minute entry, due at 12:02: this pass moves nothing
     # and looks again shortly rather than sleeping until 12:03
     with db.transaction() as other:
-        held = other.trigger_claim_due(minute(12, 2), 10)
+        held = other.trigger.claim_due(minute(12, 2), 10)
         assert [e.cron for e in held] == ["* * * * *"]
         assert ticker.run_once(minute(12, 2)) == minute(12, 2) + timedelta(seconds=1)
     # the moved entries' new times count too: after 12:02 fires, the next wake-up is 12:03

@@ -23,7 +23,7 @@ LOOPS = ["ticker", "poller", "notifier"]
 
 def beat(db, replica, loop, at, interval=30):
     with db.transaction() as store:
-        store.record_heartbeat(replica, loop, at, 1.0, None, at + timedelta(seconds=interval))
+        store.heartbeat.record_heartbeat(replica, loop, at, 1.0, None, at + timedelta(seconds=interval))
 
 
 def all_beat(db, at, replica="r1", loops=LOOPS):

@@ -27,9 +27,9 @@ def workers(db, clock):
 
 def outcome(db, run_id):
     with db.transaction() as store:
-        run = store.get_run(run_id)
-        attempts = store.list_attempts(run_id)
-        steps = [s for s in store.api_list_run_steps(run_id) if s.attempt_id == attempts[-1].id]
+        run = store.ledger.get_run(run_id)
+        attempts = store.ledger.list_attempts(run_id)
+        steps = [s for s in store.api.list_run_steps(run_id) if s.attempt_id == attempts[-1].id]
     return run, attempts[-1], {s.step: s for s in steps}
 
 
@@ -93,7 +93,7 @@ def test_the_watchdog_stops_a_hanging_step_at_its_timeout(db, clock, workers):
     assert attempt.error_category == "timeout" and attempt.failed_step == "stuck"
     assert steps["stuck"].status == "timeout" and steps["after"].status == "skipped"
     with db.transaction() as store:
-        instances = store.list_environment_instances(include_stopped=True)
+        instances = store.execution.list_environment_instances(include_stopped=True)
     assert [i.status for i in instances] == ["dead"]
     assert not worker.environments.live()
 
@@ -183,13 +183,13 @@ def test_the_environment_stays_warm_across_runs_and_stops_when_idle(db, clock, w
         clock.advance(30)
     assert len(set(pids)) == 1
     with db.transaction() as store:
-        [instance] = store.list_environment_instances()
+        [instance] = store.execution.list_environment_instances()
     assert instance.status == "warm" and instance.runs_served == 3 and instance.pid == pids[0]
     process = worker.environments.live()[0].process
     worker.run_once(clock.advance(61))
     assert not process.alive() and not worker.environments.live()
     with db.transaction() as store:
-        assert [i.status for i in store.list_environment_instances(include_stopped=True)] == ["stopped"]
+        assert [i.status for i in store.execution.list_environment_instances(include_stopped=True)] == ["stopped"]
 
 
 def test_a_dead_environment_is_restarted_on_the_next_run(db, clock, workers):
@@ -203,7 +203,7 @@ def test_a_dead_environment_is_restarted_on_the_next_run(db, clock, workers):
     a, b = (outcome(db, r.id)[2]["who"].output["pid"] for r in (first, second))
     assert a != b
     with db.transaction() as store:
-        assert sorted(i.status for i in store.list_environment_instances(include_stopped=True)) == ["dead", "warm"]
+        assert sorted(i.status for i in store.execution.list_environment_instances(include_stopped=True)) == ["dead", "warm"]
 
 
 def test_a_step_that_kills_its_environment_is_an_environment_failure(db, clock, workers):
@@ -232,7 +232,7 @@ def test_an_environment_refuses_another_tenant(db, clock, workers):
 
     acme = make_runnable(db, clock.now(), [python_step("who", "pid")], tenant="acme")
     with db.transaction() as store:
-        env = store.api_get_environment(acme.environment_id).environment
+        env = store.api.get_environment(acme.environment_id).environment
     with pytest.raises(IsolationError):
         workers().environments.acquire(env, acme.tenant_id + 1, clock.now())
 
@@ -257,7 +257,7 @@ def test_a_lost_lease_abandons_the_result(db, clock, workers):
     with db.transaction() as store:
         [attempt] = lease(store, "w1", clock.now(), 0.6)
         # another party (the reaper) decides the lease is gone
-        store.expire_leases(clock.now() + timedelta(seconds=1))
+        store.ledger.expire_leases(clock.now() + timedelta(seconds=1))
     started = time.monotonic()
     assert worker.execute(attempt) is None
     assert time.monotonic() - started < 3
@@ -358,7 +358,7 @@ def test_a_worker_keeps_at_most_max_live_environments_warm(db, clock, workers):
         worker.run_once(clock.advance(1))
     assert [i.tenant_id for i in worker.environments.live()] == [globex.tenant_id]
     with db.transaction() as store:
-        statuses = {i.tenant: i.status for i in store.list_environment_instances(include_stopped=True)}
+        statuses = {i.tenant: i.status for i in store.execution.list_environment_instances(include_stopped=True)}
     assert statuses == {"acme": "stopped", "globex": "warm"}
 
 
@@ -387,7 +387,7 @@ def test_an_environment_runs_its_own_interpreter(db, clock, workers):
     ])
     set_secret(db, wf.tenant_id, "ANY_DB", TEST_URL, clock.now())
     with db.transaction() as store:
-        store.apply_environment(wf.tenant_id, "main", base, 600, clock.now())
+        store.catalog.apply_environment(wf.tenant_id, "main", base, 600, clock.now())
     run = queue_run(db, wf, clock.now(), clock.now())
     workers(environ={}).run_once(clock.now())
     run, attempt, steps = outcome(db, run.id)

@@ -53,7 +53,7 @@ def traced(db, tmp_path):
 
 def statuses(db, run_ids):
     with db.transaction() as store:
-        return [[(a.status, a.worker_id) for a in store.list_attempts(run_id)] for run_id in run_ids]
+        return [[(a.status, a.worker_id) for a in store.ledger.list_attempts(run_id)] for run_id in run_ids]
 
 
 def test_a_warm_attempt_pays_one_connection_check_and_one_commit_and_leases_the_next_with_its_outcome(
@@ -110,7 +110,7 @@ def test_a_dead_workers_prefetched_lease_is_requeued_free_by_the_reaper_and_runs
     dead.environments.close(clock.now())  # killed: no close(), its prefetched lease is never given back
     LeaseReaper(db).run_once(clock.now() + timedelta(seconds=31))
     with db.transaction() as store:
-        store.queue_retries([second.id], clock.now() + timedelta(seconds=32))
+        store.ledger.queue_retries([second.id], clock.now() + timedelta(seconds=32))
     alive = Worker(db, "w2", clock=clock, secret_key=SECRET)
     try:
         alive.run_once(clock.now() + timedelta(seconds=33))
@@ -119,7 +119,7 @@ def test_a_dead_workers_prefetched_lease_is_requeued_free_by_the_reaper_and_runs
     # the lost lease did not spend the run's (empty) budget, and the step ran once, on w2
     assert statuses(db, [second.id]) == [[("lost", "w1"), ("succeeded", "w2")]]
     with db.transaction() as store:
-        assert store.get_run(second.id).status == "succeeded"
+        assert store.ledger.get_run(second.id).status == "succeeded"
 
 
 def test_a_prefetched_lease_too_old_to_start_on_is_given_back_not_run(db, clock):

@@ -53,8 +53,8 @@ def apply(db, tmp_path: Path, now: datetime = T0, *, cron: str = "*/5 * * * *", 
 
 def schedule_id(db, tenant: str = "acme", workflow: str = "every-five") -> int:
     with db.transaction() as store:
-        found = store.get_workflow_by_name(tenant, workflow)
-        return store.get_schedule_for_workflow(found.id).id
+        found = store.catalog.get_workflow_by_name(tenant, workflow)
+        return store.catalog.get_schedule_for_workflow(found.id).id
 
 
 def cronjob(cluster, db, workflow: str = "every-five", tenant: str = "acme") -> dict:
@@ -229,7 +229,7 @@ def test_hostile_names_still_make_valid_cronjobs(db, cluster, settings, tmp_path
     assert labels[LABEL_TENANT] != "evil_" and labels[LABEL_TENANT].startswith("evil-")
     assert job["metadata"]["annotations"]["tickwarden.io/workflow-name"] == "x.-"
     with db.transaction() as store:
-        desired = store.kubernetes_desired_cronjobs()
+        desired = store.kubernetes.desired_cronjobs()
     for d in desired:
         validate(cronjob_manifest(d, settings), "1.31", strict=True)
 
@@ -246,7 +246,7 @@ def test_an_unreachable_api_fails_the_pass_clearly_and_the_next_pass_loses_nothi
     service = Service(db, [unreachable], replica_id="r1", listen=False)
     due = service.run_pass(LoopState(unreachable))
     with db.transaction() as store:
-        beat = store.list_heartbeats()[0]
+        beat = store.heartbeat.list_heartbeats()[0]
     assert "KubernetesUnavailable" in beat.last_error and "cannot be reached" in beat.last_error
     assert due - beat.last_pass_at <= timedelta(seconds=10)
     # the API server is back: the next pass creates everything the failed ones would have

@@ -141,9 +141,9 @@ def pods_for(db, cluster: Cluster, controller: StatefulSetController | None, *, 
 def pod_workflow(db, now, steps, *, name="nightly", idle_timeout=300):
     workflow = make_runnable(db, now, steps, name=name, idle_timeout=idle_timeout)
     with db.transaction() as store:
-        env = store.get_environment(workflow.environment_id)
-        store.apply_environment(env.tenant_id, env.name, None, idle_timeout, now, "kubernetes", POD)
-        return workflow, store.get_environment(env.id)
+        env = store.catalog.get_environment(workflow.environment_id)
+        store.catalog.apply_environment(env.tenant_id, env.name, None, idle_timeout, now, "kubernetes", POD)
+        return workflow, store.catalog.get_environment(env.id)
 
 
 def make_worker(db, clock, pods: PodEnvironments, worker_id: str, **kwargs) -> Worker:
@@ -153,15 +153,15 @@ def make_worker(db, clock, pods: PodEnvironments, worker_id: str, **kwargs) -> W
 
 def outcome(db, run_id):
     with db.transaction() as store:
-        run = store.get_run(run_id)
-        attempts = store.list_attempts(run_id)
-        steps = {s.step: s for s in store.list_attempt_steps(attempts[-1].id)}
+        run = store.ledger.get_run(run_id)
+        attempts = store.ledger.list_attempts(run_id)
+        steps = {s.step: s for s in store.execution.list_attempt_steps(attempts[-1].id)}
     return run, attempts[-1], steps
 
 
 def pod_row(db, environment_id):
     with db.transaction() as store:
-        return store.environment_pod_get(environment_id)
+        return store.environment_pods.get(environment_id)
 
 
 def replicas(cluster: Cluster, environment_id: int) -> int:
@@ -321,7 +321,7 @@ def test_the_loop_repairs_drift_and_removes_the_objects_of_a_process_environment
     loop.run_once(clock.now())
     assert loop.last.created == [f"Service/{name}"] and not loop.last.patched
     with db.transaction() as store:
-        store.apply_environment(env.tenant_id, env.name, None, 300, clock.now(), "process", None)
+        store.catalog.apply_environment(env.tenant_id, env.name, None, 300, clock.now(), "process", None)
     loop.run_once(clock.now())
     assert sorted(loop.last.deleted) == sorted(f"{k}/{name}" for k in
                                                ("Secret", "Service", "NetworkPolicy", "StatefulSet"))
@@ -359,7 +359,7 @@ def test_a_workflow_file_declares_the_pod_and_an_edit_patches_its_statefulset(db
     loop = EnvironmentPodLoop(pods_for(db, pod_cluster, None))
     loop.run_once(clock.now())
     with db.transaction() as store:
-        env = store.api_get_environment_by_name("acme", "etl")
+        env = store.api.get_environment_by_name("acme", "etl")
     name = object_name(env.id)
     assert f"StatefulSet/{name}" in loop.last.created
     path.write_text(text % "1.1.0")

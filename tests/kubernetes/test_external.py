@@ -47,7 +47,7 @@ def apply(db, tmp_path: Path, now: datetime, body: str = EXTERNAL) -> None:
 
 def schedule_id(db, workflow: str) -> int:
     with db.transaction() as store:
-        return store.get_schedule_for_workflow(store.get_workflow_by_name("acme", workflow).id).id
+        return store.catalog.get_schedule_for_workflow(store.catalog.get_workflow_by_name("acme", workflow).id).id
 
 
 def runs(db, workflow: str = "report"):
@@ -69,7 +69,7 @@ class Loops:
 
     def alerts(self):
         with self.db.transaction() as store:
-            return [view.alert for view in store.list_alerts()]
+            return [view.alert for view in store.monitoring.list_alerts()]
 
 
 def test_an_external_workflow_gets_no_cronjob_and_loses_it_when_a_managed_one_becomes_external(

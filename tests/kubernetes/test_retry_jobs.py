@@ -54,7 +54,7 @@ def failed_first_attempt(db, tmp_path: Path) -> int:
     path.write_text(FILE)
     catalog.apply_file(db, path, PUBLISHED)
     with db.transaction() as store:
-        sid = store.get_schedule_for_workflow(store.get_workflow_by_name("acme", "nightly").id).id
+        sid = store.catalog.get_schedule_for_workflow(store.catalog.get_workflow_by_name("acme", "nightly").id).id
     first = run_tick(db, sid, TICK, VirtualClock(TICK + timedelta(seconds=1)), "tick@pod")
     assert first.finished is not None and first.finished.run_status == "pending_retry"
     OutcomePoller(db, "p1").run_once(TICK + timedelta(seconds=5))

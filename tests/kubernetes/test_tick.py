@@ -49,7 +49,7 @@ def publish(db, tmp_path: Path, now: datetime = PUBLISHED) -> int:
     path.write_text(FILE)
     catalog.apply_file(db, path, now)
     with db.transaction() as store:
-        return store.get_schedule_for_workflow(store.get_workflow_by_name("acme", "every-minute").id).id
+        return store.catalog.get_schedule_for_workflow(store.catalog.get_workflow_by_name("acme", "every-minute").id).id
 
 
 def runs(db):

@@ -71,11 +71,11 @@ def authenticate(db: Database, token: str | None, now: datetime) -> Principal | 
         return None
     with db.transaction() as store:
         # Token lookup crosses tenants by nature; it reads nothing but the token row.
-        store.enter_tenant_context(None, platform=True)
-        found = store.find_api_token(hash_token(token))
+        store.api.enter_tenant_context(None, platform=True)
+        found = store.api.find_api_token(hash_token(token))
         if found is None:
             return None
-        store.touch_api_token(found.id, now)
+        store.api.touch_api_token(found.id, now)
     return Principal(found.id, found.name, found.role, found.tenant_id, found.tenant_name)
 
 
@@ -91,7 +91,7 @@ class Scope:
     def store(self) -> Iterator[Store]:
         """Open one transaction in the caller's tenant context."""
         with self.db.transaction() as store:
-            store.enter_tenant_context(self.principal.tenant_id, platform=self.principal.platform)
+            store.api.enter_tenant_context(self.principal.tenant_id, platform=self.principal.platform)
             yield store
 
     def visible_tenant(self, tenant: str | None) -> str | None:

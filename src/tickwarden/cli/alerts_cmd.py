@@ -124,9 +124,9 @@ def list_command(
         raise InvalidInput("--limit must be at least 1.")
     with _db() as db:
         with db.transaction() as store:
-            if tenant is not None and store.get_tenant_by_name(tenant) is None:
+            if tenant is not None and store.catalog.get_tenant_by_name(tenant) is None:
                 raise NotFound(f"There is no tenant {tenant!r}.")
-            views = store.list_alerts(tenant=tenant, open_only=open_only, limit=limit)
+            views = store.monitoring.list_alerts(tenant=tenant, open_only=open_only, limit=limit)
     rows = [alert_dict(v) for v in views]
     if as_json:
         print_json(rows)
@@ -150,10 +150,10 @@ def show_command(alert: Annotated[str, typer.Argument(help="Alert id.")], as_jso
     alert_id = _alert_id(alert)
     with _db() as db:
         with db.transaction() as store:
-            view = store.get_alert(alert_id)
+            view = store.monitoring.get_alert(alert_id)
             if view is None:
                 raise NotFound(f"There is no alert {alert_id}.")
-            events = store.list_alert_events(alert_id)
+            events = store.monitoring.list_alert_events(alert_id)
     data = {**alert_dict(view), "events": [event_dict(e) for e in events]}
     if as_json:
         print_json(data)

@@ -108,7 +108,7 @@ def _wait_for_verdict(db: Database, run: Run, timeout: float | None) -> Run:
             break
         time.sleep(0.5)
         with db.transaction() as store:
-            found = store.get_run(run.id)
+            found = store.ledger.get_run(run.id)
         run = found or run
     return run
 
@@ -224,13 +224,13 @@ def _run_id(text: str) -> int:
 
 def _run_with_attempts(run_id: int) -> tuple[str, Run, list[Attempt]]:
     with _db() as db, db.transaction() as store:
-        run = store.get_run(run_id)
+        run = store.ledger.get_run(run_id)
         if run is None:
             raise NotFound(f"There is no run {run_id}.")
-        tenant = store.get_tenant(run.tenant_id)
-        workflow = store.get_workflow(run.workflow_id)
+        tenant = store.catalog.get_tenant(run.tenant_id)
+        workflow = store.catalog.get_workflow(run.workflow_id)
         ref = f"{tenant.name if tenant else run.tenant_id}/{workflow.name if workflow else run.workflow_id}"
-        return ref, run, store.list_attempts(run_id)
+        return ref, run, store.ledger.list_attempts(run_id)
 
 
 @app.command("runs")

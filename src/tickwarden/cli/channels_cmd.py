@@ -22,7 +22,7 @@ app.add_typer(channels_app, name="channels")
 
 def _find(db: Database, name: str, tenant: str | None) -> Channel:
     with db.transaction() as store:
-        found = store.find_notification_channels(name, tenant)
+        found = store.outbox.find_notification_channels(name, tenant)
     if not found:
         where = f" of tenant {tenant!r}" if tenant else ""
         raise NotFound(f"No notification channel named {name!r}{where}.")
@@ -49,7 +49,7 @@ def list_command(
     if ctx.invoked_subcommand is not None:
         return
     with Database(max_size=1) as db, db.transaction() as store:
-        rows = store.list_notification_channels()
+        rows = store.outbox.list_notification_channels()
     data = [{**_channel_dict(r.channel), "backlog": {"pending": r.pending, "sending": r.sending,
                                                       "failed": r.failed, "dead": r.dead, "sent": r.sent}}
             for r in rows]
@@ -117,11 +117,11 @@ def add_command(
     with Database(max_size=1) as db, db.transaction() as store:
         tenant_id = None
         if tenant:
-            found = store.get_tenant_by_name(tenant)
+            found = store.catalog.get_tenant_by_name(tenant)
             if found is None:
                 raise NotFound(f"No tenant named {tenant!r}.")
             tenant_id = found.id
-        channel = store.upsert_notification_channel(tenant_id=tenant_id, name=name, kind=kind, audience=audience,
+        channel = store.outbox.upsert_notification_channel(tenant_id=tenant_id, name=name, kind=kind, audience=audience,
                                                     now=now, config=_parse_config(set_), secret_ref=secret_ref,
                                                     severities=sorted(set(severity)) or None,
                                                     events=sorted(set(event)) or None)
@@ -158,7 +158,7 @@ def enable_command(
     with Database(max_size=1) as db:
         channel = _find(db, name, tenant)
         with db.transaction() as store:
-            store.enable_notification_channel(channel.id)
+            store.outbox.enable_notification_channel(channel.id)
     console.print(f"channel {channel.label} enabled; new alert events will be delivered to it")
 
 
@@ -166,8 +166,8 @@ def enable_command(
 def outbox_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Show the notification outbox: deliveries by status and the latest problems."""
     with Database(max_size=1) as db, db.transaction() as store:
-        counts = store.outbox_status_counts()
-        problems = store.list_outbox_problems(20)
+        counts = store.outbox.status_counts()
+        problems = store.outbox.list_outbox_problems(20)
     data = {
         **counts,
         "problems": [{"id": p.id, "status": p.status, "tries": p.tries, "next_attempt_at": p.next_attempt_at,

@@ -48,7 +48,7 @@ def erase_command(
     who = _actor(actor)
     now = WallClock().now()
     with Database(max_size=1, application_name="tickwarden-erase") as db, db.transaction() as store:
-        store.enter_tenant_context(None, platform=True)
+        store.api.enter_tenant_context(None, platform=True)
         if tenant is not None:
             report = erasure.erase_tenant(store, tenant, actor=who, now=now, dry_run=dry_run)
         else:

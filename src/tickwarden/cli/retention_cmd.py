@@ -35,11 +35,11 @@ def _show(tenant: str, days: dict[str, int], overrides: dict[str, int | None], a
 def show_command(tenant: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Print the days each class is kept for a tenant, and where each figure comes from."""
     with Database(max_size=1) as db, db.transaction() as store:
-        store.enter_tenant_context(None, platform=True)
-        found = store.get_tenant_by_name(tenant)
+        store.api.enter_tenant_context(None, platform=True)
+        found = store.catalog.get_tenant_by_name(tenant)
         if found is None:
             raise NotFound(f"No tenant named {tenant!r}.")
-        policy = store.retention_get_policy(found.id)
+        policy = store.retention.get_policy(found.id)
     overrides = {k: getattr(policy, f"{k}_days") for k in retention.CLASSES} if policy else {}
     _show(tenant, retention.effective_days(policy), overrides, as_json)
 
@@ -62,8 +62,8 @@ def set_command(
         error = exc.errors()[0]
         raise UsageError(f"--{str(error['loc'][0]).replace('_', '-')}: {error['msg'].lower()}.") from None
     with Database(max_size=1) as db, db.transaction() as store:
-        store.enter_tenant_context(None, platform=True)
-        found = store.get_tenant_by_name(tenant)
+        store.api.enter_tenant_context(None, platform=True)
+        found = store.catalog.get_tenant_by_name(tenant)
         if found is None:
             raise NotFound(f"No tenant named {tenant!r}.")
         policy = retention.set_tenant_retention(store, found.id, spec, WallClock().now())

@@ -45,7 +45,7 @@ def _read_value(file: Path | None) -> str:
 
 
 def _tenant_id(store, tenant: str) -> int:  # type: ignore[no-untyped-def]
-    found = store.get_tenant_by_name(tenant)
+    found = store.catalog.get_tenant_by_name(tenant)
     if found is None:
         raise NotFound(f"No tenant named {tenant!r}.")
     return found.id
@@ -68,7 +68,7 @@ def set_command(
     value = secrets.check_value(_read_value(file))
     keyring = secrets.Keyring.from_environment()
     with Database(max_size=1) as db, db.transaction() as store:
-        store.enter_tenant_context(None, platform=True)
+        store.api.enter_tenant_context(None, platform=True)
         info = secrets.set_secret(store, keyring, _tenant_id(store, tenant), name, value, WallClock().now())
     console.print(f"stored secret:{info.name} for tenant {tenant}")
 
@@ -80,8 +80,8 @@ def list_command(
 ) -> None:
     """List a tenant's secrets by name (never their values)."""
     with Database(max_size=1) as db, db.transaction() as store:
-        store.enter_tenant_context(None, platform=True)
-        found = store.list_secrets(_tenant_id(store, tenant))
+        store.api.enter_tenant_context(None, platform=True)
+        found = store.secrets.list_secrets(_tenant_id(store, tenant))
     rows = [{"name": s.name, "reference": f"secret:{s.name}", "created_at": isoformat_z(s.created_at),
              "updated_at": isoformat_z(s.updated_at)} for s in found]
     if as_json:
@@ -100,7 +100,7 @@ def delete_command(
 ) -> None:
     """Delete a tenant's secret; steps that refer to it fail as `config` until it is set again."""
     with Database(max_size=1) as db, db.transaction() as store:
-        store.enter_tenant_context(None, platform=True)
+        store.api.enter_tenant_context(None, platform=True)
         secrets.delete_secret(store, _tenant_id(store, tenant), name)
     console.print(f"deleted secret:{name} of tenant {tenant}")
 

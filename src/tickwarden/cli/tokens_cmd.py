@@ -33,14 +33,14 @@ def create_command(
     token = new_token()
     now = WallClock().now()
     with Database(max_size=1) as db, db.transaction() as store:
-        store.enter_tenant_context(None, platform=True)
+        store.api.enter_tenant_context(None, platform=True)
         tenant_id = None
         if tenant is not None:
-            found = store.get_tenant_by_name(tenant)
+            found = store.catalog.get_tenant_by_name(tenant)
             if found is None:
                 raise NotFound(f"No tenant named {tenant!r}.")
             tenant_id = found.id
-        created = store.create_api_token(tenant_id=tenant_id, role="platform" if platform else "member",
+        created = store.api.create_api_token(tenant_id=tenant_id, role="platform" if platform else "member",
                                          name=name.strip(), token_hash=hash_token(token), now=now)
     if as_json:
         print_json({"id": created.id, "name": created.name, "role": created.role, "tenant": tenant, "token": token})
@@ -54,8 +54,8 @@ def create_command(
 def list_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """List tokens (never their values)."""
     with Database(max_size=1) as db, db.transaction() as store:
-        store.enter_tenant_context(None, platform=True)
-        tokens = store.list_api_tokens()
+        store.api.enter_tenant_context(None, platform=True)
+        tokens = store.api.list_api_tokens()
     rows = [{"id": t.id, "name": t.name, "role": t.role, "tenant": t.tenant_name,
              "created_at": isoformat_z(t.created_at), "last_used_at": isoformat_z(t.last_used_at),
              "revoked_at": isoformat_z(t.revoked_at)} for t in tokens]
@@ -73,7 +73,7 @@ def list_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
 def revoke_command(token_id: Annotated[int, typer.Argument(help="The token's id (see 'tokens list').")]) -> None:
     """Revoke a token: it stops working at once."""
     with Database(max_size=1) as db, db.transaction() as store:
-        store.enter_tenant_context(None, platform=True)
-        if not store.revoke_api_token(token_id, WallClock().now()):
+        store.api.enter_tenant_context(None, platform=True)
+        if not store.api.revoke_api_token(token_id, WallClock().now()):
             raise NotFound(f"No live token with id {token_id}.")
     console.print(f"revoked token {token_id}")

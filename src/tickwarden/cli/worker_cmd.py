@@ -108,7 +108,7 @@ def envs_command(
 ) -> None:
     """Show environment processes: which tenant, which worker, warm or busy, runs served."""
     with Database(max_size=1) as db, db.transaction() as store:
-        instances = store.list_environment_instances(include_stopped=include_stopped)
+        instances = store.execution.list_environment_instances(include_stopped=include_stopped)
     rows = [
         {
             "tenant": i.tenant, "environment": i.environment, "status": i.status, "pid": i.pid,

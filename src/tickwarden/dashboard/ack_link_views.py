@@ -52,7 +52,7 @@ def _check(request: Request, token: str) -> ack_links.AckLink | HTMLResponse:
     except ack_links.LinkRefused as refused:
         return _page(request, refused.status, "Link refused", refused.message)
     with request.app.state.db.transaction() as store:
-        used_at = store.ack_link_used_at(link.digest)
+        used_at = store.ack_links.used_at(link.digest)
     if used_at is not None:
         return _page(request, 409, "Link already used",
                      f"This link already acknowledged its alert on {used_at:%Y-%m-%d %H:%M} UTC; a link works once.")
@@ -65,7 +65,7 @@ def confirm(request: Request, token: Token) -> HTMLResponse:
     if isinstance(checked, HTMLResponse):
         return checked
     with request.app.state.db.transaction() as store:
-        view = store.get_alert(checked.alert_id)
+        view = store.monitoring.get_alert(checked.alert_id)
     if view is None:
         return _page(request, 404, "No such alert", "The alert this link names no longer exists.")
     alert = view.alert
@@ -92,7 +92,7 @@ def acknowledge(request: Request, token: Token, name: Annotated[str, Form(max_le
     now = request.app.state.clock.now()
 
     def record_use(store: Store) -> None:
-        if not store.record_ack_link_use(link.digest, link.alert_id, now, link.expires_at):
+        if not store.ack_links.record_ack_link_use(link.digest, link.alert_id, now, link.expires_at):
             raise Conflict("This link was used a moment ago; a link works once.")
 
     try:
@@ -102,7 +102,7 @@ def acknowledge(request: Request, token: Token, name: Annotated[str, Form(max_le
     except TickwardenError as exc:
         return _page(request, 409, "Not acknowledged", exc.message)
     with request.app.state.db.transaction() as store:
-        view = store.get_alert(link.alert_id)
+        view = store.monitoring.get_alert(link.alert_id)
     return _page(request, 200, "Acknowledged",
                  f"Alert #{link.alert_id} is acknowledged: escalation stopped, and the alert stays open until "
                  "the workflow succeeds again.", view=view)

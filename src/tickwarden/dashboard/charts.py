@@ -31,8 +31,8 @@ def overview_history(scope: Scope) -> dict[str, Any]:
     with scope.store() as store:
         for name, span, bucket in OVERVIEW_CHARTS:
             since = now - span
-            failures = store.dash_failure_buckets(since, now + timedelta(seconds=1), bucket)
-            opened = store.dash_alert_buckets(since, now + timedelta(seconds=1), bucket)
+            failures = store.dashboard.failure_buckets(since, now + timedelta(seconds=1), bucket)
+            opened = store.dashboard.alert_buckets(since, now + timedelta(seconds=1), bucket)
             count = int(span / bucket)
             starts = [since + bucket * i for i in range(count)]
             charts.append({
@@ -42,7 +42,7 @@ def overview_history(scope: Scope) -> dict[str, Any]:
                      "color": "#f04438"},
                     {"label": "alerts opened", "values": _fold(opened, since, bucket, count), "color": "#b54708"}]},
             })
-        resolved = store.dash_recently_resolved(now - RESOLVED_SINCE, now - RESOLVED_OPENED_WITHIN, RESOLVED_SHOWN)
+        resolved = store.dashboard.recently_resolved(now - RESOLVED_SINCE, now - RESOLVED_OPENED_WITHIN, RESOLVED_SHOWN)
     return {"history": charts, "resolved": resolved}
 
 

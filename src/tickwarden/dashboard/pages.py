@@ -142,16 +142,16 @@ def _duration_chart(runs: list[RunPoint]) -> dict[str, Any] | None:
 def _workflow_context(scope: Scope, tenant: str, workflow: str, window: str | None) -> dict[str, Any] | None:
     now = scope.clock.now()
     with scope.store() as store:
-        view = store.api_get_workflow(tenant, workflow)
+        view = store.api.get_workflow(tenant, workflow)
         if view is None:
             return None
         window_name, span = parse_window(window, default_window(view.cadence_seconds))
         since = now - span
-        runs = store.dash_workflow_runs(view.workflow.id, since, now + timedelta(seconds=1), MAX_TIMELINE_RUNS)
-        last_success = store.dash_last_success(view.workflow.id)
-        open_alerts = store.api_list_alerts(status="open", tenant=tenant, workflow=workflow, limit=1)
+        runs = store.dashboard.workflow_runs(view.workflow.id, since, now + timedelta(seconds=1), MAX_TIMELINE_RUNS)
+        last_success = store.dashboard.last_success(view.workflow.id)
+        open_alerts = store.api.list_alerts(status="open", tenant=tenant, workflow=workflow, limit=1)
         external = view.workflow.kind == checkins.EXTERNAL
-        checkin_issued = store.checkin_key_issued_at(view.workflow.id) if external else None
+        checkin_issued = store.checkins.key_issued_at(view.workflow.id) if external else None
     cells, ticks = _timeline(runs, since, span)
     return {
         "view": view, "wf": view.workflow, "tenant_name": view.tenant_name, "window": window_name,
@@ -208,7 +208,7 @@ def checkin_url_action(request: Request, tenant: TenantName, workflow: WorkflowN
     if scope is None:
         return _login_redirect(request)
     with scope.store() as store:
-        view = store.api_get_workflow(tenant, workflow)  # another tenant's workflow is not found
+        view = store.api.get_workflow(tenant, workflow)  # another tenant's workflow is not found
     if view is None:
         return _not_found(request, scope, f"workflow {tenant}/{workflow}")
     if not can_operate(scope.principal, view.tenant_name):
@@ -236,7 +236,7 @@ def workflow_action(request: Request, tenant: TenantName, workflow: WorkflowName
     if scope is None:
         return _login_redirect(request)
     with scope.store() as store:
-        view = store.api_get_workflow(tenant, workflow)  # another tenant's workflow is not found
+        view = store.api.get_workflow(tenant, workflow)  # another tenant's workflow is not found
     if view is None:
         return _not_found(request, scope, f"workflow {tenant}/{workflow}")
     if not can_operate(scope.principal, view.tenant_name):
@@ -277,11 +277,11 @@ def _runs_context(scope: Scope, status: str | None, tenant: str | None, window: 
     window_name, span = parse_window(window, "24h")
     now = scope.clock.now()
     with scope.store() as store:
-        if tenant is not None and store.get_tenant_by_name(tenant) is None:
+        if tenant is not None and store.catalog.get_tenant_by_name(tenant) is None:
             return None
-        runs = store.dash_runs(since=now - span, until=now + timedelta(seconds=1), tenant=tenant, status=status,
+        runs = store.dashboard.runs(since=now - span, until=now + timedelta(seconds=1), tenant=tenant, status=status,
                                limit=MAX_LIST_RUNS)
-        tenants = [t.name for t in store.api_list_tenants(after=None, limit=500)]
+        tenants = [t.name for t in store.api.list_tenants(after=None, limit=500)]
     query = {k: v for k, v in (("status", status), ("tenant", tenant), ("window", window_name)) if v}
     return {"runs": runs, "status_filter": status, "tenant": tenant, "window": window_name, "windows": list(WINDOWS),
             "statuses": RUN_STATUSES, "tenants": tenants, "query": urlencode(query),

@@ -126,11 +126,11 @@ def logout() -> RedirectResponse:
 def _overview_context(scope: Scope) -> dict[str, Any]:
     now = scope.clock.now()
     with scope.store() as store:
-        tenants = store.api_overview_tenants()
-        open_alerts = store.api_open_alerts()
-        heartbeats = store.api_loop_heartbeats()
+        tenants = store.api.overview_tenants()
+        open_alerts = store.api.open_alerts()
+        heartbeats = store.api.loop_heartbeats()
         # Loops that run while their notifications go nowhere look healthy: show the backlog.
-        undelivered = store.api_undelivered_notifications(now - GIVEN_UP_WINDOW)
+        undelivered = store.api.undelivered_notifications(now - GIVEN_UP_WINDOW)
     loops = loop_statuses(heartbeats, now)
     return {**overview_history(scope), "tenants": tenants, "open_alerts": open_alerts, "loops": loops,
             "stalled": [loop for loop in loops if loop.stalled], "undelivered": undelivered,
@@ -159,15 +159,15 @@ def overview_live(request: Request) -> Response:
 
 def _tenant_context(scope: Scope, tenant: str) -> dict[str, Any] | None:
     with scope.store() as store:
-        found = store.get_tenant_by_name(tenant)
+        found = store.catalog.get_tenant_by_name(tenant)
         if found is None:
             return None
-        views = store.api_list_workflows(tenant=tenant, after=None, limit=500)
-        strips = store.api_recent_outcomes([v.workflow.id for v in views], STRIP_LENGTH)
-        open_alerts = store.api_list_alerts(status="open", tenant=tenant, limit=200)
-        recent_alerts = store.api_list_alerts(tenant=tenant, limit=RECENT_ALERTS)
+        views = store.api.list_workflows(tenant=tenant, after=None, limit=500)
+        strips = store.api.recent_outcomes([v.workflow.id for v in views], STRIP_LENGTH)
+        open_alerts = store.api.list_alerts(status="open", tenant=tenant, limit=200)
+        recent_alerts = store.api.list_alerts(tenant=tenant, limit=RECENT_ALERTS)
         windows = maintenance.list_windows(store, tenant)
-        checkin_issued = store.dash_checkin_issued([v.workflow.id for v in views if v.workflow.kind == "external"])
+        checkin_issued = store.dashboard.checkin_issued([v.workflow.id for v in views if v.workflow.kind == "external"])
     active = {w.id: end for w, end in maintenance.active_windows(windows, scope.clock.now())}
     rows = [{"view": v, "profile": convert.derived_profile(v), "strip": list(reversed(strips[v.workflow.id]))}
             for v in views]
@@ -202,14 +202,14 @@ def tenant_live(request: Request, tenant: Annotated[str, Path(pattern=NAME_PATTE
 
 def _alert_context(scope: Scope, alert_id: int) -> dict[str, Any] | None:
     with scope.store() as store:
-        view = store.api_get_alert(alert_id)
+        view = store.api.get_alert(alert_id)
         if view is None:
             return None
-        events = store.api_list_alert_events(alert_id)
-        failing = store.api_failing_step(alert_id)
-        windows = store.maintenance_for_workflows([view.alert.workflow_id]).get(view.alert.workflow_id, [])
+        events = store.api.list_alert_events(alert_id)
+        failing = store.api.failing_step(alert_id)
+        windows = store.maintenance.for_workflows([view.alert.workflow_id]).get(view.alert.workflow_id, [])
         # The same facts, from the same query and builder, as every message about this alert.
-        facts = tick_facts(store.alert_tick_facts([alert_id]).get(alert_id))
+        facts = tick_facts(store.alert_content.tick_facts([alert_id]).get(alert_id))
     # the maintenance covering the alert's workflow now: nothing about it is delivered until it ends
     maintenance_now = maintenance.active_windows(windows, scope.clock.now())
     if failing is not None:  # redacted again on the way out, as every message's log is
@@ -306,11 +306,11 @@ def run_page(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)]) ->
     if scope is None:
         return _login_redirect(request)
     with scope.store() as store:
-        view = store.api_get_run(run_id)
+        view = store.api.get_run(run_id)
         if view is None:
             return _not_found(request, scope, f"run {run_id}")
-        attempts = store.list_attempts(run_id)
-        steps = store.api_list_run_steps(run_id)
+        attempts = store.ledger.list_attempts(run_id)
+        steps = store.api.list_run_steps(run_id)
     detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
     return _render(request, "run.html", scope, run=detail)
 
@@ -322,11 +322,11 @@ def run_live(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)]) ->
     if scope is None:
         return Response(status_code=401)
     with scope.store() as store:
-        view = store.api_get_run(run_id)
+        view = store.api.get_run(run_id)
         if view is None:
             return Response(status_code=404)
-        attempts = store.list_attempts(run_id)
-        steps = store.api_list_run_steps(run_id)
+        attempts = store.ledger.list_attempts(run_id)
+        steps = store.api.list_run_steps(run_id)
     detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
     return _render(request, "_run_live.html", scope, run=detail)
 
@@ -338,16 +338,16 @@ def cancel_form(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)])
     if scope is None:
         return _login_redirect(request)
     with scope.store() as store:
-        view = store.api_get_run(run_id)  # another tenant's run is not found, as for reading it
+        view = store.api.get_run(run_id)  # another tenant's run is not found, as for reading it
     if view is None:
         return _not_found(request, scope, f"run {run_id}")
     try:
         catalog.cancel(scope.db, run_id, scope.clock.now(), scope.principal.actor)
     except TickwardenError as exc:
         with scope.store() as store:
-            attempts = store.list_attempts(run_id)
-            steps = store.api_list_run_steps(run_id)
-            view = store.api_get_run(run_id) or view
+            attempts = store.ledger.list_attempts(run_id)
+            steps = store.api.list_run_steps(run_id)
+            view = store.api.get_run(run_id) or view
         detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
         return _render(request, "run.html", scope, status=409, error=exc.message, run=detail)
     return RedirectResponse(f"/dashboard/runs/{run_id}", status_code=303)

@@ -177,8 +177,8 @@ class PodEnvironments:
         name = object_name(environment.id)
         failed: EnvironmentFailed | None = None
         with self.db.transaction() as store:
-            row = store.environment_pod_lock(environment.id, environment.tenant_id)
-            tenant = store.get_tenant(environment.tenant_id)
+            row = store.environment_pods.lock(environment.id, environment.tenant_id)
+            tenant = store.catalog.get_tenant(environment.tenant_id)
             if not row.awake:
                 tenant_secrets = self._tenant_secrets(store, environment.tenant_id)
                 try:
@@ -189,7 +189,7 @@ class PodEnvironments:
                 except EnvironmentFailed as exc:
                     failed = exc  # recorded awake all the same: the scale-up may have landed, and the idle stop undoes it
                 log.info("waking environment %s (%s)", environment.name, name)
-            store.environment_pod_mark_awake(environment.id, now)
+            store.environment_pods.mark_awake(environment.id, now)
         if failed is not None:
             raise failed
         client = ExecutionClient(self.address_of(environment), credential(self.signing_key, environment))
@@ -225,16 +225,16 @@ class PodEnvironments:
     def touch(self, environment: Environment, now: datetime, store: Any = None) -> None:
         """Record a use of the environment (the idle clock restarts), in the caller's transaction if given."""
         if store is not None:
-            store.environment_pod_touch(environment.id, now)
+            store.environment_pods.touch(environment.id, now)
             return
         with self.db.autocommit() as own:
-            own.environment_pod_touch(environment.id, now)
+            own.environment_pods.touch(environment.id, now)
 
     def _tenant_secrets(self, store: Any, tenant_id: int) -> dict[str, str]:
         if self.keyring is None:
             return {}
-        names = [info.name for info in store.list_secrets(tenant_id)]
-        return {sealed.name: self.keyring.open(sealed) for sealed in store.sealed_secrets(tenant_id, names)}
+        names = [info.name for info in store.secrets.list_secrets(tenant_id)]
+        return {sealed.name: self.keyring.open(sealed) for sealed in store.secrets.sealed_secrets(tenant_id, names)}
 
 
 @dataclass
@@ -271,7 +271,7 @@ class EnvironmentPodLoop:
         # Read after the lists: an object created from an environment another replica just saw is
         # then matched here by that environment, never taken for an orphan.
         with pods.db.transaction() as store:
-            desired = store.environment_pods_desired()
+            desired = store.environment_pods.desired()
             wanted = {}
             for entry in desired:
                 env = entry.environment
@@ -302,10 +302,10 @@ class EnvironmentPodLoop:
 
     def _stop_idle(self, now: datetime, result: PodPass) -> None:
         with self.pods.db.transaction() as store:
-            for environment_id, _tenant_id in store.environment_pods_idle(now, STOP_BATCH):
+            for environment_id, _tenant_id in store.environment_pods.idle(now, STOP_BATCH):
                 # Scaled to 0 while the row is locked: a wake waiting on it sees the stop, then wakes anew.
                 self.pods.api.scale(object_name(environment_id), 0)
-                store.environment_pod_mark_stopped(environment_id, now)
+                store.environment_pods.mark_stopped(environment_id, now)
                 result.stopped.append(environment_id)
                 log.info("stopped idle environment %s", object_name(environment_id))
 

@@ -131,7 +131,7 @@ class EnvironmentPool:
         except (sandbox.SandboxError, OSError) as exc:
             raise EnvironmentFailed(f"the environment's sandbox could not be prepared: {exc}") from None
         with self.db.transaction() as store:
-            row = store.start_environment_instance(
+            row = store.execution.start_environment_instance(
                 tenant_id=tenant_id, environment_id=environment.id, worker_id=self.worker_id,
                 pid=None, status="starting", now=now,
             )
@@ -140,10 +140,10 @@ class EnvironmentPool:
                                   uid=box.uid, gid=box.gid)
         except EnvironmentFailed:
             with self.db.transaction() as store:
-                store.update_environment_instance(row.id, "dead", now)
+                store.execution.update_environment_instance(row.id, "dead", now)
             raise
         with self.db.transaction() as store:
-            store.update_environment_instance(row.id, "busy", now, pid=process.pid)
+            store.execution.update_environment_instance(row.id, "busy", now, pid=process.pid)
         instance = Instance(row.id, tenant_id, environment, process, now)
         self._live[(tenant_id, environment.id)] = instance
         log.info("woke environment %s of tenant %s in %.0f ms (pid %s)",
@@ -201,10 +201,10 @@ class EnvironmentPool:
 
     def _mark(self, instance: Instance, status: str, now: datetime, served: int = 0, store: Store | None = None) -> None:
         if store is not None:
-            store.update_environment_instance(instance.row_id, status, now, served=served)
+            store.execution.update_environment_instance(instance.row_id, status, now, served=served)
             return
         with self.db.autocommit() as own:
-            own.update_environment_instance(instance.row_id, status, now, served=served, relaxed=True)
+            own.execution.update_environment_instance(instance.row_id, status, now, served=served, relaxed=True)
 
 
 __all__ = ["EnvironmentFailed", "EnvironmentPool", "Instance", "IsolationError"]

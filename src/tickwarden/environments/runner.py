@@ -217,7 +217,7 @@ def _call_python(step: dict, inputs: dict) -> dict:
     return {"ok": True, "output": output, "log": _tail(buffer.getvalue())}
 
 
-# The same statement as the store's `secret_platform_identity`: both sides must format alike.
+# The same statement as the store's `secrets_platform_identity`: both sides must format alike.
 IDENTITY = ("SELECT current_database() || '/' || current_setting('port') || '/' "
             "|| extract(epoch FROM pg_postmaster_start_time())::text")
 # No apostrophes: redaction would take the text between two of them for a quoted value.

@@ -32,6 +32,7 @@ from tickwarden.sanitize import sanitize_error
 from tickwarden.simulate.engine import Plan, Simulation, SimulationOutcome
 from tickwarden.simulate.policies import apply_message_rule, get_policy
 from tickwarden.simulate.scenario import Scenario, WorkflowSpec
+from tickwarden.simulate.simulation import SimulationRepository
 
 FIELDS = ("workflow", "cron", "scheduled_for", "attempt", "started_at", "finished_at", "outcome")
 OUTCOMES = {"succeeded", "failed", "lost", "crashed"}
@@ -154,7 +155,7 @@ class RecordedModel:
 def history_from_ledger(db: Any) -> list[RecordedAttempt]:
     """Export the scheduled attempts of the ledger as history records."""
     with db.transaction() as store:
-        rows = store.sim_history()
+        rows = SimulationRepository(store.conn).history()
     return [
         RecordedAttempt(
             tenant=row["tenant"], workflow=row["workflow"], cron=row["cron"], timezone=row["timezone"],

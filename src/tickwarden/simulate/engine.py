@@ -38,7 +38,7 @@ from tickwarden.profile import default_timeout_seconds, derive_profile
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store.ledger import finish_params
 from tickwarden.store.queries import queries
-from tickwarden.store.simulation import renew_params
+from tickwarden.simulate.simulation import SimulationRepository, renew_params
 from tickwarden.errors import TickwardenError
 from tickwarden.simulate.scenario import Checkin, Fault, Scenario
 
@@ -324,7 +324,7 @@ class SimulatedWorker:
         """Write every renewal and outcome not yet written."""
         statements: list[tuple[str, dict[str, Any]]] = []
         if self.renewed:
-            statements.append(("sim_renew_leases", renew_params(self.renewed, WORKER_ID, LEASE_SECONDS)))
+            statements.append(("simulation_renew_leases", renew_params(self.renewed, WORKER_ID, LEASE_SECONDS)))
             for attempt_id, at in self.renewed.items():
                 self.written_lease[attempt_id] = at + timedelta(seconds=LEASE_SECONDS)
             self.renewed = {}
@@ -332,7 +332,7 @@ class SimulatedWorker:
             # An attempt is renewed only while it runs, so its renewals precede its outcome, and
             # distinct attempts' writes touch distinct rows (a batch never holds two attempts of
             # one run: a retry is queued only once the poller has seen the earlier outcome).
-            statements.append(("finish_attempts", finish_params(WORKER_ID, self.finished)))
+            statements.append(("ledger_finish_attempts", finish_params(WORKER_ID, self.finished)))
             for attempt_id, _, _ in self.finished:
                 self.written_lease.pop(attempt_id, None)
             self.finished = []
@@ -341,13 +341,13 @@ class SimulatedWorker:
             del self.written_lease[attempt_id]
         if statements:
             with self.db.autocommit() as store:
-                store.sim_worker_writes(statements)
+                SimulationRepository(store.conn).worker_writes(statements)
 
     def run_once(self, now: datetime) -> datetime:
         # The lease is one statement, committed on its own, as the real worker's: an idle
         # worker's poll finds nothing to lease and changes nothing.
         with self.db.autocommit() as store:
-            leased = store.lease_attempts_with_ticks(WORKER_ID, now, LEASE_SECONDS, limit=10_000)
+            leased = store.ledger.lease_attempts_with_ticks(WORKER_ID, now, LEASE_SECONDS, limit=10_000)
         if leased and not self.in_flight:
             self.on_busy(now)
         for attempt, scheduled_for in leased:
@@ -413,7 +413,7 @@ class SimulatedAutovacuum:
         rows = self.rows()
         if rows - self.rows_at_last_pass > self.THRESHOLD + self.SCALE_FACTOR * self.rows_at_last_pass:
             with self.db.probe() as store:
-                store.sim_vacuum_analyze()
+                SimulationRepository(store.conn).vacuum_analyze()
             self.rows_at_last_pass = rows
             self.passes += 1
         return now + self.NAPTIME
@@ -464,7 +464,7 @@ class Simulation:
         with psycopg.connect(url, options=f"-c search_path={self.schema}") as conn:
             upgrade(conn, self.scenario.start)
             with conn.transaction():
-                conn.execute(queries()["sim_unlog_tables"])
+                conn.execute(queries()["simulation_unlog_tables"])
 
     def _drop_schema(self, url: str) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -477,12 +477,12 @@ class Simulation:
         ids: dict[str, int] = {}
         timeouts: dict[str, int] = {}
         with db.transaction() as store:
-            store.sim_create_channel(None, "platform", "engineering", now)
+            SimulationRepository(store.conn).create_channel(None, "platform", "engineering", now)
             tenants = {}
             for name in self.scenario.tenants:
-                tenant = store.upsert_tenant(name, now)
+                tenant = store.catalog.upsert_tenant(name, now)
                 tenants[name] = tenant
-                store.sim_create_channel(tenant.id, name, "customer", now)
+                SimulationRepository(store.conn).create_channel(tenant.id, name, "customer", now)
             for spec in self.scenario.workflows:
                 interval = cadence_of(parse_schedule(spec.cron, spec.timezone), now).interval_seconds
                 policy = dict(self.overrides) if self.replace_policy else {**spec.policy, **self.overrides}
@@ -502,7 +502,7 @@ class Simulation:
                 covered = window.workflow.partition("/")[2] if window.workflow else None
                 maintenance.add_window(store, window.tenant, covered, window.spec, "scenario", now)
         with db.transaction() as store:
-            store.sim_analyze()
+            SimulationRepository(store.conn).analyze()
         return SimulationSetup(ids, {v: k for k, v in ids.items()}, timeouts)
 
     # -- the run ------------------------------------------------------------------------------------
@@ -634,7 +634,7 @@ class Simulation:
             if idle is not None and name in idle.loops:
                 if idle.must_look(name, now):
                     with db.probe() as store:
-                        idle.looked(name, *store.sim_next_due(name, now, kinds, REAPER_GRACE_SECONDS))
+                        idle.looked(name, *SimulationRepository(store.conn).next_due(name, now, kinds, REAPER_GRACE_SECONDS))
                 if idle.due[name] > now:
                     # This pass would find nothing: the loop wakes where its chain of idle
                     # passes first reaches the instant its work could be due.
@@ -716,7 +716,7 @@ class Simulation:
 
             self._flush()  # the operator sees what the worker already wrote
             with db.transaction() as store:
-                run_id = store.sim_run_in_progress(setup.workflow_ids[key])
+                run_id = SimulationRepository(store.conn).run_in_progress(setup.workflow_ids[key])
             if run_id is not None:  # nothing in progress: the operator has nothing to cancel
                 cancel_run(db, run_id, now, by)
                 self._touch_all(now)
@@ -744,11 +744,11 @@ class Simulation:
         with db.transaction() as store:
             return SimulationOutcome(
                 scenario=self.scenario,
-                runs=store.sim_runs(),
-                attempts=store.sim_attempts(),
-                alerts=store.sim_alerts(),
-                alert_events=store.sim_alert_events(),
-                notifications=store.sim_notifications(),
+                runs=SimulationRepository(store.conn).runs(),
+                attempts=SimulationRepository(store.conn).attempts(),
+                alerts=SimulationRepository(store.conn).alerts(),
+                alert_events=SimulationRepository(store.conn).alert_events(),
+                notifications=SimulationRepository(store.conn).notifications(),
                 extra={"overrides": self.overrides, "replace_policy": self.replace_policy},
             )
 

@@ -1,40 +1,46 @@
 """The store: the only code that knows query names; everything else sees dataclasses.
 
-One mixin per area, each with its own `.sql` file of named blocks:
-catalog (tenants, workflows, schedules), ledger (runs and attempts), outbox
-(alert events fanned out to notification channels).
+One repository per area, `store/<area>.py` with its `<area>.sql` of blocks `<area>_<verb>`, all on the
+caller's connection and transaction; a repository that needs another receives it here, not by inheritance.
 """
 
 from __future__ import annotations
 
-from tickwarden.store.alert_content import AlertContentStore
-from tickwarden.store.ack_links import AckLinkStore
-from tickwarden.store.api import ApiStore
-from tickwarden.store.catalog import CatalogStore
-from tickwarden.store.checkins import CheckinStore
-from tickwarden.store.dashboard import DashboardStore
-from tickwarden.store.environment_pods import EnvironmentPodStore
-from tickwarden.store.erasure import ErasureStore
-from tickwarden.store.execution import ExecutionStore
-from tickwarden.store.heartbeat import HeartbeatStore
-from tickwarden.store.kubernetes import KubernetesStore
-from tickwarden.store.ledger import LedgerStore, TickRequest
-from tickwarden.store.maintenance import MaintenanceStore
-from tickwarden.store.monitoring import MonitoringStore
-from tickwarden.store.outbox import OutboxStore
-from tickwarden.store.secrets import SecretStore
-from tickwarden.store.retention import RetentionStore
-from tickwarden.store.selftest import SelftestStore
-from tickwarden.store.simulation import SimulationStore
-from tickwarden.store.trigger import TriggerStore
-from tickwarden.store.watchdog import WatchdogStore
+import psycopg
+
+from tickwarden.store import (
+    ack_links, alert_content, api, catalog, checkins, dashboard, environment_pods, erasure, execution,
+    heartbeat, kubernetes, ledger, maintenance, monitoring, outbox, retention, secrets, selftest, trigger,
+    watchdog,
+)
+from tickwarden.store.ledger import TickRequest
 
 
-class Store(ApiStore, CatalogStore, ExecutionStore, LedgerStore, OutboxStore, SimulationStore, MonitoringStore,
-            TriggerStore, HeartbeatStore, SecretStore, RetentionStore, ErasureStore, KubernetesStore, CheckinStore,
-            DashboardStore, SelftestStore, AlertContentStore, WatchdogStore, MaintenanceStore,
-            AckLinkStore, EnvironmentPodStore):
-    """All store operations, bound to one connection and its transaction."""
+class Store:
+    """Every area's repository, bound to one connection and its transaction."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+        self.api = api.ApiRepository(conn)
+        self.catalog = catalog.CatalogRepository(conn)
+        self.execution = execution.ExecutionRepository(conn)
+        self.ledger = ledger.LedgerRepository(conn)
+        self.outbox = outbox.OutboxRepository(conn)
+        self.monitoring = monitoring.MonitoringRepository(conn)
+        self.trigger = trigger.TriggerRepository(conn)
+        self.heartbeat = heartbeat.HeartbeatRepository(conn)
+        self.secrets = secrets.SecretsRepository(conn)
+        self.retention = retention.RetentionRepository(conn)
+        self.erasure = erasure.ErasureRepository(conn)
+        self.kubernetes = kubernetes.KubernetesRepository(conn)
+        self.checkins = checkins.CheckinsRepository(conn)
+        self.dashboard = dashboard.DashboardRepository(conn)
+        self.selftest = selftest.SelftestRepository(conn)
+        self.alert_content = alert_content.AlertContentRepository(conn)
+        self.watchdog = watchdog.WatchdogRepository(conn)
+        self.maintenance = maintenance.MaintenanceRepository(conn)
+        self.ack_links = ack_links.AckLinksRepository(conn)
+        self.environment_pods = environment_pods.EnvironmentPodsRepository(conn)
 
 
 __all__ = ["Store", "TickRequest"]

@@ -1,8 +1,8 @@
--- ack_link_use --
+-- ack_links_use --
 -- When a signed acknowledge link (its SHA-256) was used, if it was.
 SELECT used_at FROM ack_link_uses WHERE digest = %(digest)s;
 
--- record_ack_link_use --
+-- ack_links_record_ack_link_use --
 -- Record that a link acknowledged its alert, in the acknowledgement's transaction. The
 -- primary key makes a second use (a replay, or two clicks racing on two replicas) a no-op
 -- that returns no row, which rolls the second acknowledgement back.

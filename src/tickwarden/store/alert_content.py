@@ -14,10 +14,10 @@ from typing import Any
 from tickwarden.store.base import StoreBase
 
 
-class AlertContentStore(StoreBase):
-    def alert_tick_facts(self, alert_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+class AlertContentRepository(StoreBase):
+    def tick_facts(self, alert_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         """Return the tick facts of each visible alert in `alert_ids`, by alert id."""
         if not alert_ids:
             return {}
-        rows = self._rows("alert_tick_facts", {"ids": list(alert_ids)})
+        rows = self._rows("alert_content_tick_facts", {"ids": list(alert_ids)})
         return {int(row["alert_id"]): row for row in rows}

@@ -1,4 +1,4 @@
--- alert_tick_facts --
+-- alert_content_tick_facts --
 -- What a message about an alert says beyond the alert row itself, for a set of alerts:
 -- the tick of the alert's newest failing run (when it was due, its deadline, its
 -- verdict), the newest attempt of that run (number, status, worker, start, end), the

@@ -140,7 +140,7 @@ class OperationsSnapshot:
     heartbeats: list[Heartbeat]
 
 
-class ApiStore(StoreBase):
+class ApiRepository(StoreBase):
     # -- tenant context -------------------------------------------------------------
 
     def enter_tenant_context(self, tenant_id: int | None, *, platform: bool) -> None:
@@ -180,10 +180,10 @@ class ApiStore(StoreBase):
 
     # -- catalog --------------------------------------------------------------------
 
-    def api_list_tenants(self, after: str | None, limit: int) -> list[Tenant]:
+    def list_tenants(self, after: str | None, limit: int) -> list[Tenant]:
         return [from_row(Tenant, r) for r in self._rows("api_list_tenants", {"after": after, "limit": limit})]
 
-    def api_list_workflows(
+    def list_workflows(
         self, *, tenant: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[WorkflowView]:
         rows = self._rows(
@@ -197,19 +197,19 @@ class ApiStore(StoreBase):
         )
         return [_workflow_view(r) for r in rows]
 
-    def api_get_workflow(self, tenant: str, workflow: str) -> WorkflowView | None:
+    def get_workflow(self, tenant: str, workflow: str) -> WorkflowView | None:
         row = self._row("api_get_workflow", {"tenant": tenant, "workflow": workflow})
         return _workflow_view(row) if row else None
 
-    def api_get_environment_by_name(self, tenant: str, environment: str) -> Environment | None:
+    def get_environment_by_name(self, tenant: str, environment: str) -> Environment | None:
         row = self._row("api_get_environment_by_name", {"tenant": tenant, "environment": environment})
         return from_row(Environment, row) if row else None
 
-    def api_get_user_by_email(self, tenant: str, email: str) -> User | None:
+    def get_user_by_email(self, tenant: str, email: str) -> User | None:
         row = self._row("api_get_user_by_email", {"tenant": tenant, "email": email})
         return from_row(User, row) if row else None
 
-    def api_recent_outcomes(self, workflow_ids: Sequence[int], per_workflow: int) -> dict[int, list[Outcome]]:
+    def recent_outcomes(self, workflow_ids: Sequence[int], per_workflow: int) -> dict[int, list[Outcome]]:
         found: dict[int, list[Outcome]] = {wid: [] for wid in workflow_ids}
         if not workflow_ids:
             return found
@@ -220,7 +220,7 @@ class ApiStore(StoreBase):
 
     # -- runs -----------------------------------------------------------------------
 
-    def api_list_runs(self, workflow_id: int, before: tuple[datetime, int] | None, limit: int) -> list[Run]:
+    def list_runs(self, workflow_id: int, before: tuple[datetime, int] | None, limit: int) -> list[Run]:
         rows = self._rows(
             "api_list_runs",
             {
@@ -232,18 +232,18 @@ class ApiStore(StoreBase):
         )
         return [from_row(Run, r) for r in rows]
 
-    def api_get_run(self, run_id: int) -> RunView | None:
+    def get_run(self, run_id: int) -> RunView | None:
         row = self._row("api_get_run", {"run_id": run_id})
         if not row:
             return None
         return RunView(run=from_row(Run, row), tenant_name=row["tenant_name"], workflow_name=row["workflow_name"])
 
-    def api_list_run_steps(self, run_id: int) -> list[AttemptStep]:
+    def list_run_steps(self, run_id: int) -> list[AttemptStep]:
         return [from_row(AttemptStep, r) for r in self._rows("api_list_run_steps", {"run_id": run_id})]
 
     # -- alerts ---------------------------------------------------------------------
 
-    def api_list_alerts(
+    def list_alerts(
         self,
         *,
         status: str | None = None,
@@ -268,56 +268,56 @@ class ApiStore(StoreBase):
         )
         return [_alert_view(r) for r in rows]
 
-    def api_get_alert(self, alert_id: int) -> AlertView | None:
+    def get_alert(self, alert_id: int) -> AlertView | None:
         row = self._row("api_get_alert", {"alert_id": alert_id})
         return _alert_view(row) if row else None
 
-    def api_list_alert_events(self, alert_id: int) -> list[AlertEvent]:
+    def list_alert_events(self, alert_id: int) -> list[AlertEvent]:
         return [from_row(AlertEvent, r) for r in self._rows("api_list_alert_events", {"alert_id": alert_id})]
 
-    def api_failing_step(self, alert_id: int) -> FailingStep | None:
+    def failing_step(self, alert_id: int) -> FailingStep | None:
         row = self._row("api_failing_step", {"alert_id": alert_id})
         return from_row(FailingStep, row) if row else None
 
-    def api_list_environments(self, *, tenant: str | None, after_id: int | None, limit: int) -> list[EnvironmentView]:
+    def list_environments(self, *, tenant: str | None, after_id: int | None, limit: int) -> list[EnvironmentView]:
         rows = self._rows("api_list_environments", {"tenant": tenant, "after_id": after_id, "limit": limit})
         return [
             EnvironmentView(from_row(Environment, r), r["tenant_name"], int(r["live_instances"])) for r in rows
         ]
 
-    def api_get_environment(self, environment_id: int) -> EnvironmentView | None:
+    def get_environment(self, environment_id: int) -> EnvironmentView | None:
         row = self._row("api_get_environment", {"environment_id": environment_id})
         return EnvironmentView(from_row(Environment, row), row["tenant_name"]) if row else None
 
-    def api_list_environment_instances(self, environment_id: int) -> list[EnvironmentInstance]:
+    def list_environment_instances(self, environment_id: int) -> list[EnvironmentInstance]:
         rows = self._rows("api_list_environment_instances", {"environment_id": environment_id})
         return [from_row(EnvironmentInstance, r) for r in rows]
 
-    def api_list_channels(self, *, tenant: str | None, after_id: int | None, limit: int) -> list[Channel]:
+    def list_channels(self, *, tenant: str | None, after_id: int | None, limit: int) -> list[Channel]:
         rows = self._rows("api_list_channels", {"tenant": tenant, "after_id": after_id, "limit": limit})
         return [from_row(Channel, r) for r in rows]
 
-    def api_get_channel(self, channel_id: int) -> Channel | None:
+    def get_channel(self, channel_id: int) -> Channel | None:
         row = self._row("api_get_channel", {"channel_id": channel_id})
         return from_row(Channel, row) if row else None
 
     # -- overview and operations ----------------------------------------------------
 
-    def api_overview_tenants(self, limit: int = 500) -> list[TenantOverview]:
+    def overview_tenants(self, limit: int = 500) -> list[TenantOverview]:
         return [from_row(TenantOverview, r) for r in self._rows("api_overview_tenants", {"limit": limit})]
 
-    def api_open_alerts(self, limit: int = 500) -> list[AlertView]:
+    def open_alerts(self, limit: int = 500) -> list[AlertView]:
         return [_alert_view(r) for r in self._rows("api_open_alerts", {"limit": limit})]
 
-    def api_loop_heartbeats(self) -> list[Heartbeat]:
+    def loop_heartbeats(self) -> list[Heartbeat]:
         return [from_row(Heartbeat, r) for r in self._rows("api_loop_heartbeats")]
 
-    def api_undelivered_notifications(self, since: datetime, limit: int = 50) -> list[UndeliveredChannel]:
+    def undelivered_notifications(self, since: datetime, limit: int = 50) -> list[UndeliveredChannel]:
         """Channels with undelivered notifications, failing ones first; given-up rows count from `since`."""
         rows = self._rows("api_undelivered_notifications", {"since": since, "limit": limit})
         return [from_row(UndeliveredChannel, r) for r in rows]
 
-    def api_operations_snapshot(self) -> OperationsSnapshot:
+    def operations_snapshot(self) -> OperationsSnapshot:
         lag = self._row("api_metrics_poll_lag")
         return OperationsSnapshot(
             runs_in_flight={r["status"]: int(r["n"]) for r in self._rows("api_metrics_runs_in_flight")},
@@ -326,7 +326,7 @@ class ApiStore(StoreBase):
             open_alerts={r["severity"]: int(r["n"]) for r in self._rows("api_metrics_open_alerts")},
             oldest_unprocessed=lag["oldest"] if lag else None,
             outbox={r["status"]: int(r["n"]) for r in self._rows("api_metrics_outbox")},
-            heartbeats=self.api_loop_heartbeats(),
+            heartbeats=self.loop_heartbeats(),
         )
 
     def sees_every_tenant(self) -> bool:

@@ -51,46 +51,46 @@ class WorkflowSummary:
     last_status: str | None
 
 
-class CatalogStore(StoreBase):
+class CatalogRepository(StoreBase):
     def upsert_tenant(self, name: str, now: datetime, *, display_name: str | None = None, shadow: bool = False) -> Tenant:
         """Create or update a tenant (the same statement `apply` uses)."""
         return self.apply_tenant(name, display_name or name, shadow, now).row
 
     def get_tenant_by_name(self, name: str) -> Tenant | None:
-        row = self._row("get_tenant_by_name", {"name": name})
+        row = self._row("catalog_get_tenant_by_name", {"name": name})
         return from_row(Tenant, row) if row else None
 
     def get_tenant(self, tenant_id: int) -> Tenant | None:
-        row = self._row("get_tenant", {"tenant_id": tenant_id})
+        row = self._row("catalog_get_tenant", {"tenant_id": tenant_id})
         return from_row(Tenant, row) if row else None
 
     def get_environment(self, environment_id: int) -> Environment | None:
-        row = self._row("get_environment", {"environment_id": environment_id})
+        row = self._row("catalog_get_environment", {"environment_id": environment_id})
         return from_row(Environment, row) if row else None
 
     def get_workflow(self, workflow_id: int) -> Workflow | None:
-        row = self._row("get_workflow", {"workflow_id": workflow_id})
+        row = self._row("catalog_get_workflow", {"workflow_id": workflow_id})
         return from_row(Workflow, row) if row else None
 
     def get_workflow_by_name(self, tenant: str, workflow: str) -> Workflow | None:
-        row = self._row("get_workflow_by_name", {"tenant": tenant, "workflow": workflow})
+        row = self._row("catalog_get_workflow_by_name", {"tenant": tenant, "workflow": workflow})
         return from_row(Workflow, row) if row else None
 
-    def catalog_lock_workflow(self, tenant_id: int, name: str) -> Workflow | None:
+    def lock_workflow(self, tenant_id: int, name: str) -> Workflow | None:
         """A tenant's workflow by name, locked until the transaction ends (see `catalog.publish`)."""
         row = self._row("catalog_lock_workflow", {"tenant_id": tenant_id, "name": name})
         return from_row(Workflow, row) if row else None
 
     def list_workflows(self, tenant_id: int) -> list[Workflow]:
-        return [from_row(Workflow, row) for row in self._rows("list_workflows", {"tenant_id": tenant_id})]
+        return [from_row(Workflow, row) for row in self._rows("catalog_list_workflows", {"tenant_id": tenant_id})]
 
     def get_schedule_for_workflow(self, workflow_id: int) -> Schedule | None:
-        row = self._row("get_schedule_for_workflow", {"workflow_id": workflow_id})
+        row = self._row("catalog_get_schedule_for_workflow", {"workflow_id": workflow_id})
         return from_row(Schedule, row) if row else None
 
     def archive_workflow(self, workflow_id: int, now: datetime) -> Workflow | None:
         """Archive a workflow; None when it already was."""
-        row = self._row("archive_workflow", {"workflow_id": workflow_id, "now": now})
+        row = self._row("catalog_archive_workflow", {"workflow_id": workflow_id, "now": now})
         return from_row(Workflow, row) if row else None
 
     # Workflow files: upserts that say whether they created, updated or left a row alone.
@@ -194,7 +194,7 @@ class CatalogStore(StoreBase):
     def workflow_summaries(self, tenant: str | None = None) -> list[WorkflowSummary]:
         return [from_row(WorkflowSummary, row) for row in self._rows("catalog_workflow_summaries", {"tenant": tenant})]
 
-    def catalog_counts(self) -> dict[str, int]:
+    def counts(self) -> dict[str, int]:
         row = self._row("catalog_count_rows")
         assert row is not None
         return {key: int(value) for key, value in row.items()}

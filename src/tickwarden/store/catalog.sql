@@ -1,23 +1,23 @@
--- get_tenant_by_name --
+-- catalog_get_tenant_by_name --
 SELECT * FROM tenants WHERE name = %(name)s;
 
--- get_tenant --
+-- catalog_get_tenant --
 SELECT * FROM tenants WHERE id = %(tenant_id)s;
 
--- get_environment --
+-- catalog_get_environment --
 SELECT * FROM environments WHERE id = %(environment_id)s;
 
--- get_workflow --
+-- catalog_get_workflow --
 SELECT * FROM workflows WHERE id = %(workflow_id)s;
 
--- get_workflow_by_name --
+-- catalog_get_workflow_by_name --
 SELECT w.* FROM workflows w JOIN tenants t ON t.id = w.tenant_id
  WHERE t.name = %(tenant)s AND w.name = %(workflow)s;
 
--- list_workflows --
+-- catalog_list_workflows --
 SELECT * FROM workflows WHERE tenant_id = %(tenant_id)s ORDER BY name;
 
--- get_schedule_for_workflow --
+-- catalog_get_schedule_for_workflow --
 SELECT * FROM schedules WHERE workflow_id = %(workflow_id)s;
 
 -- catalog_apply_tenant --
@@ -186,7 +186,7 @@ SELECT (SELECT count(*) FROM tenants) AS tenants, (SELECT count(*) FROM users) A
        (SELECT count(*) FROM notification_channels) AS channels,
        (SELECT count(*) FROM workflows) AS workflows, (SELECT count(*) FROM schedules) AS schedules;
 
--- archive_workflow --
+-- catalog_archive_workflow --
 -- Archive a workflow (the trigger drops archived workflows; applying it again clears
 -- archived_at); compare-and-set on archived_at IS NULL, so a second archive is a no-op.
 UPDATE workflows SET archived_at = %(now)s, updated_at = %(now)s

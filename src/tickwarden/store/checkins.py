@@ -19,28 +19,28 @@ class KeyUse:
     window_count: int
 
 
-class CheckinStore(StoreBase):
-    def checkin_issue_key(self, workflow_id: int, tenant_id: int, key_hash: str, now: datetime) -> datetime:
-        row = self._row("checkin_issue_key", {"workflow_id": workflow_id, "tenant_id": tenant_id,
+class CheckinsRepository(StoreBase):
+    def issue_key(self, workflow_id: int, tenant_id: int, key_hash: str, now: datetime) -> datetime:
+        row = self._row("checkins_issue_key", {"workflow_id": workflow_id, "tenant_id": tenant_id,
                                                "key_hash": key_hash, "now": now})
         assert row is not None
         created_at: datetime = row["created_at"]
         return created_at
 
-    def checkin_key_issued_at(self, workflow_id: int) -> datetime | None:
-        row = self._row("checkin_key_issued_at", {"workflow_id": workflow_id})
+    def key_issued_at(self, workflow_id: int) -> datetime | None:
+        row = self._row("checkins_key_issued_at", {"workflow_id": workflow_id})
         return row["created_at"] if row else None
 
-    def checkin_use_key(self, key_hash: str, now: datetime, window_floor: datetime) -> KeyUse | None:
+    def use_key(self, key_hash: str, now: datetime, window_floor: datetime) -> KeyUse | None:
         """Count one request against the key's window; None when no workflow has this key."""
-        row = self._row("checkin_use_key", {"key_hash": key_hash, "now": now, "window_floor": window_floor})
+        row = self._row("checkins_use_key", {"key_hash": key_hash, "now": now, "window_floor": window_floor})
         return KeyUse(**row) if row else None
 
-    def checkin_start_run(self, run_id: int, at: datetime, deadline_at: datetime) -> Run | None:
-        row = self._row("checkin_start_run", {"run_id": run_id, "at": at, "deadline_at": deadline_at})
+    def start_run(self, run_id: int, at: datetime, deadline_at: datetime) -> Run | None:
+        row = self._row("checkins_start_run", {"run_id": run_id, "at": at, "deadline_at": deadline_at})
         return from_row(Run, row) if row else None
 
-    def checkin_open_attempt(self, run_id: int, worker_id: str, at: datetime) -> int | None:
+    def open_attempt(self, run_id: int, worker_id: str, at: datetime) -> int | None:
         """Open the attempt a terminal report finishes; None when the run already has a verdict."""
-        row = self._row("checkin_open_attempt", {"run_id": run_id, "worker_id": worker_id, "at": at})
+        row = self._row("checkins_open_attempt", {"run_id": run_id, "worker_id": worker_id, "at": at})
         return int(row["id"]) if row else None

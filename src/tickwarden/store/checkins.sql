@@ -1,4 +1,4 @@
--- checkin_issue_key --
+-- checkins_issue_key --
 -- Store a new ping key's hash for a workflow, replacing the previous one (rotation):
 -- the old URL stops working in the same commit. The rate window starts afresh.
 INSERT INTO checkin_keys (workflow_id, tenant_id, key_hash, created_at, window_start, window_count)
@@ -8,11 +8,11 @@ VALUES (%(workflow_id)s, %(tenant_id)s, %(key_hash)s, %(now)s, %(now)s, 0)
        window_start = EXCLUDED.window_start, window_count = 0
 RETURNING workflow_id, created_at;
 
--- checkin_key_issued_at --
+-- checkins_key_issued_at --
 -- When the workflow's current ping key was issued (NULL row: none yet).
 SELECT created_at FROM checkin_keys WHERE workflow_id = %(workflow_id)s;
 
--- checkin_use_key --
+-- checkins_use_key --
 -- Find the workflow a ping key belongs to and count the request in the key's rate
 -- window, in one statement: the row lock serialises concurrent pings of one key on
 -- every replica, so the count is exact. A window older than its length starts over.
@@ -24,7 +24,7 @@ UPDATE checkin_keys k
  WHERE k.key_hash = %(key_hash)s
 RETURNING k.workflow_id, k.tenant_id, k.window_start, k.window_count;
 
--- checkin_start_run --
+-- checkins_start_run --
 -- A `start` report: the tick's run, still waiting, is now running (when it started is
 -- the first report's time), and its deadline now includes the run timeout. Compare-and-set
 -- on queued: a second start changes nothing.
@@ -34,7 +34,7 @@ UPDATE runs
  WHERE id = %(run_id)s AND status = 'queued'
 RETURNING *;
 
--- checkin_open_attempt --
+-- checkins_open_attempt --
 -- The attempt a terminal report finishes: the run (queued or running, compare-and-set)
 -- counts one attempt, which starts when the run started (its `start` report) or now.
 -- Written running with a lease ending now only so that finish_attempts, in the same

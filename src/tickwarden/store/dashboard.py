@@ -52,38 +52,38 @@ class LastSuccess:
     finished_at: datetime | None
 
 
-class DashboardStore(StoreBase):
-    def dash_workflow_runs(self, workflow_id: int, since: datetime, until: datetime, limit: int) -> list[RunPoint]:
-        rows = self._rows("dash_workflow_runs",
+class DashboardRepository(StoreBase):
+    def workflow_runs(self, workflow_id: int, since: datetime, until: datetime, limit: int) -> list[RunPoint]:
+        rows = self._rows("dashboard_workflow_runs",
                           {"workflow_id": workflow_id, "since": since, "until": until, "limit": limit})
         return [from_row(RunPoint, r) for r in rows]
 
-    def dash_last_success(self, workflow_id: int) -> LastSuccess | None:
-        row = self._row("dash_last_success", {"workflow_id": workflow_id})
+    def last_success(self, workflow_id: int) -> LastSuccess | None:
+        row = self._row("dashboard_last_success", {"workflow_id": workflow_id})
         return from_row(LastSuccess, row) if row else None
 
-    def dash_runs(self, *, since: datetime, until: datetime, tenant: str | None, status: str | None,
+    def runs(self, *, since: datetime, until: datetime, tenant: str | None, status: str | None,
                   limit: int) -> list[RunPoint]:
-        rows = self._rows("dash_runs", {"since": since, "until": until, "tenant": tenant, "status": status,
+        rows = self._rows("dashboard_runs", {"since": since, "until": until, "tenant": tenant, "status": status,
                                         "limit": limit})
         return [from_row(RunPoint, r) for r in rows]
 
-    def dash_failure_buckets(self, since: datetime, until: datetime, bucket: timedelta) -> dict[datetime, int]:
-        return _buckets(self._rows("dash_failure_buckets", {"since": since, "until": until, "bucket": bucket}))
+    def failure_buckets(self, since: datetime, until: datetime, bucket: timedelta) -> dict[datetime, int]:
+        return _buckets(self._rows("dashboard_failure_buckets", {"since": since, "until": until, "bucket": bucket}))
 
-    def dash_alert_buckets(self, since: datetime, until: datetime, bucket: timedelta) -> dict[datetime, int]:
-        return _buckets(self._rows("dash_alert_buckets", {"since": since, "until": until, "bucket": bucket}))
+    def alert_buckets(self, since: datetime, until: datetime, bucket: timedelta) -> dict[datetime, int]:
+        return _buckets(self._rows("dashboard_alert_buckets", {"since": since, "until": until, "bucket": bucket}))
 
-    def dash_recently_resolved(self, since: datetime, opened_since: datetime, limit: int) -> list[AlertView]:
-        rows = self._rows("dash_recently_resolved",
+    def recently_resolved(self, since: datetime, opened_since: datetime, limit: int) -> list[AlertView]:
+        rows = self._rows("dashboard_recently_resolved",
                           {"since": since, "opened_since": opened_since, "limit": limit})
         return [_alert_view(r) for r in rows]
 
-    def dash_checkin_issued(self, workflow_ids: list[int]) -> dict[int, datetime]:
+    def checkin_issued(self, workflow_ids: list[int]) -> dict[int, datetime]:
         """When each listed workflow's check-in URL was issued; absent: none issued."""
         if not workflow_ids:
             return {}
-        rows = self._rows("dash_checkin_issued", {"workflow_ids": workflow_ids})
+        rows = self._rows("dashboard_checkin_issued", {"workflow_ids": workflow_ids})
         return {int(r["workflow_id"]): r["created_at"] for r in rows}
 
 

@@ -4,7 +4,7 @@
 -- what its window holds, never a scan of the whole ledger. Row-level security
 -- decides which workflows and tenants are visible.
 
--- dash_workflow_runs --
+-- dashboard_workflow_runs --
 -- One workflow's runs in the window, newest first: the timeline and the duration chart.
 SELECT r.id, r.scheduled_for, r.status, r.recovered, r.manual, r.started_at, r.finished_at,
        r.attempts_count, r.error_category, r.requested_by
@@ -14,7 +14,7 @@ SELECT r.id, r.scheduled_for, r.status, r.recovered, r.manual, r.started_at, r.f
  ORDER BY r.scheduled_for DESC, r.id DESC
  LIMIT %(limit)s;
 
--- dash_last_success --
+-- dashboard_last_success --
 -- A workflow's newest success, one probe on the success index whatever the history's length.
 SELECT r.id, r.scheduled_for, r.finished_at
   FROM runs r
@@ -22,7 +22,7 @@ SELECT r.id, r.scheduled_for, r.finished_at
  ORDER BY r.scheduled_for DESC
  LIMIT 1;
 
--- dash_runs --
+-- dashboard_runs --
 -- Runs of every visible workflow (of one tenant, when named) in the window, newest first,
 -- optionally of one status: the runs list across workflows.
 SELECT r.id, r.scheduled_for, r.status, r.recovered, r.manual, r.started_at, r.finished_at,
@@ -41,7 +41,7 @@ SELECT r.id, r.scheduled_for, r.status, r.recovered, r.manual, r.started_at, r.f
  ORDER BY r.scheduled_for DESC, r.id DESC
  LIMIT %(limit)s;
 
--- dash_failure_buckets --
+-- dashboard_failure_buckets --
 -- Failed and missed ticks of every visible workflow in the window, counted per bucket
 -- (buckets start at `since`).
 SELECT date_bin(%(bucket)s::interval, r.scheduled_for, %(since)s::timestamptz) AS bucket, count(*) AS n
@@ -53,7 +53,7 @@ SELECT date_bin(%(bucket)s::interval, r.scheduled_for, %(since)s::timestamptz) A
            AND status IN ('failed', 'missed')) r
  GROUP BY 1;
 
--- dash_alert_buckets --
+-- dashboard_alert_buckets --
 -- Alerts of every visible tenant opened in the window, counted per bucket.
 SELECT date_bin(%(bucket)s::interval, a.opened_at, %(since)s::timestamptz) AS bucket, count(*) AS n
   FROM tenants t
@@ -62,7 +62,7 @@ SELECT date_bin(%(bucket)s::interval, a.opened_at, %(since)s::timestamptz) AS bu
          WHERE tenant_id = t.id AND opened_at >= %(since)s AND opened_at < %(until)s) a
  GROUP BY 1;
 
--- dash_recently_resolved --
+-- dashboard_recently_resolved --
 -- Alerts resolved since `since`, newest resolution first. Only alerts opened after
 -- `opened_since` are considered, so the read stays on the (tenant_id, opened_at) index.
 SELECT a.*, t.name AS tenant_name, w.name AS workflow_name
@@ -75,7 +75,7 @@ SELECT a.*, t.name AS tenant_name, w.name AS workflow_name
  ORDER BY a.resolved_at DESC, a.id DESC
  LIMIT %(limit)s;
 
--- dash_checkin_issued --
+-- dashboard_checkin_issued --
 -- When each of the listed workflows' ping key was issued (external workflows with a
 -- check-in URL): the key itself is never stored, only its hash, which no page shows.
 SELECT workflow_id, created_at FROM checkin_keys WHERE workflow_id = ANY(%(workflow_ids)s::bigint[]);

@@ -29,32 +29,32 @@ class DesiredPod:
     awake: bool
 
 
-class EnvironmentPodStore(StoreBase):
-    def environment_pod_lock(self, environment_id: int, tenant_id: int) -> EnvironmentPod:
+class EnvironmentPodsRepository(StoreBase):
+    def lock(self, environment_id: int, tenant_id: int) -> EnvironmentPod:
         """Create the row if needed and lock it until the transaction ends."""
-        self._execute("environment_pod_ensure", {"environment_id": environment_id, "tenant_id": tenant_id})
-        row = self._row("environment_pod_lock", {"environment_id": environment_id})
+        self._execute("environment_pods_ensure", {"environment_id": environment_id, "tenant_id": tenant_id})
+        row = self._row("environment_pods_lock", {"environment_id": environment_id})
         assert row is not None
         return from_row(EnvironmentPod, row)
 
-    def environment_pod_get(self, environment_id: int) -> EnvironmentPod | None:
-        row = self._row("environment_pod_get", {"environment_id": environment_id})
+    def get(self, environment_id: int) -> EnvironmentPod | None:
+        row = self._row("environment_pods_get", {"environment_id": environment_id})
         return from_row(EnvironmentPod, row) if row else None
 
-    def environment_pod_mark_awake(self, environment_id: int, now: datetime) -> None:
-        self._execute("environment_pod_mark_awake", {"environment_id": environment_id, "now": now})
+    def mark_awake(self, environment_id: int, now: datetime) -> None:
+        self._execute("environment_pods_mark_awake", {"environment_id": environment_id, "now": now})
 
-    def environment_pod_touch(self, environment_id: int, now: datetime) -> None:
-        self._execute("environment_pod_touch", {"environment_id": environment_id, "now": now})
+    def touch(self, environment_id: int, now: datetime) -> None:
+        self._execute("environment_pods_touch", {"environment_id": environment_id, "now": now})
 
-    def environment_pods_idle(self, now: datetime, limit: int) -> list[tuple[int, int]]:
+    def idle(self, now: datetime, limit: int) -> list[tuple[int, int]]:
         return [(r["environment_id"], r["tenant_id"]) for r in self._rows("environment_pods_idle",
                                                                           {"now": now, "limit": limit})]
 
-    def environment_pod_mark_stopped(self, environment_id: int, now: datetime) -> None:
-        self._execute("environment_pod_mark_stopped", {"environment_id": environment_id, "now": now})
+    def mark_stopped(self, environment_id: int, now: datetime) -> None:
+        self._execute("environment_pods_mark_stopped", {"environment_id": environment_id, "now": now})
 
-    def environment_pods_desired(self) -> list[DesiredPod]:
+    def desired(self) -> list[DesiredPod]:
         out = []
         for row in self._rows("environment_pods_desired"):
             tenant, awake = row.pop("tenant"), row.pop("awake")

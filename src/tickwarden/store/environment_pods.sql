@@ -1,13 +1,13 @@
--- environment_pod_ensure --
+-- environment_pods_ensure --
 -- The pod row of an environment, created on its first wake (awake = false).
 INSERT INTO environment_pods (environment_id, tenant_id) VALUES (%(environment_id)s, %(tenant_id)s)
     ON CONFLICT (environment_id) DO NOTHING;
 
--- environment_pod_lock --
+-- environment_pods_lock --
 -- Lock an environment's pod row until commit: wakes and stops of one environment take turns.
 SELECT * FROM environment_pods WHERE environment_id = %(environment_id)s FOR UPDATE;
 
--- environment_pod_mark_awake --
+-- environment_pods_mark_awake --
 -- Record a wake (counted only when it was asleep) and a use at `now`.
 UPDATE environment_pods
    SET wakes = wakes + CASE WHEN awake THEN 0 ELSE 1 END,
@@ -16,7 +16,7 @@ UPDATE environment_pods
        last_used_at = greatest(coalesce(last_used_at, %(now)s), %(now)s)
  WHERE environment_id = %(environment_id)s;
 
--- environment_pod_touch --
+-- environment_pods_touch --
 -- A use of an awake environment (an attempt started or finished on it): the idle clock restarts.
 UPDATE environment_pods SET last_used_at = greatest(coalesce(last_used_at, %(now)s), %(now)s)
  WHERE environment_id = %(environment_id)s;
@@ -36,7 +36,7 @@ SELECT p.environment_id, p.tenant_id
    FOR UPDATE OF p SKIP LOCKED
  LIMIT %(limit)s;
 
--- environment_pod_mark_stopped --
+-- environment_pods_mark_stopped --
 UPDATE environment_pods SET awake = false, stopped_at = %(now)s WHERE environment_id = %(environment_id)s;
 
 -- environment_pods_desired --
@@ -48,5 +48,5 @@ SELECT e.*, t.name AS tenant, coalesce(p.awake, false) AS awake
  WHERE e.runtime = 'kubernetes'
  ORDER BY e.id;
 
--- environment_pod_get --
+-- environment_pods_get --
 SELECT * FROM environment_pods WHERE environment_id = %(environment_id)s;

@@ -40,31 +40,31 @@ class Mention:
     values: dict[str, Any]
 
 
-class ErasureStore(StoreBase):
+class ErasureRepository(StoreBase):
     def _template(self, name: str, **parts: sql.Composable) -> sql.Composed:
         return sql.SQL(queries()[name]).format(**parts)
 
-    def erasure_tenant_tables(self) -> dict[str, list[str]]:
+    def tenant_tables(self) -> dict[str, list[str]]:
         """Return each tenant table with the tables it references."""
         return {row["table_name"]: list(row["references"]) for row in self._rows("erasure_tenant_tables")}
 
-    def erasure_count_tenant_rows(self, table: str, tenant_id: int) -> int:
+    def count_tenant_rows(self, table: str, tenant_id: int) -> int:
         statement = self._template("erasure_count_tenant_rows", table=sql.Identifier(table))
         row = self.conn.execute(statement, {"tenant_id": tenant_id}).fetchone()
         return int(row[0]) if row else 0
 
-    def erasure_delete_tenant_rows(self, table: str, tenant_id: int) -> int:
+    def delete_tenant_rows(self, table: str, tenant_id: int) -> int:
         statement = self._template("erasure_delete_tenant_rows", table=sql.Identifier(table))
         return self.conn.execute(statement, {"tenant_id": tenant_id}).rowcount
 
-    def erasure_delete_tenant(self, tenant_id: int) -> int:
+    def delete_tenant(self, tenant_id: int) -> int:
         return self._execute("erasure_delete_tenant", {"tenant_id": tenant_id})
 
-    def erasure_text_columns(self) -> list[TextColumns]:
+    def text_columns(self) -> list[TextColumns]:
         return [TextColumns(row["table_name"], tuple(row["columns"]), tuple(row["types"]), row["tenant_column"])
                 for row in self._rows("erasure_text_columns")]
 
-    def erasure_find_mentions(
+    def find_mentions(
         self, target: TextColumns, address: str, names: Sequence[str], tenant_ids: Sequence[int]
     ) -> list[Mention]:
         """Return (locked) rows that mention the address, or a name in a row of one of `tenant_ids`.
@@ -91,7 +91,7 @@ class ErasureStore(StoreBase):
             cur.execute(statement)
             return [Mention(row.pop("row_ref"), row.pop("row_tenant"), row) for row in cur.fetchall()]
 
-    def erasure_rewrite_row(self, target: TextColumns, row_ref: str, values: dict[str, Any]) -> None:
+    def rewrite_row(self, target: TextColumns, row_ref: str, values: dict[str, Any]) -> None:
         kinds = dict(zip(target.columns, target.types, strict=True))
         assignments = sql.SQL(", ").join(
             sql.SQL("{} = {}").format(sql.Identifier(column), sql.Placeholder(f"v{i}"))
@@ -102,18 +102,18 @@ class ErasureStore(StoreBase):
         statement = self._template("erasure_rewrite_row", table=sql.Identifier(target.table), assignments=assignments)
         self.conn.execute(statement, params)
 
-    def erasure_find_users(self, email: str) -> list[User]:
+    def find_users(self, email: str) -> list[User]:
         return [from_row(User, row) for row in self._rows("erasure_find_users", {"email": email})]
 
-    def erasure_anonymise_users(self, email: str) -> int:
+    def anonymise_users(self, email: str) -> int:
         return self._execute("erasure_anonymise_users", {"email": email})
 
-    def erasure_record_audit(self, *, kind: str, target: str, actor: str, at: datetime,
+    def record_audit(self, *, kind: str, target: str, actor: str, at: datetime,
                              counts: dict[str, int]) -> ErasureAudit:
         row = self._row("erasure_record_audit", {"kind": kind, "target": target, "actor": actor, "at": at,
                                                  "counts": Jsonb(counts)})
         assert row is not None
         return from_row(ErasureAudit, row)
 
-    def erasure_list_audits(self, limit: int = 100) -> list[ErasureAudit]:
+    def list_audits(self, limit: int = 100) -> list[ErasureAudit]:
         return [from_row(ErasureAudit, row) for row in self._rows("erasure_list_audits", {"limit": limit})]

@@ -27,14 +27,14 @@ def _prefixed(row: dict[str, Any], prefix: str) -> dict[str, Any] | None:
     return found if found.get("id") is not None else None
 
 
-class ExecutionStore(StoreBase):
+class ExecutionRepository(StoreBase):
     def relax_commit(self) -> None:
-        self._execute("relax_commit")
+        self._execute("execution_relax_commit")
 
     def restore_commit(self) -> None:
-        self._execute("restore_commit")
+        self._execute("execution_restore_commit")
 
-    def execution_context(self, workflow_id: int, now: datetime) -> ExecutionContext | None:
+    def context(self, workflow_id: int, now: datetime) -> ExecutionContext | None:
         """Load a workflow with what running it needs; a workflow without environment gets `default`."""
         row = self._row("execution_context", {"workflow_id": workflow_id})
         if row is None:
@@ -55,7 +55,7 @@ class ExecutionStore(StoreBase):
 
     def ensure_default_environment(self, tenant_id: int, now: datetime) -> Environment:
         """Return the tenant's `default` environment, creating it once."""
-        row = self._row("ensure_default_environment", {"tenant_id": tenant_id, "now": now})
+        row = self._row("execution_ensure_default_environment", {"tenant_id": tenant_id, "now": now})
         assert row is not None
         return from_row(Environment, row)
 
@@ -64,21 +64,21 @@ class ExecutionStore(StoreBase):
         if not steps:
             return 0
         return self._execute(
-            "record_attempt_steps", {"attempt_id": attempt_id, "tenant_id": tenant_id, "steps": Jsonb(steps)}
+            "execution_record_attempt_steps", {"attempt_id": attempt_id, "tenant_id": tenant_id, "steps": Jsonb(steps)}
         )
 
     def list_attempt_steps(self, attempt_id: int) -> list[AttemptStep]:
-        return [from_row(AttemptStep, r) for r in self._rows("list_attempt_steps", {"attempt_id": attempt_id})]
+        return [from_row(AttemptStep, r) for r in self._rows("execution_list_attempt_steps", {"attempt_id": attempt_id})]
 
     def release_attempt(self, attempt_id: int, worker_id: str) -> bool:
         """Put a leased attempt back in the queue; False when this worker no longer held it."""
-        return self._row("release_attempt", {"attempt_id": attempt_id, "worker_id": worker_id}) is not None
+        return self._row("execution_release_attempt", {"attempt_id": attempt_id, "worker_id": worker_id}) is not None
 
     def start_environment_instance(
         self, *, tenant_id: int, environment_id: int, worker_id: str, pid: int | None, status: str, now: datetime
     ) -> EnvironmentInstance:
         row = self._row(
-            "start_environment_instance",
+            "execution_start_environment_instance",
             {"tenant_id": tenant_id, "environment_id": environment_id, "worker_id": worker_id, "pid": pid,
              "status": status, "now": now},
         )
@@ -91,7 +91,7 @@ class ExecutionStore(StoreBase):
     ) -> EnvironmentInstance | None:
         """Move an instance to `status`; `relaxed` only on a statement that is its own transaction."""
         row = self._row(
-            "update_environment_instance",
+            "execution_update_environment_instance",
             {"instance_id": instance_id, "status": status, "now": now, "pid": pid, "served": served,
              "relaxed": relaxed},
         )
@@ -99,20 +99,20 @@ class ExecutionStore(StoreBase):
 
     def abandon_environment_instances(self, now: datetime, grace_seconds: int = 300) -> int:
         """Mark dead the idle instances whose worker vanished without stopping them."""
-        return len(self._rows("abandon_environment_instances", {"now": now, "grace_seconds": grace_seconds}))
+        return len(self._rows("execution_abandon_environment_instances", {"now": now, "grace_seconds": grace_seconds}))
 
     def reaper_server_started(self) -> datetime:
         """When the database server last started."""
-        row = self._row("reaper_server_started", {})
+        row = self._row("execution_reaper_server_started", {})
         assert row is not None
         started: datetime = row["started"]
         return started
 
     def reaper_waiting(self, now: datetime, grace_seconds: int = 300) -> bool:
         """Whether a lease reaper pass would find an expired lease or an abandoned instance."""
-        row = self._row("reaper_waiting", {"now": now, "grace_seconds": grace_seconds})
+        row = self._row("execution_reaper_waiting", {"now": now, "grace_seconds": grace_seconds})
         return bool(row and row["found"])
 
     def list_environment_instances(self, *, include_stopped: bool = False, limit: int = 200) -> list[EnvironmentInstance]:
-        rows = self._rows("list_environment_instances", {"include_stopped": include_stopped, "limit": limit})
+        rows = self._rows("execution_list_environment_instances", {"include_stopped": include_stopped, "limit": limit})
         return [from_row(EnvironmentInstance, r) for r in rows]

@@ -1,4 +1,4 @@
--- ensure_default_environment --
+-- execution_ensure_default_environment --
 -- The environment of a workflow that names none: one `default` per tenant, created
 -- once (ON CONFLICT keeps racing workers to one row) and never modified here.
 WITH created AS (
@@ -12,7 +12,7 @@ UNION ALL
 SELECT * FROM environments WHERE tenant_id = %(tenant_id)s AND name = 'default'
 LIMIT 1;
 
--- record_attempt_steps --
+-- execution_record_attempt_steps --
 -- Write what each step of an attempt did, in one statement. Called in the same
 -- transaction as finish_attempt and only when that applied, so a result delivered
 -- twice writes its steps once; ON CONFLICT is the second line of defence.
@@ -26,10 +26,10 @@ SELECT a.id, a.run_scheduled_for, %(tenant_id)s, s.step, s.position, s.status, s
  WHERE a.id = %(attempt_id)s
     ON CONFLICT (attempt_id, step, run_scheduled_for) DO NOTHING;
 
--- list_attempt_steps --
+-- execution_list_attempt_steps --
 SELECT * FROM attempt_steps WHERE attempt_id = %(attempt_id)s ORDER BY position;
 
--- release_attempt --
+-- execution_release_attempt --
 -- Hand a leased attempt back to the queue (a worker stopping before it could
 -- finish). Compare-and-set on (running, this worker): a reaped lease stays lost.
 WITH released AS (
@@ -44,7 +44,7 @@ WITH released AS (
 )
 SELECT id FROM released;
 
--- start_environment_instance --
+-- execution_start_environment_instance --
 -- Record a new process of an environment on this worker. A restart within the same
 -- instant of the clock (a virtual clock stands still) starts one microsecond later,
 -- so (environment, worker, started_at) stays unique without reading a real clock.
@@ -58,7 +58,7 @@ INSERT INTO environment_instances (tenant_id, environment_id, worker_id, pid, st
 SELECT %(tenant_id)s, %(environment_id)s, %(worker_id)s, %(pid)s, %(status)s, stamp.at, stamp.at FROM stamp
 RETURNING *;
 
--- update_environment_instance --
+-- execution_update_environment_instance --
 -- Move an instance to a new status; a stopped or dead instance never comes back.
 -- With `relaxed`, the statement's own transaction commits without waiting for the
 -- WAL flush: an instance mark lost in a crash is harmless (the process died with
@@ -75,7 +75,7 @@ UPDATE environment_instances
    AND (NOT %(relaxed)s OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
 RETURNING *;
 
--- abandon_environment_instances --
+-- execution_abandon_environment_instances --
 -- Instances still listed live long after their idle timeout belong to a worker that
 -- died without stopping them (their processes exit with it): mark them dead. A busy
 -- one is abandoned only when its worker holds no running attempt any more.
@@ -89,7 +89,7 @@ UPDATE environment_instances i
            SELECT 1 FROM attempts a WHERE a.status = 'running' AND a.worker_id = i.worker_id))
 RETURNING i.id;
 
--- list_environment_instances --
+-- execution_list_environment_instances --
 -- Environment processes, live ones first, newest first.
 SELECT i.*, t.name AS tenant, e.name AS environment, e.python, e.idle_timeout_seconds
   FROM environment_instances i
@@ -117,19 +117,19 @@ SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds, t.name AS tenant__na
   LEFT JOIN environments e ON e.id = w.environment_id
  WHERE w.id = %(workflow_id)s;
 
--- relax_commit --
+-- execution_relax_commit --
 -- Let this session's commits return before the WAL is flushed (see store.execution.autocommit).
 SET synchronous_commit = off;
 
--- restore_commit --
+-- execution_restore_commit --
 -- Back to the server's durable default before the connection returns to the pool.
 RESET synchronous_commit;
 
--- reaper_server_started --
+-- execution_reaper_server_started --
 -- When the database server last started: leases that ran out while it was down could not be renewed.
 SELECT pg_postmaster_start_time() AS started;
 
--- reaper_waiting --
+-- execution_reaper_waiting --
 -- The lease reaper's idle check, read only: has a running attempt's lease expired
 -- (expire_leases), or is an instance left listed live (abandon_environment_instances)?
 SELECT EXISTS (SELECT 1 FROM attempts WHERE status = 'running' AND lease_expires_at <= %(now)s)

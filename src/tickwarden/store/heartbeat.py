@@ -8,7 +8,7 @@ from tickwarden.models import Heartbeat, from_row
 from tickwarden.store.base import StoreBase
 
 
-class HeartbeatStore(StoreBase):
+class HeartbeatRepository(StoreBase):
     def record_heartbeat(
         self,
         replica_id: str,

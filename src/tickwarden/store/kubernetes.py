@@ -56,15 +56,15 @@ class QueuedRetry:
     workflow: str
 
 
-class KubernetesStore(StoreBase):
-    def kubernetes_desired_cronjobs(self) -> list[DesiredCronJob]:
+class KubernetesRepository(StoreBase):
+    def desired_cronjobs(self) -> list[DesiredCronJob]:
         return [DesiredCronJob(**row) for row in self._rows("kubernetes_desired_cronjobs")]
 
-    def kubernetes_tick_context(self, schedule_id: int) -> TickContext | None:
+    def tick_context(self, schedule_id: int) -> TickContext | None:
         row = self._row("kubernetes_tick_context", {"schedule_id": schedule_id})
         return TickContext(**row) if row else None
 
-    def kubernetes_lease_tick_attempt(
+    def lease_tick_attempt(
         self, workflow_id: int, scheduled_for: datetime, worker_id: str, now: datetime, lease_seconds: float
     ) -> Attempt | None:
         """Lease the queued attempt of the tick's run; None when there is none to take."""
@@ -75,10 +75,10 @@ class KubernetesStore(StoreBase):
         )
         return from_row(Attempt, row) if row else None
 
-    def kubernetes_queued_retries(self, now: datetime, limit: int) -> list[QueuedRetry]:
+    def queued_retries(self, now: datetime, limit: int) -> list[QueuedRetry]:
         return [QueuedRetry(**row) for row in self._rows("kubernetes_queued_retries", {"now": now, "limit": limit})]
 
-    def kubernetes_lease_attempt(self, attempt_id: int, worker_id: str, now: datetime,
+    def lease_attempt(self, attempt_id: int, worker_id: str, now: datetime,
                                  lease_seconds: float) -> Attempt | None:
         """Lease one queued attempt by id; None when it is not queued (or not yet due)."""
         row = self._row("kubernetes_lease_attempt",

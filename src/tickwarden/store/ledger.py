@@ -42,7 +42,7 @@ def int_array_literal(values: Sequence[int]) -> str:
     return "{" + ",".join(str(int(v)) for v in values) + "}"
 
 
-class LedgerStore(StoreBase):
+class LedgerRepository(StoreBase):
     def create_tick_runs(
         self, ticks: Sequence[TickRequest], now: datetime, advances: Sequence[Advance] = ()
     ) -> list[Run]:
@@ -50,7 +50,7 @@ class LedgerStore(StoreBase):
         if not ticks and not advances:
             return []
         rows = self._rows(
-            "create_tick_runs",
+            "ledger_create_tick_runs",
             {
                 "tenant_ids": [t.tenant_id for t in ticks],
                 "workflow_ids": [t.workflow_id for t in ticks],
@@ -83,7 +83,7 @@ class LedgerStore(StoreBase):
         retry_backoff_seconds: Sequence[int] = (),
     ) -> Run:
         row = self._row(
-            "create_manual_run",
+            "ledger_create_manual_run",
             {
                 "tenant_id": tenant_id,
                 "workflow_id": workflow_id,
@@ -112,7 +112,7 @@ class LedgerStore(StoreBase):
     ) -> list[tuple[Attempt, datetime, bool]]:
         """As `lease_attempts_with_ticks`, each with its run's tick and whether the run is manual."""
         rows = self._rows(
-            "lease_attempts",
+            "ledger_lease_attempts",
             {
                 "worker_id": worker_id,
                 "now": now,
@@ -127,7 +127,7 @@ class LedgerStore(StoreBase):
         """Extend the lease; False when the worker no longer holds it."""
         return (
             self._execute(
-                "renew_lease",
+                "ledger_renew_lease",
                 {
                     "attempt_id": attempt_id,
                     "worker_id": worker_id,
@@ -148,7 +148,7 @@ class LedgerStore(StoreBase):
         """Record the outcomes of several attempts of distinct runs in one statement, in order given."""
         if not finished:
             return []
-        rows = {r["attempt_id"]: r for r in self._rows("finish_attempts", finish_params(worker_id, finished))}
+        rows = {r["attempt_id"]: r for r in self._rows("ledger_finish_attempts", finish_params(worker_id, finished))}
         results = []
         for attempt_id, _, _ in finished:
             row = rows.get(attempt_id)
@@ -164,7 +164,7 @@ class LedgerStore(StoreBase):
 
         A run re-queued for free (`FREE_LOST_REQUEUES` per run, before its deadline) keeps its budget.
         """
-        rows = self._rows("expire_leases", {"now": now, "limit": limit, "free_requeues": FREE_LOST_REQUEUES})
+        rows = self._rows("ledger_expire_leases", {"now": now, "limit": limit, "free_requeues": FREE_LOST_REQUEUES})
         return [
             FinishedAttempt(
                 applied=True, attempt_id=r["attempt_id"], run_id=r["run_id"], number=r["number"], run_status=r["run_status"]
@@ -176,32 +176,32 @@ class LedgerStore(StoreBase):
         """Queue the next attempt of every run still pending a retry, after its backoff for `patient` categories."""
         if not run_ids:
             return []
-        rows = self._rows("queue_retries", {"run_ids": list(run_ids), "now": now, "patient": list(patient)})
+        rows = self._rows("ledger_queue_retries", {"run_ids": list(run_ids), "now": now, "patient": list(patient)})
         return [from_row(Attempt, row) for row in rows]
 
     def cancel_run(self, run_id: int, actor: str, now: datetime) -> Run | None:
         """Cancel a run that has no verdict yet, and its queued or running attempt; None if it has one."""
-        row = self._row("cancel_run", {"run_id": run_id, "actor": actor, "now": now})
+        row = self._row("ledger_cancel_run", {"run_id": run_id, "actor": actor, "now": now})
         return from_row(Run, row) if row else None
 
     def get_run(self, run_id: int) -> Run | None:
-        row = self._row("get_run", {"run_id": run_id})
+        row = self._row("ledger_get_run", {"run_id": run_id})
         return from_row(Run, row) if row else None
 
     def get_run_for_tick(self, workflow_id: int, scheduled_for: datetime) -> Run | None:
-        row = self._row("get_run_for_tick", {"workflow_id": workflow_id, "scheduled_for": scheduled_for})
+        row = self._row("ledger_get_run_for_tick", {"workflow_id": workflow_id, "scheduled_for": scheduled_for})
         return from_row(Run, row) if row else None
 
     def list_runs(self, workflow_id: int, limit: int = 50, before: datetime | None = None) -> list[Run]:
-        rows = self._rows("list_runs", {"workflow_id": workflow_id, "limit": limit, "before": before})
+        rows = self._rows("ledger_list_runs", {"workflow_id": workflow_id, "limit": limit, "before": before})
         return [from_row(Run, row) for row in rows]
 
     def get_attempt(self, attempt_id: int) -> Attempt | None:
-        row = self._row("get_attempt", {"attempt_id": attempt_id})
+        row = self._row("ledger_get_attempt", {"attempt_id": attempt_id})
         return from_row(Attempt, row) if row else None
 
     def list_attempts(self, run_id: int) -> list[Attempt]:
-        return [from_row(Attempt, row) for row in self._rows("list_attempts", {"run_id": run_id})]
+        return [from_row(Attempt, row) for row in self._rows("ledger_list_attempts", {"run_id": run_id})]
 
 
 def finish_params(worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, datetime]]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
--- create_tick_runs --
+-- ledger_create_tick_runs --
 -- Insert one run (and its first queued attempt) per wanted tick, and move the
 -- schedules the ticker claimed to their next fire time, in one statement: a tick is
 -- recorded exactly when its schedule moves past it. Racing triggers insert the same
@@ -33,7 +33,7 @@ WITH wanted AS (
 )
 SELECT run.* FROM run ORDER BY run.scheduled_for, run.workflow_id;
 
--- create_manual_run --
+-- ledger_create_manual_run --
 -- A manual run is a run like any other, flagged manual, through the same worker path.
 WITH run AS (
     INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,
@@ -48,7 +48,7 @@ WITH run AS (
 )
 SELECT run.* FROM run;
 
--- lease_attempts --
+-- ledger_lease_attempts --
 -- Lease the oldest queued attempts. SKIP LOCKED hands concurrent workers disjoint
 -- rows without waiting; the run moves to running in the same statement. Each row
 -- also carries its run's tick and manual flag (`run_scheduled_for`, `run_manual`), so
@@ -83,13 +83,13 @@ SELECT leased.*, r.manual AS run_manual
   FROM leased JOIN runs r ON r.id = leased.run_id AND r.scheduled_for = leased.run_scheduled_for
  ORDER BY leased.queued_at, leased.id;
 
--- renew_lease --
+-- ledger_renew_lease --
 -- Extend a lease, only while this worker still holds it.
 UPDATE attempts
    SET heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
  WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s;
 
--- finish_attempts --
+-- ledger_finish_attempts --
 -- Record attempts' outcomes, each once: the compare-and-set on (running, worker) makes
 -- a second delivery of the same result, or a result after the lease was reaped, a
 -- no-op. Each run moves with its attempt: success is the verdict (recovered when a
@@ -153,7 +153,7 @@ SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS
  CROSS JOIN (SELECT count(*) FROM woken) w
  ORDER BY decided.id;
 
--- expire_leases --
+-- ledger_expire_leases --
 -- Mark attempts whose lease ran out as lost (the worker was killed or its machine
 -- vanished). The workflow did not fail, so before the run's deadline and at most
 -- %(free_requeues)s times per run the attempt is queued again without spending the
@@ -195,7 +195,7 @@ SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS
   FROM decided LEFT JOIN moved ON moved.id = decided.run_id
  CROSS JOIN (SELECT count(*) FROM woken) w;
 
--- queue_retries --
+-- ledger_queue_retries --
 -- Launch the next attempt of each given run that is still pending a retry, not
 -- before the run's backoff for it has passed since the failed attempt finished,
 -- when the failure's category is one that time can heal (`patient`); any other
@@ -219,7 +219,7 @@ SELECT m.tenant_id, m.workflow_id, m.id, m.scheduled_for, m.attempts_count, 'que
                      AND failed.number = m.attempts_count - 1
 RETURNING *;
 
--- cancel_run --
+-- ledger_cancel_run --
 -- An operator's cancel: a run with no verdict yet becomes cancelled with its actor,
 -- and its queued or running attempt with it. The attempts are marked processed, so
 -- the poller neither retries nor evaluates them (a cancel is no verdict on the
@@ -241,13 +241,13 @@ WITH closed AS (
 )
 SELECT closed.* FROM closed CROSS JOIN (SELECT count(*) FROM stopped) s;
 
--- get_run --
+-- ledger_get_run --
 SELECT * FROM runs WHERE id = %(run_id)s;
 
--- get_run_for_tick --
+-- ledger_get_run_for_tick --
 SELECT * FROM runs WHERE workflow_id = %(workflow_id)s AND scheduled_for = %(scheduled_for)s AND NOT manual;
 
--- list_runs --
+-- ledger_list_runs --
 -- A workflow's runs newest first, paged by (scheduled_for, id).
 SELECT * FROM runs
  WHERE workflow_id = %(workflow_id)s
@@ -255,8 +255,8 @@ SELECT * FROM runs
  ORDER BY scheduled_for DESC, id DESC
  LIMIT %(limit)s;
 
--- get_attempt --
+-- ledger_get_attempt --
 SELECT * FROM attempts WHERE id = %(attempt_id)s;
 
--- list_attempts --
+-- ledger_list_attempts --
 SELECT * FROM attempts WHERE run_id = %(run_id)s ORDER BY number;

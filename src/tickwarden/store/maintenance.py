@@ -42,8 +42,8 @@ def _window(row: dict[str, Any]) -> Window:
     return from_row(Window, row)
 
 
-class MaintenanceStore(StoreBase):
-    def maintenance_insert(self, tenant_id: int, workflow_id: int | None, source: str, spec: WindowSpec,
+class MaintenanceRepository(StoreBase):
+    def insert(self, tenant_id: int, workflow_id: int | None, source: str, spec: WindowSpec,
                            created_by: str, now: datetime) -> Window:
         row = self._row("maintenance_insert", {
             "tenant_id": tenant_id, "workflow_id": workflow_id, "source": source, "starts_at": spec.starts_at,
@@ -53,20 +53,20 @@ class MaintenanceStore(StoreBase):
         assert row is not None
         return _window(row)
 
-    def maintenance_get(self, window_id: int) -> Window | None:
+    def get(self, window_id: int) -> Window | None:
         row = self._row("maintenance_get", {"id": window_id})
         return _window(row) if row else None
 
-    def maintenance_list(self, tenant: str | None = None) -> list[Window]:
-        return [_window(r) for r in self._rows("maintenance_list", {"tenant": tenant})]
+    def windows(self, tenant: str | None = None) -> list[Window]:
+        return [_window(r) for r in self._rows("maintenance_windows", {"tenant": tenant})]
 
-    def maintenance_delete(self, window_id: int) -> bool:
+    def delete(self, window_id: int) -> bool:
         return self._execute("maintenance_delete", {"id": window_id}) > 0
 
-    def maintenance_delete_file_windows(self, workflow_id: int) -> int:
+    def delete_file_windows(self, workflow_id: int) -> int:
         return self._execute("maintenance_delete_file_windows", {"workflow_id": workflow_id})
 
-    def maintenance_for_workflows(self, workflow_ids: Sequence[int]) -> dict[int, list[Window]]:
+    def for_workflows(self, workflow_ids: Sequence[int]) -> dict[int, list[Window]]:
         """The windows applying to each workflow (its own and its tenant's), by workflow id."""
         found: dict[int, list[Window]] = {}
         if not workflow_ids:
@@ -75,35 +75,35 @@ class MaintenanceStore(StoreBase):
             found.setdefault(row["applies_to"], []).append(_window(row))
         return found
 
-    def maintenance_outbox_scope(self, outbox_ids: Sequence[int]) -> dict[int, tuple[int, datetime | None]]:
+    def outbox_scope(self, outbox_ids: Sequence[int]) -> dict[int, tuple[int, datetime | None]]:
         """Outbox row id → (workflow id, when earlier held rows of its thread are released), for rows
         whose workflow or tenant has any window."""
         rows = self._rows("maintenance_outbox_scope", {"ids": list(outbox_ids)})
         return {r["outbox_id"]: (r["workflow_id"], r["held_until"]) for r in rows}
 
-    def maintenance_hold_outbox(self, holds: Sequence[tuple[int, datetime]]) -> int:
+    def hold_outbox(self, holds: Sequence[tuple[int, datetime]]) -> int:
         if not holds:
             return 0
         return self._execute("maintenance_hold_outbox", {"ids": [i for i, _ in holds],
                                                          "untils": [u for _, u in holds]})
 
-    def maintenance_claim_held_alerts(self, now: datetime, limit: int) -> list[HeldAlert]:
+    def claim_held_alerts(self, now: datetime, limit: int) -> list[HeldAlert]:
         return [HeldAlert(**r) for r in self._rows("maintenance_claim_held_alerts", {"now": now, "limit": limit})]
 
-    def maintenance_held_rows(self, alert_ids: Sequence[int]) -> list[HeldRow]:
+    def held_rows(self, alert_ids: Sequence[int]) -> list[HeldRow]:
         return [HeldRow(**r) for r in self._rows("maintenance_held_rows", {"alert_ids": list(alert_ids)})]
 
-    def maintenance_extend_holds(self, alert_ids: Sequence[int], until: datetime) -> int:
+    def extend_holds(self, alert_ids: Sequence[int], until: datetime) -> int:
         return self._execute("maintenance_extend_holds", {"alert_ids": list(alert_ids), "until": until})
 
-    def maintenance_release_outbox(self, alert_ids: Sequence[int], release_ids: Sequence[int], now: datetime) -> int:
+    def release_outbox(self, alert_ids: Sequence[int], release_ids: Sequence[int], now: datetime) -> int:
         return self._execute("maintenance_release_outbox", {"alert_ids": list(alert_ids),
                                                             "release_ids": list(release_ids), "now": now})
 
-    def maintenance_escalation_candidates(self, now: datetime, limit: int) -> list[EscalationCandidate]:
+    def escalation_candidates(self, now: datetime, limit: int) -> list[EscalationCandidate]:
         rows = self._rows("maintenance_escalation_candidates", {"now": now, "limit": limit})
         return [EscalationCandidate(**r) for r in rows]
 
-    def maintenance_defer_escalation(self, alert_id: int, old: datetime, escalate_at: datetime) -> bool:
+    def defer_escalation(self, alert_id: int, old: datetime, escalate_at: datetime) -> bool:
         return bool(self._rows("maintenance_defer_escalation", {"id": alert_id, "old": old,
                                                                 "escalate_at": escalate_at}))

@@ -20,7 +20,7 @@ SELECT m.*, t.name AS tenant, w.name AS workflow
   LEFT JOIN workflows w ON w.id = m.workflow_id
  WHERE m.id = %(id)s;
 
--- maintenance_list --
+-- maintenance_windows --
 -- Every window, or one tenant's (NULL: all), in creation order.
 SELECT m.*, t.name AS tenant, w.name AS workflow
   FROM maintenance_windows m

@@ -126,7 +126,7 @@ def _transition(row: dict[str, Any]) -> Transition:
     return Transition(**row)  # the statements return exactly these columns
 
 
-class MonitoringStore(StoreBase):
+class MonitoringRepository(StoreBase):
     def finished_attempts_waiting(self, now: datetime) -> bool:
         """Whether any finished attempt is still unprocessed."""
         row = self._row("monitoring_finished_waiting", {"now": now})

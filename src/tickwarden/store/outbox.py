@@ -114,7 +114,7 @@ def _channel(row: dict[str, Any], prefix: str = "") -> Channel:
     return from_row(Channel, {k[len(prefix):]: v for k, v in row.items() if k.startswith(prefix)})
 
 
-class OutboxStore(StoreBase):
+class OutboxRepository(StoreBase):
     def enqueue_notifications(self, event_ids: Sequence[int], now: datetime) -> list[int]:
         """Write the outbox rows for these events (idempotent); return the ids of the new rows.
 
@@ -123,7 +123,7 @@ class OutboxStore(StoreBase):
         """
         if not event_ids:
             return []
-        rows = self._rows("enqueue_notifications", {"event_ids": list(event_ids), "now": now})
+        rows = self._rows("outbox_enqueue_notifications", {"event_ids": list(event_ids), "now": now})
         if rows:
             # delivered at commit: notifiers deliver now instead of at their next poll
             self._rows("outbox_wake_notifier")
@@ -146,7 +146,7 @@ class OutboxStore(StoreBase):
     ) -> Channel:
         """Create or update a channel; (tenant, name) is its identity; no severities or events: it hears all."""
         row = self._row(
-            "upsert_notification_channel",
+            "outbox_upsert_notification_channel",
             {"tenant_id": tenant_id, "name": name, "kind": kind, "audience": audience,
              "config": Jsonb(config or {}), "secret_ref": secret_ref, "now": now,
              "severities": severities or None, "events": events or None},
@@ -157,35 +157,35 @@ class OutboxStore(StoreBase):
     def list_notification_channels(self) -> list[ChannelBacklog]:
         return [
             ChannelBacklog(_channel(r), r["pending"], r["sending"], r["failed"], r["dead"], r["sent"])
-            for r in self._rows("list_notification_channels")
+            for r in self._rows("outbox_list_notification_channels")
         ]
 
     def find_notification_channels(self, name: str, tenant: str | None = None) -> list[Channel]:
-        return [_channel(r) for r in self._rows("find_notification_channels", {"name": name, "tenant": tenant})]
+        return [_channel(r) for r in self._rows("outbox_find_notification_channels", {"name": name, "tenant": tenant})]
 
     def enable_notification_channel(self, channel_id: int) -> bool:
-        return self._execute("set_notification_channel_enabled", {"channel_id": channel_id}) == 1
+        return self._execute("outbox_set_notification_channel_enabled", {"channel_id": channel_id}) == 1
 
     def disable_notification_channel(self, channel_id: int, reason: str, now: datetime) -> list[int]:
         """Disable a channel and give up on its waiting deliveries; return the rows given up."""
-        self._execute("disable_notification_channel", {"channel_id": channel_id, "reason": reason, "now": now})
-        rows = self._rows("bury_channel_outbox", {"channel_id": channel_id, "reason": f"channel disabled: {reason}"})
+        self._execute("outbox_disable_notification_channel", {"channel_id": channel_id, "reason": reason, "now": now})
+        rows = self._rows("outbox_bury_channel_outbox", {"channel_id": channel_id, "reason": f"channel disabled: {reason}"})
         return [r["id"] for r in rows]
 
     # deliveries
 
     def release_expired_outbox(self, now: datetime) -> list[int]:
-        return [r["id"] for r in self._rows("release_expired_outbox", {"now": now})]
+        return [r["id"] for r in self._rows("outbox_release_expired_outbox", {"now": now})]
 
     def claim_outbox(
         self, replica_id: str, now: datetime, locked_until: datetime, batch: int, kinds: Sequence[str]
     ) -> list[OutboxRow]:
         params = {"replica_id": replica_id, "now": now, "locked_until": locked_until, "batch": batch,
                   "kinds": list(kinds)}
-        rows = self._rows("claim_outbox", params)
+        rows = self._rows("outbox_claim_outbox", params)
         return [from_row(OutboxRow, r) for r in rows]
 
-    def outbox_delivery_context(self, outbox_ids: Sequence[int]) -> list[DeliveryContext]:
+    def delivery_context(self, outbox_ids: Sequence[int]) -> list[DeliveryContext]:
         found = []
         for row in self._rows("outbox_delivery_context", {"ids": list(outbox_ids)}):
             values = {k: v for k, v in row.items() if not k.startswith("channel_")}
@@ -196,7 +196,7 @@ class OutboxStore(StoreBase):
         self, *, alert_id: int, channel_id: int, tenant_id: int, thread_key: str, parent_ref: str | None, now: datetime
     ) -> None:
         self._execute(
-            "insert_notification_thread",
+            "outbox_insert_notification_thread",
             {"alert_id": alert_id, "channel_id": channel_id, "tenant_id": tenant_id,
              "thread_key": thread_key, "parent_ref": parent_ref, "now": now},
         )
@@ -209,7 +209,7 @@ class OutboxStore(StoreBase):
         self._execute("outbox_relaxed_commit")
 
     def mark_outbox_sent(self, outbox_id: int, replica_id: str, now: datetime) -> bool:
-        return self._execute("mark_outbox_sent", {"id": outbox_id, "replica_id": replica_id, "now": now}) == 1
+        return self._execute("outbox_mark_outbox_sent", {"id": outbox_id, "replica_id": replica_id, "now": now}) == 1
 
     def mark_outbox_retry(
         self, outbox_id: int, replica_id: str, *, error: str, next_attempt_at: datetime, max_tries: int,
@@ -220,7 +220,7 @@ class OutboxStore(StoreBase):
         `maybe_sent`: the provider may have accepted the message although no answer came.
         """
         row = self._row(
-            "mark_outbox_retry",
+            "outbox_mark_outbox_retry",
             {"id": outbox_id, "replica_id": replica_id, "error": error,
              "next_attempt_at": next_attempt_at, "max_tries": max_tries, "maybe_sent": maybe_sent},
         )
@@ -228,18 +228,18 @@ class OutboxStore(StoreBase):
 
     def defer_outbox(self, outbox_id: int, replica_id: str, next_attempt_at: datetime) -> bool:
         params = {"id": outbox_id, "replica_id": replica_id, "next_attempt_at": next_attempt_at}
-        return self._execute("defer_outbox", params) == 1
+        return self._execute("outbox_defer_outbox", params) == 1
 
     def mark_outbox_dead(self, outbox_id: int, replica_id: str, error: str) -> bool:
-        return self._execute("mark_outbox_dead", {"id": outbox_id, "replica_id": replica_id, "error": error}) == 1
+        return self._execute("outbox_mark_outbox_dead", {"id": outbox_id, "replica_id": replica_id, "error": error}) == 1
 
-    def outbox_waiting(self, kinds: Sequence[str], now: datetime) -> tuple[bool, datetime | None]:
+    def waiting(self, kinds: Sequence[str], now: datetime) -> tuple[bool, datetime | None]:
         """Return whether a sender's claim has gone stale, and when the earliest delivery is due."""
         row = self._row("outbox_waiting", {"kinds": list(kinds), "now": now})
         assert row is not None
         return bool(row["stale"]), row["due"]
 
-    def outbox_status_counts(self) -> dict[str, int]:
+    def status_counts(self) -> dict[str, int]:
         # held and suppressed: deliveries a maintenance window holds, and those it made unnecessary
         counts = {status: 0 for status in ("pending", "sending", "failed", "dead", "sent", "held", "suppressed")}
         for row in self._rows("outbox_status_counts"):
@@ -247,4 +247,4 @@ class OutboxStore(StoreBase):
         return counts
 
     def list_outbox_problems(self, limit: int = 50) -> list[OutboxProblem]:
-        return [from_row(OutboxProblem, r) for r in self._rows("list_outbox_problems", {"limit": limit})]
+        return [from_row(OutboxProblem, r) for r in self._rows("outbox_list_outbox_problems", {"limit": limit})]

@@ -2,7 +2,7 @@
 -- Wake sleeping notifiers early (delivered at commit); their polling keeps delivery correct.
 SELECT pg_notify('tickwarden_wake', 'notifier');
 
--- enqueue_notifications --
+-- outbox_enqueue_notifications --
 -- Fan alert events out to one outbox row per channel, in the caller's transaction.
 -- Events that notify: opened, escalated, reassigned, acknowledged, snoozed, paused,
 -- noted, resolved (`failed` is history only). A customer channel hears its own
@@ -36,7 +36,7 @@ SELECT e.tenant_id, e.id, e.alert_id, c.id, 'pending',
     ON CONFLICT (event_id, channel_id) DO NOTHING
 RETURNING id;
 
--- upsert_notification_channel --
+-- outbox_upsert_notification_channel --
 -- Create a channel or update its settings; (tenant, name) is its identity. The
 -- enabled flag is left alone: re-enabling a disabled channel is a deliberate act.
 INSERT INTO notification_channels (tenant_id, name, kind, audience, config, secret_ref, created_at,
@@ -48,7 +48,7 @@ VALUES (%(tenant_id)s, %(name)s, %(kind)s, %(audience)s, %(config)s, %(secret_re
        secret_ref = EXCLUDED.secret_ref, severities = EXCLUDED.severities, events = EXCLUDED.events
 RETURNING notification_channels.*, (SELECT name FROM tenants t WHERE t.id = notification_channels.tenant_id) AS tenant;
 
--- list_notification_channels --
+-- outbox_list_notification_channels --
 -- Every channel with its tenant's name and its backlog by delivery status.
 SELECT c.*, t.name AS tenant,
        count(o.id) FILTER (WHERE o.status = 'pending') AS pending,
@@ -62,7 +62,7 @@ SELECT c.*, t.name AS tenant,
  GROUP BY c.id, t.name
  ORDER BY t.name NULLS FIRST, c.name;
 
--- find_notification_channels --
+-- outbox_find_notification_channels --
 -- Channels with this name, optionally within one tenant (NULL tenant name = any).
 SELECT c.*, t.name AS tenant
   FROM notification_channels c
@@ -71,14 +71,14 @@ SELECT c.*, t.name AS tenant
    AND (%(tenant)s::text IS NULL OR t.name = %(tenant)s::text)
  ORDER BY c.id;
 
--- set_notification_channel_enabled --
+-- outbox_set_notification_channel_enabled --
 -- Re-enable a channel (clearing the reason) after its configuration was fixed.
 UPDATE notification_channels
    SET enabled = true, disabled_reason = NULL, disabled_at = NULL
  WHERE id = %(channel_id)s
 RETURNING id;
 
--- release_expired_outbox --
+-- outbox_release_expired_outbox --
 -- A sender that crashed (or stalled past its lease) leaves rows in 'sending'; make
 -- them due again. The try counts: the crashed send may or may not have gone out,
 -- so the row is marked maybe_sent (the next send looks for it first where it can).
@@ -88,7 +88,7 @@ UPDATE notification_outbox
  WHERE status = 'sending' AND locked_until <= %(now)s
 RETURNING id;
 
--- claim_outbox --
+-- outbox_claim_outbox --
 -- Claim due deliveries for one replica under a lease. A row is eligible only when no
 -- earlier event of the same alert is still undelivered on the same channel, so a
 -- thread's first message always goes first and replies follow in event order; the
@@ -155,14 +155,14 @@ SELECT o.id AS outbox_id, o.event_id, o.tries,
  WHERE o.id = ANY(%(ids)s::bigint[])
  ORDER BY o.event_id, o.id;
 
--- insert_notification_thread --
+-- outbox_insert_notification_thread --
 -- Remember the first message of an alert's conversation on a channel. Only one row per
 -- (alert, channel) is ever in flight, so a conflict means this very row was retried.
 INSERT INTO notification_threads (alert_id, channel_id, tenant_id, thread_key, parent_ref, created_at)
 VALUES (%(alert_id)s, %(channel_id)s, %(tenant_id)s, %(thread_key)s, %(parent_ref)s, %(now)s)
     ON CONFLICT (alert_id, channel_id) DO NOTHING;
 
--- mark_outbox_sent --
+-- outbox_mark_outbox_sent --
 -- Record a delivery, compare-and-set on the claim: a replica whose lease was taken
 -- over changes nothing.
 UPDATE notification_outbox
@@ -171,7 +171,7 @@ UPDATE notification_outbox
  WHERE id = %(id)s AND status = 'sending' AND locked_by = %(replica_id)s
 RETURNING id;
 
--- mark_outbox_retry --
+-- outbox_mark_outbox_retry --
 -- A transient failure: back off, or give up ('dead') once the tries are spent.
 -- `maybe_sent`: the provider may have taken the message (no answer came); it stays set.
 UPDATE notification_outbox
@@ -181,7 +181,7 @@ UPDATE notification_outbox
  WHERE id = %(id)s AND status = 'sending' AND locked_by = %(replica_id)s
 RETURNING id, status, tries;
 
--- defer_outbox --
+-- outbox_defer_outbox --
 -- Put a claimed row back untried (its channel failed earlier in this pass).
 UPDATE notification_outbox
    SET status = CASE WHEN tries = 0 THEN 'pending' ELSE 'failed' END,
@@ -189,21 +189,21 @@ UPDATE notification_outbox
  WHERE id = %(id)s AND status = 'sending' AND locked_by = %(replica_id)s
 RETURNING id;
 
--- mark_outbox_dead --
+-- outbox_mark_outbox_dead --
 -- Give up on one claimed row for a reason that retrying will not change.
 UPDATE notification_outbox
    SET status = 'dead', tries = tries + 1, last_error = %(error)s, locked_by = NULL, locked_until = NULL
  WHERE id = %(id)s AND status = 'sending' AND locked_by = %(replica_id)s
 RETURNING id;
 
--- disable_notification_channel --
+-- outbox_disable_notification_channel --
 -- A permanent error: stop using the channel and say why (first reason wins).
 UPDATE notification_channels
    SET enabled = false, disabled_reason = %(reason)s, disabled_at = %(now)s
  WHERE id = %(channel_id)s AND enabled
 RETURNING id;
 
--- bury_channel_outbox --
+-- outbox_bury_channel_outbox --
 -- The channel is disabled: its waiting deliveries will never go out; say so on each.
 UPDATE notification_outbox
    SET status = 'dead', last_error = %(reason)s, locked_by = NULL, locked_until = NULL
@@ -216,7 +216,7 @@ SELECT status, count(*) AS n, min(created_at) AS oldest
   FROM notification_outbox
  GROUP BY status;
 
--- list_outbox_problems --
+-- outbox_list_outbox_problems --
 -- Deliveries that failed or were given up, newest first, for operators.
 SELECT o.id, o.status, o.tries, o.next_attempt_at, o.last_error, o.alert_id, e.kind AS event,
        c.name AS channel, t.name AS tenant

@@ -37,11 +37,14 @@ def parse_blocks(text: str, source: str = "<sql>") -> dict[str, str]:
 def queries() -> dict[str, str]:
     """Return every named query of the store, by name."""
     found: dict[str, str] = {}
-    folder = resources.files("tickwarden").joinpath("store")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+    package = resources.files("tickwarden")
+    entries = [entry for folder in ("store", "simulate") for entry in package.joinpath(folder).iterdir()]
+    for entry in sorted(entries, key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
             continue
         for name, text in parse_blocks(entry.read_text(encoding="utf-8"), entry.name).items():
+            if not name.startswith(entry.name.removesuffix(".sql") + "_"):
+                raise ValueError(f"{entry.name}: query {name!r} is not named <area>_<verb>")
             if name in found:
                 raise ValueError(f"{entry.name}: query {name!r} is declared in another file too")
             found[name] = text

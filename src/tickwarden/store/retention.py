@@ -37,21 +37,21 @@ class LedgerSweep:
     more: bool
 
 
-class RetentionStore(StoreBase):
-    def retention_set_policy(self, tenant_id: int, days: dict[str, int | None], now: datetime) -> RetentionPolicy:
+class RetentionRepository(StoreBase):
+    def set_policy(self, tenant_id: int, days: dict[str, int | None], now: datetime) -> RetentionPolicy:
         params: dict[str, Any] = {f"{k}_days": days.get(k) for k in ("metadata", "logs", "payloads", "outbox", "alerts")}
         row = self._row("retention_policy_upsert", {**params, "tenant_id": tenant_id, "now": now})
         assert row is not None
         return from_row(RetentionPolicy, row)
 
-    def retention_get_policy(self, tenant_id: int) -> RetentionPolicy | None:
+    def get_policy(self, tenant_id: int) -> RetentionPolicy | None:
         row = self._row("retention_policy_get", {"tenant_id": tenant_id})
         return from_row(RetentionPolicy, row) if row else None
 
-    def retention_ensure_marks(self, now: datetime) -> int:
+    def ensure_marks(self, now: datetime) -> int:
         return self._execute("retention_ensure_marks", {"now": now})
 
-    def retention_expire_ledger(
+    def expire_ledger(
         self, klass: str, now: datetime, default_days: int, *, workflows: int, runs: int
     ) -> LedgerSweep:
         row = self._row(LEDGER_QUERIES[klass], {"now": now, "default_days": default_days,
@@ -60,36 +60,36 @@ class RetentionStore(StoreBase):
         return LedgerSweep(expired=int(row["expired"]), workflows=int(row["workflows"]),
                            more=row["due"] >= workflows or row["full_workflows"] > 0)
 
-    def retention_expire_outbox(self, now: datetime, default_days: int, limit: int) -> int:
+    def expire_outbox(self, now: datetime, default_days: int, limit: int) -> int:
         row = self._row("retention_expire_outbox", {"now": now, "default_days": default_days, "limit": limit})
         return int(row["expired"]) if row else 0
 
-    def retention_expire_alerts(self, now: datetime, default_days: int, limit: int) -> int:
+    def expire_alerts(self, now: datetime, default_days: int, limit: int) -> int:
         row = self._row("retention_expire_alerts", {"now": now, "default_days": default_days, "limit": limit})
         return int(row["expired"]) if row else 0
 
-    def retention_add_totals(self, now: datetime, expired: dict[str, int]) -> None:
+    def add_totals(self, now: datetime, expired: dict[str, int]) -> None:
         classes = [k for k, v in expired.items() if v]
         if classes:
             self._execute("retention_add_totals", {"now": now, "classes": classes,
                                                    "rows": [expired[k] for k in classes]})
 
-    def retention_totals(self) -> dict[str, int]:
+    def totals(self) -> dict[str, int]:
         return {row["class"]: int(row["rows"]) for row in self._rows("retention_totals")}
 
-    def retention_ensure_partition(self, at: datetime) -> bool:
+    def ensure_partition(self, at: datetime) -> bool:
         row = self._row("retention_ensure_partition", {"at": at})
         return bool(row and row["created"])
 
-    def retention_ledger_months(self) -> list[LedgerMonth]:
+    def ledger_months(self) -> list[LedgerMonth]:
         return [LedgerMonth(r["suffix"], r["lower"], r["upper"], int(r["estimated_rows"]))
                 for r in self._rows("retention_ledger_partitions")]
 
-    def retention_shortest_metadata_days(self, default_days: int) -> int:
+    def shortest_metadata_days(self, default_days: int) -> int:
         row = self._row("retention_shortest_metadata_days", {"default_days": default_days})
         return int(row["days"]) if row and row["days"] is not None else default_days
 
-    def retention_month_droppable(self, month: LedgerMonth, now: datetime, default_days: int) -> bool:
+    def month_droppable(self, month: LedgerMonth, now: datetime, default_days: int) -> bool:
         """Whether retention keeps nothing in a month of the ledger.
 
         In the caller's transaction, which must do nothing else: the month's tables are
@@ -108,7 +108,7 @@ class RetentionStore(StoreBase):
                                                   "default_days": default_days})
         return row is not None and not row["keeps"]
 
-    def retention_drop_month(self, month: LedgerMonth) -> bool:
+    def drop_month(self, month: LedgerMonth) -> bool:
         """Drop a month the caller found droppable; True when this call dropped it.
 
         In a transaction of its own, after the decision's: the parents are locked first

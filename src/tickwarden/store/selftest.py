@@ -26,43 +26,43 @@ class SelftestDelivery:
     event_severity: str
 
 
-class SelftestStore(StoreBase):
-    def selftest_begin(self, tenant_id: int, *, no_send: bool, lent_channel_ids: Sequence[int], now: datetime,
+class SelftestRepository(StoreBase):
+    def begin(self, tenant_id: int, *, no_send: bool, lent_channel_ids: Sequence[int], now: datetime,
                        started_by: str) -> None:
         self._execute("selftest_begin", {"tenant_id": tenant_id, "no_send": no_send,
                                          "lent_channel_ids": list(lent_channel_ids), "now": now,
                                          "started_by": started_by})
 
-    def selftest_stale_tenants(self, before: datetime) -> list[tuple[int, str]]:
+    def stale_tenants(self, before: datetime) -> list[tuple[int, str]]:
         return [(r["id"], r["name"]) for r in self._rows("selftest_stale_tenants", {"before": before})]
 
-    def selftest_routes(self, tenant_id: int | None) -> list[Channel]:
+    def routes(self, tenant_id: int | None) -> list[Channel]:
         return [from_row(Channel, r) for r in self._rows("selftest_routes", {"tenant_id": tenant_id})]
 
-    def selftest_create_due_run(self, tenant_id: int, workflow_id: int, scheduled_for: datetime,
+    def create_due_run(self, tenant_id: int, workflow_id: int, scheduled_for: datetime,
                                 now: datetime) -> Run | None:
         row = self._row("selftest_create_due_run", {"tenant_id": tenant_id, "workflow_id": workflow_id,
                                                     "scheduled_for": scheduled_for, "now": now})
         return from_row(Run, row) if row else None
 
-    def selftest_runs(self, tenant_id: int) -> list[tuple[str, Run]]:
+    def runs(self, tenant_id: int) -> list[tuple[str, Run]]:
         return [(r["workflow"], from_row(Run, r)) for r in self._rows("selftest_runs", {"tenant_id": tenant_id})]
 
-    def selftest_queued_attempts(self, tenant_id: int) -> list[Attempt]:
+    def queued_attempts(self, tenant_id: int) -> list[Attempt]:
         return [from_row(Attempt, r) for r in self._rows("selftest_queued_attempts", {"tenant_id": tenant_id})]
 
-    def selftest_alerts(self, tenant_id: int) -> list[tuple[str, Alert]]:
+    def alerts(self, tenant_id: int) -> list[tuple[str, Alert]]:
         return [(r["workflow"], from_row(Alert, r)) for r in self._rows("selftest_alerts", {"tenant_id": tenant_id})]
 
-    def selftest_events(self, tenant_id: int) -> list[AlertEvent]:
+    def events(self, tenant_id: int) -> list[AlertEvent]:
         return [from_row(AlertEvent, r) for r in self._rows("selftest_events", {"tenant_id": tenant_id})]
 
-    def selftest_outbox(self, tenant_id: int) -> list[SelftestDelivery]:
+    def outbox(self, tenant_id: int) -> list[SelftestDelivery]:
         return [from_row(SelftestDelivery, r) for r in self._rows("selftest_outbox", {"tenant_id": tenant_id})]
 
-    def selftest_threads(self, tenant_id: int) -> list[tuple[int, int, str]]:
+    def threads(self, tenant_id: int) -> list[tuple[int, int, str]]:
         return [(r["alert_id"], r["channel_id"], r["thread_key"])
                 for r in self._rows("selftest_threads", {"tenant_id": tenant_id})]
 
-    def selftest_wake(self, loop: str = "") -> None:
+    def wake(self, loop: str = "") -> None:
         self._rows("selftest_wake", {"loop": loop})

@@ -48,15 +48,15 @@ class Advance:
     last_fired_at: datetime | None
 
 
-class TriggerStore(StoreBase):
-    def trigger_claim_due(self, now: datetime, limit: int) -> list[DueSchedule]:
+class TriggerRepository(StoreBase):
+    def claim_due(self, now: datetime, limit: int) -> list[DueSchedule]:
         """Lock up to `limit` due schedules (earliest first) for this transaction."""
         with self.conn.cursor() as cur:
             # Tuples, not dicts: at 100,000 schedules per pass the row factory shows.
             cur.execute(queries()["trigger_claim_due"], {"now": now, "limit": limit})
             return [DueSchedule(*row) for row in cur.fetchall()]
 
-    def trigger_earliest_fire(self) -> datetime | None:
+    def earliest_fire(self) -> datetime | None:
         row = self._row("trigger_earliest_fire")
         return row["next_fire_at"] if row else None
 

@@ -71,8 +71,8 @@ def _alert(row: dict[str, Any]) -> PlatformAlert:
     )
 
 
-class WatchdogStore(StoreBase):
-    def watchdog_probe(self, loops: Sequence[str], now: datetime) -> WatchdogLook:
+class WatchdogRepository(StoreBase):
+    def probe(self, loops: Sequence[str], now: datetime) -> WatchdogLook:
         """Read what a watchdog pass decides on, in one statement (see `watchdog_probe`)."""
         rows = self._rows("watchdog_probe", {"loops": list(loops), "now": now})
         beats = {row["loop"]: LoopBeat(row["loop"], row["last_pass_at"], row["replica_id"], row["interval_seconds"],
@@ -81,25 +81,25 @@ class WatchdogStore(StoreBase):
         open_alerts = {str(item["loop"]): int(item["id"]) for item in first["open_alerts"]}
         return WatchdogLook(beats, open_alerts, bool(first["due"]))
 
-    def watchdog_open_alert(self, loop: str, last_pass_at: datetime | None, stall_seconds: int, replica_id: str,
+    def open_alert(self, loop: str, last_pass_at: datetime | None, stall_seconds: int, replica_id: str,
                             now: datetime) -> tuple[PlatformAlert, int] | None:
         """Open the loop's alert and fan it out; None when one is open already (another replica won)."""
         row = self._row("watchdog_open_alert", {"loop": loop, "last_pass_at": last_pass_at,
                                                 "stall_seconds": stall_seconds, "replica_id": replica_id, "now": now})
         return (_alert(row), int(row["deliveries"])) if row else None
 
-    def watchdog_resolve_alert(self, alert_id: int, replica_id: str, now: datetime) -> tuple[PlatformAlert, int] | None:
+    def resolve_alert(self, alert_id: int, replica_id: str, now: datetime) -> tuple[PlatformAlert, int] | None:
         """Resolve an open alert and fan the resolution out; None when it was not open any more."""
         row = self._row("watchdog_resolve_alert", {"alert_id": alert_id, "replica_id": replica_id, "now": now})
         return (_alert(row), int(row["deliveries"])) if row else None
 
-    def watchdog_claim_deliveries(self, replica_id: str, now: datetime, locked_until: datetime, limit: int
+    def claim_deliveries(self, replica_id: str, now: datetime, locked_until: datetime, limit: int
                                   ) -> list[int]:
         rows = self._rows("watchdog_claim_deliveries", {"replica_id": replica_id, "now": now,
                                                         "locked_until": locked_until, "limit": limit})
         return sorted(int(row["id"]) for row in rows)
 
-    def watchdog_delivery_context(self, ids: Sequence[int]) -> list[PlatformDelivery]:
+    def delivery_context(self, ids: Sequence[int]) -> list[PlatformDelivery]:
         found = []
         for row in self._rows("watchdog_delivery_context", {"ids": list(ids)}):
             alert = PlatformAlert(
@@ -111,12 +111,12 @@ class WatchdogStore(StoreBase):
                                           _channel(row, "channel_"), row["thread_key"], row["parent_ref"]))
         return found
 
-    def watchdog_mark_sent(self, delivery_id: int, replica_id: str, now: datetime, thread_key: str,
+    def mark_sent(self, delivery_id: int, replica_id: str, now: datetime, thread_key: str,
                            parent_ref: str | None) -> bool:
         return self._execute("watchdog_mark_sent", {"id": delivery_id, "replica_id": replica_id, "now": now,
                                                     "thread_key": thread_key, "parent_ref": parent_ref}) == 1
 
-    def watchdog_mark_failed(self, delivery_id: int, replica_id: str, *, error: str, permanent: bool,
+    def mark_failed(self, delivery_id: int, replica_id: str, *, error: str, permanent: bool,
                              next_attempt_at: datetime, max_tries: int) -> str | None:
         row = self._row("watchdog_mark_failed", {"id": delivery_id, "replica_id": replica_id, "error": error,
                                                  "permanent": permanent, "next_attempt_at": next_attempt_at,

@@ -103,7 +103,7 @@ class KubernetesReconciler:
     def reconcile(self) -> ReconcileResult:
         live = {job.schedule_id: job for job in self.api.list()}
         with self.db.transaction() as store:
-            desired = {d.schedule_id: d for d in store.kubernetes_desired_cronjobs()}
+            desired = {d.schedule_id: d for d in store.kubernetes.desired_cronjobs()}
         result = ReconcileResult()
         for schedule_id in sorted(desired.keys() | live.keys()):
             try:

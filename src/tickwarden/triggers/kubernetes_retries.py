@@ -58,7 +58,7 @@ class RetryJobLauncher:
         """Start a Job for every due retry attempt that has none; return when to look again."""
         launched = self.api.launched()
         with self.db.transaction() as store:
-            due = store.kubernetes_queued_retries(now, self.batch)
+            due = store.kubernetes.queued_retries(now, self.batch)
         result = LaunchResult()
         for retry in due:
             if retry.attempt_id in launched:

@@ -52,7 +52,7 @@ def record_tick(db: Database, schedule_id: int, tick: datetime, now: datetime, *
                 lease_seconds: float = 30) -> TickOutcome:
     """Record `tick` of a schedule as a run; with `worker_id`, lease its queued attempt too."""
     with db.transaction() as store:
-        context = store.kubernetes_tick_context(schedule_id)
+        context = store.kubernetes.tick_context(schedule_id)
         if context is None:
             return TickOutcome("refused", f"schedule {schedule_id} does not exist")
         if context.kind == "external":
@@ -71,11 +71,11 @@ def record_tick(db: Database, schedule_id: int, tick: datetime, now: datetime, *
             return TickOutcome("refused", f"{_iso(tick)} is past its starting deadline; it is recorded missed")
         budget = budget_for(context.cadence_seconds, context.policy_overrides, context.monitoring_enabled,
                             context.timeout_seconds)
-        created = store.create_tick_run(
+        created = store.ledger.create_tick_run(
             TickRequest(context.tenant_id, context.workflow_id, tick, budget.retries, budget.deadline(tick)), now)
         attempt = None
         if worker_id is not None:
-            attempt = store.kubernetes_lease_tick_attempt(context.workflow_id, tick, worker_id, now, lease_seconds)
+            attempt = store.kubernetes.lease_tick_attempt(context.workflow_id, tick, worker_id, now, lease_seconds)
         if created is not None:
             return TickOutcome("recorded", f"recorded {_iso(tick)}", created.id, attempt)
         return TickOutcome("duplicate", f"{_iso(tick)} was already recorded", None, attempt)
@@ -103,7 +103,7 @@ def run_attempt(db: Database, attempt_id: int, clock: Clock, worker_id: str, *,
     from tickwarden.worker import Worker
 
     with db.transaction() as store:
-        attempt = store.kubernetes_lease_attempt(attempt_id, worker_id, clock.now(), lease_seconds)
+        attempt = store.kubernetes.lease_attempt(attempt_id, worker_id, clock.now(), lease_seconds)
     if attempt is None:
         return TickOutcome("refused", f"attempt {attempt_id} is not queued (another worker took it, or it is done)")
     worker = Worker(db, worker_id, lease_seconds=lease_seconds, clock=clock)

@@ -25,7 +25,7 @@ AlertId = Annotated[int, Path(ge=1, le=MAX_ID, description="Alert id.")]
 def _visible(scope: Scope, alert_id: int) -> None:
     """404 unless the caller may see the alert: another tenant's alert does not exist for them."""
     with scope.store() as store:
-        if store.api_get_alert(alert_id) is None:
+        if store.api.get_alert(alert_id) is None:
             raise Problem(404, "Not found", f"No alert {alert_id}.")
 
 
@@ -42,7 +42,7 @@ def list_alerts(
 ) -> s.Page[s.AlertOut]:
     before = s.decode_cursor(cursor, (int,))
     with scope.store() as store:
-        views = store.api_list_alerts(status=status, severity=severity, owner=owner,
+        views = store.api.list_alerts(status=status, severity=severity, owner=owner,
                                       tenant=scope.visible_tenant(tenant), workflow=workflow,
                                       before_id=before[0] if before else None, limit=limit + 1)
     page = views[:limit]
@@ -54,11 +54,11 @@ def list_alerts(
             summary="Show an alert with its history and the failing step's sanitized log")
 def get_alert(scope: Scoped, alert_id: AlertId) -> s.AlertDetailOut:
     with scope.store() as store:
-        view = store.api_get_alert(alert_id)
+        view = store.api.get_alert(alert_id)
         if view is None:
             raise Problem(404, "Not found", f"No alert {alert_id}.")
-        events = store.api_list_alert_events(alert_id)
-        failing = store.api_failing_step(alert_id)
+        events = store.api.list_alert_events(alert_id)
+        failing = store.api.failing_step(alert_id)
     if not scope.principal.platform:
         events = [e for e in events if not e.internal]
     return convert.alert_detail_out(view, events, failing)
@@ -70,7 +70,7 @@ def reassign_alert(scope: Scoped, alert_id: AlertId, body: s.ReassignIn) -> s.Al
     _visible(scope, alert_id)
     alerts.reassign(scope.db, alert_id, body.owner, body.note, scope.principal.actor, scope.clock.now())
     with scope.store() as store:
-        view = store.api_get_alert(alert_id)
+        view = store.api.get_alert(alert_id)
     assert view is not None
     return convert.alert_out(view)
 
@@ -88,7 +88,7 @@ def add_note(scope: Scoped, alert_id: AlertId, body: s.NoteIn) -> s.AlertEventOu
 
 def _after(scope: Scope, alert_id: int) -> s.AlertOut:
     with scope.store() as store:
-        view = store.api_get_alert(alert_id)
+        view = store.api.get_alert(alert_id)
     assert view is not None
     return convert.alert_out(view)
 

@@ -28,7 +28,7 @@ def list_channels(
 ) -> s.Page[s.ChannelOut]:
     after = s.decode_cursor(cursor, (int,))
     with scope.store() as store:
-        channels = store.api_list_channels(tenant=scope.visible_tenant(tenant),
+        channels = store.api.list_channels(tenant=scope.visible_tenant(tenant),
                                            after_id=after[0] if after else None, limit=limit + 1)
     page = channels[:limit]
     next_cursor = s.encode_cursor([page[-1].id]) if len(channels) > limit else None
@@ -40,7 +40,7 @@ def list_channels(
 def test_channel(scope: Scoped, request: Request,
                  channel_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> s.TestSendOut:
     with scope.store() as store:
-        found = store.api_get_channel(channel_id)
+        found = store.api.get_channel(channel_id)
     if found is None:
         raise Problem(404, "Not found", f"No channel {channel_id}.")
     transports = request.app.state.transports()

@@ -81,7 +81,7 @@ def issue_checkin_url(scope: Scoped, tenant: TenantName, workflow: WorkflowName,
                                                     "working.")] = False) -> CheckinUrlOut:
     with scope.store() as store:
         # Another tenant's workflow does not exist for the caller (row-level security).
-        visible = store.api_get_workflow(tenant, workflow)
+        visible = store.api.get_workflow(tenant, workflow)
     if visible is None:
         raise Problem(404, "Not found", f"No workflow {tenant}/{workflow}.")
     try:

@@ -23,7 +23,7 @@ def list_environments(
 ) -> s.Page[s.EnvironmentOut]:
     after = s.decode_cursor(cursor, (int,))
     with scope.store() as store:
-        views = store.api_list_environments(tenant=scope.visible_tenant(tenant),
+        views = store.api.list_environments(tenant=scope.visible_tenant(tenant),
                                             after_id=after[0] if after else None, limit=limit + 1)
     page = views[:limit]
     next_cursor = s.encode_cursor([page[-1].environment.id]) if len(views) > limit else None
@@ -35,8 +35,8 @@ def list_environments(
 def get_environment(scope: Scoped,
                     environment_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> s.EnvironmentDetailOut:
     with scope.store() as store:
-        view = store.api_get_environment(environment_id)
+        view = store.api.get_environment(environment_id)
         if view is None:
             raise Problem(404, "Not found", f"No environment {environment_id}.")
-        instances = store.api_list_environment_instances(environment_id)
+        instances = store.api.list_environment_instances(environment_id)
     return convert.environment_detail_out(view, instances)

@@ -69,6 +69,6 @@ def list_erasures(scope: Scoped, limit: Annotated[int, Query(ge=1, le=s.MAX_LIMI
                   ) -> list[ErasureAuditOut]:
     _platform(scope)
     with scope.store() as store:
-        audits = store.erasure_list_audits(limit)
+        audits = store.erasure.list_audits(limit)
     return [ErasureAuditOut(id=a.id, kind=a.kind, target=a.target, actor=a.actor, at=a.at, counts=a.counts)
             for a in audits]

@@ -63,7 +63,7 @@ def window_out(window: Window, now: datetime, windows: list[Window] | None = Non
 def list_maintenance_windows(scope: Scoped, tenant: TenantName) -> list[WindowOut]:
     scope.visible_tenant(tenant)
     with scope.store() as store:
-        if store.get_tenant_by_name(tenant) is None:
+        if store.catalog.get_tenant_by_name(tenant) is None:
             raise Problem(404, "Not found", f"No tenant named {tenant!r}.")
         windows = maintenance.list_windows(store, tenant)
     now = scope.clock.now()

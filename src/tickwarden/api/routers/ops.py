@@ -30,7 +30,7 @@ def readyz(request: Request) -> JSONResponse:
         # A probe answers at once: a balancer asking during an outage must not wait the pool's timeout.
         with db.transaction(timeout=READY_TIMEOUT) as store:
             waiting = pending(store.conn)
-            platform = store.sees_every_tenant()
+            platform = store.api.sees_every_tenant()
     except (psycopg.Error, TickwardenError):
         return problem_response(503, "The database cannot be reached.", title="Not ready")
     if waiting:

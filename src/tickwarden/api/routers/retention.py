@@ -27,7 +27,7 @@ class RetentionOut(BaseModel):
 def _tenant_id(scope: Scope, tenant: str) -> int:
     scope.visible_tenant(tenant)
     with scope.store() as store:
-        found = store.get_tenant_by_name(tenant)
+        found = store.catalog.get_tenant_by_name(tenant)
     if found is None:
         raise Problem(404, "Not found", f"No tenant named {tenant!r}.")
     return found.id
@@ -43,7 +43,7 @@ def _out(tenant: str, policy: RetentionPolicy | None) -> RetentionOut:
 def get_retention(tenant: TenantName, scope: Scoped) -> RetentionOut:
     tenant_id = _tenant_id(scope, tenant)
     with scope.store() as store:
-        return _out(tenant, store.retention_get_policy(tenant_id))
+        return _out(tenant, store.retention.get_policy(tenant_id))
 
 
 @router.put("/api/tenants/{tenant}/retention", response_model=RetentionOut,

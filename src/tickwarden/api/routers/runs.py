@@ -20,11 +20,11 @@ RunId = Annotated[int, Path(ge=1, le=MAX_ID, description="Run id.")]
 @router.get("/api/runs/{run_id}", response_model=s.RunDetailOut, summary="Show a run with its attempts and step logs")
 def get_run(scope: Scoped, run_id: RunId) -> s.RunDetailOut:
     with scope.store() as store:
-        view = store.api_get_run(run_id)
+        view = store.api.get_run(run_id)
         if view is None:
             raise Problem(404, "Not found", f"No run {run_id}.")
-        attempts = store.list_attempts(run_id)
-        steps = store.api_list_run_steps(run_id)
+        attempts = store.ledger.list_attempts(run_id)
+        steps = store.api.list_run_steps(run_id)
     return convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
 
 
@@ -32,7 +32,7 @@ def get_run(scope: Scoped, run_id: RunId) -> s.RunDetailOut:
              summary="Cancel a run in progress: its attempt is stopped, no retry, no failure counted")
 def cancel_run(scope: Scoped, run_id: RunId) -> s.RunOut:
     with scope.store() as store:
-        view = store.api_get_run(run_id)  # a run of another tenant is not found, as for reading it
+        view = store.api.get_run(run_id)  # a run of another tenant is not found, as for reading it
     if view is None:
         raise Problem(404, "Not found", f"No run {run_id}.")
     run = catalog.cancel(scope.db, run_id, scope.clock.now(), scope.principal.actor)

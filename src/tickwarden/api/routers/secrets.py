@@ -41,7 +41,7 @@ def _out(info) -> SecretOut:  # type: ignore[no-untyped-def]
 
 def _tenant_id(scope: Scoped, store, tenant: str) -> int:  # type: ignore[no-untyped-def]
     scope.visible_tenant(tenant)
-    found = store.get_tenant_by_name(tenant)
+    found = store.catalog.get_tenant_by_name(tenant)
     if found is None:
         raise Problem(404, "Not found", f"No tenant named {tenant!r}.")
     return found.id
@@ -50,7 +50,7 @@ def _tenant_id(scope: Scoped, store, tenant: str) -> int:  # type: ignore[no-unt
 @router.get("/api/tenants/{tenant}/secrets", response_model=list[SecretOut], summary="List a tenant's secrets")
 def list_secrets(scope: Scoped, tenant: TenantName) -> list[SecretOut]:
     with scope.store() as store:
-        return [_out(i) for i in store.list_secrets(_tenant_id(scope, store, tenant))]
+        return [_out(i) for i in store.secrets.list_secrets(_tenant_id(scope, store, tenant))]
 
 
 @router.put("/api/tenants/{tenant}/secrets/{name}", response_model=SecretOut,

@@ -26,7 +26,7 @@ def list_tenants(
 ) -> s.Page[s.TenantOut]:
     after = s.decode_cursor(cursor, (str,))
     with scope.store() as store:
-        tenants = store.api_list_tenants(after[0] if after else None, limit + 1)
+        tenants = store.api.list_tenants(after[0] if after else None, limit + 1)
     page = tenants[:limit]
     next_cursor = s.encode_cursor([page[-1].name]) if len(tenants) > limit else None
     return s.Page[s.TenantOut](

@@ -30,7 +30,7 @@ RECENT_OUTCOMES = 20
 def find_workflow(scope: Scope, tenant: str, workflow: str) -> WorkflowView:
     """Return a workflow visible to the caller; 404 otherwise (another tenant's workflow does not exist)."""
     with scope.store() as store:
-        view = store.api_get_workflow(tenant, workflow)
+        view = store.api.get_workflow(tenant, workflow)
     if view is None:
         raise Problem(404, "Not found", f"No workflow {tenant}/{workflow}.")
     return view
@@ -39,7 +39,7 @@ def find_workflow(scope: Scope, tenant: str, workflow: str) -> WorkflowView:
 def _file_windows(store: Store, workflow_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
     """Each workflow's own published maintenance windows, as its entry lists them (operators' are not part of it)."""
     found: dict[int, list[dict[str, Any]]] = {}
-    for workflow_id, windows in store.maintenance_for_workflows(workflow_ids).items():
+    for workflow_id, windows in store.maintenance.for_workflows(workflow_ids).items():
         found[workflow_id] = [maintenance.entry_of(w) for w in windows
                               if w.workflow_id == workflow_id and w.source == "file"]
     return found
@@ -56,7 +56,7 @@ def list_workflows(scope: Scoped, tenant: TenantFilter = None, limit: Limit = s.
                    cursor: Cursor = None) -> s.Page[s.WorkflowOut]:
     after = s.decode_cursor(cursor, (str, str))
     with scope.store() as store:
-        views = store.api_list_workflows(tenant=scope.visible_tenant(tenant),
+        views = store.api.list_workflows(tenant=scope.visible_tenant(tenant),
                                          after=(after[0], after[1]) if after else None, limit=limit + 1)
     page = views[:limit]
     next_cursor = s.encode_cursor([page[-1].tenant_name, page[-1].workflow.name]) if len(views) > limit else None
@@ -71,10 +71,10 @@ def list_workflows(scope: Scoped, tenant: TenantFilter = None, limit: Limit = s.
             summary="Show a workflow with its schedule, cadence, derived profile and recent outcomes")
 def get_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName) -> s.WorkflowDetailOut:
     with scope.store() as store:
-        view = store.api_get_workflow(tenant, workflow)
+        view = store.api.get_workflow(tenant, workflow)
         if view is None:
             raise Problem(404, "Not found", f"No workflow {tenant}/{workflow}.")
-        recent = store.api_recent_outcomes([view.workflow.id], RECENT_OUTCOMES)[view.workflow.id]
+        recent = store.api.recent_outcomes([view.workflow.id], RECENT_OUTCOMES)[view.workflow.id]
         windows = _file_windows(store, [view.workflow.id]).get(view.workflow.id, [])
     return convert.workflow_detail_out(view, recent, scope.clock.now(), windows)
 
@@ -89,9 +89,9 @@ def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, 
         if getattr(body, key) not in (None, expected):
             raise Problem(422, "Invalid input", f"The body field {key!r} must match the path ({expected!r}) or be left out.")
     with scope.store() as store:  # the caller's view: another tenant, or its workflow, does not exist
-        if store.get_tenant_by_name(tenant) is None:
+        if store.catalog.get_tenant_by_name(tenant) is None:
             raise Problem(404, "Not found", f"No tenant named {tenant!r}.")
-        existing = store.api_get_workflow(tenant, workflow)
+        existing = store.api.get_workflow(tenant, workflow)
     if not scope.principal.platform and body.shadow != (existing.workflow.shadow if existing else False):
         raise Problem(403, "Forbidden", "Only a platform token may turn shadow mode on or off.")
     spec = WorkflowSpec(**{**dict(body), "tenant": tenant, "name": workflow})
@@ -99,9 +99,9 @@ def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, 
     if published.change == "created":
         response.status_code = 201
     with scope.store() as store:
-        view = store.api_get_workflow(tenant, workflow)
+        view = store.api.get_workflow(tenant, workflow)
         assert view is not None
-        recent = store.api_recent_outcomes([view.workflow.id], RECENT_OUTCOMES)[view.workflow.id]
+        recent = store.api.recent_outcomes([view.workflow.id], RECENT_OUTCOMES)[view.workflow.id]
         windows = _file_windows(store, [view.workflow.id]).get(view.workflow.id, [])
     return convert.workflow_detail_out(view, recent, scope.clock.now(), windows)
 
@@ -170,10 +170,10 @@ def list_runs(scope: Scoped, tenant: TenantName, workflow: WorkflowName, limit: 
               cursor: Cursor = None) -> s.Page[s.RunOut]:
     before = s.decode_cursor(cursor, (datetime, int))
     with scope.store() as store:
-        view = store.api_get_workflow(tenant, workflow)
+        view = store.api.get_workflow(tenant, workflow)
         if view is None:
             raise Problem(404, "Not found", f"No workflow {tenant}/{workflow}.")
-        runs = store.api_list_runs(view.workflow.id, (before[0], before[1]) if before else None, limit + 1)
+        runs = store.api.list_runs(view.workflow.id, (before[0], before[1]) if before else None, limit + 1)
     page = runs[:limit]
     next_cursor = s.encode_cursor([page[-1].scheduled_for, page[-1].id]) if len(runs) > limit else None
     return s.Page[s.RunOut](items=[convert.run_out(r, tenant, workflow) for r in page], next_cursor=next_cursor)

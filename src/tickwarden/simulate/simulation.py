@@ -12,28 +12,28 @@ from tickwarden.store.base import StoreBase
 from tickwarden.store.queries import queries
 
 
-class SimulationStore(StoreBase):
-    def sim_runs(self) -> list[dict[str, Any]]:
-        return self._rows("sim_runs")
+class SimulationRepository(StoreBase):
+    def runs(self) -> list[dict[str, Any]]:
+        return self._rows("simulation_runs")
 
-    def sim_attempts(self) -> list[dict[str, Any]]:
-        return self._rows("sim_attempts")
+    def attempts(self) -> list[dict[str, Any]]:
+        return self._rows("simulation_attempts")
 
-    def sim_alerts(self) -> list[dict[str, Any]]:
-        return self._rows("sim_alerts")
+    def alerts(self) -> list[dict[str, Any]]:
+        return self._rows("simulation_alerts")
 
-    def sim_alert_events(self) -> list[dict[str, Any]]:
-        return self._rows("sim_alert_events")
+    def alert_events(self) -> list[dict[str, Any]]:
+        return self._rows("simulation_alert_events")
 
-    def sim_notifications(self) -> list[dict[str, Any]]:
-        return self._rows("sim_notifications")
+    def notifications(self) -> list[dict[str, Any]]:
+        return self._rows("simulation_notifications")
 
-    def sim_run_in_progress(self, workflow_id: int) -> int | None:
-        row = self._row("sim_run_in_progress", {"workflow_id": workflow_id})
+    def run_in_progress(self, workflow_id: int) -> int | None:
+        row = self._row("simulation_run_in_progress", {"workflow_id": workflow_id})
         return row["id"] if row else None
 
-    def sim_worker_writes(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        """Apply the simulated worker's buffered writes (`sim_renew_leases`, `finish_attempts`) in order.
+    def worker_writes(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Apply the simulated worker's buffered writes (`simulation_renew_leases`, `finish_attempts`) in order.
 
         The statements are the worker's own, with the parameters and times they had when
         they happened. Call it on an autocommit store (`store.execution.autocommit`): the
@@ -47,26 +47,26 @@ class SimulationStore(StoreBase):
             for name, params in writes:
                 self.conn.execute(queries()[name], params)
 
-    def sim_analyze(self) -> None:
+    def analyze(self) -> None:
         """Refresh the planner's statistics of this schema's tables once the catalog is loaded.
 
         A simulation's tables start empty; without this the planner keeps the plans of
         empty tables until autovacuum comes round, which a short run never sees.
         """
-        tables = [row["tablename"] for row in self._rows("sim_tables")]
+        tables = [row["tablename"] for row in self._rows("simulation_tables")]
         if tables:
             self.conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
 
-    def sim_vacuum_analyze(self) -> None:
+    def vacuum_analyze(self) -> None:
         """Vacuum this schema's tables and refresh their statistics, as autovacuum would have by now.
 
         VACUUM cannot run inside a transaction: call it on an autocommit store (`Database.probe`).
         """
-        tables = [row["tablename"] for row in self._rows("sim_tables")]
+        tables = [row["tablename"] for row in self._rows("simulation_tables")]
         if tables:
             self.conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
 
-    def sim_next_due(self, loop: str, now: datetime, kinds: Sequence[str], grace_seconds: int
+    def next_due(self, loop: str, now: datetime, kinds: Sequence[str], grace_seconds: int
                      ) -> tuple[datetime | None, datetime | None]:
         """When loop `loop` could next find work in the ledger as it stands (a lower bound; None: never).
 
@@ -82,19 +82,19 @@ class SimulationStore(StoreBase):
             return (min(present) if present else None), row["due"]
         return row["due"], (row["due"] if loop == "ticker" else None)
 
-    def sim_history(self) -> list[dict[str, Any]]:
-        return self._rows("sim_history")
+    def history(self) -> list[dict[str, Any]]:
+        return self._rows("simulation_history")
 
-    def sim_create_channel(self, tenant_id: int | None, name: str, audience: str, now: datetime, kind: str = "recording") -> int:
+    def create_channel(self, tenant_id: int | None, name: str, audience: str, now: datetime, kind: str = "recording") -> int:
         row = self._row(
-            "sim_create_channel", {"tenant_id": tenant_id, "name": name, "kind": kind, "audience": audience, "now": now}
+            "simulation_create_channel", {"tenant_id": tenant_id, "name": name, "kind": kind, "audience": audience, "now": now}
         )
         assert row is not None
         return int(row["id"])
 
 
 def renew_params(renewals: Mapping[int, datetime], worker_id: str, lease_seconds: float) -> dict[str, Any]:
-    """Parameters of `sim_renew_leases`: each attempt with the time of its newest heartbeat."""
+    """Parameters of `simulation_renew_leases`: each attempt with the time of its newest heartbeat."""
     return {
         "attempt_ids": list(renewals),
         "renewed_ats": list(renewals.values()),

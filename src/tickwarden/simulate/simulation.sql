@@ -1,4 +1,4 @@
--- sim_runs --
+-- simulation_runs --
 -- Every run of the simulation with its tenant and workflow names, in tick order.
 SELECT t.name AS tenant, w.name AS workflow, r.id, r.scheduled_for, r.manual, r.status, r.recovered,
        r.attempts_count AS attempts, r.finished_at, r.error, r.error_category, r.created_at, r.rows
@@ -7,7 +7,7 @@ SELECT t.name AS tenant, w.name AS workflow, r.id, r.scheduled_for, r.manual, r.
   JOIN tenants t ON t.id = r.tenant_id
  ORDER BY r.scheduled_for, t.name, w.name, r.id;
 
--- sim_attempts --
+-- simulation_attempts --
 -- Every attempt with its run's tick, for the timeline.
 SELECT t.name AS tenant, w.name AS workflow, a.run_id, a.number, a.status, a.queued_at, a.started_at,
        a.finished_at, a.error, a.error_category, r.scheduled_for, r.manual
@@ -17,7 +17,7 @@ SELECT t.name AS tenant, w.name AS workflow, a.run_id, a.number, a.status, a.que
   JOIN tenants t ON t.id = a.tenant_id
  ORDER BY coalesce(a.finished_at, a.queued_at), a.id;
 
--- sim_alerts --
+-- simulation_alerts --
 -- Every alert with its tenant and workflow names, in id order.
 SELECT a.id, t.name AS tenant, w.name AS workflow, a.first_severity, a.severity, a.status, a.opened_at,
        a.escalated_at, a.resolved_at, a.failure_count, a.owner, a.downtime_seconds, a.last_error,
@@ -27,7 +27,7 @@ SELECT a.id, t.name AS tenant, w.name AS workflow, a.first_severity, a.severity,
   JOIN tenants t ON t.id = a.tenant_id
  ORDER BY a.id;
 
--- sim_alert_events --
+-- simulation_alert_events --
 -- Every alert event, in order, for the timeline.
 SELECT e.id, e.alert_id, e.kind, e.at, e.severity, e.owner, e.note, t.name AS tenant, w.name AS workflow,
        a.failure_count
@@ -37,7 +37,7 @@ SELECT e.id, e.alert_id, e.kind, e.at, e.severity, e.owner, e.note, t.name AS te
   JOIN tenants t ON t.id = e.tenant_id
  ORDER BY e.at, e.id;
 
--- sim_notifications --
+-- simulation_notifications --
 -- Every delivered notification: when, which alert event, which channel and thread.
 SELECT o.id, o.sent_at AS at, t.name AS tenant, w.name AS workflow, o.alert_id AS alert, e.kind AS event,
        e.severity, c.name AS channel, th.thread_key AS thread
@@ -51,13 +51,13 @@ SELECT o.id, o.sent_at AS at, t.name AS tenant, w.name AS workflow, o.alert_id A
  WHERE o.status = 'sent'
  ORDER BY o.sent_at, o.id;
 
--- sim_create_channel --
+-- simulation_create_channel --
 -- A channel of the simulation (a recording one per tenant, and the platform's).
 INSERT INTO notification_channels (tenant_id, name, kind, audience, config, created_at)
 VALUES (%(tenant_id)s, %(name)s, %(kind)s, %(audience)s, '{}'::jsonb, %(now)s)
 RETURNING id;
 
--- sim_history --
+-- simulation_history --
 -- Finished attempts of scheduled runs, with their schedule: the history a backtest replays.
 SELECT t.name AS tenant, w.name AS workflow, s.cron, s.timezone, r.scheduled_for, a.number, a.started_at,
        a.finished_at, a.status, a.error, a.retryable
@@ -69,7 +69,7 @@ SELECT t.name AS tenant, w.name AS workflow, s.cron, s.timezone, r.scheduled_for
  WHERE NOT r.manual AND a.status IN ('succeeded', 'failed', 'lost') AND a.started_at IS NOT NULL
  ORDER BY r.scheduled_for, a.id;
 
--- sim_renew_leases --
+-- simulation_renew_leases --
 -- The simulated worker's renewals: each attempt's newest heartbeat, in one statement,
 -- only while the worker still holds the attempt (as renew_lease).
 UPDATE attempts a
@@ -77,11 +77,11 @@ UPDATE attempts a
   FROM unnest(%(attempt_ids)s::bigint[], %(renewed_ats)b::timestamptz[]) AS r (attempt_id, renewed_at)
  WHERE a.id = r.attempt_id AND a.status = 'running' AND a.worker_id = %(worker_id)s;
 
--- sim_tables --
+-- simulation_tables --
 -- The tables of the simulation's own schema (first on its search path).
 SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename;
 
--- sim_unlog_tables --
+-- simulation_unlog_tables --
 -- Make every table of the simulation's schema unlogged: its rows are scratch, dropped
 -- when the simulation ends, so writing them to the WAL is work with no reader. A table
 -- can turn unlogged only once no logged table references it, so referencing tables
@@ -124,14 +124,14 @@ BEGIN
 END
 $$;
 
--- sim_run_in_progress --
+-- simulation_run_in_progress --
 -- The newest run of a workflow that has no verdict yet: what a scenario's cancel stops.
 SELECT id FROM runs
  WHERE workflow_id = %(workflow_id)s AND status IN ('queued', 'running', 'pending_retry')
  ORDER BY scheduled_for DESC, id DESC
  LIMIT 1;
 
--- sim_next_due_ticker --
+-- simulation_next_due_ticker --
 -- When each loop could next find work in the ledger as it stands (the sim_next_due_*
 -- queries): the earliest instant at which the condition of its own look (or claim)
 -- could hold, read from the same partial indexes. A lower bound: a pass then may still
@@ -139,10 +139,10 @@ SELECT id FROM runs
 -- never the reverse. NULL: nothing will be due for that loop until something is written.
 SELECT min(next_fire_at) AS due FROM schedules WHERE status = 'active';
 
--- sim_next_due_worker --
+-- simulation_next_due_worker --
 SELECT min(queued_at) AS due FROM attempts WHERE status = 'queued';
 
--- sim_next_due_lease_reaper --
+-- simulation_next_due_lease_reaper --
 SELECT least(
     (SELECT min(lease_expires_at) FROM attempts WHERE status = 'running'),
     (SELECT min(i.last_used_at + make_interval(secs => e.idle_timeout_seconds + %(grace_seconds)s))
@@ -150,11 +150,11 @@ SELECT least(
        JOIN environments e ON e.id = i.environment_id
       WHERE i.status IN ('starting', 'warm', 'busy'))) AS due;
 
--- sim_next_due_poller --
+-- simulation_next_due_poller --
 SELECT min(finished_at) AS due FROM attempts
  WHERE processed_at IS NULL AND status IN ('succeeded', 'failed', 'lost', 'cancelled');
 
--- sim_next_due_deadlines --
+-- simulation_next_due_deadlines --
 -- A schedule without a watermark, or edited since, is armed by the next pass: due now.
 SELECT least(
     (SELECT min(deadline_at) FROM runs WHERE status IN ('queued', 'running', 'pending_retry')),
@@ -165,7 +165,7 @@ SELECT least(
                      WHERE s.status = 'active'
                        AND (ta.schedule_id IS NULL OR ta.schedule_version <> s.version)))) AS due;
 
--- sim_next_due_escalation --
+-- simulation_next_due_escalation --
 -- A warning whose failures reached escalate_after is due at once (unless snoozed).
 SELECT min(CASE WHEN failure_count - manual_failures >= escalate_after
                 THEN greatest(%(now)s::timestamptz, snoozed_until)
@@ -173,7 +173,7 @@ SELECT min(CASE WHEN failure_count - manual_failures >= escalate_after
   FROM alerts
  WHERE status = 'open' AND severity = 'warning' AND acknowledged_at IS NULL;
 
--- sim_next_due_notifier --
+-- simulation_next_due_notifier --
 -- The earliest claimable delivery (as outbox_waiting: the head of each thread's queue),
 -- and the earliest sender's claim to run out.
 SELECT (SELECT min(o.next_attempt_at)
