@@ -37,8 +37,10 @@ from tickwarden.environments import EnvironmentPool
 from tickwarden.environments.pod_control import EnvironmentPodLoop, PodApi, PodEnvironments
 from tickwarden.environments.pods import RUNNER_DIR, PodSettings, manifests, object_name
 from tickwarden.environments.runner import __file__ as RUNNER
+from tickwarden.cadence import CronSchedule
 from tickwarden.models import Environment
 from tickwarden.triggers.kubernetes import KubernetesUnavailable
+from tickwarden.triggers.kubernetes_tick import run_tick
 from tickwarden.worker import Worker
 
 POD = {"image": "registry.example/acme/etl:1.4.2", "python": sys.executable,
@@ -384,3 +386,35 @@ def test_the_environments_overlay_grants_the_environment_objects_and_nothing_clu
         "tickwarden-control-plane", "tickwarden-worker"}
     (config,) = [d for d in docs if d["kind"] == "ConfigMap"]
     assert config["data"]["TICKWARDEN_KUBERNETES_ENVIRONMENTS"] == "on"
+
+
+class Undone(Exception):
+    """Raised to roll a test's probing transaction back."""
+
+
+def test_a_cronjobs_pod_records_the_tick_and_leaves_a_pod_environments_attempt_to_the_pool(
+        db, clock, pod_cluster, controller):
+    workflow, env = pod_workflow(db, clock.now(), [python_step("who", "pid")])
+    with db.transaction() as store:
+        schedule = store.catalog.get_schedule_for_workflow(workflow.id)
+    tick = CronSchedule(schedule.cron, schedule.timezone).next_after(clock.now())
+    clock.set(tick + timedelta(seconds=1))
+    # the CronJob's pod has no token to wake the environment: it records the tick and runs nothing
+    fired = run_tick(db, schedule.id, tick, clock, "tick@pod")
+    assert fired.status == "recorded" and fired.attempt is None and fired.finished is None
+    assert "worker pool" in fired.reason and controller.started == 0
+    with db.transaction() as store:
+        (attempt,) = store.ledger.list_attempts(fired.run_id)
+    assert attempt.status == "queued" and attempt.worker_id is None
+    with pytest.raises(Undone), db.transaction() as store:
+        # a retry of a pod environment gets no Job either: it stays with the pool
+        store.conn.execute("UPDATE attempts SET number = 2 WHERE id = %s", (attempt.id,))
+        assert store.kubernetes.queued_retries(clock.now(), 10) == []
+        store.conn.execute("UPDATE environments SET runtime = 'process', pod = NULL WHERE id = %s", (env.id,))
+        assert [r.attempt_id for r in store.kubernetes.queued_retries(clock.now(), 10)] == [attempt.id]
+        raise Undone  # the transaction rolls back: the attempt and the environment are as they were
+    # the pool wakes the environment and runs the attempt
+    make_worker(db, clock, pods_for(db, pod_cluster, controller), "w1").run_once(clock.now())
+    run, _, steps = outcome(db, fired.run_id)
+    assert run.status == "succeeded" and controller.started == 1
+    assert steps["who"].output["pid"] == controller.servers[object_name(env.id)].pid

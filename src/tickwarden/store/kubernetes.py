@@ -43,6 +43,7 @@ class TickContext:
     timeout_seconds: int | None
     policy_overrides: str
     kind: str = "managed"
+    environment_runtime: str = "process"
 
 
 @dataclass(frozen=True)

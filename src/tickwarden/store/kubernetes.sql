@@ -15,13 +15,16 @@ SELECT s.id AS schedule_id, s.version, s.cron, s.timezone, s.status, s.starting_
 
 -- kubernetes_tick_context --
 -- What `tickwarden tick` needs to decide whether a CronJob's tick is one of the schedule's
--- own, and to give its run a retry budget and a deadline.
+-- own, to give its run a retry budget and a deadline, and whether the pod may run its
+-- attempt (not when the environment is a pod: only the worker pool may wake one).
 SELECT s.id AS schedule_id, s.tenant_id, s.workflow_id, s.cron, s.timezone, s.status, s.version,
        s.starting_deadline_seconds, s.cadence_seconds, s.updated_at,
        (w.archived_at IS NOT NULL) AS archived, w.monitoring_enabled, w.timeout_seconds,
-       w.policy_overrides::text AS policy_overrides, w.kind
+       w.policy_overrides::text AS policy_overrides, w.kind,
+       coalesce(e.runtime, 'process') AS environment_runtime
   FROM schedules s
   JOIN workflows w ON w.id = s.workflow_id
+  LEFT JOIN environments e ON e.id = w.environment_id
  WHERE s.id = %(schedule_id)s;
 
 -- kubernetes_lease_tick_attempt --
@@ -55,12 +58,15 @@ SELECT leased.* FROM leased;
 
 -- kubernetes_queued_retries --
 -- Retry attempts due to run (queued, number > 1), oldest first through the queued index:
--- what the retry launcher starts a Job for when retries run as Jobs.
+-- what the retry launcher starts a Job for when retries run as Jobs. Attempts of an
+-- environment that runs as a pod stay with the worker pool, the only one that may wake it.
 SELECT a.id AS attempt_id, a.run_id, a.number, t.name AS tenant, w.name AS workflow
   FROM attempts a
   JOIN workflows w ON w.id = a.workflow_id
   JOIN tenants t ON t.id = a.tenant_id
+  LEFT JOIN environments e ON e.id = w.environment_id
  WHERE a.status = 'queued' AND a.queued_at <= %(now)s AND a.number > 1
+   AND coalesce(e.runtime, 'process') = 'process'
  ORDER BY a.queued_at, a.id
  LIMIT %(limit)s;
 

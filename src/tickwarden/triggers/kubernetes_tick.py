@@ -74,10 +74,14 @@ def record_tick(db: Database, schedule_id: int, tick: datetime, now: datetime, *
         created = store.ledger.create_tick_run(
             TickRequest(context.tenant_id, context.workflow_id, tick, budget.retries, budget.deadline(tick)), now)
         attempt = None
-        if worker_id is not None:
+        # A pod holds no credentials to wake an environment that runs as a pod: its attempt
+        # stays queued for the worker pool instead of failing a wake here.
+        pooled = context.environment_runtime == "kubernetes"
+        if worker_id is not None and not pooled:
             attempt = store.kubernetes.lease_tick_attempt(context.workflow_id, tick, worker_id, now, lease_seconds)
+        waits = "; its attempt waits for the worker pool (its environment runs as a pod)" if pooled else ""
         if created is not None:
-            return TickOutcome("recorded", f"recorded {_iso(tick)}", created.id, attempt)
+            return TickOutcome("recorded", f"recorded {_iso(tick)}{waits}", created.id, attempt)
         return TickOutcome("duplicate", f"{_iso(tick)} was already recorded", None, attempt)
 
 
