@@ -91,7 +91,7 @@ class IdlePasses:
     every timestamp is the same.
 
     Per loop, `due` is a lower bound of the first instant its look could match a row.
-    It comes from the ledger (`sim_next_due_*`, one index probe, read only when the loop
+    It comes from the ledger (`simulation_next_due_*`, one index probe, read only when the loop
     is due to pass, its bound is past, and something it cannot account for was written
     since: `stale`), or is lowered exactly by what the simulator knows it wrote (a lease
     expires LEASE_SECONDS later; a retry is queued for its backoff's end; a pass that

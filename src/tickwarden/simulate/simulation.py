@@ -74,7 +74,7 @@ class SimulationRepository(StoreBase):
         at the latest: the ticker's earliest fire time, the notifier's earliest claimable
         delivery (None for the other loops, which return `now + interval`).
         """
-        row = self._row(f"sim_next_due_{loop.replace('-', '_')}",
+        row = self._row(f"simulation_next_due_{loop.replace('-', '_')}",
                         {"now": now, "kinds": list(kinds), "grace_seconds": grace_seconds})
         assert row is not None
         if loop == "notifier":

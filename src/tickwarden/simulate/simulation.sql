@@ -132,7 +132,7 @@ SELECT id FROM runs
  LIMIT 1;
 
 -- simulation_next_due_ticker --
--- When each loop could next find work in the ledger as it stands (the sim_next_due_*
+-- When each loop could next find work in the ledger as it stands (the simulation_next_due_*
 -- queries): the earliest instant at which the condition of its own look (or claim)
 -- could hold, read from the same partial indexes. A lower bound: a pass then may still
 -- find nothing (a lease renewed meanwhile, a deadline's run holding an expired lease),
