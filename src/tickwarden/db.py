@@ -20,7 +20,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
     from tickwarden.migrate import Migration
     from tickwarden.store import Store
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +322,24 @@ class Database:
             with conn.transaction():
                 yield Store(conn)
 
+    def retrying(self, work: Callable[[Store], T], *, attempts: int = 3, pause: float = 0.2) -> T:
+        """Run `work(store)` in one transaction, again if the server chose it as a deadlock's victim.
+
+        For a caller outside the loops (the self-test, an operator's command) whose writes
+        meet the live loops' locks in another order: the victim's transaction is rolled
+        back whole, so running `work` again is safe as long as `work` keeps its effects in
+        the transaction (it may be run more than once; only the committed run counts).
+        """
+        for attempt in range(attempts):
+            try:
+                with self.transaction() as store:
+                    return work(store)
+            except psycopg.OperationalError as exc:
+                if not rolled_back(exc) or attempt == attempts - 1:
+                    raise
+                time.sleep(pause * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
     @contextlib.contextmanager
     def probe(self) -> Iterator[Store]:
         """Hand out a store whose statements each commit on their own, for a read-only look.
@@ -419,6 +439,11 @@ class DedicatedDatabase(Database):
 
     def close(self) -> None:
         self._conn.close()
+
+
+def rolled_back(exc: BaseException) -> bool:
+    """Whether the server rolled the transaction back to break a deadlock or keep it serializable (SQLSTATE 40xxx)."""
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("40")
 
 
 def _rollback(conn: psycopg.Connection) -> None:

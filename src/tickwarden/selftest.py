@@ -35,7 +35,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
 
 from tickwarden import alerts, catalog, erasure
 from tickwarden.clock import Clock
@@ -172,57 +171,59 @@ class Selftest:
 
     def _prepare(self) -> None:
         now = self.started_at = self.clock.now()
+        self.db.retrying(lambda store: self._stage(store, now))
+        # The worker's statement; it wakes the poller at commit.
+        self.db.retrying(lambda store: store.ledger.finish_attempts(self.worker_id, self.finished))
+
+    def _stage(self, store: Store, now: datetime) -> None:
+        """Write the synthetic tenant, its three workflows and their ticks (run again whole if a deadlock's victim)."""
         tick = now.replace(microsecond=0)
-        with self.db.transaction() as store:
-            lent_id = None
-            if self.lent_tenant is not None:
-                found = store.catalog.get_tenant_by_name(self.lent_tenant)
-                if found is None:
-                    raise NotFound(f"No tenant named {self.lent_tenant!r}.")
-                lent_id = found.id
-            self.routes = store.selftest.routes(lent_id)
-            if not self.routes:
-                raise SelftestError("There is no notification channel to test: add a platform channel "
-                                    "(engineering audience, no tenant) or name a tenant with --tenant.")
-            tenant = store.catalog.upsert_tenant(self.name, now, display_name="tickwarden selftest")
-            self.tenant_id = tenant.id
-            lent = [c.id for c in self.routes if c.tenant_id is not None]
-            store.selftest.begin(tenant.id, no_send=self.no_send, lent_channel_ids=lent, now=now,
-                                 started_by=_actor())
-            for name, call in ((MISSED, "synthetic_success"), (RECOVERS, "synthetic_success"),
-                               (EXHAUSTED, "synthetic_failure")):
-                # Published paused: the self-test makes its own ticks, the ticker never fires one.
-                published = catalog.publish(store, catalog.Publication(
-                    tenant_id=tenant.id, name=name, description="tickwarden selftest", environment_id=None,
-                    publisher_id=None, recipe=_recipe(call), timeout_seconds=60, monitoring_enabled=True,
-                    policy_overrides={}, shadow=False, expect_rows=False, archived=False, cron="0 0 * * *",
-                    timezone="UTC", status="paused", cadence_seconds=86400, starting_deadline_seconds=300,
-                ), now, actor="tickwarden selftest")
-                self.workflows[name] = published.workflow.id
-                self.ticks[name] = tick
-            store.selftest.create_due_run(tenant.id, self.workflows[MISSED], tick, now)
-            for name in (RECOVERS, EXHAUSTED):
-                # One retry at once: the retry engine's backoff is the run's, not the cadence's.
-                store.ledger.create_tick_runs([TickRequest(tenant.id, self.workflows[name], tick, 1,
-                                                    now + timedelta(minutes=10), (0,))], now)
-                # Leased in the transaction that records the tick: no worker of the pool sees it queued.
-                attempt = store.kubernetes.lease_tick_attempt(self.workflows[name], tick, self.worker_id, now,
-                                                              LEASE_SECONDS)
-                if attempt is None:
-                    raise SelftestError("The synthetic tick's attempt could not be leased.")
-                self.finished.append((attempt.id, AttemptOutcome("failed", "connection", REFUSED, "synthetic",
-                                                                 True), now))
-            store.selftest.wake("deadlines")
-        with self.db.transaction() as store:
-            # The worker's statement; it wakes the poller at commit.
-            store.ledger.finish_attempts(self.worker_id, self.finished)
+        self.finished = []
+        lent_id = None
+        if self.lent_tenant is not None:
+            found = store.catalog.get_tenant_by_name(self.lent_tenant)
+            if found is None:
+                raise NotFound(f"No tenant named {self.lent_tenant!r}.")
+            lent_id = found.id
+        self.routes = store.selftest.routes(lent_id)
+        if not self.routes:
+            raise SelftestError("There is no notification channel to test: add a platform channel "
+                                "(engineering audience, no tenant) or name a tenant with --tenant.")
+        tenant = store.catalog.upsert_tenant(self.name, now, display_name="tickwarden selftest")
+        self.tenant_id = tenant.id
+        lent = [c.id for c in self.routes if c.tenant_id is not None]
+        store.selftest.begin(tenant.id, no_send=self.no_send, lent_channel_ids=lent, now=now,
+                             started_by=_actor())
+        for name, call in ((MISSED, "synthetic_success"), (RECOVERS, "synthetic_success"),
+                           (EXHAUSTED, "synthetic_failure")):
+            # Published paused: the self-test makes its own ticks, the ticker never fires one.
+            published = catalog.publish(store, catalog.Publication(
+                tenant_id=tenant.id, name=name, description="tickwarden selftest", environment_id=None,
+                publisher_id=None, recipe=_recipe(call), timeout_seconds=60, monitoring_enabled=True,
+                policy_overrides={}, shadow=False, expect_rows=False, archived=False, cron="0 0 * * *",
+                timezone="UTC", status="paused", cadence_seconds=86400, starting_deadline_seconds=300,
+            ), now, actor="tickwarden selftest")
+            self.workflows[name] = published.workflow.id
+            self.ticks[name] = tick
+        store.selftest.create_due_run(tenant.id, self.workflows[MISSED], tick, now)
+        for name in (RECOVERS, EXHAUSTED):
+            # One retry at once: the retry engine's backoff is the run's, not the cadence's.
+            store.ledger.create_tick_runs([TickRequest(tenant.id, self.workflows[name], tick, 1,
+                                                now + timedelta(minutes=10), (0,))], now)
+            # Leased in the transaction that records the tick: no worker of the pool sees it queued.
+            attempt = store.kubernetes.lease_tick_attempt(self.workflows[name], tick, self.worker_id, now,
+                                                          LEASE_SECONDS)
+            if attempt is None:
+                raise SelftestError("The synthetic tick's attempt could not be leased.")
+            self.finished.append((attempt.id, AttemptOutcome("failed", "connection", REFUSED, "synthetic",
+                                                             True), now))
+        store.selftest.wake("deadlines")
 
     # -- 3: watching ------------------------------------------------------------------
 
     def _wait(self, deadline: float, done: Callable[[Store], bool]) -> bool:
         while True:
-            with self.db.transaction() as store:
-                self._drive_retries(store)
+            self.finished += self.db.retrying(self._drive_retries)
             with self.db.transaction() as store:
                 if done(store):
                     return True
@@ -230,8 +231,8 @@ class Selftest:
                 return False
             self.sleep(POLL_SECONDS)
 
-    def _drive_retries(self, store: Store) -> None:
-        """Play the worker for the retries the poller queued: one succeeds, the other fails."""
+    def _drive_retries(self, store: Store) -> list[tuple[int, AttemptOutcome, datetime]]:
+        """Play the worker for the retries the poller queued: one succeeds, the other fails; return the outcomes."""
         assert self.tenant_id is not None
         now = self.clock.now()
         names = {v: k for k, v in self.workflows.items()}
@@ -247,7 +248,7 @@ class Selftest:
             outcomes.append((leased.id, outcome, now))
         if outcomes:
             store.ledger.finish_attempts(self.worker_id, outcomes)
-            self.finished += outcomes
+        return outcomes
 
     def _settled(self, store: Store) -> bool:
         assert self.tenant_id is not None
@@ -371,15 +372,18 @@ class Selftest:
         """Record everything again, wake every loop, and check that nothing new appears."""
         assert self.tenant_id is not None
         now = self.clock.now()
-        with self.db.transaction() as store:
+        tenant_id = self.tenant_id
+
+        def record_again(store: Store) -> tuple[Any, ...]:
             again = store.ledger.finish_attempts(self.worker_id, [(a, o, now) for a, o, _ in self.finished])
-            applied = [f for f in again if f.applied]
             recreated = store.ledger.create_tick_runs(
-                [TickRequest(self.tenant_id, self.workflows[n], self.ticks[n], 1, now + timedelta(minutes=10), (0,))
+                [TickRequest(tenant_id, self.workflows[n], self.ticks[n], 1, now + timedelta(minutes=10), (0,))
                  for n in (RECOVERS, EXHAUSTED)], now)
-            recreated_missed = store.selftest.create_due_run(self.tenant_id, self.workflows[MISSED],
+            recreated_missed = store.selftest.create_due_run(tenant_id, self.workflows[MISSED],
                                                              self.ticks[MISSED], now)
-            fanned = alerts.notify(store, before[1], now)
+            return [f for f in again if f.applied], recreated, recreated_missed, alerts.notify(store, before[1], now)
+
+        applied, recreated, recreated_missed, fanned = self.db.retrying(record_again)
         mark = self.clock.now()
         with self.db.transaction() as store:
             store.selftest.wake("")
@@ -421,18 +425,10 @@ class Selftest:
                     if not any(r.status == "sending" for r in store.selftest.outbox(self.tenant_id)):
                         break
                 self.sleep(POLL_SECONDS)
-            for attempt in range(3):
-                try:
-                    with self.db.transaction() as store:
-                        erasure.delete_tenant(store, self.tenant_id)
-                    return True
-                except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
-                    # The live loops lock the same ledger rows and months; the victim's
-                    # transaction rolled back whole, so deleting again is safe.
-                    if attempt == 2:
-                        raise
-                    self.sleep(POLL_SECONDS)
-            return False
+            tenant_id = self.tenant_id
+            # The live loops lock the same ledger rows and months, in their own order.
+            self.db.retrying(lambda store: erasure.delete_tenant(store, tenant_id), attempts=5)
+            return True
         except Exception as exc:  # reported, and removed by the next self-test once stale
             log.error("the self-test's records could not be removed: %s", type(exc).__name__)
             return False

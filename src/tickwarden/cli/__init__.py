@@ -73,7 +73,13 @@ def main() -> None:
             print("tickwarden: this database has no tickwarden schema yet; run `tickwarden db upgrade` first.",
                   file=sys.stderr)
             sys.exit(1)
-        if isinstance(exc, psycopg.OperationalError):
+        from tickwarden.db import rolled_back
+
+        if rolled_back(exc):
+            print("tickwarden: the database rolled this command back (it met another's locks); nothing of it was "
+                  "changed, run it again.", file=sys.stderr)
+            sys.exit(1)
+        if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
             print("tickwarden: the database connection failed; check TICKWARDEN_DATABASE_URL and that the server is up.",
                   file=sys.stderr)
             sys.exit(1)
