@@ -135,6 +135,36 @@ def test_pause_resume_and_run_now_buttons_go_through_the_catalog_with_the_signed
         assert f'data-run="{run_id}"' not in re.search(r'<table id="in-progress">(.*?)</table>', after, re.DOTALL).group(1)
 
 
+@pytest.mark.parametrize("headers", [
+    {"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
+    {"Sec-Fetch-Site": "same-site", "Origin": "https://other.tickwarden.example"},  # a sibling subdomain
+    {"Origin": "https://evil.example"},  # a browser without Fetch Metadata
+    {"Origin": "null"},  # a sandboxed frame
+], ids=["cross-site", "same-site", "origin-only", "opaque-origin"])
+def test_a_form_posted_from_another_origin_with_the_session_cookie_changes_nothing(base, fleet, db, headers):
+    acme, _, _ = fleet
+    with client(base, acme.token) as c:
+        forged = c.post("/dashboard/tenants/acme/workflows/nightly/pause", headers=headers)
+        assert forged.status_code == 403
+        assert forged.json()["detail"].startswith("This request was sent from another site")
+        assert schedule_status(db, acme.workflow_id) == "active"
+        # The same button from the dashboard's own page, as a browser sends it, works.
+        host = base.split("://", 1)[1]
+        own = c.post("/dashboard/tenants/acme/workflows/nightly/pause",
+                     headers={"Sec-Fetch-Site": "same-origin", "Origin": f"http://{host}"})
+        assert own.status_code == 303 and schedule_status(db, acme.workflow_id) == "paused"
+        assert c.post("/dashboard/tenants/acme/workflows/nightly/resume", headers={"Origin": f"http://{host}"}
+                      ).status_code == 303
+    # Login CSRF: another site cannot sign a visitor in with the attacker's token.
+    login = httpx.post(base + "/login", data={"token": acme.token, "next": "/dashboard"},
+                       headers={"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}, follow_redirects=False)
+    assert login.status_code == 403 and "set-cookie" not in login.headers
+    # A token in the Authorization header is not ambient authority: the API answers it from anywhere.
+    api = httpx.post(base + "/api/tenants/acme/workflows/nightly/pause",
+                     headers={"Authorization": f"Bearer {acme.token}", "Origin": "https://ci.example"})
+    assert api.status_code == 200 and schedule_status(db, acme.workflow_id) == "paused"
+
+
 def test_an_archived_workflow_shows_no_buttons_and_refuses_them_with_the_catalogs_sentence(base, fleet, db, clock):
     acme, _, _ = fleet
     catalog.archive(db, "acme", "nightly", clock.now(), actor="test")

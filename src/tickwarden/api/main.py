@@ -75,6 +75,7 @@ def create_app(
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     _install_docs(app)
     app.add_middleware(problems.BodyLimit, limit=body_limit)
+    app.add_middleware(problems.SameOriginWrites)
     return app
 
 

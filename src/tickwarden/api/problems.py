@@ -188,3 +188,48 @@ class BodyLimit:
     async def _reply(scope: Scope, receive: Receive, send: Send, status: int, detail: str) -> None:
         response = problem_response(status, detail)
         await response(scope, receive, send)
+
+
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+CROSS_SITE = "This request was sent from another site; send it from the tickwarden dashboard or with an API token."
+
+
+class SameOriginWrites:
+    """Refuse a state-changing request that a browser sent from another origin (403).
+
+    The dashboard's session cookie is SameSite=Strict, which keeps it off requests from
+    another *site*; a sibling subdomain is the same site, and the login form needs no
+    cookie at all (login CSRF). So a write must also come from this very origin, as the
+    browser says it: Fetch Metadata (`Sec-Fetch-Site`) when sent, else `Origin`, compared by host (an
+    opaque `null` origin is refused). A request with neither header is not a browser's
+    cross-origin request and passes, as does one that authenticates with an
+    `Authorization` header (a token a page of another origin cannot have), and the
+    machine check-ins under `/ping/`, which carry their own key.
+    """
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in UNSAFE_METHODS or not self._refused(scope):
+            await self.app(scope, receive, send)
+            return
+        log.warning("refused a cross-origin %s to %s", scope["method"], scope["path"][:200])
+        await problem_response(403, CROSS_SITE)(scope, receive, send)
+
+    @staticmethod
+    def _refused(scope: Scope) -> bool:
+        if scope["path"].startswith("/ping/"):
+            return False
+        headers = dict(scope.get("headers") or [])
+        if b"authorization" in headers:
+            return False
+        fetch_site = headers.get(b"sec-fetch-site")
+        if fetch_site is not None:
+            return fetch_site not in (b"same-origin", b"none")
+        origin = headers.get(b"origin")
+        if origin is None:
+            return False
+        # The host alone: behind a proxy that ends TLS this process sees http for an https page.
+        _, _, origin_host = origin.decode("latin-1").rstrip("/").partition("://")
+        return not origin_host or origin_host.lower() != headers.get(b"host", b"").decode("latin-1").lower()
