@@ -14,9 +14,11 @@
    code) drain them; outcomes per second = outcomes / wall time of the drain.
    The outcomes are reset between the two runs (same ledger).
 4. Latency: a producer process finishes attempts on the wall clock at a steady
-   rate while 2 poller processes run their loop with `--interval`; the latency of
-   an attempt is from its finished_at to the commit of its evaluation. Reported
-   as p50/p99 beside the interval.
+   rate, each batch committed with the `NOTIFY tickwarden_wake, 'poller'` the worker's
+   outcome statement sends, while 2 processes run the poller as `tickwarden serve` does
+   (a `Service` thread per loop, woken by its LISTEN connection, polling every
+   `--interval` otherwise); the latency of an attempt is from its finished_at to the
+   commit of its evaluation. Reported as p50/p99 beside the interval.
 5. The floor beside each throughput figure, in the same run: a raw `SKIP LOCKED` claim of
    `batch` rows per transaction on a bare job table, with as many clients. The DESIGN.md
    targets: >= 50,000 outcomes/s with 2 replicas on the 1M-run ledger, three runs within
@@ -168,40 +170,63 @@ def _produce(args: tuple[str, float, int, int, mp.Event]) -> None:
                    SELECT tenant_id, workflow_id, id, scheduled_for, 1, status, created_at, started_at, finished_at, true,
                           error_category, error FROM r""",
                 {"n": n, "w": workflows, "k": per_step, "now": now})
+            conn.execute("SELECT pg_notify('tickwarden_wake', 'poller')")  # as the worker's outcome statement does
             conn.commit()
             n += per_step
             time.sleep(max(0.0, step - 0.002))
     stop.set()
 
 
-def _serve(args: tuple[str, int, float, mp.Event, mp.Queue]) -> None:
-    schema, replica, interval, stop, out = args
+def _serve(args: tuple[str, int, float, mp.Event, mp.Queue, mp.Queue]) -> None:
+    schema, replica, interval, stop, out, ready = args
+    from datetime import datetime
+
     from tickwarden.clock import WallClock
     from tickwarden.db import Database
     from tickwarden.poller import OutcomePoller
+    from tickwarden.service import Service
 
     clock = WallClock()
-    db = Database(BENCH_URL, schema=schema, min_size=1, max_size=2)
+    db = Database(BENCH_URL, schema=schema, min_size=1, max_size=3)
     poller = OutcomePoller(db, f"serve-{replica}", interval_seconds=interval)
     latencies: list[float] = []
     idle_after_stop = 0
+
+    class Measured:
+        """The poller as the service runs it, noting each decided attempt's latency."""
+
+        name = poller.name
+
+        def run_once(self, now: datetime) -> datetime:
+            nonlocal idle_after_stop
+            wake = poller.run_once(now)
+            decided = clock.now()
+            latencies.extend((decided - f).total_seconds() for f in poller.last.finished_at)
+            if stop.is_set() and poller.last.claimed == 0:
+                idle_after_stop += 1
+            return wake
+
+    service = Service(db, [Measured()], clock, replica_id=f"serve-{replica}", listen=True)
+    service.start()
+    ready.put(replica)  # the producer starts once every replica listens: start-up is not latency
     while idle_after_stop < 2:
-        wake = poller.run_once(clock.now())
-        decided = clock.now()
-        latencies += [(decided - f).total_seconds() for f in poller.last.finished_at]
-        if stop.is_set() and poller.last.claimed == 0:
-            idle_after_stop += 1
-        clock.sleep_until(wake)
+        time.sleep(0.2)
+        if stop.is_set():
+            service.wake()
+    service.stop()
     out.put(latencies)
     db.close()
 
 
 def latency(schema: str, replicas: int, seconds: float, rate: int, interval: float, workflows: int) -> list[float]:
     ctx = mp.get_context("spawn")
-    stop, out = ctx.Event(), ctx.Queue()
-    servers = [ctx.Process(target=_serve, args=((schema, r, interval, stop, out),)) for r in range(replicas)]
+    stop, out, ready = ctx.Event(), ctx.Queue(), ctx.Queue()
+    servers = [ctx.Process(target=_serve, args=((schema, r, interval, stop, out, ready),)) for r in range(replicas)]
     for p in servers:
         p.start()
+    for _ in servers:
+        ready.get()
+    time.sleep(1.0)  # their first passes (an empty claim each) and LISTEN are done
     producer = ctx.Process(target=_produce, args=((schema, seconds, rate, workflows, stop),))
     producer.start()
     producer.join()
