@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 DEFAULT_INTERVAL = timedelta(seconds=60)
 MIN_GRACE = timedelta(seconds=60)
 IN_FLIGHT = ("queued", "running", "pending_retry")
-OUTBOX_WAITING = ("pending", "sending", "failed")
+OUTBOX_WAITING = ("pending", "sending", "failed", "held")  # held: by a maintenance window, sent when it ends
 REPLICA_ENV = "TICKWARDEN_REPLICA"
 TERMINAL = ("succeeded", "failed", "missed", "cancelled")
 ATTEMPT_STATUSES = ("succeeded", "failed", "lost")
@@ -155,7 +155,7 @@ class TickwardenCollector(Collector):
         lag = 0.0 if snap.oldest_unprocessed is None else max(0.0, (now - snap.oldest_unprocessed).total_seconds())
         yield GaugeMetricFamily("tickwarden_poll_lag_seconds",
                                 "Age of the oldest finished attempt the outcome poller has not processed.", value=lag)
-        outbox = GaugeMetricFamily("tickwarden_outbox_backlog", "Notifications waiting for delivery, by status.",
+        outbox = GaugeMetricFamily("tickwarden_outbox_backlog", "Notifications waiting for delivery, by status (held: until a maintenance window ends).",
                                    labels=["status"])
         for status in OUTBOX_WAITING:
             outbox.add_metric([status], snap.outbox.get(status, 0))

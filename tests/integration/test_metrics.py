@@ -46,11 +46,19 @@ def test_metrics_report_runs_alerts_lag_backlog_and_stalled_loops(db, clock):
         store.ledger.finish_attempt(attempt.id, "w", AttemptOutcome(status="failed", error_category="connection",
                                                              error="reset"), now - timedelta(seconds=90))
         store.ledger.queue_retries([run.id], now - timedelta(seconds=80))
+    with db.transaction() as store:
+        pager = store.outbox.upsert_notification_channel(tenant_id=acme.tenant_id, name="pager", kind="webhook",
+                                                         audience="customer", now=now,
+                                                         config={"url": "https://hooks.example/p"}).id
     with db.connection() as conn, conn.transaction():
         conn.execute("UPDATE attempts SET processed_at = %s WHERE id <> %s", (now, attempt.id))
         conn.execute("INSERT INTO notification_outbox (tenant_id, event_id, alert_id, channel_id, status,"
                      " next_attempt_at, created_at) SELECT tenant_id, id, alert_id, %s, 'pending', %s, %s"
                      " FROM alert_events", (acme.channel_id, now, now))
+        # the same events held for a second channel by a maintenance window
+        conn.execute("INSERT INTO notification_outbox (tenant_id, event_id, alert_id, channel_id, status,"
+                     " next_attempt_at, created_at) SELECT tenant_id, id, alert_id, %s, 'held', '9999-12-31T00:00:00Z', %s"
+                     " FROM alert_events", (pager, now))
         conn.execute("INSERT INTO loop_heartbeats (replica_id, loop, last_pass_at, next_pass_at) VALUES"
                      " ('r1', 'poller', %s, %s), ('r1', 'escalation', %s, %s)",
                      (now - timedelta(seconds=10), now + timedelta(seconds=20),
@@ -65,6 +73,7 @@ def test_metrics_report_runs_alerts_lag_backlog_and_stalled_loops(db, clock):
     assert got[("tickwarden_open_alerts", (("severity", "warning"),))] == 0
     assert got[("tickwarden_poll_lag_seconds", ())] == 90
     assert got[("tickwarden_outbox_backlog", (("status", "pending"),))] == 1
+    assert got[("tickwarden_outbox_backlog", (("status", "held"),))] == 1
     assert got[("tickwarden_loop_stalled", (("loop", "escalation"),))] == 1
     assert got[("tickwarden_loop_stalled", (("loop", "poller"),))] == 0
     assert got[("tickwarden_loop_last_pass_age_seconds", (("loop", "poller"),))] == 10

@@ -244,7 +244,7 @@ SELECT min(finished_at) AS oldest FROM attempts
 -- api_metrics_outbox --
 -- Notifications waiting to be delivered, by status.
 SELECT status, count(*) AS n FROM notification_outbox
- WHERE status IN ('pending', 'failed', 'sending') GROUP BY status;
+ WHERE status IN ('pending', 'failed', 'sending', 'held') GROUP BY status;
 
 -- api_loop_heartbeats --
 -- Every replica's newest pass of every loop.
