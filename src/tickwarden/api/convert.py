@@ -149,8 +149,14 @@ def environment_out(view: EnvironmentView) -> s.EnvironmentOut:
 
 def _environment_fields(view: EnvironmentView) -> dict:
     e = view.environment
+    pod = None
+    if view.pod_state is not None:
+        given, state = e.pod or {}, view.pod_state
+        pod = s.EnvironmentPodOut(image=given.get("image"), resources=dict(given.get("resources") or {}),
+                                  volume=given.get("volume"), awake=state.awake, last_used_at=state.last_used_at,
+                                  woken_at=state.woken_at, stopped_at=state.stopped_at, wakes=state.wakes)
     return dict(id=e.id, tenant=view.tenant_name, name=e.name, python=e.python,
-                idle_timeout_seconds=e.idle_timeout_seconds, settings=e.settings,
+                idle_timeout_seconds=e.idle_timeout_seconds, settings=e.settings, runtime=e.runtime, pod=pod,
                 live_instances=view.live_instances, created_at=e.created_at, updated_at=e.updated_at)
 
 

@@ -298,6 +298,19 @@ class EnvironmentInstanceOut(BaseModel):
     runs_served: int
 
 
+class EnvironmentPodOut(BaseModel):
+    """A `runtime: kubernetes` environment's pod: what it is given, and what tickwarden last asked of it."""
+
+    image: str | None
+    resources: dict[str, Any]
+    volume: dict[str, Any] | None
+    awake: bool = Field(description="Scaled to one replica (woken) rather than to zero (stopped when idle).")
+    last_used_at: datetime | None
+    woken_at: datetime | None
+    stopped_at: datetime | None
+    wakes: int
+
+
 class EnvironmentOut(BaseModel):
     id: int
     tenant: str
@@ -305,6 +318,8 @@ class EnvironmentOut(BaseModel):
     python: str | None
     idle_timeout_seconds: int
     settings: dict[str, Any]
+    runtime: str = Field(description="`process` (local to each worker) or `kubernetes` (one pod, shared).")
+    pod: EnvironmentPodOut | None = Field(description="The pod of a `kubernetes` environment; null otherwise.")
     live_instances: int
     created_at: datetime
     updated_at: datetime

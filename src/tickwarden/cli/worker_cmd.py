@@ -6,7 +6,7 @@ import logging
 import signal
 import threading
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -106,27 +106,42 @@ def envs_command(
     as_json: Annotated[bool, typer.Option("--json")] = False,
     include_stopped: Annotated[bool, typer.Option("--all", help="Include stopped and dead instances.")] = False,
 ) -> None:
-    """Show environment processes: which tenant, which worker, warm or busy, runs served."""
+    """Show environment processes (which tenant, which worker, warm or busy, runs served) and environment pods."""
     with Database(max_size=1) as db, db.transaction() as store:
         instances = store.execution.list_environment_instances(include_stopped=include_stopped)
-    rows = [
+        pods = store.api.list_environment_pods()
+    rows: list[dict[str, Any]] = [
         {
-            "tenant": i.tenant, "environment": i.environment, "status": i.status, "pid": i.pid,
+            "tenant": i.tenant, "environment": i.environment, "runtime": "process", "status": i.status, "pid": i.pid,
             "worker": i.worker_id, "started_at": i.started_at, "last_used_at": i.last_used_at,
             "stopped_at": i.stopped_at, "runs_served": i.runs_served, "idle_timeout_seconds": i.idle_timeout_seconds,
         }
         for i in instances
     ]
+    # A pod environment is one shared pod whatever the worker: awake (one replica) or asleep (zero).
+    rows += [
+        {
+            "tenant": v.tenant_name, "environment": v.environment.name, "runtime": "kubernetes",
+            "status": "awake" if v.pod_state.awake else "asleep", "pid": None, "worker": None,
+            "started_at": v.pod_state.woken_at, "last_used_at": v.pod_state.last_used_at,
+            "stopped_at": v.pod_state.stopped_at, "wakes": v.pod_state.wakes,
+            "idle_timeout_seconds": v.environment.idle_timeout_seconds,
+        }
+        for v in pods
+        if v.pod_state is not None and (include_stopped or v.pod_state.awake)
+    ]
     if as_json:
         print_json(rows)
         return
     if not rows:
-        console.print("no environment processes" + ("" if include_stopped else " running (use --all for history)"))
+        console.print("no environment processes or pods" + ("" if include_stopped else " running (use --all for history)"))
         return
     from rich.table import Table
 
-    table = Table("tenant", "environment", "status", "pid", "worker", "last used", "runs")
+    table = Table("tenant", "environment", "runtime", "status", "pid", "worker", "last used", "runs / wakes")
     for r in rows:
-        table.add_row(r["tenant"], r["environment"], r["status"], str(r["pid"] or "-"), r["worker"],
-                      ensure_utc(r["last_used_at"]).strftime("%Y-%m-%d %H:%M:%SZ"), str(r["runs_served"]))
+        used = r["last_used_at"]
+        table.add_row(r["tenant"], r["environment"], r["runtime"], r["status"], str(r["pid"] or "-"),
+                      r["worker"] or "-", ensure_utc(used).strftime("%Y-%m-%d %H:%M:%SZ") if used else "-",
+                      str(r["runs_served"] if r["runtime"] == "process" else f"{r['wakes']} wakes"))
     console.print(table)

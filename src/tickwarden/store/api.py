@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 
+from tickwarden.store.environment_pods import EnvironmentPod
 from tickwarden.models import (
     Alert,
     AlertView,
@@ -95,6 +96,17 @@ class EnvironmentView:
     environment: Environment
     tenant_name: str
     live_instances: int = 0
+    pod_state: EnvironmentPod | None = None  # runtime kubernetes only; asleep and never woken until its first wake
+
+
+def _environment_view(row: dict[str, Any], live_instances: int = 0) -> EnvironmentView:
+    environment = from_row(Environment, row)
+    pod_state = None
+    if environment.runtime == "kubernetes":
+        pod_state = EnvironmentPod(environment.id, environment.tenant_id, bool(row["pod_awake"]),
+                                   row["pod_last_used_at"], row["pod_woken_at"], row["pod_stopped_at"],
+                                   int(row["pod_wakes"] or 0))
+    return EnvironmentView(environment, row["tenant_name"], live_instances, pod_state)
 
 
 @dataclass(frozen=True)
@@ -281,13 +293,14 @@ class ApiRepository(StoreBase):
 
     def list_environments(self, *, tenant: str | None, after_id: int | None, limit: int) -> list[EnvironmentView]:
         rows = self._rows("api_list_environments", {"tenant": tenant, "after_id": after_id, "limit": limit})
-        return [
-            EnvironmentView(from_row(Environment, r), r["tenant_name"], int(r["live_instances"])) for r in rows
-        ]
+        return [_environment_view(r, int(r["live_instances"])) for r in rows]
+
+    def list_environment_pods(self) -> list[EnvironmentView]:
+        return [_environment_view(r) for r in self._rows("api_list_environment_pods")]
 
     def get_environment(self, environment_id: int) -> EnvironmentView | None:
         row = self._row("api_get_environment", {"environment_id": environment_id})
-        return EnvironmentView(from_row(Environment, row), row["tenant_name"]) if row else None
+        return _environment_view(row) if row else None
 
     def list_environment_instances(self, environment_id: int) -> list[EnvironmentInstance]:
         rows = self._rows("api_list_environment_instances", {"environment_id": environment_id})

@@ -157,17 +157,34 @@ SELECT at.id AS attempt_id, at.number, at.run_id, coalesce(s.step, at.failed_ste
 -- Visible environments with their live instances, by id after the cursor.
 SELECT e.*, t.name AS tenant_name,
        (SELECT count(*) FROM environment_instances i
-         WHERE i.environment_id = e.id AND i.status IN ('starting', 'warm', 'busy')) AS live_instances
+         WHERE i.environment_id = e.id AND i.status IN ('starting', 'warm', 'busy')) AS live_instances,
+       p.awake AS pod_awake, p.last_used_at AS pod_last_used_at, p.woken_at AS pod_woken_at,
+       p.stopped_at AS pod_stopped_at, p.wakes AS pod_wakes
   FROM environments e
   JOIN tenants t ON t.id = e.tenant_id
+  LEFT JOIN environment_pods p ON p.environment_id = e.id
  WHERE (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
    AND (%(after_id)s::bigint IS NULL OR e.id > %(after_id)s)
  ORDER BY e.id
  LIMIT %(limit)s;
 
+-- api_list_environment_pods --
+-- Every visible environment that runs as a pod, with its pod's state (for `tickwarden envs`).
+SELECT e.*, t.name AS tenant_name,
+       p.awake AS pod_awake, p.last_used_at AS pod_last_used_at, p.woken_at AS pod_woken_at,
+       p.stopped_at AS pod_stopped_at, p.wakes AS pod_wakes
+  FROM environments e JOIN tenants t ON t.id = e.tenant_id
+  LEFT JOIN environment_pods p ON p.environment_id = e.id
+ WHERE e.runtime = 'kubernetes'
+ ORDER BY t.name, e.name;
+
 -- api_get_environment --
--- One visible environment with its tenant's name.
-SELECT e.*, t.name AS tenant_name FROM environments e JOIN tenants t ON t.id = e.tenant_id
+-- One visible environment with its tenant's name and, for a pod environment, its pod's state.
+SELECT e.*, t.name AS tenant_name,
+       p.awake AS pod_awake, p.last_used_at AS pod_last_used_at, p.woken_at AS pod_woken_at,
+       p.stopped_at AS pod_stopped_at, p.wakes AS pod_wakes
+  FROM environments e JOIN tenants t ON t.id = e.tenant_id
+  LEFT JOIN environment_pods p ON p.environment_id = e.id
  WHERE e.id = %(environment_id)s;
 
 -- api_list_environment_instances --
