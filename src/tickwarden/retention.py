@@ -8,7 +8,8 @@ Five classes, each with a platform default that a tenant may override:
 | `logs`     | step logs, log tails and error text of runs and attempts    | 30 days  | clears the columns |
 | `payloads` | step outputs and attempt outputs (customer data)            | 7 days   | clears the columns |
 | `outbox`   | delivered (or given-up) notification deliveries             | 30 days  | deletes the rows   |
-| `alerts`   | resolved alerts with their events and threads               | 400 days | deletes the rows   |
+| `alerts`   | resolved alerts with their events and threads (and the      | 400 days | deletes the rows   |
+|            | platform's own, past the platform default)                  |          |                    |
 
 Invariants, whatever the retention:
 
@@ -164,8 +165,12 @@ class RetentionSweeper:
         for klass in ("outbox", "alerts"):
             for _ in range(self.max_batches):
                 with self.db.transaction() as store:
-                    expire = store.retention.expire_outbox if klass == "outbox" else store.retention.expire_alerts
-                    count = expire(now, self.defaults[klass], self.rows_per_batch)
+                    if klass == "outbox":
+                        count = store.retention.expire_outbox(now, self.defaults[klass], self.rows_per_batch)
+                    else:  # the tenants' alert history, then the platform's own (its default, no tenant)
+                        count = store.retention.expire_alerts(now, self.defaults[klass], self.rows_per_batch)
+                        count += store.retention.expire_platform_alerts(now, self.defaults[klass],
+                                                                        self.rows_per_batch)
                     store.retention.add_totals(now, {klass: count})
                 expired[klass] += count
                 if count < self.rows_per_batch:

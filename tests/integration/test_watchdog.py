@@ -338,3 +338,41 @@ def test_an_idle_pass_is_one_read_only_statement_and_no_transaction(db, clock, c
     counted.clear()
     dog.run_once(clock.advance(30))  # still stalled, already open, nothing due: idle again
     assert counted == [] and dog.last.opened == [] and len(dog.last.stalled) == 3
+
+
+def test_retention_removes_the_platforms_resolved_alerts_past_its_horizon_and_never_an_open_one(db, clock):
+    from tickwarden.retention import DEFAULT_DAYS, RetentionSweeper
+
+    channels(db, clock)
+    recording = RecordingTransport()
+    dog = Watchdog(db, "r1", LOOPS, {"recording": recording}, dashboard_url="https://tw.example")
+    start = clock.now()
+    all_beat(db, start)
+    dog.run_once(start)
+    # The ticker stalls and runs again: a resolved alert, both of its messages sent.
+    all_beat(db, start + timedelta(minutes=2), loops=["poller", "notifier"])
+    dog.run_once(start + timedelta(minutes=2, seconds=1))
+    all_beat(db, start + timedelta(minutes=3))
+    dog.run_once(start + timedelta(minutes=3, seconds=1))
+    # Then the notifier stalls for good: an open alert.
+    all_beat(db, start + timedelta(minutes=6), loops=["ticker", "poller"])
+    dog.run_once(start + timedelta(minutes=6, seconds=1))
+    assert [(a[1], a[2]) for a in platform_alerts(db)] == [("ticker", "resolved"), ("notifier", "open")]
+    assert len(recording.messages) == 3
+
+    sweeper = RetentionSweeper(db)
+    sweeper.sweep(start + timedelta(days=DEFAULT_DAYS["alerts"] - 1))  # inside the horizon: kept
+    assert len(platform_alerts(db)) == 2
+    later = start + timedelta(days=DEFAULT_DAYS["alerts"] + 1)
+    with db.connection() as conn:  # a message of it still waiting for a retry: kept until it is settled
+        conn.execute("UPDATE platform_alert_deliveries SET status = 'failed'"
+                     " WHERE event = 'resolved' AND alert_id = %s", (platform_alerts(db)[0][0],))
+    assert sweeper.sweep(later).expired["alerts"] == 0 and len(platform_alerts(db)) == 2
+    with db.connection() as conn:
+        conn.execute("UPDATE platform_alert_deliveries SET status = 'dead' WHERE status = 'failed'")
+    gone = sweeper.sweep(later)
+    assert gone.expired["alerts"] == 1 + 2  # the alert and its two deliveries
+    assert [(a[1], a[2]) for a in platform_alerts(db)] == [("notifier", "open")]
+    with db.connection() as conn:
+        left = conn.execute("SELECT count(*) FROM platform_alert_deliveries").fetchone()[0]
+    assert left == 1  # the open alert's message

@@ -68,6 +68,10 @@ class RetentionRepository(StoreBase):
         row = self._row("retention_expire_alerts", {"now": now, "default_days": default_days, "limit": limit})
         return int(row["expired"]) if row else 0
 
+    def expire_platform_alerts(self, now: datetime, default_days: int, limit: int) -> int:
+        row = self._row("retention_expire_platform_alerts", {"now": now, "default_days": default_days, "limit": limit})
+        return int(row["expired"]) if row else 0
+
     def add_totals(self, now: datetime, expired: dict[str, int]) -> None:
         classes = [k for k, v in expired.items() if v]
         if classes:

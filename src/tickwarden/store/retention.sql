@@ -247,6 +247,27 @@ WITH doomed AS (
 )
 SELECT (SELECT count(*) FROM deleted) + (SELECT n FROM events_gone) AS expired;
 
+-- retention_expire_platform_alerts --
+-- Delete the platform's own resolved alerts (a stalled loop of tickwarden) older than the
+-- platform's alert-history horizon, with their deliveries, once none of those is still
+-- waiting to be sent. Open ones are never touched. Counts the alerts and deliveries removed.
+WITH doomed AS (
+    SELECT a.id
+      FROM platform_alerts a
+     WHERE a.status = 'resolved'
+       AND a.resolved_at < %(now)s::timestamptz - make_interval(days => %(default_days)s::integer)
+       AND NOT EXISTS (SELECT 1 FROM platform_alert_deliveries d
+                        WHERE d.alert_id = a.id AND d.status IN ('pending', 'sending', 'failed'))
+     ORDER BY a.resolved_at, a.id
+     LIMIT %(limit)s
+       FOR UPDATE OF a SKIP LOCKED
+), deliveries_gone AS (
+    SELECT count(*) AS n FROM platform_alert_deliveries d JOIN doomed ON d.alert_id = doomed.id
+), deleted AS (
+    DELETE FROM platform_alerts a USING doomed WHERE a.id = doomed.id RETURNING a.id
+)
+SELECT (SELECT count(*) FROM deleted) + (SELECT n FROM deliveries_gone) AS expired;
+
 -- retention_add_totals --
 -- Add this pass's expired rows to the per-class counters.
 INSERT INTO retention_totals (class, rows, updated_at)
