@@ -13,10 +13,10 @@ import contextlib
 import hashlib
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -25,6 +25,8 @@ from tickwarden.api.problems import Problem
 from tickwarden.clock import Clock
 from tickwarden.db import Database
 from tickwarden.store import Store
+
+T = TypeVar("T")
 
 TOKEN_PREFIX = "twk_"
 COOKIE_NAME = "tickwarden_token"
@@ -93,6 +95,19 @@ class Scope:
         with self.db.transaction() as store:
             store.api.enter_tenant_context(self.principal.tenant_id, platform=self.principal.platform)
             yield store
+
+    def retrying(self, work: Callable[[Store], T]) -> T:
+        """Run `work` in one transaction in the caller's tenant context, again if a deadlock's victim.
+
+        For the writes that meet the live loops' locks in another order (erasing a tenant):
+        see `Database.retrying`.
+        """
+
+        def in_context(store: Store) -> T:
+            store.api.enter_tenant_context(self.principal.tenant_id, platform=self.principal.platform)
+            return work(store)
+
+        return self.db.retrying(in_context)
 
     def visible_tenant(self, tenant: str | None) -> str | None:
         """Check a tenant filter: members may only name their own tenant."""

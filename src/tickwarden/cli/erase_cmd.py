@@ -14,6 +14,7 @@ from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock
 from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, UsageError
+from tickwarden.store import Store
 
 
 def _usage(message: str) -> None:
@@ -47,12 +48,15 @@ def erase_command(
             _usage(exc.message)
     who = _actor(actor)
     now = WallClock().now()
-    with Database(max_size=1, application_name="tickwarden-erase") as db, db.transaction() as store:
+    def erase(store: Store) -> erasure.ErasureReport:
         store.api.enter_tenant_context(None, platform=True)
         if tenant is not None:
-            report = erasure.erase_tenant(store, tenant, actor=who, now=now, dry_run=dry_run)
-        else:
-            report = erasure.erase_subject(store, subject or "", actor=who, now=now, dry_run=dry_run)
+            return erasure.erase_tenant(store, tenant, actor=who, now=now, dry_run=dry_run)
+        return erasure.erase_subject(store, subject or "", actor=who, now=now, dry_run=dry_run)
+
+    # The live loops lock the same rows in their own order: a deadlock's victim is run again whole.
+    with Database(max_size=1, application_name="tickwarden-erase") as db:
+        report = db.retrying(erase)
     if as_json:
         print_json(report.as_dict())
         return

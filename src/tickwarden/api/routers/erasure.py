@@ -53,13 +53,15 @@ def erase(body: ErasureIn, scope: Scoped) -> ErasureOut:
     if (body.tenant is None) == (body.subject is None):
         raise Problem(422, "Unprocessable Content", "Give exactly one of 'tenant' or 'subject'.")
     now = scope.clock.now()
-    with scope.store() as store:
-        if body.tenant is not None:
-            report = erasure.erase_tenant(store, body.tenant, actor=scope.principal.actor, now=now,
-                                          dry_run=body.dry_run)
-        else:
-            report = erasure.erase_subject(store, body.subject or "", actor=scope.principal.actor, now=now,
-                                           dry_run=body.dry_run)
+    actor = scope.principal.actor
+    if body.tenant is not None:
+        tenant = body.tenant
+        report = scope.retrying(lambda store: erasure.erase_tenant(store, tenant, actor=actor, now=now,
+                                                                   dry_run=body.dry_run))
+    else:
+        subject = body.subject or ""
+        report = scope.retrying(lambda store: erasure.erase_subject(store, subject, actor=actor, now=now,
+                                                                    dry_run=body.dry_run))
     return ErasureOut(**report.as_dict())
 
 
