@@ -340,16 +340,6 @@ class SealedSecret:
 
 
 @dataclass(frozen=True)
-class RunIdentity:
-    """A run as the step's own code may name it: the run key's parts."""
-
-    tenant: str
-    workflow: str
-    scheduled_for: datetime
-    manual: bool
-
-
-@dataclass(frozen=True)
 class ErasureAudit:
     """What one erasure removed, when and by whom: counts, never the erased values."""
 
