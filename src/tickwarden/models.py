@@ -14,8 +14,6 @@ from tickwarden.clock import ensure_utc
 T = TypeVar("T")
 
 RUN_TERMINAL = ("succeeded", "failed", "missed", "cancelled")
-RUN_OPEN = ("queued", "running", "pending_retry")
-ATTEMPT_TERMINAL = ("succeeded", "failed", "lost", "cancelled")
 
 
 @functools.cache

@@ -20,7 +20,6 @@ from psycopg.types.json import Jsonb
 from tickwarden.models import Channel, from_row
 from tickwarden.store.base import StoreBase
 
-NOTIFYING_EVENTS = ("opened", "escalated", "reassigned", "resolved")
 CHANNEL_KINDS = ("slack", "email", "webhook", "recording", "pagerduty", "teams")
 AUDIENCES = ("customer", "engineering", "shadow")
 
