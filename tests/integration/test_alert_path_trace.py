@@ -11,8 +11,9 @@ what the path costs:
   statement run outside one, which commits on its own), and the statements sent;
 - shapes: the tickwarden dataclasses and named tuples the values were copied into.
 
-The bounds are the figures after the alerting module took over deciding, applying and
-reporting (docs/benchmarks.md has both runs); a change that adds a pass, a transaction, a
+The bounds are the figures after the worker stopped copying a lease, a run key and a
+failure into shapes of their own and the notifier recorded a round's last message with its
+next claim (docs/benchmarks.md has every run); a change that adds a pass, a transaction, a
 statement or a shape to the path fails here.
 """
 
@@ -171,5 +172,5 @@ def test_one_failing_tick_reaches_slack_in_few_passes_transactions_and_shapes(db
     print(f"shapes: {len(trace.shapes)} {sorted(trace.shapes)}")
     assert now - timedelta(seconds=5) < datetime(2026, 11, 30, 12, 3, tzinfo=UTC), "the message took minutes"
     # bounds: the figures recorded in docs/benchmarks.md ("Traced path"); lower them when the path gets shorter
-    assert sum(passes.values()) <= 17 and trace.transactions <= 25 and trace.statements <= 44
-    assert len(trace.shapes) <= 48 and not any(".Decision" in shape for shape in trace.shapes)
+    assert sum(passes.values()) <= 8 and trace.transactions <= 15 and trace.statements <= 33
+    assert len(trace.shapes) <= 43 and not any(".Decision" in shape for shape in trace.shapes)
