@@ -167,7 +167,7 @@ class Notifier:
         unrecorded: tuple[DeliveryContext, Delivery] | None = None  # sent by the last round, not yet recorded
         for round_ in range(self.rounds):
             with self.db.transaction() as store:
-                if unrecorded is not None:
+                if unrecorded is not None:  # durable, unlike a record alone: the claim must reach disk first
                     recorded = self._record(store, *unrecorded, now)
                 if round_ == 0:
                     released = store.outbox.release_expired_outbox(now)
