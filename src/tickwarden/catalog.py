@@ -26,7 +26,7 @@ from tickwarden.store import Store
 from tickwarden.store.catalog import Applied, WorkflowSummary
 from tickwarden.profile import PolicyOverrides
 from tickwarden.models import WindowSpec
-from tickwarden.workflow_file import PlannedWorkflow, WorkflowSpec, load_file, plan_workflow
+from tickwarden.workflow_file import PlannedWorkflow, WorkflowDefinition, load_file, plan_workflow
 
 KINDS = ("tenant", "user", "environment", "channel", "workflow", "schedule")
 
@@ -311,7 +311,7 @@ def _report(report: ApplyReport | None, published: Published, label: str, *, wit
         report.add(published.schedule, label)
 
 
-def publish_workflow(db: Database, tenant: str, spec: WorkflowSpec, now: datetime, *, actor: str) -> Published:
+def publish_workflow(db: Database, tenant: str, spec: WorkflowDefinition, now: datetime, *, actor: str) -> Published:
     """Publish one workflow entry (the API's body) whose environment and publisher already exist.
 
     The entry is checked exactly as a file's (`workflow_file.plan_workflow`); the names

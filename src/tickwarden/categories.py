@@ -27,7 +27,6 @@ import re
 
 CUSTOMER_CATEGORIES = frozenset({"step_error", "config", "auth", "timeout", "empty_result"})
 ENGINEERING_CATEGORIES = frozenset({"connection", "environment", "lost", "missed", "internal"})
-CATEGORIES = CUSTOMER_CATEGORIES | ENGINEERING_CATEGORIES
 NOT_RETRYABLE = frozenset({"config", "auth"})
 
 _CONNECTION = re.compile(

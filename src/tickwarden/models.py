@@ -14,8 +14,6 @@ from tickwarden.clock import ensure_utc
 T = TypeVar("T")
 
 RUN_TERMINAL = ("succeeded", "failed", "missed", "cancelled")
-RUN_OPEN = ("queued", "running", "pending_retry")
-ATTEMPT_TERMINAL = ("succeeded", "failed", "lost", "cancelled")
 
 
 @functools.cache
@@ -337,16 +335,6 @@ class SealedSecret:
     name: str
     key_id: str
     ciphertext: bytes
-
-
-@dataclass(frozen=True)
-class RunIdentity:
-    """A run as the step's own code may name it: the run key's parts."""
-
-    tenant: str
-    workflow: str
-    scheduled_for: datetime
-    manual: bool
 
 
 @dataclass(frozen=True)

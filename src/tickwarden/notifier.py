@@ -9,12 +9,16 @@ One pass (`run_once(now)`):
 3. For each claimed row, render the message and send it through the transport of
    the channel's kind: with no thread yet it opens one (its key is stored in
    notification_threads), otherwise it replies in the thread.
-4. Record the outcome with compare-and-set on the claim: sent; or failed with
-   exponential back-off (jitter derived from the row id, so the simulator stays
-   deterministic) until `max_tries`, then dead; or, on a permanent error, the
-   channel is disabled with the reason and its waiting rows are given up.
+4. Record the outcome with compare-and-set on the claim, before anything else is
+   sent: sent; or failed with exponential back-off (jitter derived from the row id,
+   so the simulator stays deterministic) until `max_tries`, then dead; or, on a
+   permanent error, the channel is disabled with the reason and its waiting rows are
+   given up.
 5. Claim again while there is due work (a thread's next event becomes claimable
-   as soon as the previous one is sent), up to `rounds` claims per pass.
+   as soon as the previous one is sent), up to `rounds` claims per pass. The last
+   message a round sent is recorded in the next round's claiming transaction: the
+   record still commits before the next send, and the claim that has to follow it
+   costs no transaction of its own.
 
 Exactly once per (event, channel): the outbox row is unique per event and channel,
 a row is claimed by one replica at a time, and only the claimant may mark it sent.
@@ -38,6 +42,7 @@ from tickwarden.db import Database
 from tickwarden.messages import AlertMessage, render, tick_facts
 from tickwarden.reserved import is_selftest_tenant
 from tickwarden.sanitize import sanitize_error
+from tickwarden.store import Store
 from tickwarden.store.outbox import Channel, DeliveryContext
 from tickwarden.transports import default_transports
 from tickwarden.transports.base import Delivery, OutgoingMessage, Thread, Transport, TransportError
@@ -159,8 +164,11 @@ class Notifier:
             self.last_pass = PassReport(**counts)
             return min(wake, due) if due is not None else wake
         idle = False
+        unrecorded: tuple[DeliveryContext, Delivery] | None = None  # sent by the last round, not yet recorded
         for round_ in range(self.rounds):
             with self.db.transaction() as store:
+                if unrecorded is not None:  # durable, unlike a record alone: the claim must reach disk first
+                    recorded = self._record(store, *unrecorded, now)
                 if round_ == 0:
                     released = store.outbox.release_expired_outbox(now)
                     if released:
@@ -169,25 +177,30 @@ class Notifier:
                     # deliveries held by a maintenance window that has ended: one per alert and channel
                     holds.release_due(store, now)
                 claimed = store.outbox.claim_outbox(self.replica_id, now, now + self.lease, self.batch, kinds)
-                contexts = store.outbox.delivery_context([row.id for row in claimed]) if claimed else []
+                contexts = store.outbox.delivery_context(claimed) if claimed else []
                 facts = store.alert_content.tick_facts(sorted({c.alert_id for c in contexts}))
                 if not contexts:  # another replica took them, or this round emptied the queue
                     idle = True
                     due = store.outbox.waiting(kinds, now)[1]
+            if unrecorded is not None:
+                self._count(unrecorded[0], recorded, counts, now)
+                unrecorded = None
             if idle:
                 break
             # A channel that failed earlier in this batch is not tried again until its back-off ends.
             failed_channels: dict[int, datetime] = {}
             for ctx in contexts:
+                last = ctx is contexts[-1] and round_ + 1 < self.rounds
                 try:
-                    outcome = self._deliver(ctx, now, failed_channels, facts.get(ctx.alert_id))
+                    outcome = self._deliver(ctx, now, failed_channels, facts.get(ctx.alert_id), record=not last)
                 except Exception:  # a fault on one row must not stop the pass; its lease will expire
                     log.exception("notification %d could not be processed", ctx.outbox_id,
                                   extra={"alert_id": ctx.alert_id, "outbox_id": ctx.outbox_id})
                     continue
-                metrics.current().notification_outcome(ctx, outcome, now)
-                if outcome:
-                    counts[outcome] += 1
+                if isinstance(outcome, Delivery):
+                    unrecorded = (ctx, outcome)
+                else:
+                    self._count(ctx, outcome, counts, now)
         self.last_pass = PassReport(**counts)
         if not idle:
             with self.db.transaction() as store:
@@ -196,8 +209,16 @@ class Notifier:
             wake = max(now, due)
         return wake
 
+    @staticmethod
+    def _count(ctx: DeliveryContext, outcome: str | None, counts: dict[str, int], now: datetime) -> None:
+        metrics.current().notification_outcome(ctx, outcome, now)
+        if outcome:
+            counts[outcome] += 1
+
     def _deliver(self, ctx: DeliveryContext, now: datetime, failed_channels: dict[int, datetime],
-                 facts_row: dict[str, Any] | None = None) -> str | None:
+                 facts_row: dict[str, Any] | None = None, *, record: bool = True) -> str | Delivery | None:
+        """Send one claimed row and record what happened; a send not yet recorded (`record`
+        False) returns its delivery for the caller's next transaction to record."""
         channel = ctx.channel
         if not channel.enabled:
             with self.db.transaction() as store:
@@ -235,7 +256,11 @@ class Notifier:
             # it may have failed after the provider took the message: the next try looks first
             return self._retry(ctx, f"unexpected {type(exc).__name__}: {exc}", None, now, failed_channels,
                                maybe_sent=True)
-        return self._record(ctx, delivery, now)
+        if not record:
+            return delivery
+        with self.db.transaction() as store:
+            store.outbox.relax_transaction_commit()  # nothing else in it: a lost record means a looked-up resend
+            return self._record(store, ctx, delivery, now)
 
     def _links(self, ctx: DeliveryContext) -> dict[str, str]:
         """The buttons' targets: the alert and run pages and a signed acknowledge link.
@@ -262,18 +287,17 @@ class Notifier:
                                                           self.link_secret)
         return links
 
-    def _record(self, ctx: DeliveryContext, delivery: Delivery, now: datetime) -> str | None:
-        with self.db.transaction() as store:
-            store.outbox.relax_transaction_commit()
-            if ctx.thread_key is None:
-                store.outbox.insert_notification_thread(
-                    alert_id=ctx.alert_id, channel_id=ctx.channel.id, tenant_id=ctx.alert_tenant_id,
-                    thread_key=delivery.thread_key, parent_ref=delivery.parent_ref, now=now,
-                )
-            if not store.outbox.mark_outbox_sent(ctx.outbox_id, self.replica_id, now):
-                # Our lease ran out and another replica took the row over; it will send again.
-                log.warning("notification %d was delivered after its lease expired", ctx.outbox_id)
-                return None
+    def _record(self, store: Store, ctx: DeliveryContext, delivery: Delivery, now: datetime) -> str | None:
+        """Record a sent row in the caller's transaction: its thread, if it opened one, and the compare-and-set."""
+        if ctx.thread_key is None:
+            store.outbox.insert_notification_thread(
+                alert_id=ctx.alert_id, channel_id=ctx.channel.id, tenant_id=ctx.alert_tenant_id,
+                thread_key=delivery.thread_key, parent_ref=delivery.parent_ref, now=now,
+            )
+        if not store.outbox.mark_outbox_sent(ctx.outbox_id, self.replica_id, now):
+            # Our lease ran out and another replica took the row over; it will send again.
+            log.warning("notification %d was delivered after its lease expired", ctx.outbox_id)
+            return None
         return "sent"
 
     def _retry(self, ctx: DeliveryContext, error: str, retry_after: float | None, now: datetime,

@@ -38,9 +38,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from tickwarden.errors import InvalidInput, NotFound, TickwardenError
-from tickwarden.models import RunIdentity, SealedSecret, SecretInfo
+from tickwarden.models import SealedSecret, SecretInfo
 
 if TYPE_CHECKING:
+    from tickwarden.auth import RunKey
     from tickwarden.db import Database
     from tickwarden.models import Channel
     from tickwarden.store import Store
@@ -284,26 +285,26 @@ class Handoff:
 
 def prepare(store: Store | None, keyring: Keyring, *, tenant_id: int, run_id: int, attempt: int,
             refs: Iterable[str], publisher: str, has_sql: bool, now: datetime, signing_key: str,
-            environ: Mapping[str, str] | None = None, identity: RunIdentity | None = None) -> Handoff:
+            environ: Mapping[str, str] | None = None, run: RunKey | None = None) -> Handoff:
     """Resolve an attempt's secrets and issue its run credential, in the caller's transaction.
 
-    `identity`, when the caller already knows the run's names (the worker's lease and
-    execution context carry them), saves a look-up; `store` may then be None when there
+    `run`, when the caller already knows the run key (the worker's lease and execution
+    context carry its names), saves a look-up; `store` may then be None when there
     is nothing to read either (no tenant secret to open, no sql step), so an attempt
     that needs no secret costs no transaction of its own.
     """
     from tickwarden import auth
 
     refs = list(refs)
-    if store is None and (identity is None or has_sql or any(TENANT_REF.match(r) for r in refs)):
+    if store is None and (run is None or has_sql or any(TENANT_REF.match(r) for r in refs)):
         raise ValueError("prepare needs a store to read the run's identity, secrets or platform identity")
-    if identity is None:
+    if run is None:
         assert store is not None
-        identity = store.secrets.run_identity(run_id, tenant_id)
-    if identity is None:
-        raise SecretError("the run no longer exists")
-    values = resolve(store, keyring, tenant_id, identity.tenant, refs, environ)
-    run = auth.RunKey(identity.tenant, identity.workflow, identity.scheduled_for, attempt, publisher)
+        names = store.secrets.run_identity(run_id, tenant_id)
+        if names is None:
+            raise SecretError("the run no longer exists")
+        run = auth.RunKey(*names, attempt, publisher)
+    values = resolve(store, keyring, tenant_id, run.tenant, refs, environ)
     run_environment = {
         "TICKWARDEN_TENANT": run.tenant,
         "TICKWARDEN_WORKFLOW": run.workflow,

@@ -54,7 +54,7 @@ RETRY_SOON = timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
-class Window:
+class FireWindow:
     """The fire times of one (cron, zone) due at `now`: those to run, and the next one after `now`."""
 
     fire: tuple[datetime, ...]
@@ -96,7 +96,7 @@ class Ticker:
 
     def run_once(self, now: datetime) -> datetime:
         """Fire every due tick of up to one batch of schedules at `now`; return the next wake-up."""
-        windows: dict[tuple[str, str, datetime, int], Window] = {}
+        windows: dict[tuple[str, str, datetime, int], FireWindow] = {}
         t0 = time.perf_counter()
         with self.db.transaction() as store:
             due = store.trigger.claim_due(now, self.batch)
@@ -141,7 +141,7 @@ class Ticker:
             return now + RETRY_SOON
         return min(earliest, now + self.max_sleep)
 
-    def _window(self, cache: dict[tuple[str, str, datetime, int], Window], entry: DueSchedule, now: datetime) -> Window:
+    def _window(self, cache: dict[tuple[str, str, datetime, int], FireWindow], entry: DueSchedule, now: datetime) -> FireWindow:
         # Ticks before `now - deadline` are stale when first seen: start listing after them.
         oldest_allowed = now - timedelta(seconds=entry.starting_deadline_seconds)
         key = (entry.cron, entry.timezone, entry.next_fire_at, entry.starting_deadline_seconds)
@@ -152,7 +152,7 @@ class Ticker:
         return window
 
 
-def compute_window(schedule: CronSchedule, next_fire_at: datetime, oldest_allowed: datetime, now: datetime) -> Window:
+def compute_window(schedule: CronSchedule, next_fire_at: datetime, oldest_allowed: datetime, now: datetime) -> FireWindow:
     """Return the ticks in [next_fire_at, now] to run (none older than `oldest_allowed`) and the next one.
 
     Stale ticks are counted only when few (they are skipped without being listed
@@ -173,4 +173,4 @@ def compute_window(schedule: CronSchedule, next_fire_at: datetime, oldest_allowe
             following = tick
             break
         fire.append(tick)
-    return Window(fire=tuple(fire), stale=stale, next_fire_at=following)
+    return FireWindow(fire=tuple(fire), stale=stale, next_fire_at=following)

@@ -53,7 +53,7 @@ from tickwarden.db import Database
 from tickwarden.environments import pods
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.errors import DatabaseUnavailable
-from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, RunIdentity
+from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
 from tickwarden.store.execution import ExecutionContext
 from tickwarden.profile import timeout_for
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
@@ -103,13 +103,6 @@ class Result:
 
     outcome: AttemptOutcome
     steps: list[StepRecord] = field(default_factory=list)
-
-
-@dataclass
-class _Failure:
-    category: str
-    message: str
-    step: str | None = None
 
 
 class LeaseRenewer:
@@ -177,8 +170,10 @@ class Worker:
         # Set by the owner to give up on the current attempt (a stopping worker past its grace).
         self.abort = threading.Event()
         self._warm: Instance | None = None
-        # The attempt leased in the previous outcome's transaction, waiting for the next pass.
+        # The attempt leased in the previous outcome's transaction, with its context and run key,
+        # waiting for the next pass, and when it was leased.
         self._next: _Leased | None = None
+        self._next_at = datetime.min
 
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then lease and execute one attempt; return the next wake-up."""
@@ -191,7 +186,7 @@ class Worker:
                 return now + timedelta(seconds=self.poll_seconds)
             if leased is None:
                 return now + timedelta(seconds=self.poll_seconds)
-            self.execute(leased.attempt, leased.context, identity=leased.identity, lease_next=True)
+            self.execute(*leased, lease_next=True)
         return self.clock.now()
 
     def _lease(self, now: datetime) -> _Leased | None:
@@ -200,7 +195,7 @@ class Worker:
         with self.db.autocommit() as store:
             found = store.ledger.lease_attempts_with_runs(self.worker_id, now, self.lease_seconds, limit=1, relaxed=True)
             metrics.current().attempts_leased([(attempt, tick) for attempt, tick, _ in found], now)
-            return _Leased.load(store, found[0], now) if found else None
+            return _load(store, found[0], now) if found else None
 
     def _take_next(self, now: datetime) -> _Leased | None:
         """The attempt leased with the previous outcome, if its lease is still young enough to start on.
@@ -213,10 +208,10 @@ class Worker:
         leased, self._next = self._next, None
         if leased is None:
             return None
-        if now - leased.leased_at < timedelta(seconds=self.lease_seconds / 3):
+        if now - self._next_at < timedelta(seconds=self.lease_seconds / 3):
             return leased
         with self.db.transaction() as store:
-            store.execution.release_attempt(leased.attempt.id, self.worker_id)
+            store.execution.release_attempt(leased[0].id, self.worker_id)
         return None
 
     def close(self, now: datetime) -> None:
@@ -225,22 +220,22 @@ class Worker:
         if leased is not None:
             try:
                 with self.db.transaction() as store:
-                    store.execution.release_attempt(leased.attempt.id, self.worker_id)
+                    store.execution.release_attempt(leased[0].id, self.worker_id)
             except DatabaseUnavailable:  # its lease runs out and the reaper re-queues it
-                log.warning("attempt %s: could not give back its lease; the reaper will", leased.attempt.id)
+                log.warning("attempt %s: could not give back its lease; the reaper will", leased[0].id)
         self.environments.close(now)
 
-    def execute(self, attempt: Attempt, context: ExecutionContext | None = None, *,
-                identity: RunIdentity | None = None, lease_next: bool = False) -> FinishedAttempt | None:
+    def execute(self, attempt: Attempt, context: ExecutionContext | None = None, run: auth.RunKey | None = None,
+                *, lease_next: bool = False) -> FinishedAttempt | None:
         """Run a leased attempt and record its outcome; None when the result was abandoned.
 
-        `identity`: the run's names when the caller has them (no look-up needed);
+        `run`: the run key when the caller has its names (no look-up needed);
         `lease_next`: lease the next queued attempt in the outcome's transaction (`run_once`).
         """
         if context is None:
             with self.db.transaction() as store:
                 context = store.execution.context(attempt.workflow_id, self.clock.now())
-        self._identity = identity
+        self._run_key = run
         self._warm = None
         with LeaseRenewer(self, attempt) as heartbeat:
             try:
@@ -249,7 +244,7 @@ class Worker:
                 result = None
             except Exception as exc:  # tickwarden's own failure: record it rather than wait for the reaper
                 log.exception("attempt %s: the worker failed", attempt.id)
-                result = _failed(_Failure("internal", f"the worker failed: {type(exc).__name__}"), [], [])
+                result = _failed(("internal", f"the worker failed: {type(exc).__name__}", None), [], [])
             if result is not None and not (context is not None and context.workflow is not None
                                            and context.workflow.keep_outputs):
                 result = _without_outputs(result)
@@ -297,15 +292,15 @@ class Worker:
                         self.environments.release(warm, now, store)
                     if lease_next:
                         found = store.ledger.lease_attempts_with_runs(self.worker_id, now, self.lease_seconds, limit=1)
-                        self._next = _Leased.load(store, found[0], now) if found else None
+                        self._next, self._next_at = (_load(store, found[0], now) if found else None), now
                 break
             except DatabaseUnavailable:
                 if self.abort.wait(pause):
                     raise
                 pause = min(pause * 2, RECORD_RETRY_LONGEST)
         metrics.current().attempt_finished(attempt, result.outcome.status, finished, now)
-        if self._next is not None:
-            metrics.current().attempts_leased([(self._next.attempt, self._next.tick)], now)
+        if lease_next and found:
+            metrics.current().attempts_leased([(attempt, tick) for attempt, tick, _ in found], now)
         return finished
 
     # -- execution -------------------------------------------------------------------------
@@ -313,34 +308,34 @@ class Worker:
     def _run(self, attempt: Attempt, context: ExecutionContext | None, heartbeat: LeaseRenewer) -> Result:
         notes: list[str] = []
         if context is None or context.environment is None:
-            return _failed(_Failure("config", "the workflow or its environment no longer exists"), [], notes)
+            return _failed(("config", "the workflow or its environment no longer exists", None), [], notes)
         workflow, publisher, environment = context.workflow, context.publisher, context.environment
         try:
             recipe = parse_recipe(workflow.recipe)
         except RecipeError as exc:
-            return _failed(_Failure("config", f"the stored recipe cannot run: {exc}"), [], notes)
+            return _failed(("config", f"the stored recipe cannot run: {exc}", None), [], notes)
         try:
             auth.authenticate(publisher, attempt.tenant_id, self.clock.now(), self._key)
         except auth.AuthError as exc:
-            return _failed(_Failure("auth", str(exc)), _all_skipped(recipe), notes)
+            return _failed(("auth", str(exc), None), _all_skipped(recipe), notes)
         refs = [r for s in recipe.steps for r in s.references()]
         has_sql = any(s.kind == "sql" for s in recipe.steps)
-        needs_store = self._identity is None or has_sql or any(secrets.TENANT_REF.match(r) for r in refs)
+        needs_store = self._run_key is None or has_sql or any(secrets.TENANT_REF.match(r) for r in refs)
         try:
             with self.db.transaction() if needs_store else contextlib.nullcontext() as store:
                 handoff = secrets.prepare(
                     store, self._keyring, tenant_id=attempt.tenant_id, run_id=attempt.run_id, attempt=attempt.number,
                     refs=refs, publisher=publisher.email if publisher else "", has_sql=has_sql, now=self.clock.now(),
-                    signing_key=self._key, environ=self._environ, identity=self._identity)
+                    signing_key=self._key, environ=self._environ, run=self._run_key)
         except secrets.SecretError as exc:
-            return _failed(_Failure("config", exc.message), _all_skipped(recipe), notes)
+            return _failed(("config", exc.message, None), _all_skipped(recipe), notes)
         timeout = timeout_for(workflow.timeout_seconds, context.cadence_seconds)
         # The watchdog measures real elapsed time, whatever clock the ledger uses.
         deadline = time.monotonic() + timeout
         try:
             instance, woke = self.environments.acquire(environment, attempt.tenant_id, self.clock.now())
         except EnvironmentFailed as exc:
-            return _failed(_Failure("environment", f"environment {environment.name} could not be woken: {exc}"),
+            return _failed(("environment", f"environment {environment.name} could not be woken: {exc}", None),
                            _all_skipped(recipe), notes)
         if woke:
             notes.append(f"woke environment {environment.name} in {instance.process.cold_start_ms:.0f} ms")
@@ -364,7 +359,10 @@ class Worker:
 
     def _run_steps(self, attempt: Attempt, recipe: Recipe, instance: Instance, deadline: float, timeout: int,
                    heartbeat: LeaseRenewer, handoff: secrets.Handoff) -> tuple[list[StepRecord], _Failure | None, bool]:
-        """Run each step in order; return the records, the first failure and whether the process is reusable."""
+        """Run each step in order; return the records, the first failure and whether the process is reusable.
+
+        The failure is (category, message, step), as the attempt's outcome records it.
+        """
         records: list[StepRecord] = []
         outputs: dict[str, Any] = {}
         not_ok: set[str] = set()
@@ -396,12 +394,12 @@ class Worker:
                 record.finished_at = self.clock.now()
                 record.status = "timeout"
                 record.error = self._timeout_message(step, remaining, timeout)
-                failure = failure or _Failure("timeout", record.error, step.name)
+                failure = failure or ("timeout", record.error, step.name)
                 return self._finish_skips(records, recipe, position), failure, False
             except EnvironmentFailed as exc:
                 record.finished_at = self.clock.now()
                 record.error = sanitize_error(secrets.scrub(str(exc), secret_values))
-                failure = failure or _Failure("environment", f"step {step.name}: {record.error}", step.name)
+                failure = failure or ("environment", f"step {step.name}: {record.error}", step.name)
                 return self._finish_skips(records, recipe, position), failure, False
             record.finished_at = self.clock.now()
             record.log = _step_log(answer.get("log") or "", secret_values)
@@ -414,12 +412,12 @@ class Worker:
             if answer.get("phase") == "timeout":  # the database cancelled the query at the same deadline
                 record.status = "timeout"
                 record.error = self._timeout_message(step, remaining, timeout)
-                failure = failure or _Failure("timeout", record.error, step.name)
+                failure = failure or ("timeout", record.error, step.name)
                 return self._finish_skips(records, recipe, position), failure, True
             category = _category(answer)
             text = secrets.scrub(f"{answer.get('error_type')}: {answer.get('error')}", secret_values)
             record.error = sanitize_error(text)
-            failure = failure or _Failure(category, f"step {step.name} failed: {text}", step.name)
+            failure = failure or (category, f"step {step.name} failed: {text}", step.name)
             if answer.get("phase") == "isolation":
                 return self._finish_skips(records, recipe, position), failure, False
         return records, failure, True
@@ -459,24 +457,20 @@ class Worker:
         return request
 
 
-@dataclass(frozen=True)
-class _Leased:
-    """A leased attempt with what running it needs: its workflow's context and its run's names."""
+# A leased attempt with what running it needs: its workflow's context and its run key.
+_Leased = tuple[Attempt, ExecutionContext | None, auth.RunKey | None]
+# Why an attempt failed: (category, message, the failing step), as its outcome records it.
+_Failure = tuple[str, str, str | None]
 
-    attempt: Attempt
-    context: ExecutionContext | None
-    identity: RunIdentity | None
-    tick: datetime
-    leased_at: datetime
 
-    @classmethod
-    def load(cls, store: Any, found: tuple[Attempt, datetime, bool], now: datetime) -> _Leased:
-        attempt, tick, manual = found
-        context = store.execution.context(attempt.workflow_id, now)
-        identity = None
-        if context is not None and context.tenant_name is not None:
-            identity = RunIdentity(context.tenant_name, context.workflow.name, tick, manual)
-        return cls(attempt, context, identity, tick, now)
+def _load(store: Any, found: tuple[Attempt, datetime, bool], now: datetime) -> _Leased:
+    attempt, tick, _ = found
+    context = store.execution.context(attempt.workflow_id, now)
+    run = None
+    if context is not None and context.tenant_name is not None:
+        run = auth.RunKey(context.tenant_name, context.workflow.name, tick, attempt.number,
+                          context.publisher.email if context.publisher else "")
+    return attempt, context, run
 
 
 def _category(answer: dict[str, Any]) -> str:
@@ -500,14 +494,15 @@ def _category(answer: dict[str, Any]) -> str:
 
 
 def _failed(failure: _Failure, steps: list[StepRecord], notes: list[str]) -> Result:
+    category, message, step = failure
     return Result(
         AttemptOutcome(
             status="failed",
-            error_category=failure.category,
-            error=sanitize_error(failure.message),
-            failed_step=failure.step,
-            retryable=is_retryable(failure.category),
-            log_tail=_log_tail(steps, notes + [f"failed ({failure.category}): {sanitize_error(failure.message)}"]),
+            error_category=category,
+            error=sanitize_error(message),
+            failed_step=step,
+            retryable=is_retryable(category),
+            log_tail=_log_tail(steps, notes + [f"failed ({category}): {sanitize_error(message)}"]),
             outputs=_bounded_outputs(steps),
         ),
         steps,

@@ -161,7 +161,7 @@ class MaintenanceWindowSpec(_Model):
     note: str | None = Field(default=None, max_length=500)
 
 
-class WorkflowSpec(_Model):
+class WorkflowDefinition(_Model):
     tenant: str | None = None
     name: str = Field(pattern=OBJECT_NAME)
     description: str = Field(default="", max_length=MAX_TEXT)
@@ -188,7 +188,7 @@ class WorkflowFile(_Model):
     environments: list[EnvironmentSpec] = Field(default_factory=list)
     channels: list[ChannelSpec] = Field(default_factory=list)
     platform_channels: list[PlatformChannelSpec] = Field(default_factory=list)
-    workflows: list[WorkflowSpec] = Field(default_factory=list)
+    workflows: list[WorkflowDefinition] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ class PlannedWorkflow:
     """A validated workflow with everything `apply` writes, derived once."""
 
     tenant: str
-    spec: WorkflowSpec
+    spec: WorkflowDefinition
     recipe: dict[str, Any]
     cadence_seconds: int
     policy: dict[str, Any]
@@ -204,7 +204,7 @@ class PlannedWorkflow:
 
 
 @dataclass(frozen=True)
-class Plan:
+class FilePlan:
     """A validated file: what to upsert, with every tenant reference resolved."""
 
     source: str
@@ -223,7 +223,7 @@ class _Invalid(Exception):
         self.message = message
 
 
-def load_file(path: str | Path, now: datetime) -> Plan:
+def load_file(path: str | Path, now: datetime) -> FilePlan:
     """Read, parse and validate a workflow file; raise InvalidInput with one sentence."""
     source = Path(path)
     try:
@@ -237,7 +237,7 @@ def load_file(path: str | Path, now: datetime) -> Plan:
     return parse_text(text, source.name, now)
 
 
-def parse_text(text: str, source: str, now: datetime) -> Plan:
+def parse_text(text: str, source: str, now: datetime) -> FilePlan:
     """Parse and validate the text of a workflow file named `source`."""
     if len(text) > MAX_FILE_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
         raise InvalidInput(f"{source}: the file is larger than {MAX_FILE_BYTES // 1024} KiB.")
@@ -326,7 +326,7 @@ def _path(loc: Iterable[Any]) -> str:
     return text or "(top level)"
 
 
-def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
+def _plan(document: WorkflowFile, source: str, now: datetime) -> FilePlan:
     tenants = {t.name: t for t in document.tenants}
     _no_duplicates("tenants", [t.name for t in document.tenants])
 
@@ -380,7 +380,7 @@ def _plan(document: WorkflowFile, source: str, now: datetime) -> Plan:
         recipe = check_kind_and_steps(where, spec.kind, spec.steps, spec.expect_rows, tenant=tenant)
         windows = _check_maintenance(f"{where}.maintenance", spec.maintenance)
         planned.append(PlannedWorkflow(tenant, spec, recipe, cadence_seconds, policy, windows))
-    return Plan(
+    return FilePlan(
         source=source,
         tenants=list(document.tenants),
         users=users,
@@ -401,7 +401,7 @@ def _check_maintenance(where: str, windows: list[MaintenanceWindowSpec]) -> tupl
             raise _Invalid(f"{where}[{i}]", _sentence_body(exc.message.replace("The maintenance window", "the window"))
                            ) from None
     return tuple(checked)
-def plan_workflow(spec: WorkflowSpec, tenant: str, now: datetime) -> PlannedWorkflow:
+def plan_workflow(spec: WorkflowDefinition, tenant: str, now: datetime) -> PlannedWorkflow:
     """Check one workflow entry's meaning (schedule, policy, steps) as `apply` does for a file's.
 
     The API publishes through this, so a workflow means the same wherever it comes from;
@@ -413,7 +413,7 @@ def plan_workflow(spec: WorkflowSpec, tenant: str, now: datetime) -> PlannedWork
         raise InvalidField(exc.path, exc.message) from None
 
 
-def _plan_workflow(where: str, spec: WorkflowSpec, tenant: str, now: datetime) -> PlannedWorkflow:
+def _plan_workflow(where: str, spec: WorkflowDefinition, tenant: str, now: datetime) -> PlannedWorkflow:
     cadence_seconds = _check_schedule(f"{where}schedule", spec.schedule, now)
     policy = _check_policy(f"{where}policy", spec.policy, cadence_seconds)
     recipe = check_kind_and_steps(where.rstrip("."), spec.kind, spec.steps, spec.expect_rows, tenant=tenant)

@@ -1,15 +1,19 @@
 """The path of one failing tick to one Slack message, traced through the real loops.
 
 Every loop of one replica (`service.build_loops`) and a real worker run on a virtual
-clock against a local Slack stand-in. The trace counts what the path costs:
+clock against a local Slack stand-in. A loop runs when its pass is due or, as in the
+service, as soon as a `tickwarden_wake` notification names it (only those sent by the
+traced loops' own connections count: other tests share the server). The trace counts
+what the path costs:
 
 - passes: loop passes (the worker's included) from the tick's fire time to the Slack post;
 - transactions: server transactions begun on the way (an explicit BEGIN, or a
   statement run outside one, which commits on its own), and the statements sent;
 - shapes: the tickwarden dataclasses and named tuples the values were copied into.
 
-The bounds are the figures after the alerting module took over deciding, applying and
-reporting (docs/benchmarks.md has both runs); a change that adds a pass, a transaction, a
+The bounds are the figures after the worker stopped copying a lease, a run key and a
+failure into shapes of their own and the notifier recorded a round's last message with its
+next claim (docs/benchmarks.md has every run); a change that adds a pass, a transaction, a
 statement or a shape to the path fails here.
 """
 
@@ -26,6 +30,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.conftest import TEST_URL
 from tests.integration.fake_servers import SlackFake
 from tests.integration.notify_builders import add_channel
 from tickwarden import catalog
@@ -56,11 +61,16 @@ class Trace:
         self.statements = 0
         self.shapes: Counter[str] = Counter()
         self.on = False
+        self.backends: set[int] = set()  # the server processes the traced code used
+        self.listener: psycopg.Connection[Any] | None = None  # the harness's own: not counted
         trace = self
         real_execute = psycopg.Cursor.execute
         real_transaction = psycopg.Connection.transaction
 
         def execute(cur: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            if cur.connection is trace.listener:
+                return real_execute(cur, query, *args, **kwargs)
+            trace.backends.add(cur.connection.info.backend_pid)
             if query != "":  # the pool's liveness check sends an empty query: no statement, no transaction
                 trace._begins(cur.connection)
                 trace.statements += trace.on
@@ -72,6 +82,16 @@ class Trace:
 
         monkeypatch.setattr(psycopg.Cursor, "execute", execute)
         monkeypatch.setattr(psycopg.Connection, "transaction", transaction)
+
+    def listen(self, conn: psycopg.Connection[Any]) -> None:
+        self.listener = conn
+        conn.execute("LISTEN tickwarden_wake")
+
+    def woken(self) -> set[str]:
+        """The loops the traced code's committed notifications name ('' wakes every loop)."""
+        assert self.listener is not None
+        self.listener.execute("SELECT 1")  # the server delivers what committed before it
+        return {note.payload for note in self.listener.notifies(timeout=0.01) if note.pid in self.backends}
 
     def _begins(self, conn: psycopg.Connection[Any]) -> None:
         if self.on and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
@@ -122,15 +142,23 @@ def test_one_failing_tick_reaches_slack_in_few_passes_transactions_and_shapes(db
     transactions: Counter[str] = Counter()
     now = datetime(2026, 11, 30, 12, 1, tzinfo=UTC)  # the tick fires
     try:
-        with trace:
+        with psycopg.connect(TEST_URL, autocommit=True) as listener, trace:
+            trace.listen(listener)
             while not slack.posts and now < T0 + timedelta(minutes=10):
                 clock.set(now)
-                for loop in [*loops, worker]:
-                    if due[loop.name] <= now and not slack.posts:
-                        before = trace.transactions
-                        due[loop.name] = loop.run_once(now)
-                        passes[loop.name] += 1
-                        transactions[loop.name] += trace.transactions - before
+                ran = True
+                while ran and not slack.posts:  # a loop woken by a pass runs at once, as in the service
+                    ran = False
+                    for loop in [*loops, worker]:
+                        if due[loop.name] <= now and not slack.posts:
+                            before = trace.transactions
+                            due[loop.name] = loop.run_once(now)
+                            passes[loop.name] += 1
+                            transactions[loop.name] += trace.transactions - before
+                            ran = True
+                            for name in trace.woken():
+                                for woken in due if name == "" or name not in due else [name]:
+                                    due[woken] = min(due[woken], now)
                 now += timedelta(seconds=5)
     finally:
         worker.close(clock.now())
@@ -144,5 +172,5 @@ def test_one_failing_tick_reaches_slack_in_few_passes_transactions_and_shapes(db
     print(f"shapes: {len(trace.shapes)} {sorted(trace.shapes)}")
     assert now - timedelta(seconds=5) < datetime(2026, 11, 30, 12, 3, tzinfo=UTC), "the message took minutes"
     # bounds: the figures recorded in docs/benchmarks.md ("Traced path"); lower them when the path gets shorter
-    assert sum(passes.values()) <= 17 and trace.transactions <= 25 and trace.statements <= 44
-    assert len(trace.shapes) <= 48 and not any(".Decision" in shape for shape in trace.shapes)
+    assert sum(passes.values()) <= 8 and trace.transactions <= 15 and trace.statements <= 33
+    assert len(trace.shapes) <= 43 and not any(".Decision" in shape for shape in trace.shapes)

@@ -14,7 +14,7 @@ def test_a_crashed_senders_rows_are_claimed_again_after_the_lease(db, clock):
     add_channel(db, clock.now(), tenant="acme", name="rec", kind="recording", audience="customer")
     open_alert(db, clock.now())
     with db.transaction() as store:  # a replica claims the row and dies before sending
-        [claimed] = store.outbox.claim_outbox("dead-replica", clock.now(), clock.now() + timedelta(seconds=300), 10,
+        [claimed_id] = store.outbox.claim_outbox("dead-replica", clock.now(), clock.now() + timedelta(seconds=300), 10,
                                        ["recording"])
     recorder = RecordingTransport()
     survivor = Notifier(db, "n2", {"recording": recorder}, lease_seconds=300)
@@ -23,10 +23,10 @@ def test_a_crashed_senders_rows_are_claimed_again_after_the_lease(db, clock):
     survivor.run_once(clock.advance(300))
     assert len(recorder.messages) == 1
     row = outbox(db)[0]
-    assert row["status"] == "sent" and row["id"] == claimed.id and row["locked_by"] is None
+    assert row["status"] == "sent" and row["id"] == claimed_id and row["locked_by"] is None
     # the crashed replica cannot record anything on a row it no longer holds
     with db.transaction() as store:
-        assert not store.outbox.mark_outbox_sent(claimed.id, "dead-replica", clock.now())
+        assert not store.outbox.mark_outbox_sent(claimed_id, "dead-replica", clock.now())
 
 
 def test_a_shadow_alert_reaches_only_shadow_channels(db, clock):

@@ -157,7 +157,7 @@ def outcome(db, run_id):
     with db.transaction() as store:
         run = store.ledger.get_run(run_id)
         attempts = store.ledger.list_attempts(run_id)
-        steps = {s.step: s for s in store.execution.list_attempt_steps(attempts[-1].id)}
+        steps = {s.step: s for s in store.api.list_run_steps(run_id) if s.attempt_id == attempts[-1].id}
     return run, attempts[-1], steps
 
 

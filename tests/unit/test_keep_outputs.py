@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from tickwarden.models import AttemptOutcome
 from tickwarden.worker import Result, StepRecord, _without_outputs
-from tickwarden.workflow_file import WorkflowSpec
+from tickwarden.workflow_file import WorkflowDefinition
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -23,5 +23,5 @@ def test_without_outputs_drops_every_output_and_keeps_rows_and_logs() -> None:
 
 def test_keep_outputs_is_a_workflow_field_that_defaults_to_false() -> None:
     base = {"name": "w", "environment": "default", "publisher": "ops@acme.test", "schedule": {"cron": "0 2 * * *"}}
-    assert WorkflowSpec.model_validate(base).keep_outputs is False
-    assert WorkflowSpec.model_validate({**base, "keep_outputs": True}).keep_outputs is True
+    assert WorkflowDefinition.model_validate(base).keep_outputs is False
+    assert WorkflowDefinition.model_validate({**base, "keep_outputs": True}).keep_outputs is True

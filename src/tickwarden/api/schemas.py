@@ -23,7 +23,7 @@ from pydantic import (
 
 from tickwarden.api.problems import Problem
 from tickwarden.clock import isoformat_z, parse_utc
-from tickwarden.workflow_file import OBJECT_NAME, ScheduleSpec, WorkflowSpec, plain_data_problem
+from tickwarden.workflow_file import OBJECT_NAME, ScheduleSpec, WorkflowDefinition, plain_data_problem
 
 T = TypeVar("T")
 DEFAULT_LIMIT = 50
@@ -357,7 +357,7 @@ class MeOut(BaseModel):
 # -- requests -------------------------------------------------------------------
 
 
-class WorkflowIn(WorkflowSpec, Input):
+class WorkflowIn(WorkflowDefinition, Input):
     """A workflow and its schedule, created or replaced: the workflow file's own entry, one schema for both.
 
     The tenant and the name come from the path; given in the body as well, they must match it.

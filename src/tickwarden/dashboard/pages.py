@@ -48,7 +48,6 @@ WINDOWS: dict[str, timedelta] = {
     "7d": timedelta(days=7), "30d": timedelta(days=30), "90d": timedelta(days=90),
 }
 RUN_STATUSES = ("queued", "running", "pending_retry", "succeeded", "failed", "missed", "cancelled")
-IN_PROGRESS = ("queued", "running", "pending_retry")
 MAX_TIMELINE_RUNS = 2000   # a window holding more shows its newest runs only, and says so
 MAX_LIST_RUNS = 200
 TICKS_ON_AXIS = 6

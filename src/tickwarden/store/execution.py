@@ -8,7 +8,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from tickwarden.models import AttemptStep, Environment, EnvironmentInstance, User, Workflow, from_row
+from tickwarden.models import Environment, EnvironmentInstance, User, Workflow, from_row
 from tickwarden.store.base import StoreBase
 
 @dataclass(frozen=True)
@@ -66,9 +66,6 @@ class ExecutionRepository(StoreBase):
         return self._execute(
             "execution_record_attempt_steps", {"attempt_id": attempt_id, "tenant_id": tenant_id, "steps": Jsonb(steps)}
         )
-
-    def list_attempt_steps(self, attempt_id: int) -> list[AttemptStep]:
-        return [from_row(AttemptStep, r) for r in self._rows("execution_list_attempt_steps", {"attempt_id": attempt_id})]
 
     def release_attempt(self, attempt_id: int, worker_id: str) -> bool:
         """Put a leased attempt back in the queue; False when this worker no longer held it."""

@@ -26,9 +26,6 @@ SELECT a.id, a.run_scheduled_for, %(tenant_id)s, s.step, s.position, s.status, s
  WHERE a.id = %(attempt_id)s
     ON CONFLICT (attempt_id, step, run_scheduled_for) DO NOTHING;
 
--- execution_list_attempt_steps --
-SELECT * FROM attempt_steps WHERE attempt_id = %(attempt_id)s ORDER BY position;
-
 -- execution_release_attempt --
 -- Hand a leased attempt back to the queue (a worker stopping before it could
 -- finish). Compare-and-set on (running, this worker): a reaped lease stays lost.

@@ -196,10 +196,6 @@ class LedgerRepository(StoreBase):
         rows = self._rows("ledger_list_runs", {"workflow_id": workflow_id, "limit": limit, "before": before})
         return [from_row(Run, row) for row in rows]
 
-    def get_attempt(self, attempt_id: int) -> Attempt | None:
-        row = self._row("ledger_get_attempt", {"attempt_id": attempt_id})
-        return from_row(Attempt, row) if row else None
-
     def list_attempts(self, run_id: int) -> list[Attempt]:
         return [from_row(Attempt, row) for row in self._rows("ledger_list_attempts", {"run_id": run_id})]
 

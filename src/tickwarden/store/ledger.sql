@@ -255,8 +255,5 @@ SELECT * FROM runs
  ORDER BY scheduled_for DESC, id DESC
  LIMIT %(limit)s;
 
--- ledger_get_attempt --
-SELECT * FROM attempts WHERE id = %(attempt_id)s;
-
 -- ledger_list_attempts --
 SELECT * FROM attempts WHERE run_id = %(run_id)s ORDER BY number;

@@ -20,7 +20,6 @@ from psycopg.types.json import Jsonb
 from tickwarden.models import Channel, from_row
 from tickwarden.store.base import StoreBase
 
-NOTIFYING_EVENTS = ("opened", "escalated", "reassigned", "resolved")
 CHANNEL_KINDS = ("slack", "email", "webhook", "recording", "pagerduty", "teams")
 AUDIENCES = ("customer", "engineering", "shadow")
 
@@ -33,23 +32,6 @@ class ChannelBacklog:
     failed: int
     dead: int
     sent: int
-
-
-@dataclass(frozen=True)
-class OutboxRow:
-    id: int
-    tenant_id: int
-    event_id: int
-    alert_id: int
-    channel_id: int
-    status: str
-    tries: int
-    next_attempt_at: datetime
-    locked_by: str | None
-    locked_until: datetime | None
-    created_at: datetime
-    sent_at: datetime | None
-    last_error: str | None
 
 
 @dataclass(frozen=True)
@@ -179,11 +161,11 @@ class OutboxRepository(StoreBase):
 
     def claim_outbox(
         self, replica_id: str, now: datetime, locked_until: datetime, batch: int, kinds: Sequence[str]
-    ) -> list[OutboxRow]:
+    ) -> list[int]:
+        """Claim due rows under this replica's lease; return their ids (`delivery_context` reads the rest)."""
         params = {"replica_id": replica_id, "now": now, "locked_until": locked_until, "batch": batch,
                   "kinds": list(kinds)}
-        rows = self._rows("outbox_claim_outbox", params)
-        return [from_row(OutboxRow, r) for r in rows]
+        return [r["id"] for r in self._rows("outbox_claim_outbox", params)]
 
     def delivery_context(self, outbox_ids: Sequence[int]) -> list[DeliveryContext]:
         found = []

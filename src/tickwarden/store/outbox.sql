@@ -116,7 +116,7 @@ UPDATE notification_outbox o
    SET status = 'sending', locked_by = %(replica_id)s, locked_until = %(locked_until)s
   FROM due
  WHERE o.id = due.id
-RETURNING o.*;
+RETURNING o.id;
 
 -- outbox_delivery_context --
 -- Everything a message is made of, for claimed rows: the event, the alert, tenant,

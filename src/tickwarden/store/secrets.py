@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from tickwarden.models import RunIdentity, SealedSecret, SecretInfo, from_row
+from tickwarden.models import SealedSecret, SecretInfo, from_row
 from tickwarden.store.base import StoreBase
 
 
@@ -35,9 +35,10 @@ class SecretsRepository(StoreBase):
         return self._execute("secrets_reseal", {"tenant_id": old.tenant_id, "name": old.name, "key_id": key_id,
                                                "ciphertext": ciphertext, "old_key_id": old.key_id}) > 0
 
-    def run_identity(self, run_id: int, tenant_id: int) -> RunIdentity | None:
+    def run_identity(self, run_id: int, tenant_id: int) -> tuple[str, str, datetime] | None:
+        """The run key's names: tenant, workflow and tick; None when the run no longer exists."""
         row = self._row("secrets_run_identity", {"run_id": run_id, "tenant_id": tenant_id})
-        return from_row(RunIdentity, row) if row else None
+        return (row["tenant"], row["workflow"], row["scheduled_for"]) if row else None
 
     def platform_identity(self) -> str:
         row = self._row("secrets_platform_identity")

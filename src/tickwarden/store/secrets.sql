@@ -37,7 +37,7 @@ UPDATE tenant_secrets SET key_id = %(key_id)s, ciphertext = %(ciphertext)s
 
 -- secrets_run_identity --
 -- The names a run is known by outside tickwarden: its tenant, workflow and tick (the run key).
-SELECT t.name AS tenant, w.name AS workflow, r.scheduled_for, r.manual
+SELECT t.name AS tenant, w.name AS workflow, r.scheduled_for
   FROM runs r
   JOIN tenants t ON t.id = r.tenant_id
   JOIN workflows w ON w.id = r.workflow_id

@@ -1,4 +1,4 @@
-"""Trigger operations: the ticker claims due schedules; the seam's `DesiredTrigger` for external backends."""
+"""Trigger operations: the ticker claims due schedules and sleeps until the earliest fire time."""
 
 from __future__ import annotations
 
@@ -7,20 +7,6 @@ from datetime import datetime
 
 from tickwarden.store.base import StoreBase
 from tickwarden.store.queries import queries
-
-
-@dataclass(frozen=True)
-class DesiredTrigger:
-    """What the trigger backend should hold for one active schedule (at one version)."""
-
-    schedule_id: int
-    tenant_id: int
-    workflow_id: int
-    cron: str
-    timezone: str
-    version: int
-    starting_deadline_seconds: int
-    updated_at: datetime
 
 
 @dataclass(frozen=True)

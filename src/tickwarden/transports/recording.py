@@ -13,7 +13,7 @@ from tickwarden.transports.base import Delivery, OutgoingMessage, conversation
 
 
 @dataclass(frozen=True)
-class Recorded:
+class RecordedMessage:
     channel: str
     alert_id: int | None
     thread_key: str
@@ -26,7 +26,7 @@ class RecordingTransport:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.messages: list[Recorded] = []
+        self.messages: list[RecordedMessage] = []
 
     def send(self, message: OutgoingMessage) -> Delivery:
         name = message.channel.tenant or "platform"
@@ -35,6 +35,6 @@ class RecordingTransport:
         subject = message.alert_id if message.alert_id is not None else conversation(message)
         thread_key = message.thread.key if message.thread else f"{name}-{subject}"
         with self._lock:
-            self.messages.append(Recorded(name, message.alert_id, thread_key, message.thread is not None, message))
+            self.messages.append(RecordedMessage(name, message.alert_id, thread_key, message.thread is not None, message))
             number = len(self.messages)
         return Delivery(message_id=f"{thread_key}.{number}", thread_key=thread_key)

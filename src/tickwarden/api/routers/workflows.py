@@ -15,7 +15,7 @@ from tickwarden.api.problems import Problem
 from tickwarden.profile import PolicyOverrides
 from tickwarden.store import Store
 from tickwarden.store.api import WorkflowView
-from tickwarden.workflow_file import WorkflowSpec
+from tickwarden.workflow_file import WorkflowDefinition
 
 router = APIRouter(tags=["workflows"], responses=s.PROBLEMS)
 
@@ -94,7 +94,7 @@ def publish_workflow(scope: Scoped, tenant: TenantName, workflow: WorkflowName, 
         existing = store.api.get_workflow(tenant, workflow)
     if not scope.principal.platform and body.shadow != (existing.workflow.shadow if existing else False):
         raise Problem(403, "Forbidden", "Only a platform token may turn shadow mode on or off.")
-    spec = WorkflowSpec(**{**dict(body), "tenant": tenant, "name": workflow})
+    spec = WorkflowDefinition(**{**dict(body), "tenant": tenant, "name": workflow})
     published = catalog.publish_workflow(scope.db, tenant, spec, scope.clock.now(), actor=scope.principal.actor)
     if published.change == "created":
         response.status_code = 201
