@@ -616,11 +616,6 @@ class Simulation:
                 # The pass ends by reading the earliest fire time, which is the ticker's look; only
                 # the ticker and the scenario's world events (which touch every loop) move schedules.
                 idle.read(name, loop.last_pass.earliest, loop.last_pass.earliest)
-            elif name == "deadlines" and (loop.last.audited_schedules or loop.last.overdue_runs):
-                # A pass that found ticks or runs to judge is mostly followed by one that finds more
-                # (a busy fleet's ticks fall every minute): its next pass runs without a look first,
-                # as it would without skipping; what it finds decides again.
-                idle.passed(name, now)
             else:
                 idle.passed(name)
             if name == "ticker" and loop.last_pass and loop.last_pass.created:
