@@ -72,7 +72,6 @@ class PassStats:
     claim_ms: float
     insert_ms: float
     advance_ms: float
-    earliest: datetime | None = None  # the earliest pending fire time as the pass committed (None: no active schedule)
 
 
 class Ticker:
@@ -131,7 +130,7 @@ class Ticker:
         self.fired += len(ticks)
         self.created += len(created)
         self.last_pass = PassStats(len(due), len(ticks), len(created), (t1 - t0) * 1000, (t2 - t1) * 1000,
-                                   (t3 - t2) * 1000, earliest)
+                                   (t3 - t2) * 1000)
         if created:
             log.info("ticker: %d run(s) created for %d due schedule(s)", len(created), len(due))
         if len(due) >= self.batch:

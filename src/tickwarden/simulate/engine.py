@@ -117,14 +117,10 @@ class IdlePasses:
         return self.due[name] > now and name in self._stale
 
     def looked(self, name: str, due: datetime | None, cap: datetime | None) -> None:
-        self.read(name, due, cap)
-        self.looks += 1
-
-    def read(self, name: str, due: datetime | None, cap: datetime | None) -> None:
-        """What the loop's look returns, as of now: known exactly until something unknown is written."""
         self.due[name] = due or self.never
         self.cap[name] = cap or self.never
         self._stale.discard(name)
+        self.looks += 1
 
     def passed(self, name: str, due: datetime | None = None) -> None:
         """A real pass consumed the loop's own work: what is left is due at `due`, or must be read."""
@@ -599,7 +595,7 @@ class Simulation:
             if replaced is not None:
                 self.queue.wake(name, replaced, lambda at, name=name: step(name, at))
 
-        def touched(name: str, loop: Any, now: datetime) -> None:
+        def touched(name: str, loop: Any, now: datetime, following: datetime) -> None:
             """After a real pass of `name`: the loops whose work it may have brought forward.
 
             What the pass consumed of its own work is read again (`passed`). The ticker's
@@ -612,10 +608,8 @@ class Simulation:
             """
             if idle is None or name not in idle.loops:
                 return
-            if name == "ticker" and loop.last_pass is not None:
-                # The pass ends by reading the earliest fire time, which is the ticker's look; only
-                # the ticker and the scenario's world events (which touch every loop) move schedules.
-                idle.read(name, loop.last_pass.earliest, loop.last_pass.earliest)
+            if name == "ticker" and following < now + loop.max_sleep:
+                idle.passed(name, following)  # its earliest fire time: only the ticker moves schedules
             else:
                 idle.passed(name)
             if name == "ticker" and loop.last_pass and loop.last_pass.created:
@@ -651,7 +645,7 @@ class Simulation:
             loop = by_name[name]
             following = loop.run_once(now)
             schedule(name, max(following, now + timedelta(milliseconds=1)))
-            touched(name, loop, now)
+            touched(name, loop, now, following)
             woken = wakes.get(name)
             for consumer in woken(loop, now) if woken else ():
                 schedule(consumer, now)
