@@ -294,8 +294,8 @@ SELECT set_config('lock_timeout', '2s', true),
 -- for an outcome, or a workflow's run that is inside its tenant's metadata retention or
 -- not older than the workflow's newest success (the runs the failure count and an open
 -- alert read). The newest run a workflow has in the month decides for all its runs there:
--- both rules keep a suffix of a workflow's history. One probe of the month and at most a
--- few of the success index per workflow.
+-- both rules keep a suffix of a workflow's history. One probe of the month per workflow;
+-- its newest success is workflow_successes' row, not a probe of every later month.
 SELECT EXISTS (
            SELECT 1 FROM runs r
             WHERE r.scheduled_for >= %(lower)s AND r.scheduled_for < %(upper)s
@@ -304,13 +304,12 @@ SELECT EXISTS (
            SELECT 1
              FROM workflows w
              LEFT JOIN retention_policies p ON p.tenant_id = w.tenant_id
+             LEFT JOIN workflow_successes ok ON ok.workflow_id = w.id
             CROSS JOIN LATERAL (
                   SELECT r.scheduled_for FROM runs r
                    WHERE r.workflow_id = w.id AND r.scheduled_for >= %(lower)s AND r.scheduled_for < %(upper)s
                    ORDER BY r.scheduled_for DESC LIMIT 1) newest
             WHERE newest.scheduled_for
                       >= %(now)s::timestamptz - make_interval(days => coalesce(p.metadata_days, %(default_days)s::integer))
-               OR NOT EXISTS (
-                  SELECT 1 FROM runs s
-                   WHERE s.workflow_id = w.id AND s.status = 'succeeded' AND s.scheduled_for > newest.scheduled_for))
+               OR ok.scheduled_for IS NULL OR ok.scheduled_for <= newest.scheduled_for)
        AS keeps;
