@@ -376,3 +376,53 @@ def test_the_failure_count_reads_only_the_months_from_the_newest_success_on(db: 
         assert streak(store, wf.id) == 0
     assert rows(db, "SELECT scheduled_for FROM workflow_successes WHERE workflow_id = %s", wf.id) == [
         (YEAR_START + 119 * DAY + timedelta(hours=1),)]
+
+
+def test_deciding_a_month_reads_none_of_it_when_every_workflow_succeeded_since(db: Database) -> None:
+    """A month past every horizon whose workflows all succeeded after it is decided from
+    workflow_successes alone: the month's own index is not probed for any workflow."""
+    sweeper = RetentionSweeper(db)
+    sweeper.create_months(YEAR_START)
+    steady = workflow(db, YEAR_START - DAY, tenant="acme", name="steady", cadence=DAILY)
+    broken = workflow(db, YEAR_START - DAY, tenant="acme", name="broken", cadence=DAILY)
+    poller = OutcomePoller(db, "p1")
+    for index in range(70):  # January to mid-March; the broken one never succeeds
+        day = YEAR_START + index * DAY
+        run_tick(db, steady, day, True)
+        run_tick(db, broken, day, False)
+        poller.run_once(day + timedelta(minutes=5))
+    now = YEAR_START + 450 * DAY
+    (january,) = [m for m in rows_of_months(db) if m.suffix == "p202501"]
+
+    def decide() -> tuple[bool, set[str]]:
+        from tickwarden.store.queries import queries
+
+        params = {"lower": january.lower, "upper": january.upper, "now": now, "default_days": 400}
+        with db.transaction() as store:
+            keeps = store.conn.execute(queries()["retention_month_keeps"], params).fetchone()[0]
+            plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()["retention_month_keeps"],
+                                      params).fetchone()[0]
+        probed: set[str] = set()
+
+        def walk(node: dict) -> None:
+            if node.get("Relation Name") == "runs_p202501" and "workflow" in node.get("Index Name", "") \
+                    and node.get("Actual Loops", 0) > 0:
+                probed.add(node["Index Name"])
+            for child in node.get("Plans", []):
+                walk(child)
+
+        walk(plan[0]["Plan"])
+        return keeps, probed
+
+    # The broken workflow has no success: its runs are kept, and finding that probes the month.
+    keeps, probed = decide()
+    assert keeps and probed
+    # Once it has succeeded since, the month is droppable and nothing of it is read.
+    run_tick(db, broken, YEAR_START + 70 * DAY, True)
+    keeps, probed = decide()
+    assert not keeps and not probed, probed
+
+
+def rows_of_months(db: Database) -> list:
+    with db.transaction() as store:
+        return store.retention.ledger_months()
