@@ -44,6 +44,7 @@ workflows × runs or rows, so no lock is held long and no single commit is large
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -133,6 +134,7 @@ class RetentionSweeper:
         self.runs_per_workflow = runs_per_workflow
         self.rows_per_batch = rows_per_batch
         self.max_batches = max_batches
+        self.last_drop: dict[str, float] = {}
 
     def run_once(self, now: datetime) -> datetime:
         """Sweep at `now`; come back at once while a backlog remains."""
@@ -190,25 +192,44 @@ class RetentionSweeper:
         return created
 
     def drop_months(self, now: datetime) -> tuple[list[str], int]:
-        """Drop each month retention keeps nothing of; return their suffixes and estimated rows."""
+        """Drop each month retention keeps nothing of; return their suffixes and estimated rows.
+
+        Where the time of the last call went is left in `last_drop` (milliseconds): the
+        decision (listing the months, then each month's probes under its SHARE locks), the
+        wait for the parents' locks, the DROP itself, and its commit (a commit that drops
+        files always waits for its WAL to reach the disk).
+        """
         default_days = self.defaults["metadata"]
+        phases = dict.fromkeys(("decide_ms", "lock_ms", "drop_ms", "commit_ms"), 0.0)
+        self.last_drop = phases
+        t0 = time.perf_counter()
         with self.db.transaction() as store:
             months = store.retention.ledger_months()
             horizon = now - timedelta(days=store.retention.shortest_metadata_days(default_days))
+        phases["decide_ms"] += _ms_since(t0)
         dropped: list[str] = []
         rows = 0
         for month in months:
             if month.upper > horizon:
                 break
             try:
+                t0 = time.perf_counter()
                 with self.db.transaction() as store:
                     droppable = store.retention.month_droppable(month, now, default_days)
+                phases["decide_ms"] += _ms_since(t0)
                 if not droppable:
                     continue
+                t0 = time.perf_counter()
                 with self.db.transaction() as store:
+                    store.retention.lock_ledger()
+                    t1 = time.perf_counter()
+                    phases["lock_ms"] += (t1 - t0) * 1000
                     gone = store.retention.drop_month(month)
                     if gone:
                         store.retention.add_totals(now, {"metadata": month.estimated_rows})
+                    t0 = time.perf_counter()
+                    phases["drop_ms"] += (t0 - t1) * 1000
+                phases["commit_ms"] += _ms_since(t0)
             except psycopg.errors.LockNotAvailable:
                 log.info("retention: ledger month %s is busy; it is dropped on a later pass", month.suffix)
                 continue
@@ -216,7 +237,13 @@ class RetentionSweeper:
                 dropped.append(month.suffix)
                 rows += month.estimated_rows
                 log.info("retention dropped ledger month %s (about %d rows)", month.suffix, month.estimated_rows)
+        if dropped:
+            log.info("retention: dropping months took %s", ", ".join(f"{k[:-3]} {v:.0f} ms" for k, v in phases.items()))
         return dropped, rows
+
+
+def _ms_since(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
 
 
 def month_starts(now: datetime, ahead: int) -> list[datetime]:

@@ -287,6 +287,13 @@ def test_migrating_a_populated_ledger_in_place_keeps_every_row_id_and_rule(monke
             assert steps == before["attempt_steps"]
             assert conn.execute("SELECT * FROM alerts ORDER BY 1, 2").fetchall() == before["alerts"]
             assert conn.execute("SELECT count(*) FROM runs_default").fetchone() == (0,)
+            # Each workflow's newest success is noted beside the ledger: the failure count starts there.
+            noted = conn.execute("SELECT workflow_id, run_id, scheduled_for, finished_at FROM workflow_successes"
+                                 " ORDER BY 1").fetchall()
+            assert noted == [r for r in conn.execute(
+                "SELECT DISTINCT ON (workflow_id) workflow_id, id, scheduled_for, finished_at FROM runs"
+                " WHERE status = 'succeeded' ORDER BY workflow_id, scheduled_for DESC").fetchall()]
+            assert len(noted) == 2 and {r[2] for r in noted} == {YEAR_START + 88 * DAY}
 
             # Identity continues after the old ids; the one-run-per-tick rule holds on moved rows.
             last_run = max(r[0] for r in before["runs"])
@@ -316,3 +323,106 @@ def test_migrating_a_populated_ledger_in_place_keeps_every_row_id_and_rule(monke
             assert conn.execute("SELECT to_regclass('runs_unpartitioned')").fetchone() == (None,)
     finally:
         drop_schema(name)
+
+
+def test_the_failure_count_reads_only_the_months_from_the_newest_success_on(db: Database) -> None:
+    """Each workflow's newest success is kept beside the ledger by whatever statement writes it,
+    so the streak's walk never opens the months before it."""
+    wf = workflow(db, YEAR_START - DAY, tenant="acme", name="nightly", cadence=DAILY)
+    sweeper = RetentionSweeper(db)
+    sweeper.create_months(YEAR_START)
+    sweeper.create_months(YEAR_START + 90 * DAY)
+    assert months(db) == [f"runs_p2025{m:02d}" for m in range(1, 7)]
+    poller = OutcomePoller(db, "p1")
+    success_day = YEAR_START + 40 * DAY  # in February
+    for index in range(120):  # January to April: succeeds until February, fails from then on
+        day = YEAR_START + index * DAY
+        run_tick(db, wf, day, index <= 40)
+        poller.run_once(day + timedelta(minutes=5))
+
+    # The worker's outcome wrote the row; the count is the streak since that success.
+    (run_id, scheduled_for), = rows(db, "SELECT run_id, scheduled_for FROM workflow_successes WHERE workflow_id = %s",
+                                    wf.id)
+    assert scheduled_for == success_day
+    assert rows(db, "SELECT status, scheduled_for FROM runs WHERE id = %s", run_id) == [("succeeded", success_day)]
+    with db.transaction() as store:
+        assert streak(store, wf.id) == 120 - 41
+        assert store.monitoring.evaluation_inputs([wf.id])[0].success_run_id == run_id
+        from tickwarden.store.queries import queries
+
+        text = queries()["monitoring_evaluation_inputs"].replace("%(workflow_ids)s", "ARRAY[%s]::bigint[]")
+        plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + text, (wf.id,)).fetchone()[0]
+    opened: set[str] = set()
+
+    def walk(node: dict) -> None:
+        if node.get("Relation Name", "").startswith("runs_p") and node.get("Actual Loops", 0) > 0:
+            opened.add(node["Relation Name"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    assert opened and min(opened) == "runs_p202502", sorted(opened)
+
+    # A success written by any statement moves the row forward, never back.
+    with db.transaction() as store:
+        store.conn.execute(
+            "INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget, deadline_at,"
+            " created_at, finished_at) VALUES (%s, %s, %s, true, 'succeeded', 0, %s, %s, %s),"
+            " (%s, %s, %s, true, 'succeeded', 0, %s, %s, %s)",
+            (wf.tenant_id, wf.id, YEAR_START + 119 * DAY + timedelta(hours=1), YEAR_START + 120 * DAY,
+             YEAR_START + 119 * DAY, YEAR_START + 119 * DAY,
+             wf.tenant_id, wf.id, YEAR_START + 10 * DAY + timedelta(hours=1), YEAR_START + 120 * DAY,
+             YEAR_START + 119 * DAY, YEAR_START + 119 * DAY))
+        assert streak(store, wf.id) == 0
+    assert rows(db, "SELECT scheduled_for FROM workflow_successes WHERE workflow_id = %s", wf.id) == [
+        (YEAR_START + 119 * DAY + timedelta(hours=1),)]
+
+
+def test_deciding_a_month_reads_none_of_it_when_every_workflow_succeeded_since(db: Database) -> None:
+    """A month past every horizon whose workflows all succeeded after it is decided from
+    workflow_successes alone: the month's own index is not probed for any workflow."""
+    sweeper = RetentionSweeper(db)
+    sweeper.create_months(YEAR_START)
+    steady = workflow(db, YEAR_START - DAY, tenant="acme", name="steady", cadence=DAILY)
+    broken = workflow(db, YEAR_START - DAY, tenant="acme", name="broken", cadence=DAILY)
+    poller = OutcomePoller(db, "p1")
+    for index in range(70):  # January to mid-March; the broken one never succeeds
+        day = YEAR_START + index * DAY
+        run_tick(db, steady, day, True)
+        run_tick(db, broken, day, False)
+        poller.run_once(day + timedelta(minutes=5))
+    now = YEAR_START + 450 * DAY
+    (january,) = [m for m in rows_of_months(db) if m.suffix == "p202501"]
+
+    def decide() -> tuple[bool, set[str]]:
+        from tickwarden.store.queries import queries
+
+        params = {"lower": january.lower, "upper": january.upper, "now": now, "default_days": 400}
+        with db.transaction() as store:
+            keeps = store.conn.execute(queries()["retention_month_keeps"], params).fetchone()[0]
+            plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()["retention_month_keeps"],
+                                      params).fetchone()[0]
+        probed: set[str] = set()
+
+        def walk(node: dict) -> None:
+            if node.get("Relation Name") == "runs_p202501" and "workflow" in node.get("Index Name", "") \
+                    and node.get("Actual Loops", 0) > 0:
+                probed.add(node["Index Name"])
+            for child in node.get("Plans", []):
+                walk(child)
+
+        walk(plan[0]["Plan"])
+        return keeps, probed
+
+    # The broken workflow has no success: its runs are kept, and finding that probes the month.
+    keeps, probed = decide()
+    assert keeps and probed
+    # Once it has succeeded since, the month is droppable and nothing of it is read.
+    run_tick(db, broken, YEAR_START + 70 * DAY, True)
+    keeps, probed = decide()
+    assert not keeps and not probed, probed
+
+
+def rows_of_months(db: Database) -> list:
+    with db.transaction() as store:
+        return store.retention.ledger_months()

@@ -52,28 +52,23 @@ SELECT count(pg_advisory_xact_lock(7301, (s.id %% 2147483647)::integer)) AS lock
 -- monitoring_evaluation_inputs --
 -- Everything the evaluator needs for a set of workflows, in one statement: the
 -- workflow's settings and cadence, the consecutive confirmed failures since the
--- newest success (the same walk as count_consecutive_failures: one probe of the
--- success index, then only the streak), the newest failure of the streak, the
--- newest success, and the open alert.
+-- newest success (the success is workflow_successes' row; the walk of the streak
+-- reads only the month partitions from its tick on), the newest failure of the
+-- streak, the newest success, and the open alert.
 SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_overrides,
        (w.shadow OR t.shadow) AS shadow,
        s.cadence_seconds,
        coalesce(lf.failures, 0) AS failures, lf.first_failure_at,
        lf.id AS last_failure_run_id, lf.finished_at AS last_failure_at,
        lf.error_category AS last_error_category, lf.error AS last_error, lf.failed_step AS last_failed_step,
-       ok.id AS success_run_id, ok.finished_at AS success_at,
+       ok.run_id AS success_run_id, ok.finished_at AS success_at,
        a.id AS alert_id, a.failure_count AS alert_failure_count,
        a.reason AS alert_reason
   FROM unnest(%(workflow_ids)s::bigint[]) AS u (id)
   JOIN workflows w ON w.id = u.id
   JOIN tenants t ON t.id = w.tenant_id
   LEFT JOIN schedules s ON s.workflow_id = w.id
-  LEFT JOIN LATERAL (
-        SELECT r.id, r.scheduled_for, r.finished_at
-          FROM runs r
-         WHERE r.workflow_id = w.id AND r.status = 'succeeded'
-         ORDER BY r.scheduled_for DESC
-         LIMIT 1) ok ON true
+  LEFT JOIN workflow_successes ok ON ok.workflow_id = w.id
   -- the newest failure of the streak, with the streak's length and start (window
   -- aggregates see every row of the streak before LIMIT keeps the newest)
   LEFT JOIN LATERAL (

@@ -112,18 +112,24 @@ class RetentionRepository(StoreBase):
                                                   "default_days": default_days})
         return row is not None and not row["keeps"]
 
-    def drop_month(self, month: LedgerMonth) -> bool:
-        """Drop a month the caller found droppable; True when this call dropped it.
+    def lock_ledger(self) -> None:
+        """Take what dropping a month needs, before `drop_month` in the same transaction.
 
-        In a transaction of its own, after the decision's: the parents are locked first
-        (ACCESS EXCLUSIVE, what dropping a partition takes anyway), in the order every
-        ledger statement locks them, so the drop cannot deadlock with one; the lock waits
-        at most `lock_timeout`. Between the decision and the drop nothing writes a month
-        past every retention: only kept rows are ever updated, and they kept it; a run
-        awaiting an outcome is checked again under the lock all the same.
+        The parents are locked first (ACCESS EXCLUSIVE, what dropping a partition takes
+        anyway), in the order every ledger statement locks them, so the drop cannot
+        deadlock with one; the lock waits at most `lock_timeout`.
         """
         self._rows("retention_lock_partitions")
         self.conn.execute("LOCK TABLE runs, attempts, attempt_steps IN ACCESS EXCLUSIVE MODE")
+
+    def drop_month(self, month: LedgerMonth) -> bool:
+        """Drop a month the caller found droppable; True when this call dropped it.
+
+        In a transaction of its own, after the decision's, once `lock_ledger` holds the
+        parents. Between the decision and the drop nothing writes a month
+        past every retention: only kept rows are ever updated, and they kept it; a run
+        awaiting an outcome is checked again under the lock all the same.
+        """
         names = self._month_tables(month)
         if not self._exists(names[-1]):
             return False  # another replica dropped it

@@ -36,10 +36,7 @@ WITH candidates AS (
 ), due AS (
     SELECT c.workflow_id, c.since, least(c.cutoff, coalesce(ok.scheduled_for, '-infinity')) AS upto
       FROM candidates c
-      LEFT JOIN LATERAL (
-            SELECT r.scheduled_for FROM runs r
-             WHERE r.workflow_id = c.workflow_id AND r.status = 'succeeded'
-             ORDER BY r.scheduled_for DESC LIMIT 1) ok ON true
+      LEFT JOIN workflow_successes ok ON ok.workflow_id = c.workflow_id
      WHERE c.since < least(c.cutoff, coalesce(ok.scheduled_for, '-infinity'))
      ORDER BY c.since, c.workflow_id
      LIMIT %(workflows)s
@@ -102,10 +99,7 @@ WITH candidates AS (
 ), due AS (
     SELECT c.workflow_id, c.since, least(c.cutoff, coalesce(ok.scheduled_for, '-infinity')) AS upto
       FROM candidates c
-      LEFT JOIN LATERAL (
-            SELECT r.scheduled_for FROM runs r
-             WHERE r.workflow_id = c.workflow_id AND r.status = 'succeeded'
-             ORDER BY r.scheduled_for DESC LIMIT 1) ok ON true
+      LEFT JOIN workflow_successes ok ON ok.workflow_id = c.workflow_id
      WHERE c.since < least(c.cutoff, coalesce(ok.scheduled_for, '-infinity'))
      ORDER BY c.since, c.workflow_id
      LIMIT %(workflows)s
@@ -164,10 +158,7 @@ WITH candidates AS (
 ), due AS (
     SELECT c.workflow_id, c.since, least(c.cutoff, coalesce(ok.scheduled_for, '-infinity')) AS upto
       FROM candidates c
-      LEFT JOIN LATERAL (
-            SELECT r.scheduled_for FROM runs r
-             WHERE r.workflow_id = c.workflow_id AND r.status = 'succeeded'
-             ORDER BY r.scheduled_for DESC LIMIT 1) ok ON true
+      LEFT JOIN workflow_successes ok ON ok.workflow_id = c.workflow_id
      WHERE c.since < least(c.cutoff, coalesce(ok.scheduled_for, '-infinity'))
      ORDER BY c.since, c.workflow_id
      LIMIT %(workflows)s
@@ -315,23 +306,32 @@ SELECT set_config('lock_timeout', '2s', true),
 -- for an outcome, or a workflow's run that is inside its tenant's metadata retention or
 -- not older than the workflow's newest success (the runs the failure count and an open
 -- alert read). The newest run a workflow has in the month decides for all its runs there:
--- both rules keep a suffix of a workflow's history. One probe of the month and at most a
--- few of the success index per workflow.
+-- both rules keep a suffix of a workflow's history. The month is probed only for the
+-- workflows that could keep something in it: those whose tenant's horizon is not past the
+-- month's end, or whose newest success (workflow_successes' row) is not after it. On a
+-- healthy fleet that is none, and the decision reads nothing of the month but its
+-- open-run index.
+WITH candidates AS MATERIALIZED (
+    -- computed before any probe (a fence: the planner may not join the month in first)
+    SELECT w.id AS workflow_id, ok.scheduled_for AS success_at,
+           %(now)s::timestamptz - make_interval(days => coalesce(p.metadata_days, %(default_days)s::integer)) AS cutoff
+      FROM workflows w
+      LEFT JOIN retention_policies p ON p.tenant_id = w.tenant_id
+      LEFT JOIN workflow_successes ok ON ok.workflow_id = w.id
+     WHERE %(upper)s::timestamptz
+               > %(now)s::timestamptz - make_interval(days => coalesce(p.metadata_days, %(default_days)s::integer))
+        OR ok.scheduled_for IS NULL OR ok.scheduled_for < %(upper)s::timestamptz
+)
 SELECT EXISTS (
            SELECT 1 FROM runs r
             WHERE r.scheduled_for >= %(lower)s AND r.scheduled_for < %(upper)s
               AND r.status IN ('queued', 'running', 'pending_retry'))
     OR EXISTS (
            SELECT 1
-             FROM workflows w
-             LEFT JOIN retention_policies p ON p.tenant_id = w.tenant_id
+             FROM candidates c
             CROSS JOIN LATERAL (
                   SELECT r.scheduled_for FROM runs r
-                   WHERE r.workflow_id = w.id AND r.scheduled_for >= %(lower)s AND r.scheduled_for < %(upper)s
+                   WHERE r.workflow_id = c.workflow_id AND r.scheduled_for >= %(lower)s AND r.scheduled_for < %(upper)s
                    ORDER BY r.scheduled_for DESC LIMIT 1) newest
-            WHERE newest.scheduled_for
-                      >= %(now)s::timestamptz - make_interval(days => coalesce(p.metadata_days, %(default_days)s::integer))
-               OR NOT EXISTS (
-                  SELECT 1 FROM runs s
-                   WHERE s.workflow_id = w.id AND s.status = 'succeeded' AND s.scheduled_for > newest.scheduled_for))
+            WHERE newest.scheduled_for >= c.cutoff OR c.success_at IS NULL OR c.success_at <= newest.scheduled_for)
        AS keeps;
