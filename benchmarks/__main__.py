@@ -21,7 +21,7 @@ import time
 
 from benchmarks.common import Figure, Target, table
 
-BENCHMARKS = ["ticker", "ledger", "worker", "pipeline", "simulate", "memory", "api", "notifier", "retention"]
+BENCHMARKS = ["ticker", "ledger", "worker", "pipeline", "simulate", "memory", "api", "notifier", "retention", "cli"]
 EVERY = [*BENCHMARKS, "noise", "partitions"]  # the last two take the better part of an hour each
 
 # Sizes for `--quick`: the same code paths, small enough for minutes rather than half an hour.
@@ -36,6 +36,7 @@ QUICK = {
     "notifier": ["--alerts", "300", "--history", "20000"],
     "noise": ["--workflows", "100", "--days", "3", "--policies", "tickwarden"],
     "retention": ["--workflows", "50", "--days", "60"],
+    "cli": ["--repeat", "3"],
     "partitions": ["--runs", "400000", "--small", "200000", "--workflows", "500", "--repeat", "100"],
 }
 

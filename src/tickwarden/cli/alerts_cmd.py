@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import getpass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tickwarden import alerts
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json, print_table, status
 from tickwarden.clock import WallClock, isoformat_z
-from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, NotFound
-from tickwarden.models import AlertEvent
-from tickwarden.models import AlertView
+
+if TYPE_CHECKING:
+    from tickwarden.db import Database
+    from tickwarden.models import AlertEvent, AlertView
 
 alerts_app = typer.Typer(
     help="Alerts: one per broken workflow, with an owner, a history and a downtime.",
@@ -26,6 +26,8 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _db() -> Database:
+    from tickwarden.db import Database
+
     return Database(min_size=1, max_size=2)
 
 
@@ -195,6 +197,8 @@ def reassign_command(
     as_json: JsonOption = False,
 ) -> None:
     """Hand an open alert to engineering or the customer; the owner then stays put."""
+    from tickwarden import alerts
+
     alert_id = _alert_id(alert)
     with _db() as db:
         updated = alerts.reassign(db, alert_id, owner, note, _actor(actor), WallClock().now())
@@ -214,6 +218,8 @@ def note_command(
     as_json: JsonOption = False,
 ) -> None:
     """Add a note to an alert's history and thread (customer-visible unless --internal)."""
+    from tickwarden import alerts
+
     alert_id = _alert_id(alert)
     with _db() as db:
         event = alerts.add_note(db, alert_id, text, _actor(actor), WallClock().now(), internal=internal)
@@ -231,6 +237,8 @@ ActorOption = Annotated[str | None, typer.Option("--actor", help="Who is acting 
 def ack_command(alert: Annotated[str, typer.Argument(help="Alert id.")], note: NoteOption = None,
                 actor: ActorOption = None, as_json: JsonOption = False) -> None:
     """Acknowledge an open alert: escalation stops, it stays open, the thread is told."""
+    from tickwarden import alerts
+
     alert_id = _alert_id(alert)
     with _db() as db:
         event = alerts.acknowledge(db, alert_id, _actor(actor), WallClock().now(), note=note)
@@ -256,6 +264,8 @@ def snooze_command(alert: Annotated[str, typer.Argument(help="Alert id.")],
                    duration: Annotated[str, typer.Argument(help="How long, e.g. 30m, 2h, 1d.")],
                    note: NoteOption = None, actor: ActorOption = None, as_json: JsonOption = False) -> None:
     """Hold an open alert's escalation for a while."""
+    from tickwarden import alerts
+
     alert_id = _alert_id(alert)
     with _db() as db:
         event = alerts.snooze(db, alert_id, parse_duration(duration), _actor(actor), WallClock().now(), note=note)
@@ -270,6 +280,8 @@ def resolve_command(alert: Annotated[str, typer.Argument(help="Alert id.")],
                     note: Annotated[str, typer.Option("--note", help="Why it is resolved (required).")],
                     actor: ActorOption = None, as_json: JsonOption = False) -> None:
     """Resolve an open alert by hand, saying why."""
+    from tickwarden import alerts
+
     alert_id = _alert_id(alert)
     with _db() as db:
         event = alerts.resolve(db, alert_id, note, _actor(actor), WallClock().now())

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
 
-from tickwarden import catalog
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json, print_table, status
 from tickwarden.clock import WallClock, isoformat_z
-from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, NotFound, UsageError
-from tickwarden.messages import format_duration
-from tickwarden.models import Attempt, Run
+
+if TYPE_CHECKING:
+    from tickwarden.db import Database
+    from tickwarden.models import Attempt, Run
 
 Ref = Annotated[str, typer.Argument(metavar="TENANT/WORKFLOW", help="The workflow, e.g. acme/nightly.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
@@ -24,6 +24,8 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 def _db() -> Database:
     """Open the database, bringing its schema up to date first (apply is often the first command run)."""
+    from tickwarden.db import Database
+
     db = Database(min_size=1, max_size=2)
     db.migrate(WallClock().now())
     return db
@@ -36,6 +38,8 @@ def apply_command(
     as_json: AsJson = False,
 ) -> None:
     """Create or update the tenants, users, environments, channels and workflows of a file."""
+    from tickwarden import catalog
+
     now = WallClock().now()
     # Validate before connecting: a bad file is reported even when no database is reachable.
     from tickwarden.workflow_file import load_file
@@ -73,6 +77,8 @@ def run_now_command(
     as_json: AsJson = False,
 ) -> None:
     """Queue a manual run of a workflow; a worker runs it like any tick."""
+    from tickwarden import catalog
+
     tenant, workflow = catalog.parse_ref(ref)
     with _db() as db:
         run = catalog.run_now(db, tenant, workflow, WallClock().now(), requested_by=requested_by)
@@ -120,6 +126,8 @@ def cancel_command(
     as_json: AsJson = False,
 ) -> None:
     """Cancel a run in progress: its attempt is stopped, it is not retried and counts as no failure."""
+    from tickwarden import catalog
+
     from tickwarden.cli.alerts_cmd import _actor
 
     try:
@@ -140,6 +148,8 @@ def pause_command(
     by: Annotated[str | None, typer.Option("--by", help="Who pauses it (told in an open alert's thread).")] = None,
 ) -> None:
     """Pause a workflow's schedule: no new ticks until it is resumed; an open alert's thread is told."""
+    from tickwarden import catalog
+
     from tickwarden.cli.alerts_cmd import _actor
 
     tenant, workflow = catalog.parse_ref(ref)
@@ -151,6 +161,8 @@ def pause_command(
 @app.command("archive")
 def archive_command(ref: Ref) -> None:
     """Archive a workflow: no more ticks, its history stays readable; apply its file again to restore it."""
+    from tickwarden import catalog
+
     tenant, workflow = catalog.parse_ref(ref)
     with _db() as db:
         catalog.archive(db, tenant, workflow, WallClock().now())
@@ -160,6 +172,8 @@ def archive_command(ref: Ref) -> None:
 @app.command("resume")
 def resume_command(ref: Ref) -> None:
     """Resume a paused schedule: it ticks again from its next fire time."""
+    from tickwarden import catalog
+
     tenant, workflow = catalog.parse_ref(ref)
     with _db() as db:
         catalog.resume(db, tenant, workflow, WallClock().now())
@@ -242,6 +256,9 @@ def runs_command(
     as_json: AsJson = False,
 ) -> None:
     """List a workflow's runs, newest first; `runs show RUN_ID` shows one run and its attempts."""
+    from tickwarden import catalog
+    from tickwarden.messages import format_duration
+
     # A workflow reference always holds a slash, so `show` cannot name one.
     if ref == "show":
         if run_id is None:
@@ -269,6 +286,8 @@ def runs_command(
 
 def show_run(run_id: int, as_json: bool) -> None:
     """Print one run and its attempts."""
+    from tickwarden.messages import format_duration
+
     ref, found, attempts = _run_with_attempts(run_id)
     data = {"workflow": ref, **run_json(found), "attempts": [attempt_json(a) for a in attempts]}
     if as_json:
@@ -304,6 +323,8 @@ def workflows_command(
     as_json: AsJson = False,
 ) -> None:
     """List workflows with their schedule and newest run."""
+    from tickwarden import catalog
+
     with _db() as db:
         summaries = catalog.list_workflows(db, tenant)
     # The workflow file's names (as the API's), plus what the ledger adds.

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock
-from tickwarden.db import Database
-from tickwarden import secrets
 from tickwarden.errors import Conflict, InvalidInput, NotFound, UsageError
-from tickwarden.store.outbox import AUDIENCES, CHANNEL_KINDS, Channel
-from tickwarden.workflow_file import ROUTABLE_EVENTS, ROUTABLE_SEVERITIES
+
+if TYPE_CHECKING:
+    from tickwarden.db import Database
+    from tickwarden.store.outbox import Channel
 
 channels_app = typer.Typer(help="Notification channels: list, add, test, re-enable.", invoke_without_command=True)
 app.add_typer(channels_app, name="channels")
@@ -46,6 +45,9 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List channels with their state and delivery backlog."""
+    from rich.table import Table
+    from tickwarden.db import Database
+
     if ctx.invoked_subcommand is not None:
         return
     with Database(max_size=1) as db, db.transaction() as store:
@@ -100,6 +102,11 @@ def add_command(
     event: Annotated[list[str], typer.Option("--event", help="Take only this event kind (repeatable); default all.")] = [],  # noqa: B006
 ) -> None:
     """Create or update a notification channel."""
+    from tickwarden import secrets
+    from tickwarden.db import Database
+    from tickwarden.store.outbox import AUDIENCES, CHANNEL_KINDS
+    from tickwarden.workflow_file import ROUTABLE_EVENTS, ROUTABLE_SEVERITIES
+
     for value, allowed, label in ((severity, ROUTABLE_SEVERITIES, "Severity"), (event, ROUTABLE_EVENTS, "Event")):
         unknown = [v for v in value if v not in allowed]
         if unknown:
@@ -134,6 +141,8 @@ def test_command(
     tenant: Annotated[str | None, typer.Option("--tenant", help="The channel's tenant, if the name is ambiguous.")] = None,
 ) -> None:
     """Send a test message through the channel's real transport."""
+    from tickwarden.db import Database
+
     from tickwarden.notifier import send_test_message
     from tickwarden.transports import default_transports
     from tickwarden.transports.base import TransportError
@@ -155,6 +164,8 @@ def enable_command(
     tenant: Annotated[str | None, typer.Option("--tenant", help="The channel's tenant, if the name is ambiguous.")] = None,
 ) -> None:
     """Re-enable a channel that a permanent error disabled (after fixing its configuration)."""
+    from tickwarden.db import Database
+
     with Database(max_size=1) as db:
         channel = _find(db, name, tenant)
         with db.transaction() as store:
@@ -165,6 +176,9 @@ def enable_command(
 @app.command("outbox")
 def outbox_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Show the notification outbox: deliveries by status and the latest problems."""
+    from rich.table import Table
+    from tickwarden.db import Database
+
     with Database(max_size=1) as db, db.transaction() as store:
         counts = store.outbox.status_counts()
         problems = store.outbox.list_outbox_problems(20)

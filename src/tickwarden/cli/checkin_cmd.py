@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from tickwarden import catalog, checkins
 from tickwarden.cli import app
 from tickwarden.cli.catalog_cmd import AsJson, Ref, _db
 from tickwarden.cli.output import console, print_json
@@ -27,6 +26,8 @@ def checkin_command(
     as_json: AsJson = False,
 ) -> None:
     """Report an external workflow's start, success or failure, as its ping URL does."""
+    from tickwarden import catalog, checkins
+
     try:
         tenant, workflow = catalog.parse_ref(ref)
     except InvalidInput as exc:
@@ -53,6 +54,8 @@ def checkin_url_command(
     as_json: AsJson = False,
 ) -> None:
     """Issue an external workflow's ping URL; it is shown once (only its hash is stored)."""
+    from tickwarden import catalog, checkins
+
     try:
         tenant, workflow = catalog.parse_ref(ref)
     except InvalidInput as exc:
@@ -73,6 +76,8 @@ def checkin_url_command(
 
 def _read_log(path: Path) -> str:
     """Return the tail of a log file that fits a report (a long log is cut, never refused)."""
+    from tickwarden import checkins
+
     try:
         with path.open("rb") as handle:
             handle.seek(0, 2)

@@ -9,8 +9,6 @@ import typer
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock
-from tickwarden.db import Database, describe_url
-from tickwarden.migrate import pending, upgrade
 
 db_app = typer.Typer(help="Database schema and connection.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -19,6 +17,9 @@ app.add_typer(db_app, name="db")
 @db_app.command("upgrade")
 def upgrade_command() -> None:
     """Apply every pending migration."""
+    from tickwarden.db import Database
+    from tickwarden.migrate import upgrade
+
     with Database(max_size=1) as db, db.connection() as conn:
         applied = upgrade(conn, WallClock().now())
     if applied:
@@ -31,6 +32,9 @@ def upgrade_command() -> None:
 @db_app.command("status")
 def status_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Show which database is in use and which migrations are pending."""
+    from tickwarden.db import Database, describe_url
+    from tickwarden.migrate import pending
+
     with Database(max_size=1) as db, db.connection() as conn:
         waiting = pending(conn)
         data = {"database": describe_url(db.url), "pending": [f"{m.version:04d}_{m.name}" for m in waiting]}

@@ -6,13 +6,10 @@ import getpass
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from tickwarden import erasure
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock
-from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, UsageError
 from tickwarden.store import Store
 
@@ -39,6 +36,10 @@ def erase_command(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Erase a tenant (--tenant) or a person (--subject EMAIL); --dry-run reports what would go."""
+    from rich.table import Table
+    from tickwarden import erasure
+    from tickwarden.db import Database
+
     if (subject is None) == (tenant is None):
         _usage("give exactly one of --subject EMAIL or --tenant TENANT.")
     if subject is not None:

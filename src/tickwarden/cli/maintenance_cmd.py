@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tickwarden import maintenance
 from tickwarden.cli import app
 from tickwarden.cli.output import print_json, print_table
 from tickwarden.clock import WallClock, isoformat_z
-from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, UsageError
-from tickwarden.models import Window
+
+if TYPE_CHECKING:
+    from tickwarden.models import Window
 
 maintenance_app = typer.Typer(help="Maintenance windows: nothing is delivered for a covered workflow.",
                               no_args_is_help=True)
@@ -41,6 +41,9 @@ def _target(target: str) -> tuple[str, str | None]:
 def list_command(tenant: Annotated[str | None, typer.Argument(help="Only this tenant's windows.")] = None,
                  as_json: Json = False) -> None:
     """List the maintenance windows, and which are active now."""
+    from tickwarden import maintenance
+    from tickwarden.db import Database
+
     now = WallClock().now()
     with Database(max_size=1) as db, db.transaction() as store:
         windows = maintenance.list_windows(store, tenant)
@@ -66,6 +69,9 @@ def add_command(
     as_json: Json = False,
 ) -> None:
     """Add a one-off (--start/--end) or recurring (--cron/--duration [--timezone]) window."""
+    from tickwarden import maintenance
+    from tickwarden.db import Database
+
     tenant, workflow = _target(target)
     try:
         spec = maintenance.window_spec(start=start, end=end, cron=cron, duration=duration, timezone=timezone,
@@ -88,6 +94,9 @@ def add_command(
 def remove_command(window_id: Annotated[int, typer.Argument(help="The window's id (see `maintenance list`).")]
                    ) -> None:
     """Remove a window added through the CLI, the API or the dashboard (a file's windows go with the file)."""
+    from tickwarden import maintenance
+    from tickwarden.db import Database
+
     with Database(max_size=1) as db, db.transaction() as store:
         window = maintenance.remove_window(store, window_id)
     print(f"Removed maintenance window {window.id} for {window.scope}.")

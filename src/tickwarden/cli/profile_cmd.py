@@ -5,15 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from tickwarden.cadence import cadence_of, parse_schedule
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock, isoformat_z
 from tickwarden.errors import InvalidPolicy
-from tickwarden.profile import BANDS, derive_profile, parse_overrides
-from tickwarden.retries import PATIENT_CATEGORIES
 
 
 def parse_settings(settings: list[str]) -> dict[str, Any]:
@@ -39,6 +35,8 @@ def parse_settings(settings: list[str]) -> dict[str, Any]:
 
 
 def _retries_text(retries: int, backoffs: tuple[int, ...]) -> str:
+    from tickwarden.retries import PATIENT_CATEGORIES
+
     if not retries:
         return "0 (the next tick is the retry)"
     waits = ", ".join(f"{b} s" for b in backoffs)
@@ -65,6 +63,10 @@ def profile_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print the retry, alert and escalation profile derived from a schedule's cadence."""
+    from rich.table import Table
+    from tickwarden.cadence import cadence_of, parse_schedule
+    from tickwarden.profile import derive_profile, parse_overrides
+
     now = WallClock().now()
     schedule = parse_schedule(cron, tz)
     cadence = cadence_of(schedule, now)
@@ -114,6 +116,9 @@ def profile_command(
 @app.command("profiles")
 def profiles_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Print the default profile of every cadence band."""
+    from rich.table import Table
+    from tickwarden.profile import BANDS
+
     rows = [
         {
             "band": b.name,

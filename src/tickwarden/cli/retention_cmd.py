@@ -6,13 +6,11 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.table import Table
 
 from tickwarden import retention
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock
-from tickwarden.db import Database
 from tickwarden.errors import NotFound, UsageError
 
 retention_app = typer.Typer(help="How long each class of data is kept, per tenant.", no_args_is_help=True)
@@ -22,6 +20,8 @@ Days = Annotated[int | None, typer.Option(min=1, max=retention.MAX_DAYS)]
 
 
 def _show(tenant: str, days: dict[str, int], overrides: dict[str, int | None], as_json: bool) -> None:
+    from rich.table import Table
+
     if as_json:
         print_json({"tenant": tenant, "days": days, "overrides": overrides})
         return
@@ -34,6 +34,8 @@ def _show(tenant: str, days: dict[str, int], overrides: dict[str, int | None], a
 @retention_app.command("show")
 def show_command(tenant: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Print the days each class is kept for a tenant, and where each figure comes from."""
+    from tickwarden.db import Database
+
     with Database(max_size=1) as db, db.transaction() as store:
         store.api.enter_tenant_context(None, platform=True)
         found = store.catalog.get_tenant_by_name(tenant)
@@ -55,6 +57,8 @@ def set_command(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Replace a tenant's overrides; a class not given returns to the platform default."""
+    from tickwarden.db import Database
+
     try:
         spec = retention.RetentionSpec(metadata_days=metadata_days, logs_days=logs_days, payloads_days=payloads_days,
                                        outbox_days=outbox_days, alerts_days=alerts_days)

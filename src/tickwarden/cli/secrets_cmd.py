@@ -7,13 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from tickwarden import secrets
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock, isoformat_z
-from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, NotFound, UsageError
 
 secrets_app = typer.Typer(help="A tenant's secrets, referred to as secret:NAME by its steps and channels.",
@@ -59,6 +56,9 @@ def set_command(
     pasted: Annotated[list[str] | None, typer.Argument(hidden=True, show_default=False)] = None,
 ) -> None:
     """Store a secret for a tenant; the value comes from stdin (or --file) and is stored encrypted."""
+    from tickwarden import secrets
+    from tickwarden.db import Database
+
     if pasted:
         # Taken as an argument only to be refused without echoing it (Typer's own usage
         # error would repeat it); it already sits in the shell's history.
@@ -79,6 +79,9 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List a tenant's secrets by name (never their values)."""
+    from rich.table import Table
+    from tickwarden.db import Database
+
     with Database(max_size=1) as db, db.transaction() as store:
         store.api.enter_tenant_context(None, platform=True)
         found = store.secrets.list_secrets(_tenant_id(store, tenant))
@@ -99,6 +102,9 @@ def delete_command(
     name: Annotated[str, typer.Argument(help="The secret's name.")],
 ) -> None:
     """Delete a tenant's secret; steps that refer to it fail as `config` until it is set again."""
+    from tickwarden import secrets
+    from tickwarden.db import Database
+
     with Database(max_size=1) as db, db.transaction() as store:
         store.api.enter_tenant_context(None, platform=True)
         secrets.delete_secret(store, _tenant_id(store, tenant), name)
@@ -108,6 +114,9 @@ def delete_command(
 @secrets_app.command("rotate")
 def rotate_command() -> None:
     """Re-encrypt every secret under the current TICKWARDEN_SECRET_KEY (old keys in TICKWARDEN_SECRET_KEYS_OLD)."""
+    from tickwarden import secrets
+    from tickwarden.db import Database
+
     keyring = secrets.Keyring.from_environment()
     with Database(max_size=2) as db:
         changed = secrets.rotate(db, keyring)

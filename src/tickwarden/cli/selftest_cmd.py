@@ -9,7 +9,6 @@ import typer
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json, print_table, status
 from tickwarden.clock import WallClock
-from tickwarden.db import Database
 from tickwarden.errors import UsageError
 
 
@@ -21,6 +20,8 @@ def selftest_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Check the running service end to end with synthetic runs; exit 0 only when every route passed."""
+    from tickwarden.db import Database
+
     from tickwarden.selftest import Selftest
 
     if not 1 <= timeout <= 3600:

@@ -12,19 +12,16 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from tickwarden.cli import app
 from tickwarden.clock import WallClock
-from tickwarden.db import Database, describe_url
 from tickwarden.errors import InvalidInput
-from tickwarden.logs import default_level as default_log_level
-from tickwarden.loops import replica_id as new_replica_id
-from tickwarden.migrate import upgrade
-from tickwarden.service import Service, ServiceOptions, build_loops
-from tickwarden.watchdog import heartbeat_url
+
+if TYPE_CHECKING:
+    from tickwarden.db import Database
 
 log = logging.getLogger("tickwarden.serve")
 
@@ -138,6 +135,13 @@ def serve_command(
     ] = "",
 ) -> None:
     """Run one control-plane replica: migrate, then the loops, N workers and the API until SIGTERM."""
+    from tickwarden.db import Database, describe_url
+    from tickwarden.logs import default_level as default_log_level
+    from tickwarden.loops import replica_id as new_replica_id
+    from tickwarden.migrate import upgrade
+    from tickwarden.service import Service, ServiceOptions, build_loops
+    from tickwarden.watchdog import heartbeat_url
+
     if workers < 0:
         raise InvalidInput("--workers must be zero or more.")
     if not 1 <= port <= 65535:

@@ -7,15 +7,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich import box
-from rich.table import Table
 from rich.text import Text
 
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.errors import InvalidInput
-from tickwarden.simulate import POLICIES, load_scenario, run_policy
-from tickwarden.simulate.report import render_text, to_json
+from tickwarden.simulate import POLICIES
 
 DEMO_SCENARIOS = ("seed-transient-fault.yaml", "seed-genuine-defect.yaml")
 
@@ -38,6 +35,9 @@ def simulate_command(
     ] = "tickwarden",
 ) -> None:
     """Run the real pipeline on a virtual clock over a scenario and print its timeline."""
+    from tickwarden.simulate import load_scenario, run_policy
+    from tickwarden.simulate.report import render_text, to_json
+
     quiet_loops()
     spec = load_scenario(resolve_scenario(scenario))
     outcome = run_policy(spec, policy)
@@ -105,6 +105,11 @@ def demo_command() -> None:
 
 
 def _demo() -> None:
+    from rich import box
+    from rich.table import Table
+    from tickwarden.simulate import load_scenario, run_policy
+    from tickwarden.simulate.report import render_text
+
     timelines = []
     verdicts = []
     names = []

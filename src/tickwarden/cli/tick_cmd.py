@@ -11,10 +11,7 @@ import typer
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock, isoformat_z, parse_utc
-from tickwarden.db import Database
 from tickwarden.errors import InvalidInput
-from tickwarden.loops import replica_id
-from tickwarden.triggers.kubernetes import tick_from_job_name
 from tickwarden.triggers.kubernetes_tick import (
     TickOutcome,
     record_tick,
@@ -45,6 +42,10 @@ def tick_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Record one tick of a schedule as a run (once, however often it is fired) and execute it."""
+    from tickwarden.db import Database
+    from tickwarden.loops import replica_id
+    from tickwarden.triggers.kubernetes import tick_from_job_name
+
     if lease < 1:
         raise _usage("--lease must be at least 1.")
     clock = WallClock()

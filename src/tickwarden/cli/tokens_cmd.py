@@ -5,13 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from tickwarden.api.deps import hash_token, new_token
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock, isoformat_z
-from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, NotFound
 
 tokens_app = typer.Typer(help="API tokens for the REST API and the dashboard.", no_args_is_help=True)
@@ -26,6 +23,9 @@ def create_command(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Create a token and print it once; only its SHA-256 hash is stored."""
+    from tickwarden.api.deps import hash_token, new_token
+    from tickwarden.db import Database
+
     if platform == (tenant is not None):
         raise InvalidInput("Give exactly one of --tenant TENANT or --platform.")
     if not name.strip() or len(name) > 100:
@@ -53,6 +53,9 @@ def create_command(
 @tokens_app.command("list")
 def list_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """List tokens (never their values)."""
+    from rich.table import Table
+    from tickwarden.db import Database
+
     with Database(max_size=1) as db, db.transaction() as store:
         store.api.enter_tenant_context(None, platform=True)
         tokens = store.api.list_api_tokens()
@@ -72,6 +75,8 @@ def list_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
 @tokens_app.command("revoke")
 def revoke_command(token_id: Annotated[int, typer.Argument(help="The token's id (see 'tokens list').")]) -> None:
     """Revoke a token: it stops working at once."""
+    from tickwarden.db import Database
+
     with Database(max_size=1) as db, db.transaction() as store:
         store.api.enter_tenant_context(None, platform=True)
         if not store.api.revoke_api_token(token_id, WallClock().now()):

@@ -6,21 +6,18 @@ import logging
 import signal
 import threading
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock, ensure_utc
-from tickwarden.db import Database
-from tickwarden.environments import EnvironmentPool
-from tickwarden.environments.pool import MAX_LIVE
 from tickwarden.errors import InvalidInput
-from tickwarden.logs import default_level as default_log_level
-from tickwarden.loops import replica_id
-from tickwarden.metrics import serve_process_metrics
-from tickwarden.worker import Worker
+from tickwarden.environments.pool import MAX_LIVE
+
+if TYPE_CHECKING:
+    from tickwarden.worker import Worker
 
 log = logging.getLogger("tickwarden.worker")
 
@@ -65,6 +62,13 @@ def worker_command(
     metrics_host: Annotated[str, typer.Option("--metrics-host", help="Address the metrics listen on.")] = "127.0.0.1",
 ) -> None:
     """Execute queued attempts until SIGTERM (then finish or release the current ones)."""
+    from tickwarden.db import Database
+    from tickwarden.environments import EnvironmentPool
+    from tickwarden.logs import default_level as default_log_level
+    from tickwarden.loops import replica_id
+    from tickwarden.metrics import serve_process_metrics
+    from tickwarden.worker import Worker
+
     if concurrency < 1 or lease < 1 or poll <= 0 or max_environments < 1:
         raise InvalidInput("--concurrency, --lease and --max-environments must be at least 1 and --poll positive.")
     if not 0 <= metrics_port <= 65535:
@@ -107,6 +111,8 @@ def envs_command(
     include_stopped: Annotated[bool, typer.Option("--all", help="Include stopped and dead instances.")] = False,
 ) -> None:
     """Show environment processes (which tenant, which worker, warm or busy, runs served) and environment pods."""
+    from tickwarden.db import Database
+
     with Database(max_size=1) as db, db.transaction() as store:
         instances = store.execution.list_environment_instances(include_stopped=include_stopped)
         pods = store.api.list_environment_pods()
