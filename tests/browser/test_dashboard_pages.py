@@ -83,8 +83,13 @@ def test_the_overview_draws_failures_and_alerts_and_condenses_the_loops(page, se
     shot(page, "overview-history")
     # A live refresh re-draws the charts in place.
     page.evaluate("window.__marker = 'same page'")
-    page.evaluate("htmx.trigger('#live', 'refresh')")
-    page.wait_for_function("document.querySelector('#history-7d canvas') !== null")
+    # Wait for the refresh's swap to settle: the old canvas is still there until it does.
+    page.evaluate("""() => new Promise(settled => {
+        document.body.addEventListener('htmx:afterSettle', () => settled(true), {once: true});
+        htmx.trigger('#live', 'refresh');
+    })""")
+    page.wait_for_function("(() => { const c = document.querySelector('#history-7d canvas');"
+                           " return c !== null && c.width > 0; })()")
     assert page.evaluate("window.__marker") == "same page"
     assert canvas_sizes(page, "#history-7d")[0][0] > 0
 
