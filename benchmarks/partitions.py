@@ -105,8 +105,7 @@ def load(schema: str, runs: int, workflows: int) -> float:
         for job in jobs:
             job.detach(conn)
         with ThreadPoolExecutor(LOADERS) as pool:
-            for _ in pool.map(lambda job: job.fill(schema), jobs):
-                pass
+            list(pool.map(lambda job: job.fill(schema), jobs))  # drained, so a month's failure is raised here
         for job in jobs:
             job.attach(conn)
         # The rows are consistent by construction: the load skips the foreign-key triggers.
@@ -123,7 +122,7 @@ def load(schema: str, runs: int, workflows: int) -> float:
               FROM generate_series(0, 5) g
             """, {"at": START - timedelta(minutes=30)})
         conn.execute("SET session_replication_role = origin")
-        # what the trigger skipped in replica mode keeps: each workflow's newest success
+        # what the trigger skipped in replica mode keeps: each workflow's newest success (migration 0026's backfill)
         conn.execute(
             """
             INSERT INTO workflow_successes (workflow_id, tenant_id, run_id, scheduled_for, finished_at)
