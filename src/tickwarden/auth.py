@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner
 
@@ -115,6 +117,8 @@ def authenticate(publisher: User | None, tenant_id: int, now: datetime, key: str
 
 
 RUN_SALT = "tickwarden.run"
+# What a run credential names, and nothing else.
+RUN_CLAIMS = frozenset({"tenant", "workflow", "publisher", "scheduled_for", "attempt"})
 
 
 @dataclass(frozen=True)
@@ -144,18 +148,31 @@ def issue_run_credential(run: RunKey, now: datetime, key: str) -> str:
     return _RunSigner(key, now).sign(payload).decode()
 
 
-def verify_run_credential(token: str, now: datetime, key: str, max_age: int = CREDENTIAL_SECONDS) -> dict:
-    """Check a run credential's signature and age at `now`; return what it names."""
+def verify_run_credential(token: str, now: datetime, keys: str | Sequence[str],
+                          max_age: int = CREDENTIAL_SECONDS) -> dict[str, Any]:
+    """Check a run credential's signature and age at `now`; return what it names.
+
+    `keys` is the platform key, or it and the previous keys still accepted while a rotation
+    settles (the current one first). Any other shape of credential is refused: a tenant's
+    code chooses what it sends.
+    """
+    ordered = [keys] if isinstance(keys, str) else list(keys)
+    if len(token) > 4096 or not ordered:
+        raise AuthError("the run credential is not validly signed")
     try:
-        raw = _RunSigner(key, now).unsign(token, max_age=max_age)
+        # itsdangerous tries every key and signs with the last one
+        raw = _RunSigner(list(reversed(ordered)), now).unsign(token, max_age=max_age)
+        claims = json.loads(raw)
     except SignatureExpired:
         raise AuthError("the run credential has expired") from None
-    except BadSignature:
+    except (BadSignature, ValueError):
         raise AuthError("the run credential is not validly signed") from None
-    return json.loads(raw)
+    if not isinstance(claims, dict) or set(claims) != RUN_CLAIMS:
+        raise AuthError("the run credential is not validly signed")
+    return claims
 
 
 class _RunSigner(_Signer):
-    def __init__(self, key: str | bytes, now: datetime):
+    def __init__(self, key: str | bytes | list[str], now: datetime):
         TimestampSigner.__init__(self, key, salt=RUN_SALT)
         self._now = now

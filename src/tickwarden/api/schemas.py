@@ -232,6 +232,27 @@ class RunDetailOut(RunOut):
     attempts: list[AttemptOut]
 
 
+class RunCredentialIn(Input):
+    credential: Annotated[str, Field(min_length=1, max_length=4096,
+                                     description="The TICKWARDEN_RUN_CREDENTIAL a step presented.")]
+
+
+class RunCredentialOut(BaseModel):
+    """Whether a run credential names an attempt of the caller's tenant that is running now.
+
+    `reason` says why not when `valid` is false; the other fields are given only when valid.
+    """
+
+    valid: bool
+    reason: str | None = None
+    tenant: str | None = None
+    workflow: str | None = None
+    publisher: str | None = None
+    scheduled_for: datetime | None = None
+    attempt: int | None = None
+    run_id: int | None = None
+
+
 class AlertOut(BaseModel):
     id: int
     tenant: str

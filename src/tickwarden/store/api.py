@@ -250,6 +250,13 @@ class ApiRepository(StoreBase):
             return None
         return RunView(run=from_row(Run, row), tenant_name=row["tenant_name"], workflow_name=row["workflow_name"])
 
+    def run_credential_attempt(self, tenant: str, workflow: str, scheduled_for: datetime,
+                               attempt: int) -> tuple[int, bool] | None:
+        """The run and whether the attempt still runs, for the attempt a run credential names."""
+        row = self._row("api_run_credential_attempt", {"tenant": tenant, "workflow": workflow,
+                                                       "scheduled_for": scheduled_for, "attempt": attempt})
+        return (int(row["run_id"]), bool(row["running"])) if row else None
+
     def list_run_steps(self, run_id: int) -> list[AttemptStep]:
         return [from_row(AttemptStep, r) for r in self._rows("api_list_run_steps", {"run_id": run_id})]
 

@@ -106,6 +106,20 @@ SELECT r.*, t.name AS tenant_name, w.name AS workflow_name
   JOIN tenants t ON t.id = r.tenant_id
  WHERE r.id = %(run_id)s;
 
+-- api_run_credential_attempt --
+-- The attempt a run credential names, if the caller can see it: its run and whether it still
+-- runs. The credential carries its tick to the second (a manual run's is finer), and a manual
+-- run may share the tick of a scheduled one: the running attempt is preferred.
+SELECT r.id AS run_id, a.status = 'running' AS running
+  FROM tenants t
+  JOIN workflows w ON w.tenant_id = t.id AND w.name = %(workflow)s
+  JOIN runs r ON r.workflow_id = w.id
+             AND r.scheduled_for >= %(scheduled_for)s AND r.scheduled_for < %(scheduled_for)s + interval '1 second'
+  JOIN attempts a ON a.run_id = r.id AND a.run_scheduled_for = r.scheduled_for AND a.number = %(attempt)s
+ WHERE t.name = %(tenant)s
+ ORDER BY a.status = 'running' DESC, r.id DESC
+ LIMIT 1;
+
 -- api_list_run_steps --
 -- What every step of every attempt of a run did, in attempt then step order.
 SELECT s.* FROM attempt_steps s
