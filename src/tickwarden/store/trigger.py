@@ -13,12 +13,12 @@ from tickwarden.store.queries import queries
 class DueGroup:
     """Claimed, due schedules whose ticks are alike: one expression, zone, fire time, deadline and profile.
 
-    The members' ids are PostgreSQL array text (`{3,4,5}`), in workflow order, index for index.
+    The members' ids are PostgreSQL array text (`{3,4,5}`), index for index.
     """
 
+    next_fire_at: datetime
     cron: str
     timezone: str
-    next_fire_at: datetime
     starting_deadline_seconds: int
     cadence_seconds: int
     monitoring_enabled: bool

@@ -5,10 +5,11 @@
 -- active schedules of live workflows fire. The locked schedules come back grouped by
 -- everything their ticks are made of (expression, zone, next fire time, starting
 -- deadline, profile inputs, kind): a fleet due at one minute is a few rows, not one per
--- schedule. Each group's members travel as array text, in workflow order, that the
--- ticker hands back to `ledger_create_tick_runs` without reading it.
+-- schedule. Each group's members travel as array text (the three arrays aggregate the
+-- same rows in the same order, so they align index for index), which the ticker hands
+-- back to `ledger_create_tick_runs` without reading it.
 WITH due AS (
-    SELECT s.id, s.tenant_id, s.workflow_id, s.cron, s.timezone, s.next_fire_at, s.starting_deadline_seconds,
+    SELECT s.id, s.tenant_id, s.workflow_id, s.next_fire_at, s.cron, s.timezone, s.starting_deadline_seconds,
            s.cadence_seconds, w.monitoring_enabled, w.timeout_seconds, w.policy_overrides::text AS policy_overrides,
            w.kind
       FROM schedules s
@@ -18,13 +19,12 @@ WITH due AS (
      LIMIT %(limit)s
        FOR UPDATE OF s SKIP LOCKED
 )
-SELECT cron, timezone, next_fire_at, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
+SELECT next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
        timeout_seconds, policy_overrides, kind, count(*) AS members,
-       array_agg(id ORDER BY workflow_id)::text AS schedule_ids,
-       array_agg(workflow_id ORDER BY workflow_id)::text AS workflow_ids,
-       array_agg(tenant_id ORDER BY workflow_id)::text AS tenant_ids
+       array_agg(id)::text AS schedule_ids, array_agg(workflow_id)::text AS workflow_ids,
+       array_agg(tenant_id)::text AS tenant_ids
   FROM due
- GROUP BY cron, timezone, next_fire_at, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
+ GROUP BY next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
           timeout_seconds, policy_overrides, kind
  ORDER BY next_fire_at, min(workflow_id);
 
