@@ -145,7 +145,7 @@ def main() -> None:
                          f"median {wall:,.0f} ms wall, {statistics.median(cpus):,.0f} ms client CPU"
                          f" ({passes} pass(es), {n / wall * 1000:,.0f} runs/s)"))
             rows.append(("  of which claim + cron + earliest probe", f"median {statistics.median(trig):,.0f} ms"))
-            rows.append(("  of which runs and advance (create_tick_runs)", f"median {statistics.median(ledger):,.0f} ms"))
+            rows.append(("  of which runs and advance (create_tick_groups)", f"median {statistics.median(ledger):,.0f} ms"))
             figures.append(Figure(f"{n:,} due at once, {label}", wall, "ms", floor, within))
         quiet = Ticker(db)
         now = START + timedelta(minutes=minutes, seconds=1)

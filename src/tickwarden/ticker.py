@@ -8,15 +8,19 @@ One pass at `now`, in one transaction:
 1. Lock up to `batch` due schedules (`next_fire_at <= now`, earliest first, through
    the partial index) with `FOR UPDATE SKIP LOCKED`: concurrent tickers take
    disjoint schedules and never wait for each other, nor for a publish in flight.
-2. For each schedule, list its fire times from `next_fire_at` up to `now`. A tick
+   They come back grouped by everything a tick is made of (expression, zone, next
+   fire time, starting deadline, profile inputs): a fleet due at one minute is a few
+   groups, and the work below is per group, not per schedule.
+2. For each group, list its fire times from `next_fire_at` up to `now`. A tick
    older than the schedule's `starting_deadline_seconds` when first seen is not
    run late: it is skipped (the deadline detector records it `missed`), and
    scheduling continues with the ticks inside the deadline and then the next
    future tick. Never a burst of stale runs, never a schedule that stops.
 3. Skip ticks that `suppressed(workflow_id, tick)` rejects (a simulated trigger
-   outage): they are treated exactly like ticks the trigger never saw.
+   outage): they are treated exactly like ticks the trigger never saw. Only then
+   are a group's members read one by one.
 4. Insert one run per remaining tick and move every claimed schedule to its first
-   fire time after `now`, in one statement (`create_tick_runs`; `ON CONFLICT DO
+   fire time after `now`, in one statement (`create_tick_groups`; `ON CONFLICT DO
    NOTHING` on (workflow, tick): a tick fired twice, by two replicas or after an
    edit, is still one run), each run with its retry budget and backoffs (the
    profile's when monitoring is on, else none) and its deadline (`profile.run_deadline`).
@@ -26,8 +30,8 @@ The next wake-up is the earliest `next_fire_at` of all schedules, but no later t
 a wake-up notification), and immediately when the batch was full.
 
 Fire times are computed per distinct (cron, zone, window) and shared by every
-schedule with the same key: a fleet of 100,000 schedules has few distinct expressions
-and, at a given minute, fewer distinct windows still.
+group with the same key; the members' ids cross the client as array text, never as
+one Python object per schedule, and the statement returns a count, not the runs.
 """
 
 from __future__ import annotations
@@ -41,12 +45,13 @@ from datetime import datetime, timedelta
 from tickwarden.cadence import CronSchedule
 from tickwarden.catalog import budget_for
 from tickwarden.db import Database
-from tickwarden.store.ledger import TickRequest
-from tickwarden.store.trigger import Advance, DueSchedule
+from tickwarden.store.ledger import TickGroup
+from tickwarden.store.trigger import Advance, DueGroup, int_array_literal, parse_int_array
 
 log = logging.getLogger(__name__)
 
 Suppressed = Callable[[int, datetime], bool]
+Ticks = tuple[tuple[datetime, datetime], ...]   # (scheduled_for, deadline_at), oldest first
 ONE_MICROSECOND = timedelta(microseconds=1)
 # When the earliest schedule is due but not ours to fire (locked by another replica or
 # by a publish in flight), look again shortly instead of spinning.
@@ -100,40 +105,41 @@ class Ticker:
         t0 = time.perf_counter()
         with self.db.transaction() as store:
             due = store.trigger.claim_due(now, self.batch)
-            ticks: list[TickRequest] = []
+            groups: list[TickGroup] = []
             advances: list[Advance] = []
+            claimed = fired = 0
             for entry in due:
                 window = self._window(windows, entry, now)
-                self.stale += window.stale
-                last_fired = None
-                if window.fire:
-                    # An external workflow's tick cannot be retried by tickwarden: no retry budget,
-                    # and its deadline is what its job can do (checkins.py, profile.external_run_deadline).
-                    external = entry.kind == "external"
-                    budget = budget_for(
-                        entry.cadence_seconds, entry.policy_overrides,
-                        entry.monitoring_enabled and not external, entry.timeout_seconds
-                    )
-                    for tick in window.fire:
-                        if self.suppressed is not None and self.suppressed(entry.workflow_id, tick):
-                            continue
-                        deadline = budget.external_deadline(tick) if external else budget.deadline(tick)
-                        ticks.append(TickRequest(entry.tenant_id, entry.workflow_id, tick, budget.retries,
-                                                 deadline, budget.backoffs))
-                        last_fired = tick
-                advances.append(Advance(entry.schedule_id, window.next_fire_at, last_fired))
+                claimed += entry.members
+                self.stale += window.stale * entry.members
+                if not window.fire:
+                    advances.append(Advance(entry.schedule_ids, window.next_fire_at, None))
+                    continue
+                # An external workflow's tick cannot be retried by tickwarden: no retry budget,
+                # and its deadline is what its job can do (checkins.py, profile.external_run_deadline).
+                external = entry.kind == "external"
+                budget = budget_for(entry.cadence_seconds, entry.policy_overrides,
+                                    entry.monitoring_enabled and not external, entry.timeout_seconds)
+                ticks = tuple((tick, budget.external_deadline(tick) if external else budget.deadline(tick))
+                              for tick in window.fire)
+                for members, kept in self._split(entry, ticks):
+                    if kept:
+                        groups.append(TickGroup(members.workflow_ids, members.tenant_ids, kept, budget.retries,
+                                                budget.backoffs, 0 if external else 1))
+                        fired += len(kept) * members.count
+                    advances.append(Advance(members.schedule_ids, window.next_fire_at,
+                                            kept[-1][0] if kept else None))
             t1 = time.perf_counter()
-            created = store.ledger.create_tick_runs(ticks, now, advances)
+            created = store.ledger.create_tick_groups(groups, now, advances)
             t2 = time.perf_counter()
             earliest = store.trigger.earliest_fire()
         t3 = time.perf_counter()
-        self.fired += len(ticks)
-        self.created += len(created)
-        self.last_pass = PassStats(len(due), len(ticks), len(created), (t1 - t0) * 1000, (t2 - t1) * 1000,
-                                   (t3 - t2) * 1000)
+        self.fired += fired
+        self.created += created
+        self.last_pass = PassStats(claimed, fired, created, (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000)
         if created:
-            log.info("ticker: %d run(s) created for %d due schedule(s)", len(created), len(due))
-        if len(due) >= self.batch:
+            log.info("ticker: %d run(s) created for %d due schedule(s)", created, claimed)
+        if claimed >= self.batch:
             return now
         if earliest is None:
             return now + self.max_sleep
@@ -141,7 +147,7 @@ class Ticker:
             return now + RETRY_SOON
         return min(earliest, now + self.max_sleep)
 
-    def _window(self, cache: dict[tuple[str, str, datetime, int], FireWindow], entry: DueSchedule, now: datetime) -> FireWindow:
+    def _window(self, cache: dict[tuple[str, str, datetime, int], FireWindow], entry: DueGroup, now: datetime) -> FireWindow:
         # Ticks before `now - deadline` are stale when first seen: start listing after them.
         oldest_allowed = now - timedelta(seconds=entry.starting_deadline_seconds)
         key = (entry.cron, entry.timezone, entry.next_fire_at, entry.starting_deadline_seconds)
@@ -150,6 +156,35 @@ class Ticker:
             window = compute_window(CronSchedule(entry.cron, entry.timezone), entry.next_fire_at, oldest_allowed, now)
             cache[key] = window
         return window
+
+    def _split(self, entry: DueGroup, ticks: Ticks) -> list[tuple[Members, Ticks]]:
+        """Return the group's members with the ticks each fires: all of them, unless `suppressed` rejects some.
+
+        Members whose ticks `suppressed` thins alike stay together; only then are their ids read.
+        """
+        members = Members(entry.schedule_ids, entry.workflow_ids, entry.tenant_ids, entry.members)
+        if self.suppressed is None:
+            return [(members, ticks)]
+        suppressed = self.suppressed
+        by_kept: dict[Ticks, list[tuple[int, int, int]]] = {}
+        ids = zip(parse_int_array(entry.schedule_ids), parse_int_array(entry.workflow_ids),
+                  parse_int_array(entry.tenant_ids), strict=True)
+        for schedule_id, workflow_id, tenant_id in ids:
+            kept = tuple(t for t in ticks if not suppressed(workflow_id, t[0]))
+            by_kept.setdefault(kept, []).append((schedule_id, workflow_id, tenant_id))
+        return [(Members(int_array_literal([m[0] for m in alike]), int_array_literal([m[1] for m in alike]),
+                         int_array_literal([m[2] for m in alike]), len(alike)), kept)
+                for kept, alike in by_kept.items()]
+
+
+@dataclass(frozen=True)
+class Members:
+    """Some members of a claimed group: their ids as PostgreSQL array text, index for index."""
+
+    schedule_ids: str
+    workflow_ids: str
+    tenant_ids: str
+    count: int
 
 
 def compute_window(schedule: CronSchedule, next_fire_at: datetime, oldest_allowed: datetime, now: datetime) -> FireWindow:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import threading
+from itertools import takewhile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from tickwarden import catalog
+from tickwarden.cadence import CronSchedule
+from tickwarden.store.trigger import parse_int_array
 from tickwarden.ticker import Ticker
 
 T0 = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
@@ -213,3 +216,72 @@ def test_a_pass_sleeps_until_the_next_fire_or_looks_again_soon_while_a_due_sched
         assert ticker.run_once(minute(12, 2)) == minute(12, 2) + timedelta(seconds=1)
     # the moved entries' new times count too: after 12:02 fires, the next wake-up is 12:03
     assert ticker.run_once(minute(12, 2) + timedelta(seconds=1)) == minute(12, 3)
+
+
+def add_workflows(db, specs: list[tuple[str, str, str]], *, deadline: int = 300, cadence: int = 60) -> dict[str, int]:
+    """Add workflows of tenant acme, each (name, cron, zone) with an active schedule; return their ids."""
+    ids = {}
+    with db.transaction() as store:
+        tenant = store.catalog.get_tenant_by_name("acme")
+        env = store.catalog.apply_environment(tenant.id, "default", None, 600, T0).id
+        user = store.catalog.apply_user(tenant.id, "ops@acme.test", "ops", True, T0).id
+        for name, cron, zone in specs:
+            w = store.catalog.apply_workflow(tenant.id, name, T0, description="", environment_id=env,
+                                             publisher_id=user, recipe={"steps": []}, timeout_seconds=None,
+                                             monitoring_enabled=True, policy_overrides={}, shadow=False)
+            store.catalog.apply_schedule(tenant_id=tenant.id, workflow_id=w.id, cron=cron, timezone=zone,
+                                         status="active", cadence_seconds=cadence,
+                                         starting_deadline_seconds=deadline, now=T0)
+            ids[name] = w.id
+    return ids
+
+
+def test_alike_due_schedules_are_claimed_as_one_group_and_each_gets_its_run(db, tmp_path):
+    apply(db, tmp_path, T0)
+    ids = add_workflows(db, [(f"wf-{i}", "* * * * *", "UTC") for i in range(30)])
+    with db.transaction() as store:
+        groups = store.trigger.claim_due(minute(12, 1), 100)
+    alike = [g for g in groups if set(ids.values()) <= set(parse_int_array(g.workflow_ids))]
+    assert len(alike) == 1 and alike[0].members >= 30 and alike[0].next_fire_at == minute(12, 1)
+    ticker = Ticker(db)
+    ticker.run_once(minute(12, 1) + timedelta(seconds=1))
+    assert ticker.last_pass is not None and ticker.last_pass.created == ticker.last_pass.fired == 31
+    for name in ids:
+        assert ticks(db, name) == [minute(12, 1)]
+
+
+def test_a_trigger_outage_of_one_member_leaves_the_rest_of_its_group_firing(db, tmp_path):
+    apply(db, tmp_path, T0)
+    ids = add_workflows(db, [(f"wf-{i}", "* * * * *", "UTC") for i in range(5)])
+    down = ids["wf-2"]
+    ticker = Ticker(db, suppressed=lambda workflow_id, tick: workflow_id == down and minute(12, 2) <= tick < minute(12, 4))
+    drive(db, T0, minute(12, 3) + timedelta(seconds=15), ticker=ticker)
+    assert ticks(db, "wf-2") == [minute(12, 1)]
+    with db.connection() as conn:
+        last = dict(conn.execute("SELECT workflow_id, last_fired_at FROM schedules").fetchall())
+    assert last[down] == minute(12, 1)
+    assert all(last[ids[f"wf-{i}"]] == minute(12, 3) for i in (0, 1, 3, 4))
+    drive(db, minute(12, 3) + timedelta(seconds=20), minute(12, 5) + timedelta(seconds=15), ticker=ticker)
+    assert ticks(db, "wf-2") == [minute(12, 1), minute(12, 4), minute(12, 5)]
+    for i in (0, 1, 3, 4):
+        assert ticks(db, f"wf-{i}") == [minute(12, m) for m in range(1, 6)]
+
+
+def test_shared_fire_times_match_each_schedule_computed_on_its_own_across_dst_and_zones(db, tmp_path):
+    apply(db, tmp_path, T0)
+    # 2027-03-14 (New York) and 2027-03-28 (Berlin) move clocks forward; 2027-04-04 (Sydney) back:
+    # two schedules per (expression, zone), so each group has members, and groups differ by zone.
+    zones = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Sydney"]
+    crons = ["30 2 * * *", "0 */7 * * *"]
+    specs = [(f"c{c}-z{z}-{n}", cron, zone) for c, cron in enumerate(crons) for z, zone in enumerate(zones)
+             for n in range(2)]
+    ids = add_workflows(db, specs, deadline=86400, cadence=86400)
+    start, end = datetime(2027, 3, 12, tzinfo=UTC), datetime(2027, 4, 6, tzinfo=UTC)
+    walks = {name: list(takewhile(lambda t: t <= end, CronSchedule(cron, zone).walk(start)))
+             for name, cron, zone in specs}
+    with db.connection() as conn:
+        for name, fires in walks.items():
+            conn.execute("UPDATE schedules SET next_fire_at = %s WHERE workflow_id = %s", (fires[0], ids[name]))
+    drive(db, start, end, step=timedelta(hours=3))
+    for name, fires in walks.items():
+        assert len(fires) > 20 and ticks(db, name) == fires, name

@@ -7,6 +7,7 @@ compare-and-set, so several replicas can call any of these at once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -16,7 +17,8 @@ from psycopg.types.json import Jsonb
 
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, Run, from_row
 from tickwarden.store.base import StoreBase
-from tickwarden.store.trigger import Advance
+from tickwarden.store.queries import queries
+from tickwarden.store.trigger import Advance, int_array_literal
 
 # Before any success: every confirmed failure of the workflow belongs to the streak.
 # Attempts of one run the platform may lose (a dead worker, an expired lease) and queue
@@ -37,9 +39,35 @@ class TickRequest:
     retry_backoff_seconds: tuple[int, ...] = ()
 
 
-def int_array_literal(values: Sequence[int]) -> str:
-    """Return PostgreSQL's text form of an integer array (one element of a ragged batch)."""
-    return "{" + ",".join(str(int(v)) for v in values) + "}"
+@dataclass(frozen=True)
+class TickGroup:
+    """Ticks that many workflows share: the same fire times, deadlines, retry budget and backoffs.
+
+    `workflow_ids` and `tenant_ids` are PostgreSQL array text, index for index (as the
+    claim returns them), so that a fleet's members cross the client untouched.
+    `first_attempt` is 1, 0 for an external workflow (no worker runs it), or None to
+    look the workflow's kind up.
+    """
+
+    workflow_ids: str
+    tenant_ids: str
+    ticks: tuple[tuple[datetime, datetime], ...]   # (scheduled_for, deadline_at), oldest first
+    retry_budget: int
+    retry_backoff_seconds: tuple[int, ...] = ()
+    first_attempt: int | None = None
+
+
+# The runs' columns for callers that want the runs; only what the attempts need for the
+# ticker, which wants their count (at 100,000 ticks, rows sent back and turned into
+# dataclasses cost more than the inserts they report).
+DETAILED = ("*", "SELECT run.* FROM run ORDER BY run.scheduled_for, run.workflow_id")
+COUNTED = ("id, tenant_id, workflow_id, scheduled_for, attempts_count", "SELECT count(*) AS created FROM run")
+
+
+@functools.cache
+def _create_tick_runs(shape: tuple[str, str]) -> str:
+    returning, result = shape
+    return queries()["ledger_create_tick_runs"].replace("{returning}", returning).replace("{result}", result)
 
 
 class LedgerRepository(StoreBase):
@@ -49,22 +77,18 @@ class LedgerRepository(StoreBase):
         """Record each tick as a run with a queued first attempt, and move claimed schedules on; return the runs created."""
         if not ticks and not advances:
             return []
-        rows = self._rows(
-            "ledger_create_tick_runs",
-            {
-                "tenant_ids": [t.tenant_id for t in ticks],
-                "workflow_ids": [t.workflow_id for t in ticks],
-                "scheduled_fors": [t.scheduled_for for t in ticks],
-                "retry_budgets": [t.retry_budget for t in ticks],
-                "deadlines": [t.deadline_at for t in ticks],
-                "retry_backoffs": [int_array_literal(t.retry_backoff_seconds) for t in ticks],
-                "advance_ids": [a.schedule_id for a in advances],
-                "advance_next": [a.next_fire_at for a in advances],
-                "advance_last": [a.last_fired_at for a in advances],
-                "now": now,
-            },
-        )
-        return [from_row(Run, row) for row in rows]
+        groups = [TickGroup(int_array_literal((t.workflow_id,)), int_array_literal((t.tenant_id,)),
+                            ((t.scheduled_for, t.deadline_at),), t.retry_budget, t.retry_backoff_seconds)
+                  for t in ticks]
+        return [from_row(Run, row) for row in self._fetch(_create_tick_runs(DETAILED),
+                                                           tick_params(groups, now, advances))]
+
+    def create_tick_groups(self, groups: Sequence[TickGroup], now: datetime, advances: Sequence[Advance] = ()) -> int:
+        """As `create_tick_runs`, for ticks shared by groups of workflows; return how many runs were created."""
+        if not groups and not advances:
+            return 0
+        rows = self._fetch(_create_tick_runs(COUNTED), tick_params(groups, now, advances))
+        return int(rows[0]["created"])
 
     def create_tick_run(self, tick: TickRequest, now: datetime) -> Run | None:
         """Record one tick; None when another caller already did."""
@@ -198,6 +222,30 @@ class LedgerRepository(StoreBase):
 
     def list_attempts(self, run_id: int) -> list[Attempt]:
         return [from_row(Attempt, row) for row in self._rows("ledger_list_attempts", {"run_id": run_id})]
+
+
+def tick_params(groups: Sequence[TickGroup], now: datetime, advances: Sequence[Advance]) -> dict[str, Any]:
+    """The parameters of the `create_tick_runs` statement: one array per group column, per tick and per advance."""
+    tick_groups, scheduled_fors, deadlines = [], [], []
+    for number, group in enumerate(groups, start=1):
+        for scheduled_for, deadline_at in group.ticks:
+            tick_groups.append(number)
+            scheduled_fors.append(scheduled_for)
+            deadlines.append(deadline_at)
+    return {
+        "workflow_ids": [g.workflow_ids for g in groups],
+        "tenant_ids": [g.tenant_ids for g in groups],
+        "retry_budgets": [g.retry_budget for g in groups],
+        "retry_backoffs": [int_array_literal(g.retry_backoff_seconds) for g in groups],
+        "first_attempts": [g.first_attempt for g in groups],
+        "tick_groups": tick_groups,
+        "scheduled_fors": scheduled_fors,
+        "deadlines": deadlines,
+        "advance_ids": [a.schedule_ids for a in advances],
+        "advance_next": [a.next_fire_at for a in advances],
+        "advance_last": [a.last_fired_at for a in advances],
+        "now": now,
+    }
 
 
 def finish_params(worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, datetime]]) -> dict[str, Any]:

@@ -6,20 +6,34 @@
 -- record ticks (a CronJob's report) pass no schedules to advance. A tick of an
 -- external workflow gets no attempt (no worker runs it): its run waits for check-ins,
 -- and the deadline detector misses it when none comes.
-WITH wanted AS (
+-- Ticks arrive in groups: each group's members (workflow and tenant ids as array text,
+-- index for index) share its ticks, deadlines and retry budget, so a fleet firing at one
+-- minute is a few array elements rather than one per run; `first_attempt` is 1, 0 for an
+-- external workflow, or NULL to look the workflow's kind up. `{returning}` and `{result}`
+-- are the runs' columns for the caller, or only their count (see `LedgerRepository`).
+WITH grp AS (
+    -- backoffs and members arrive as array literals: unnest cannot carry ragged arrays
+    SELECT g.no, g.workflow_ids::bigint[] AS workflow_ids, g.tenant_ids::bigint[] AS tenant_ids, g.retry_budget,
+           g.retry_backoff::integer[] AS retry_backoff, g.first_attempt
+      FROM unnest(%(workflow_ids)s::text[], %(tenant_ids)s::text[], %(retry_budgets)s::integer[],
+                  %(retry_backoffs)s::text[], %(first_attempts)s::integer[])
+           WITH ORDINALITY AS g (workflow_ids, tenant_ids, retry_budget, retry_backoff, first_attempt, no)
+), tick AS (
     SELECT *
-      FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)b::timestamptz[],
-                  %(retry_budgets)s::integer[], %(deadlines)b::timestamptz[], %(retry_backoffs)s::text[])
-           AS w (tenant_id, workflow_id, scheduled_for, retry_budget, deadline_at, retry_backoff)
+      FROM unnest(%(tick_groups)s::bigint[], %(scheduled_fors)b::timestamptz[], %(deadlines)b::timestamptz[])
+           AS t (no, scheduled_for, deadline_at)
 ), run AS (
-    -- each tick's backoffs arrive as an array literal: unnest cannot carry ragged arrays
     INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,
                       attempts_count, deadline_at, created_at, retry_backoff_seconds)
-    SELECT wanted.tenant_id, wanted.workflow_id, scheduled_for, false, 'queued', retry_budget,
-           CASE WHEN w.kind = 'external' THEN 0 ELSE 1 END, deadline_at, %(now)s, retry_backoff::integer[]
-      FROM wanted JOIN workflows w ON w.id = wanted.workflow_id
+    SELECT m.tenant_id, m.workflow_id, t.scheduled_for, false, 'queued', g.retry_budget,
+           coalesce(g.first_attempt, (SELECT CASE WHEN w.kind = 'external' THEN 0 ELSE 1 END
+                                        FROM workflows w WHERE w.id = m.workflow_id)),
+           t.deadline_at, %(now)s, g.retry_backoff
+      FROM grp g
+      JOIN tick t ON t.no = g.no
+     CROSS JOIN LATERAL unnest(g.workflow_ids, g.tenant_ids) AS m (workflow_id, tenant_id)
         ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
-    RETURNING *
+    RETURNING {returning}
 ), attempt AS (
     INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)
     SELECT tenant_id, workflow_id, id, scheduled_for, 1, 'queued', %(now)s FROM run WHERE attempts_count = 1
@@ -27,11 +41,12 @@ WITH wanted AS (
 ), advanced AS (
     UPDATE schedules s
        SET next_fire_at = a.next_fire_at, last_fired_at = coalesce(a.last_fired_at, s.last_fired_at)
-      FROM unnest(%(advance_ids)s::bigint[], %(advance_next)b::timestamptz[], %(advance_last)b::timestamptz[])
-           AS a (schedule_id, next_fire_at, last_fired_at)
-     WHERE s.id = a.schedule_id
+      FROM unnest(%(advance_ids)s::text[], %(advance_next)b::timestamptz[], %(advance_last)b::timestamptz[])
+           AS a (schedule_ids, next_fire_at, last_fired_at)
+     CROSS JOIN LATERAL unnest(a.schedule_ids::bigint[]) AS m (schedule_id)
+     WHERE s.id = m.schedule_id
 )
-SELECT run.* FROM run ORDER BY run.scheduled_for, run.workflow_id;
+{result};
 
 -- ledger_create_manual_run --
 -- A manual run is a run like any other, flagged manual, through the same worker path.

@@ -2,16 +2,31 @@
 -- Lock the schedules that are due, earliest first, through the partial index on
 -- next_fire_at. SKIP LOCKED gives concurrent tickers disjoint schedules, and a
 -- schedule being written by a publish or a pause is skipped until it commits; only
--- active schedules of live workflows fire.
-SELECT s.id AS schedule_id, s.tenant_id, s.workflow_id, s.cron, s.timezone, s.next_fire_at,
-       s.starting_deadline_seconds, s.cadence_seconds,
-       w.monitoring_enabled, w.timeout_seconds, w.policy_overrides::text AS policy_overrides, w.kind
-  FROM schedules s
-  JOIN workflows w ON w.id = s.workflow_id
- WHERE s.status = 'active' AND s.next_fire_at <= %(now)s AND w.archived_at IS NULL
- ORDER BY s.next_fire_at
- LIMIT %(limit)s
-   FOR UPDATE OF s SKIP LOCKED;
+-- active schedules of live workflows fire. The locked schedules come back grouped by
+-- everything their ticks are made of (expression, zone, next fire time, starting
+-- deadline, profile inputs, kind): a fleet due at one minute is a few rows, not one per
+-- schedule. Each group's members travel as array text (the three arrays aggregate the
+-- same rows in the same order, so they align index for index), which the ticker hands
+-- back to `ledger_create_tick_runs` without reading it.
+WITH due AS (
+    SELECT s.id, s.tenant_id, s.workflow_id, s.next_fire_at, s.cron, s.timezone, s.starting_deadline_seconds,
+           s.cadence_seconds, w.monitoring_enabled, w.timeout_seconds, w.policy_overrides::text AS policy_overrides,
+           w.kind
+      FROM schedules s
+      JOIN workflows w ON w.id = s.workflow_id
+     WHERE s.status = 'active' AND s.next_fire_at <= %(now)s AND w.archived_at IS NULL
+     ORDER BY s.next_fire_at
+     LIMIT %(limit)s
+       FOR UPDATE OF s SKIP LOCKED
+)
+SELECT next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
+       timeout_seconds, policy_overrides, kind, count(*) AS members,
+       array_agg(id)::text AS schedule_ids, array_agg(workflow_id)::text AS workflow_ids,
+       array_agg(tenant_id)::text AS tenant_ids
+  FROM due
+ GROUP BY next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
+          timeout_seconds, policy_overrides, kind
+ ORDER BY next_fire_at, min(workflow_id);
 
 -- trigger_earliest_fire --
 -- The earliest pending fire time of an active schedule: one probe of the partial
