@@ -19,11 +19,18 @@ One pass:
    success cannot open an alert, so the rest need no decision). If the batch
    evaluation faults, the savepoint is rolled back, the claim still commits, and
    the workflows are evaluated one per transaction, each fault logged once.
-4. Wake again after `interval_seconds`, or after one second when the batch was
-   full (more is waiting). The statements that finish an attempt (the worker's
+4. Wake again after `interval_seconds`, or at once when the batch was full (more
+   is waiting: a decision must not wait a sleep behind a backlog). The statements that finish an attempt (the worker's
    `finish_attempts`, the reaper's `expire_leases`) notify `poller` as they commit,
    so a retry or a verdict waits for no poll; the interval only bounds the delay
    when a notification is lost.
+
+A pass right after a full batch resumes the claim's walk of the unprocessed-outcome
+index after that batch's last attempt, instead of from the start over the dead entries
+of every outcome claimed since the last vacuum. The position is only where to look, never
+what is owed: an attempt whose commit landed behind it is claimed by the next pass that
+walks from the start, which is any pass after a batch that was not full, and at the
+latest the `RESUME_LIMIT`-th pass of an unbroken run of full batches.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from tickwarden.alerts import EvaluationReport
 log = logging.getLogger(__name__)
 
 FAILURES = ("failed", "missed")
+RESUME_LIMIT = 16  # full batches in a row that may resume the walk before one starts it again
 
 
 @dataclass
@@ -65,6 +73,8 @@ class OutcomePoller:
         self.interval = timedelta(seconds=interval_seconds)
         self.last: PollResult = PollResult()
         self._busy = False  # the previous pass claimed something
+        self._resume: tuple[datetime, int] | None = None  # (finished_at, id) ending the previous full batch
+        self._resumed = 0  # passes in a row that resumed the walk
 
     def poll(self, now: datetime) -> PollResult:
         """Process one batch and say what happened."""
@@ -73,8 +83,9 @@ class OutcomePoller:
             with self.db.probe() as store:
                 if not store.monitoring.finished_attempts_waiting(now):
                     return result  # the usual idle pass: one read-only statement
+        after = self._resume if self._resumed < RESUME_LIMIT else None
         with self.db.transaction() as store:
-            claimed = store.monitoring.claim_finished_attempts(now, self.batch_size)
+            claimed = store.monitoring.claim_finished_attempts(now, self.batch_size, after)
             self._busy = bool(claimed)
             result.claimed = len(claimed)
             result.finished_at = [c.finished_at for c in claimed]
@@ -96,6 +107,10 @@ class OutcomePoller:
             }
             workflows |= {workflow_id for _, workflow_id in outcome.failed}
             result.evaluation, redo = alerts.evaluate_batch(store, workflows, now)
+        # Only a committed claim moves the position: a rolled-back batch is walked again.
+        full = len(claimed) >= self.batch_size
+        self._resume = max((c.finished_at, c.attempt_id) for c in claimed) if full else None
+        self._resumed = self._resumed + 1 if full and after is not None else 0
         metrics.current().retries_decided(outcome)
         if redo:
             result.evaluation.merge(alerts.evaluate_each(self.db, redo, now))
@@ -104,5 +119,5 @@ class OutcomePoller:
     def run_once(self, now: datetime) -> datetime:
         self.last = self.poll(now)
         if self.last.claimed >= self.batch_size:
-            return now + timedelta(seconds=1)
+            return now
         return now + self.interval

@@ -137,9 +137,17 @@ class MonitoringRepository(StoreBase):
         row = self._row("monitoring_escalation_waiting", {"now": now})
         return bool(row and row["found"])
 
-    def claim_finished_attempts(self, now: datetime, limit: int) -> list[ClaimedAttempt]:
-        """Claim up to `limit` finished, unprocessed attempts, marking them processed."""
-        rows = self._rows("monitoring_claim_finished_attempts", {"now": now, "limit": limit})
+    def claim_finished_attempts(
+        self, now: datetime, limit: int, after: tuple[datetime, int] | None = None
+    ) -> list[ClaimedAttempt]:
+        """Claim up to `limit` finished, unprocessed attempts, marking them processed.
+
+        With `after` (finished_at, attempt id) only attempts past that position are
+        looked at: what lies before it waits for a claim without one.
+        """
+        after_at, after_id = after if after is not None else (None, None)
+        rows = self._rows("monitoring_claim_finished_attempts",
+                          {"now": now, "limit": limit, "after_at": after_at, "after_id": after_id})
         return [ClaimedAttempt(**r) for r in rows]  # hot path: the columns are exactly the fields
 
     def fail_unretryable(self, run_ids: Sequence[int], categories: Sequence[str], now: datetime) -> list[tuple[int, int]]:

@@ -4,12 +4,19 @@
 -- time means a later fault is logged once instead of reprocessed forever. The run's
 -- status says what to do next (pending_retry: launch a retry; terminal: evaluate),
 -- and alert_open whether a success has anything to resolve.
+--
+-- `after` (finished_at, id) starts the walk of attempts_unprocessed_idx past a position
+-- (NULL: from its start). The entries of attempts already claimed stay in the index, dead,
+-- until vacuum, and while any older snapshot is open each costs the walk a heap visit: a
+-- walk from the start pays for every outcome claimed since the last vacuum, one that
+-- resumes after the previous batch only for what that batch left.
 WITH next AS (
     SELECT id, run_scheduled_for
       FROM attempts
      WHERE processed_at IS NULL
        AND status IN ('succeeded', 'failed', 'lost', 'cancelled')
        AND finished_at <= %(now)s
+       AND (finished_at, id) > (coalesce(%(after_at)s::timestamptz, '-infinity'), coalesce(%(after_id)s::bigint, 0))
      ORDER BY finished_at, id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
