@@ -27,7 +27,6 @@ from tickwarden.models import Environment
 
 if TYPE_CHECKING:
     from tickwarden.environments.pod_control import PodEnvironments, RemoteEnvironment
-    from tickwarden.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -150,20 +149,29 @@ class EnvironmentPool:
                  environment.name, tenant_id, process.cold_start_ms, process.pid)
         return instance
 
-    def release(self, instance: Instance, now: datetime, store: Store | None = None) -> None:
-        """Return a process to the warm pool after a run, or record it dead if it died.
-
-        `store`: record it in the caller's transaction (the worker's outcome) instead of a new one.
-        """
+    def release(self, instance: Instance, now: datetime) -> None:
+        """Return a process to the warm pool after a run, or record it dead if it died."""
         instance.last_used_at = now
         if instance.remote:
-            self.pods().touch(instance.environment, now, store)
+            self.pods().touch(instance.environment, now)
             return
         if not instance.process.alive():
             self._retire(instance, "dead", now)
             return
         instance.runs_served += 1
-        self._mark(instance, "warm", now, served=1, store=store)
+        self._mark(instance, "warm", now, served=1)
+
+    def released(self, instance: Instance, now: datetime) -> tuple[int, str, int] | None:
+        """As `release`, but return the mark (row id, status, runs served) for the caller's outcome to write.
+
+        None when nothing is left to write: a pod's use and a dead process are recorded here.
+        """
+        if instance.remote or not instance.process.alive():
+            self.release(instance, now)
+            return None
+        instance.last_used_at = now
+        instance.runs_served += 1
+        return instance.row_id, "warm", 1
 
     def discard(self, instance: Instance, now: datetime, status: str = "dead") -> None:
         """Kill a process (the watchdog fired, or it broke) and forget it."""
@@ -199,10 +207,7 @@ class EnvironmentPool:
             instance.process.kill()
         self._mark(instance, status, now)
 
-    def _mark(self, instance: Instance, status: str, now: datetime, served: int = 0, store: Store | None = None) -> None:
-        if store is not None:
-            store.execution.update_environment_instance(instance.row_id, status, now, served=served)
-            return
+    def _mark(self, instance: Instance, status: str, now: datetime, served: int = 0) -> None:
         with self.db.autocommit() as own:
             own.execution.update_environment_instance(instance.row_id, status, now, served=served, relaxed=True)
 
