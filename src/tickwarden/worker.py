@@ -33,7 +33,8 @@ never lost, never run twice. Only the outcome's commit waits for the WAL flush: 
 lease and the busy mark are claims whose loss in a crash puts things back as they were.
 
 Round trips of a warm attempt that needs no secret (benchmarks/worker.py counts them):
-the held connection's check, the busy mark, and the outcome's exchange; the run
+the held connection's check and the outcome's exchange (the busy mark rides in the
+previous outcome's exchange when the next attempt uses the same environment); the run
 credential is issued from the lease's and the context's names without a transaction of
 its own.
 """
@@ -327,7 +328,9 @@ class Worker:
         """
         now = self.clock.now()  # when the attempt finished, however long the write waits
         finishing = Finishing(attempt.id, attempt.tenant_id, result.outcome, now, [s.row() for s in result.steps])
-        mark = self.environments.released(warm, now) if warm is not None else None
+        with self._queue_lock:
+            following = self._queue[0][0][1] if self._queue and lease_next else None
+        mark = self.environments.released(warm, now, next_environment=following.environment if following else None)
         pause = RECORD_RETRY_FIRST
         while True:
             with self._queue_lock:

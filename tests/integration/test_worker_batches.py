@@ -109,6 +109,8 @@ def test_attempts_leased_behind_a_long_attempt_go_back_to_the_queue_for_an_idle_
     thread = threading.Thread(target=busy.run_once, args=(clock.now(),))
     try:
         thread.start()
+        while attempts_of(db, [long_run.id]) != [[("running", "w1")]]:  # w1 leases the three first
+            time.sleep(0.01)
         done = 0
         while done < 2 and thread.is_alive():
             if idle.run_once(clock.now()) <= clock.now():
@@ -146,3 +148,29 @@ def test_threads_leasing_in_batches_run_every_attempt_once_and_lose_none(db, clo
     per_run = attempts_of(db, [r.id for r in runs])
     assert all(len(attempts) == 1 and attempts[0][0] == "succeeded" for attempts in per_run)
     assert len({attempts[0][1] for attempts in per_run}) > 1  # shared out, not drained by one
+
+
+def instance_statuses(db):
+    with db.transaction() as store:
+        return [i.status for i in store.execution.list_environment_instances(include_stopped=True)]
+
+
+def test_the_environment_stays_busy_between_attempts_that_use_it_and_goes_warm_when_the_next_does_not(db, clock):
+    served = make_runnable(db, clock.now(), [python_step("noop", "noop")], name="served")
+    unauthorised = make_runnable(db, clock.now(), [python_step("noop", "noop")], name="orphan", with_publisher=False)
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now())
+            for i, wf in enumerate([served, served, unauthorised])]
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=3)
+    try:
+        worker.run_once(clock.now())
+        assert instance_statuses(db) == ["busy"]  # kept for the next attempt, of the same environment
+        worker.run_once(clock.now())
+        assert instance_statuses(db) == ["busy"]  # the next one uses the same environment too
+        worker.run_once(clock.now())  # which never reaches it: it fails as unauthorised first
+        assert instance_statuses(db) == ["warm"]
+    finally:
+        worker.close(clock.now())
+    assert attempts_of(db, [r.id for r in runs]) == [[("succeeded", "w1")]] * 2 + [[("failed", "w1")]]
+    with db.transaction() as store:
+        [instance] = store.execution.list_environment_instances(include_stopped=True)
+    assert instance.status == "stopped" and instance.runs_served == 2

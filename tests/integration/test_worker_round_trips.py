@@ -84,6 +84,26 @@ def test_a_warm_attempt_pays_one_connection_check_and_one_commit_and_leases_the_
         ["queued"]]
 
 
+def test_a_batch_of_warm_attempts_pays_the_busy_mark_once_per_batch(db, clock, traced):
+    traced_db, tracer = traced
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0) for i in range(16)]
+    worker = Worker(traced_db, "w1", clock=clock, secret_key=SECRET, batch=4)
+    try:
+        for _ in range(8):  # wake the environment, prepare the statements, end a batch
+            worker.run_once(clock.now())
+        tracer.reset()
+        for _ in range(8):
+            assert worker.run_once(clock.now()) <= clock.now()
+        sent = tracer.sent()
+    finally:
+        worker.close(clock.now())
+    # per attempt the check and the outcome's exchange; per batch of 4, one busy mark for its first attempt
+    assert len(sent) == 8 * 2 + 2, sent
+    assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])] == [
+        ["succeeded"]] * 16
+
+
 def test_a_stopping_worker_gives_its_prefetched_lease_back_and_another_runs_it_once(db, clock):
     wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
     first, second = (queue_run(db, wf, clock.now() - timedelta(minutes=2 - i), clock.now()) for i in range(2))
