@@ -75,7 +75,8 @@ STEP_LOG_CHARS = 4000
 # Pauses between tries to record an outcome while the database is away: first, longest.
 RECORD_RETRY_FIRST = 0.2
 RECORD_RETRY_LONGEST = 1.0  # the reaper holds off for 30 s after an outage
-# Seconds prefetched leases may wait behind a running attempt before they are given back.
+# Seconds attempts leased ahead may wait, from their lease, while another attempt of their worker
+# runs, before its heartbeat gives them back to the queue.
 PREFETCH_WAIT = 1.0
 
 
