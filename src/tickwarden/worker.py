@@ -60,7 +60,7 @@ from tickwarden.environments import pods
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.errors import DatabaseUnavailable
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
-from tickwarden.store.execution import Exchanged, ExecutionContext, Finishing
+from tickwarden.store.execution import Exchanged, ExecutionContext
 from tickwarden.profile import timeout_for
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
 from tickwarden.sanitize import redact_value, sanitize_error, sanitize_log_tail
@@ -328,7 +328,6 @@ class Worker:
         the same transaction.
         """
         now = self.clock.now()  # when the attempt finished, however long the write waits
-        finishing = Finishing(attempt.id, attempt.tenant_id, result.outcome, now, [s.row() for s in result.steps])
         with self._queue_lock:
             following = self._queue[0][0][1] if self._queue and lease_next else None
         mark = self.environments.released(warm, now, next_environment=following.environment if following else None)
@@ -339,9 +338,9 @@ class Worker:
                 lease = self.batch if lease_next and not self._queue else 0
             try:
                 with self.db.autocommit() as store:
-                    exchanged = store.execution.exchange(self.worker_id, now, self.lease_seconds,
-                                                         finishing=finishing, instance=mark, start=start,
-                                                         lease=lease)
+                    exchanged = store.execution.exchange(self.worker_id, now, self.lease_seconds, attempt=attempt,
+                                                         outcome=result.outcome, steps=[s.row() for s in result.steps],
+                                                         instance=mark, start=start, lease=lease)
                 break
             except DatabaseUnavailable:
                 if self.abort.wait(pause):

@@ -27,17 +27,6 @@ class ExecutionContext:
 
 
 @dataclass(frozen=True)
-class Finishing:
-    """An attempt's outcome and per-step rows, as a worker hands them to `ExecutionRepository.exchange`."""
-
-    attempt_id: int
-    tenant_id: int
-    outcome: AttemptOutcome
-    finished_at: datetime
-    steps: list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
 class Exchanged:
     """What one exchange did: the outcome's recording, and the attempts leased with their contexts by workflow."""
 
@@ -82,29 +71,30 @@ class ExecutionRepository(StoreBase):
         return contexts
 
     def exchange(
-        self, worker_id: str, now: datetime, lease_seconds: float, *, finishing: Finishing | None = None,
+        self, worker_id: str, now: datetime, lease_seconds: float, *, attempt: Attempt | None = None,
+        outcome: AttemptOutcome | None = None, steps: Sequence[dict[str, Any]] = (),
         instance: tuple[int, str, int] | None = None, start: int | None = None, lease: int = 0,
         relaxed: bool = False,
     ) -> Exchanged:
         """A worker's writes between two attempts, sent together and committed together (one round trip).
 
-        Only on a connection in autocommit (`Database.autocommit`). In order: record `finishing`
-        (`ledger_finish_attempts`, the compare-and-set that applies a result once) and its step
-        rows; move the environment `instance` (id, status, runs served); start the prefetched
+        Only on a connection in autocommit (`Database.autocommit`). In order: record the
+        `outcome` of `attempt`, finished `now` (`ledger_finish_attempts`, the compare-and-set
+        that applies a result once), and its `steps` rows; move the environment `instance` (id, status, runs served); start the prefetched
         attempt `start` on a full lease; lease up to `lease` queued attempts; load the contexts of
         every attempt this worker then holds. `relaxed` (a lease alone, no outcome) commits
         without waiting for the WAL flush: a lease lost in a crash puts the attempt back in the
         queue (see `Database.autocommit`).
         """
-        assert not (relaxed and finishing is not None), "an outcome always waits for the WAL flush"
+        assert not (relaxed and outcome is not None), "an outcome always waits for the WAL flush"
         statements: list[tuple[str, dict[str, Any]]] = []
-        if finishing is not None:
-            statements.append(("ledger_finish_attempts", finish_params(
-                worker_id, [(finishing.attempt_id, finishing.outcome, finishing.finished_at)])))
-            if finishing.steps:
+        finished = [(attempt.id, outcome, now)] if attempt is not None and outcome is not None else []
+        if attempt is not None and finished:
+            statements.append(("ledger_finish_attempts", finish_params(worker_id, finished)))
+            if steps:
                 statements.append(("execution_record_finished_steps", {
-                    "attempt_id": finishing.attempt_id, "tenant_id": finishing.tenant_id, "worker_id": worker_id,
-                    "steps": Jsonb(finishing.steps)}))
+                    "attempt_id": attempt.id, "tenant_id": attempt.tenant_id, "worker_id": worker_id,
+                    "steps": Jsonb(list(steps))}))
         if instance is not None:
             instance_id, status, served = instance
             statements.append(("execution_update_environment_instance", {
@@ -119,13 +109,9 @@ class ExecutionRepository(StoreBase):
                                                                       relaxed=relaxed)))
             statements.append(("execution_contexts", {"workflow_ids": [], "worker_id": worker_id}))
         results = self._exchange(statements)
-        finished = None
-        if finishing is not None:
-            finished = finished_from_rows([(finishing.attempt_id, finishing.outcome, finishing.finished_at)],
-                                          results[0])[0]
         leased = leased_from_rows(results[-2]) if lease else []
         contexts = self._contexts(results[-1], now) if leased else {}
-        return Exchanged(finished, leased, contexts)
+        return Exchanged(finished_from_rows(finished, results[0])[0] if finished else None, leased, contexts)
 
     def ensure_default_environment(self, tenant_id: int, now: datetime) -> Environment:
         """Return the tenant's `default` environment, creating it once."""
