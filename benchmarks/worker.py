@@ -32,6 +32,7 @@ from psycopg.pq import Trace
 from benchmarks import common, peers
 from benchmarks.common import BENCH_URL, Figure, Target, bench_schema, finish, progress, report
 from tests.helpers import publish
+from tickwarden.cli.worker_cmd import default_batch
 from tickwarden.clock import WallClock
 from tickwarden.db import Database
 from tickwarden.store import TickRequest
@@ -98,14 +99,14 @@ class TripCounter:
         return trips, commits
 
 
-def round_trips(wf, clock: WallClock, schema: str, attempts: int = 20) -> tuple[float, float]:
+def round_trips(wf, clock: WallClock, schema: str, batch: int, attempts: int = 20) -> tuple[float, float]:
     """Round trips and explicit commits per warm attempt, on a worker whose connections are traced."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         counter = TripCounter(Path(tmp) / "trace")
         with Database(BENCH_URL, schema=schema, max_size=4, configure=counter.configure) as db:
-            worker = Worker(db, "bench-trips", clock=clock, secret_key=KEY)
+            worker = Worker(db, "bench-trips", clock=clock, secret_key=KEY, batch=batch)
             queue(db, wf, clock, attempts + 7)
             for _ in range(6):  # psycopg prepares a statement at its 5th use: a round trip once, not per attempt
                 timed_attempt(worker, clock)
@@ -131,6 +132,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=60)
     parser.add_argument("--cold", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each floor and peer measurement")
+    parser.add_argument("--batch", type=int, default=0,
+                        help="attempts each worker leases at once (default: as `tickwarden worker`, by concurrency)")
     args = parser.parse_args()
     clock = WallClock()
     progress("floor: raw SKIP LOCKED claims of one row per transaction, 1 and 4 clients")
@@ -139,7 +142,7 @@ def main() -> None:
     figures: list[Figure] = []
     with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12) as db:
         wf = setup(db, clock)
-        worker = Worker(db, "bench-1", clock=clock, secret_key=KEY)
+        worker = Worker(db, "bench-1", clock=clock, secret_key=KEY, batch=args.batch or default_batch(1))
 
         cold = []
         for _ in range(args.cold):
@@ -160,7 +163,7 @@ def main() -> None:
             instance.process.call(request, 10)
             trips.append((time.perf_counter() - t0) * 1000)
         worker.close(clock.now())
-        db_trips, commits = round_trips(wf, clock, schema)
+        db_trips, commits = round_trips(wf, clock, schema, args.batch or default_batch(1))
 
         rows = [
             ("warm attempt, no-op step (median)", f"{statistics.median(warm):.1f} ms  (p90 {sorted(warm)[int(len(warm) * .9)]:.1f} ms)"),
@@ -176,7 +179,8 @@ def main() -> None:
         ]
         for n in (1, 4):
             queue(db, wf, clock, args.attempts)
-            workers = [Worker(db, f"bench-{n}-{i}", clock=clock, secret_key=KEY) for i in range(n)]
+            workers = [Worker(db, f"bench-{n}-{i}", clock=clock, secret_key=KEY, batch=args.batch or default_batch(n))
+                       for i in range(n)]
             for w in workers:  # wake every environment first: throughput is measured warm
                 queue(db, wf, clock, 1)
                 w.run_once(clock.now())
@@ -197,7 +201,7 @@ def main() -> None:
             figures.append(Figure(f"throughput, {label} (threads of one process)", args.attempts / seconds,
                                   "attempts/s", raw[(n, 1)], Target(">=", 1000) if n == 4 else None))
         progress("4 tickwarden worker processes")
-        processes = through_processes(db, wf, clock, schema, args.attempts)
+        processes = through_processes(db, wf, clock, schema, args.attempts, args.batch)
         rows.append(("throughput, 4 worker processes", f"{processes:.0f} attempts/s"))
         figures.append(Figure("throughput, 4 worker processes", processes, "attempts/s", raw[(4, 1)],
                               Target(">=", 1000)))
@@ -217,12 +221,17 @@ def pending(db: Database) -> int:
         return conn.execute("SELECT count(*) FROM runs WHERE status <> 'succeeded'").fetchone()[0]
 
 
-def through_processes(db: Database, wf, clock: WallClock, schema: str, attempts: int, n: int = 4) -> float:
-    """Drain `attempts` runs with `n` real `tickwarden worker` processes, timed once they are warm."""
+def through_processes(db: Database, wf, clock: WallClock, schema: str, attempts: int, batch: int, n: int = 4) -> float:
+    """Drain `attempts` runs with `n` real `tickwarden worker` processes, timed once they are warm.
+
+    `batch`: each process's `--batch` (0: its default for concurrency 1).
+    """
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "TICKWARDEN_DATABASE_URL": BENCH_URL, "TICKWARDEN_SCHEMA": schema,
            "TICKWARDEN_SECRET_KEY": KEY}
-    procs = [subprocess.Popen([str(root / ".venv" / "bin" / "tickwarden"), "worker", "--poll", "0.02", "--id", f"p{i}"],
+    options = ["--batch", str(batch)] if batch else []
+    procs = [subprocess.Popen([str(root / ".venv" / "bin" / "tickwarden"), "worker", "--poll", "0.02", "--id", f"p{i}",
+                               *options],
                               cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(n)]
     try:
         queue(db, wf, clock, 4 * n)  # wake every process's environment first

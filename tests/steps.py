@@ -139,3 +139,10 @@ def secret_digest(params, inputs):
 
     value = os.environ.get(params["name"])
     return {"digest": hashlib.sha256(value.encode()).hexdigest()[:12] if value is not None else None}
+
+
+def tally(params, inputs):
+    """Note in a shared file which attempt of which run this execution is, to find attempts run twice."""
+    with Path(params["path"]).open("a") as out:
+        out.write(f"{os.environ.get('TICKWARDEN_RUN_KEY')} {os.environ.get('TICKWARDEN_ATTEMPT')}\n")
+    return {"ok": True}

@@ -4,9 +4,9 @@ One pass (`run_once`) at time `now`, on one pooled connection held for the pass
 (`Database.hold`: the pool's check of a lent connection is paid once, not per borrow):
 
 1. Stop environments idle past their timeout (the janitor).
-2. Take the attempt leased with the previous outcome (below), or lease one queued attempt
-   (`FOR UPDATE SKIP LOCKED`, its commit relaxed inside the statement); none: come back
-   after the poll interval.
+2. Take the next attempt leased ahead (below), or lease up to `batch` queued attempts
+   and load their contexts in one exchange (`FOR UPDATE SKIP LOCKED`, its commit
+   relaxed inside the statement); none: come back after the poll interval.
 3. Renew the lease from a heartbeat thread every lease/3; when a renewal finds the
    lease gone (reaped as lost), stop the step and abandon the result.
 4. Load the workflow; a malformed stored recipe is a `config` failure.
@@ -14,24 +14,29 @@ One pass (`run_once`) at time `now`, on one pooled connection held for the pass
 6. Wake the environment (or reuse it warm) and run the steps in dependency order,
    each under the watchdog: min(step timeout, what is left of the workflow timeout).
    A failed step skips its dependants; a timeout or a dead environment skips the rest.
-7. Record the outcome and the per-step rows in one transaction with `finish_attempt`,
-   which also decides pending_retry vs failed by budget: the worker's only
-   monitoring duty lives there, in SQL, and nowhere else. A database outage at that
-   moment is waited out (the heartbeat keeps renewing): the result of work done is
-   never dropped, only refused by the compare-and-set if the lease was taken away.
-   The same transaction leases the next queued attempt and loads its context
-   (overlapping the next lease with this outcome's commit): one commit per attempt
-   instead of two. A lease taken that way is a lease like any other (fenced by the
-   worker id, renewed by the heartbeat once its attempt runs); it is run at once by the
-   next pass, given back (`release_attempt`) by `close` when the worker stops first, or,
-   when the worker dies, expires and is re-queued by the lease reaper without counting
-   against the run's budget, as a lost lease always is: never lost, never run twice.
+7. Record the outcome and the per-step rows with `ledger_finish_attempts`, which also
+   decides pending_retry vs failed by budget: the worker's only monitoring duty lives
+   there, in SQL, and nowhere else. A database outage at that moment is waited out (the
+   heartbeat keeps renewing): the result of work done is never dropped, only refused by
+   the compare-and-set if the lease was taken away. The same exchange (one round trip,
+   one durable commit: `ExecutionRepository.exchange`) puts the environment back to warm,
+   starts the next attempt leased ahead on a full lease, and, when none is left, leases
+   the next batch with its contexts, overlapping the next lease with this outcome's commit.
+
+Attempts leased ahead are leases like any other, fenced by the worker id. They never
+wait long: one is started only while more than two thirds of its lease remain, and the
+heartbeat of a running attempt gives them all back to the queue `PREFETCH_WAIT` after
+they were leased, so a long attempt does not hold them from idle workers. `close` gives
+them back when the worker stops; when the worker dies they expire and the lease reaper
+re-queues them without counting against their runs' budgets, as a lost lease always is:
+never lost, never run twice. Only the outcome's commit waits for the WAL flush: the
+lease and the busy mark are claims whose loss in a crash puts things back as they were.
 
 Round trips of a warm attempt that needs no secret (benchmarks/worker.py counts them):
-the held connection's check, the execution context (when not prefetched), the busy mark,
-and BEGIN, outcome, steps, the instance back to warm, the next lease and its context,
-COMMIT; the run credential is issued from the lease's and the context's names without a
-transaction of its own.
+the held connection's check and the outcome's exchange (the busy mark rides in the
+previous outcome's exchange when the next attempt uses the same environment); the run
+credential is issued from the lease's and the context's names without a transaction of
+its own.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import logging
 import threading
 import time
 import dataclasses
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -54,7 +60,7 @@ from tickwarden.environments import pods
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.errors import DatabaseUnavailable
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
-from tickwarden.store.execution import ExecutionContext
+from tickwarden.store.execution import Exchanged, ExecutionContext
 from tickwarden.profile import timeout_for
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
 from tickwarden.sanitize import redact_value, sanitize_error, sanitize_log_tail
@@ -69,6 +75,9 @@ STEP_LOG_CHARS = 4000
 # Pauses between tries to record an outcome while the database is away: first, longest.
 RECORD_RETRY_FIRST = 0.2
 RECORD_RETRY_LONGEST = 1.0  # the reaper holds off for 30 s after an outage
+# Seconds attempts leased ahead may wait, from their lease, while another attempt of their worker
+# runs, before its heartbeat gives them back to the queue.
+PREFETCH_WAIT = 1.0
 
 
 @dataclass
@@ -125,7 +134,17 @@ class LeaseRenewer:
 
     def _loop(self) -> None:
         interval = self.worker.lease_seconds / 3
-        while not self._stop.wait(interval):
+        beat = time.monotonic() + interval
+        # Attempts leased ahead wait for this worker only briefly: past that, its attempts are
+        # long ones, and they go back to the queue for an idle worker instead of waiting on it.
+        oldest = self.worker.leased_ahead_since()
+        give_back = None if oldest is None else oldest + min(PREFETCH_WAIT, interval)
+        while not self._stop.wait(max(min(beat, give_back or beat) - time.monotonic(), 0)):
+            if give_back is not None and time.monotonic() >= give_back:
+                give_back = None
+                self.worker.give_back()
+                continue
+            beat += interval
             try:
                 with self.worker.db.transaction() as store:
                     held = store.ledger.renew_lease(self.attempt.id, self.worker.worker_id, self.worker.clock.now(),
@@ -157,6 +176,7 @@ class Worker:
         poll_seconds: float = POLL_SECONDS,
         secret_key: str | None = None,
         environ: dict[str, str] | None = None,
+        batch: int = 1,
     ):
         self.db = db
         self.worker_id = worker_id
@@ -169,14 +189,17 @@ class Worker:
         self._keyring = secrets.Keyring(self._key, secrets.Keyring.old_keys(environ))
         # Set by the owner to give up on the current attempt (a stopping worker past its grace).
         self.abort = threading.Event()
+        self.batch = batch  # attempts leased at once
         self._warm: Instance | None = None
-        # The attempt leased in the previous outcome's transaction, with its context and run key,
-        # waiting for the next pass, and when it was leased.
-        self._next: _Leased | None = None
-        self._next_at = datetime.min
+        # Attempts leased ahead (with the previous lease or outcome), with their context and
+        # run key, waiting for the next passes, each with when its lease was last taken or
+        # renewed and the monotonic time it was taken; shared with the heartbeat, which gives
+        # them back (`give_back`).
+        self._queue: deque[tuple[_Leased, datetime, float]] = deque()
+        self._queue_lock = threading.Lock()
 
     def run_once(self, now: datetime) -> datetime:
-        """Stop idle environments, then lease and execute one attempt; return the next wake-up."""
+        """Stop idle environments, then execute one attempt (leased ahead, or leased now); return the next wake-up."""
         with contextlib.ExitStack() as held:
             try:
                 held.enter_context(self.db.hold())
@@ -190,39 +213,63 @@ class Worker:
         return self.clock.now()
 
     def _lease(self, now: datetime) -> _Leased | None:
-        # The lease is one statement and the context only reads; a lease is a claim, not
-        # an outcome, so it need not wait for the disk (see `Database.autocommit`).
+        # The leases and their contexts are one exchange; a lease is a claim, not an outcome,
+        # so it need not wait for the disk (see `Database.autocommit`).
         with self.db.autocommit() as store:
-            found = store.ledger.lease_attempts_with_runs(self.worker_id, now, self.lease_seconds, limit=1, relaxed=True)
-            metrics.current().attempts_leased([(attempt, tick) for attempt, tick, _ in found], now)
-            return _load(store, found[0], now) if found else None
+            exchanged = store.execution.exchange(self.worker_id, now, self.lease_seconds, lease=self.batch,
+                                                 relaxed=True)
+        self._enqueue(exchanged, now)
+        return self._take_next(now)
+
+    def _enqueue(self, exchanged: Exchanged, now: datetime) -> None:
+        metrics.current().attempts_leased([(attempt, tick) for attempt, tick, _ in exchanged.leased], now)
+        stamp = time.monotonic()
+        with self._queue_lock:
+            self._queue.extend((_leased(found, exchanged.contexts), now, stamp) for found in exchanged.leased)
+
+    def leased_ahead_since(self) -> float | None:
+        """When (monotonic) the oldest attempt still leased ahead was leased; None when there is none."""
+        with self._queue_lock:
+            return min((stamp for _, _, stamp in self._queue), default=None)
 
     def _take_next(self, now: datetime) -> _Leased | None:
-        """The attempt leased with the previous outcome, if its lease is still young enough to start on.
+        """The next attempt leased ahead, if its lease is still young enough to start on.
 
         The heartbeat first renews a lease a third of its length after the attempt
-        starts; an attempt is started on a prefetched lease only while more than two
+        starts; an attempt is started on a lease taken ahead only while more than two
         thirds of it remain, so the lease cannot run out before that first renewal.
-        Otherwise (a pass held up for long), it is given back to the queue.
+        Otherwise (a pass held up for long), it and those behind it are given back to the queue.
         """
-        leased, self._next = self._next, None
-        if leased is None:
-            return None
-        if now - self._next_at < timedelta(seconds=self.lease_seconds / 3):
+        with self._queue_lock:
+            if not self._queue:
+                return None
+            leased, at, stamp = self._queue.popleft()
+        if now - at < timedelta(seconds=self.lease_seconds / 3):
             return leased
-        with self.db.transaction() as store:
-            store.execution.release_attempt(leased[0].id, self.worker_id)
+        with self._queue_lock:
+            self._queue.appendleft((leased, at, stamp))
+        self.give_back()
         return None
 
+    def give_back(self) -> None:
+        """Give every attempt leased ahead back to the queue (an idle worker takes them); each runs once.
+
+        A lease that cannot be given back (the database is away) runs out, and the reaper
+        re-queues its attempt without spending the run's budget.
+        """
+        with self._queue_lock:
+            leased, self._queue = [found for found, _, _ in self._queue], deque()
+        if not leased:
+            return
+        try:
+            with self.db.transaction() as store:
+                store.execution.release_attempts([attempt.id for attempt, _, _ in leased], self.worker_id)
+        except DatabaseUnavailable:
+            log.warning("could not give back %s leased attempts; the reaper will", len(leased))
+
     def close(self, now: datetime) -> None:
-        """Give back a prefetched lease and stop this worker's environment processes (once its loop has stopped)."""
-        leased, self._next = self._next, None
-        if leased is not None:
-            try:
-                with self.db.transaction() as store:
-                    store.execution.release_attempt(leased[0].id, self.worker_id)
-            except DatabaseUnavailable:  # its lease runs out and the reaper re-queues it
-                log.warning("attempt %s: could not give back its lease; the reaper will", leased[0].id)
+        """Give back the attempts leased ahead and stop this worker's environment processes (once its loop has stopped)."""
+        self.give_back()
         self.environments.close(now)
 
     def execute(self, attempt: Attempt, context: ExecutionContext | None = None, run: auth.RunKey | None = None,
@@ -230,7 +277,7 @@ class Worker:
         """Run a leased attempt and record its outcome; None when the result was abandoned.
 
         `run`: the run key when the caller has its names (no look-up needed);
-        `lease_next`: lease the next queued attempt in the outcome's transaction (`run_once`).
+        `lease_next`: start the next attempt leased ahead, or lease the next batch, with the outcome (`run_once`).
         """
         if context is None:
             with self.db.transaction() as store:
@@ -281,26 +328,32 @@ class Worker:
         the same transaction.
         """
         now = self.clock.now()  # when the attempt finished, however long the write waits
+        with self._queue_lock:
+            following = self._queue[0][0][1] if self._queue and lease_next else None
+        mark = self.environments.released(warm, now, next_environment=following.environment if following else None)
         pause = RECORD_RETRY_FIRST
         while True:
+            with self._queue_lock:
+                start = self._queue[0][0][0].id if self._queue and lease_next else None
+                lease = self.batch if lease_next and not self._queue else 0
             try:
-                with self.db.transaction() as store:
-                    finished = store.ledger.finish_attempt(attempt.id, self.worker_id, result.outcome, now)
-                    if finished.applied:
-                        store.execution.record_attempt_steps(attempt.id, attempt.tenant_id, [s.row() for s in result.steps])
-                    if warm is not None:
-                        self.environments.release(warm, now, store)
-                    if lease_next:
-                        found = store.ledger.lease_attempts_with_runs(self.worker_id, now, self.lease_seconds, limit=1)
-                        self._next, self._next_at = (_load(store, found[0], now) if found else None), now
+                with self.db.autocommit() as store:
+                    exchanged = store.execution.exchange(self.worker_id, now, self.lease_seconds, attempt=attempt,
+                                                         outcome=result.outcome, steps=[s.row() for s in result.steps],
+                                                         instance=mark, start=start, lease=lease)
                 break
             except DatabaseUnavailable:
                 if self.abort.wait(pause):
                     raise
                 pause = min(pause * 2, RECORD_RETRY_LONGEST)
+        assert exchanged.finished is not None
+        finished = exchanged.finished
+        if start is not None:
+            with self._queue_lock:  # started: a full lease from now
+                if self._queue and self._queue[0][0][0].id == start:
+                    self._queue[0] = (self._queue[0][0], now, self._queue[0][2])
+        self._enqueue(exchanged, now)
         metrics.current().attempt_finished(attempt, result.outcome.status, finished, now)
-        if lease_next and found:
-            metrics.current().attempts_leased([(attempt, tick) for attempt, tick, _ in found], now)
         return finished
 
     # -- execution -------------------------------------------------------------------------
@@ -463,9 +516,9 @@ _Leased = tuple[Attempt, ExecutionContext | None, auth.RunKey | None]
 _Failure = tuple[str, str, str | None]
 
 
-def _load(store: Any, found: tuple[Attempt, datetime, bool], now: datetime) -> _Leased:
+def _leased(found: tuple[Attempt, datetime, bool], contexts: dict[int, ExecutionContext]) -> _Leased:
     attempt, tick, _ = found
-    context = store.execution.context(attempt.workflow_id, now)
+    context = contexts.get(attempt.workflow_id)
     run = None
     if context is not None and context.tenant_name is not None:
         run = auth.RunKey(context.tenant_name, context.workflow.name, tick, attempt.number,

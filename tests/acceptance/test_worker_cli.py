@@ -5,6 +5,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
@@ -140,6 +141,26 @@ def test_two_worker_processes_never_run_the_same_attempt(db, spawn, cli_env, tmp
     rows = json.loads(listed.stdout)
     assert rows and {r["status"] for r in rows} == {"stopped"} and {r["tenant"] for r in rows} == {"acme"}
     assert sum(r["runs_served"] for r in rows) == 10
+
+
+def test_worker_processes_leasing_in_batches_run_every_attempt_once(db, spawn, shared_dir, tmp_path):
+    wall = WallClock()
+    tally = shared_dir / "tally"
+    wf = make_runnable(db, wall.now(), [python_step("tally", "tally", params={"path": str(tally)})])
+    workers = [spawn("--id", "b0", "--batch", "4"), spawn("--id", "b1", "--concurrency", "2", "--batch", "3")]
+    logs = [tmp_path / f"worker-{i}.log" for i in range(2)]
+    wait_for(lambda: all("started" in log.read_text() for log in logs), 30, "both workers to start")
+    runs = [queue_run(db, wf, wall.now() - timedelta(minutes=i), wall.now()) for i in range(30)]
+    wait_for(lambda: all(run_status(db, r.id) == "succeeded" for r in runs), 90, "every run to succeed")
+    for proc in workers:
+        proc.send_signal(signal.SIGTERM)
+    assert [proc.wait(20) for proc in workers] == [0, 0]
+    executions = Counter(tally.read_text().splitlines())
+    assert len(executions) == 30 and set(executions.values()) == {1}
+    with db.connection() as conn:
+        per_run = conn.execute("SELECT run_id, count(*) FROM attempts GROUP BY run_id").fetchall()
+        leftover = conn.execute("SELECT count(*) FROM attempts WHERE status <> 'succeeded'").fetchone()[0]
+    assert sorted(n for _, n in per_run) == [1] * 30 and leftover == 0
 
 
 def test_a_stopping_worker_releases_an_attempt_that_outlives_its_grace(db, spawn, shared_dir):

@@ -22,6 +22,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("tickwarden.worker")
 
 ERROR_BACKOFF_SECONDS = 5
+# Attempts one worker process leases ahead in all, split between its loops: enough for a
+# lease per few attempts when they are short, few enough that a process does not hoard the
+# queue from its peers (and a long attempt gives its loop's back after PREFETCH_WAIT).
+PREFETCH_PER_PROCESS = 8
+
+
+def default_batch(concurrency: int) -> int:
+    """Attempts each loop leases at once: the process's share, split between its loops."""
+    return max(1, PREFETCH_PER_PROCESS // concurrency)
 
 
 def run_workers(workers: list[Worker], stop: threading.Event, clock: WallClock) -> None:
@@ -55,6 +64,8 @@ def worker_command(
     lease: Annotated[float, typer.Option("--lease", help="Lease length in seconds, renewed every third.")] = 30,
     grace: Annotated[float, typer.Option("--grace", help="Seconds a stopping worker lets the current attempt finish.")] = 30,
     poll: Annotated[float, typer.Option("--poll", help="Seconds between looks at an empty queue.")] = 1.0,
+    batch: Annotated[int, typer.Option("--batch", help="Attempts each of the --concurrency loops leases at once "
+                                       f"(default: {PREFETCH_PER_PROCESS} / concurrency, at least 1).")] = 0,
     max_environments: Annotated[int, typer.Option("--max-environments",
                                                   help="Warm environment processes kept per worker.")] = MAX_LIVE,
     metrics_port: Annotated[int, typer.Option("--metrics-port",
@@ -69,8 +80,10 @@ def worker_command(
     from tickwarden.metrics import serve_process_metrics
     from tickwarden.worker import Worker
 
-    if concurrency < 1 or lease < 1 or poll <= 0 or max_environments < 1:
-        raise InvalidInput("--concurrency, --lease and --max-environments must be at least 1 and --poll positive.")
+    if concurrency < 1 or lease < 1 or poll <= 0 or max_environments < 1 or batch < 0:
+        raise InvalidInput("--concurrency, --lease and --max-environments must be at least 1, --batch not negative "
+                           "and --poll positive.")
+    batch = batch or default_batch(concurrency)
     if not 0 <= metrics_port <= 65535:
         raise InvalidInput("--metrics-port must be a port number (1-65535), or 0 for none.")
     default_log_level(logging.INFO)
@@ -81,7 +94,7 @@ def worker_command(
         db.migrate(clock.now())
         ids = [base] if concurrency == 1 else [f"{base}/{i}" for i in range(concurrency)]
         workers = [
-            Worker(db, wid, lease_seconds=lease, clock=clock, poll_seconds=poll,
+            Worker(db, wid, lease_seconds=lease, clock=clock, poll_seconds=poll, batch=batch,
                    environments=EnvironmentPool(db, wid, max_live=max_environments))
             for wid in ids
         ]
@@ -101,7 +114,7 @@ def worker_command(
         signal.signal(signal.SIGINT, on_signal)
         if metrics_port:
             serve_process_metrics(metrics_port, metrics_host)
-        log.info("worker %s started (concurrency %s, lease %s s)", base, concurrency, lease)
+        log.info("worker %s started (concurrency %s, batch %s, lease %s s)", base, concurrency, batch, lease)
         run_workers(workers, stop, clock)
 
 

@@ -27,7 +27,6 @@ from tickwarden.models import Environment
 
 if TYPE_CHECKING:
     from tickwarden.environments.pod_control import PodEnvironments, RemoteEnvironment
-    from tickwarden.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +49,7 @@ class Instance:
     last_used_at: datetime
     runs_served: int = 0
     remote: bool = False  # a pod of the cluster (runtime kubernetes), not a process of this worker
+    marked: str = "busy"  # the status its row was last given (or is being given, in the caller's exchange)
 
     @property
     def pid(self) -> int | None:
@@ -109,7 +109,8 @@ class EnvironmentPool:
                 self._retire(current, "stopped", now)
                 current = None
         if current is not None:
-            self._mark(current, "busy", now)
+            if current.marked != "busy":  # else kept busy by the previous outcome, for this attempt
+                self._mark(current, "busy", now)
             return current, False
         return self._wake(environment, tenant_id, now), True
 
@@ -150,20 +151,48 @@ class EnvironmentPool:
                  environment.name, tenant_id, process.cold_start_ms, process.pid)
         return instance
 
-    def release(self, instance: Instance, now: datetime, store: Store | None = None) -> None:
-        """Return a process to the warm pool after a run, or record it dead if it died.
-
-        `store`: record it in the caller's transaction (the worker's outcome) instead of a new one.
-        """
+    def release(self, instance: Instance, now: datetime) -> None:
+        """Return a process to the warm pool after a run, or record it dead if it died."""
         instance.last_used_at = now
         if instance.remote:
-            self.pods().touch(instance.environment, now, store)
+            self.pods().touch(instance.environment, now)
             return
         if not instance.process.alive():
             self._retire(instance, "dead", now)
             return
         instance.runs_served += 1
-        self._mark(instance, "warm", now, served=1, store=store)
+        self._mark(instance, "warm", now, served=1)
+
+    def released(self, instance: Instance | None, now: datetime, *,
+                 next_environment: Environment | None = None) -> tuple[int, str, int] | None:
+        """As `release`, but return the mark (row id, status, runs served) for the caller's outcome to write.
+
+        `instance`: the process that served the attempt, if any. `next_environment`: the one the
+        worker starts next, already leased: a process that will serve it is kept `busy` (the
+        next `acquire` then writes nothing) instead of going to `warm` and back. With no
+        instance, a process kept busy for this attempt (which did not reach it) goes to `warm`.
+        None when nothing is left to write: a pod's use and a dead process are recorded here.
+        """
+        if instance is None:
+            kept = next((i for i in self._live.values() if i.marked == "busy"), None)
+            if kept is None or self._serves(kept, next_environment):
+                return None
+            kept.marked = "warm"
+            return kept.row_id, "warm", 0
+        if instance.remote or not instance.process.alive():
+            self.release(instance, now)
+            return None
+        instance.last_used_at = now
+        instance.runs_served += 1
+        instance.marked = "busy" if self._serves(instance, next_environment) else "warm"
+        return instance.row_id, instance.marked, 1
+
+    @staticmethod
+    def _serves(instance: Instance, environment: Environment | None) -> bool:
+        """Whether `acquire` would hand this live process to an attempt of `environment` as it is."""
+        return (environment is not None and not instance.remote and environment.id == instance.environment.id
+                and environment.tenant_id == instance.tenant_id
+                and environment.updated_at == instance.environment.updated_at)
 
     def discard(self, instance: Instance, now: datetime, status: str = "dead") -> None:
         """Kill a process (the watchdog fired, or it broke) and forget it."""
@@ -199,10 +228,8 @@ class EnvironmentPool:
             instance.process.kill()
         self._mark(instance, status, now)
 
-    def _mark(self, instance: Instance, status: str, now: datetime, served: int = 0, store: Store | None = None) -> None:
-        if store is not None:
-            store.execution.update_environment_instance(instance.row_id, status, now, served=served)
-            return
+    def _mark(self, instance: Instance, status: str, now: datetime, served: int = 0) -> None:
+        instance.marked = status
         with self.db.autocommit() as own:
             own.execution.update_environment_instance(instance.row_id, status, now, served=served, relaxed=True)
 

@@ -60,6 +60,26 @@ class StoreBase:
             result = cur.pgresult
             return cur.fetchall() if result is not None and result.status == TUPLES_OK else []
 
+    def _exchange(self, statements: Sequence[tuple[str, dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+        """Send named statements together and read their rows after: one round trip, one transaction.
+
+        Only on a connection in autocommit outside any transaction: the statements then run in
+        the implicit transaction of one pipeline sync, committed together when it is reached or,
+        when one fails, rolled back together (and the error raised).
+        """
+        cursors = []
+        with self.conn.pipeline():
+            for name, params in statements:
+                cur = self.conn.cursor(row_factory=dict_row)
+                cur.execute(queries()[name], params)
+                cursors.append(cur)
+        results = []
+        for cur in cursors:
+            result = cur.pgresult
+            results.append(cur.fetchall() if result is not None and result.status == TUPLES_OK else [])
+            cur.close()
+        return results
+
     def _row(self, name: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
         rows = self._rows(name, params)
         return rows[0] if rows else None

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from tickwarden.models import Environment, EnvironmentInstance, User, Workflow, from_row
+from tickwarden.models import (
+    Attempt, AttemptOutcome, Environment, EnvironmentInstance, FinishedAttempt, User, Workflow, from_row,
+)
 from tickwarden.store.base import StoreBase
+from tickwarden.store.ledger import finish_params, finished_from_rows, lease_params, leased_from_rows
 
 @dataclass(frozen=True)
 class ExecutionContext:
@@ -20,6 +24,15 @@ class ExecutionContext:
     publisher: User | None
     environment: Environment | None
     tenant_name: str | None = None  # the run key's tenant part, so a run needing no secret needs no second look
+
+
+@dataclass(frozen=True)
+class Exchanged:
+    """What one exchange did: the outcome's recording, and the attempts leased with their contexts by workflow."""
+
+    finished: FinishedAttempt | None
+    leased: list[tuple[Attempt, datetime, bool]]
+    contexts: dict[int, ExecutionContext]
 
 
 def _prefixed(row: dict[str, Any], prefix: str) -> dict[str, Any] | None:
@@ -36,22 +49,69 @@ class ExecutionRepository(StoreBase):
 
     def context(self, workflow_id: int, now: datetime) -> ExecutionContext | None:
         """Load a workflow with what running it needs; a workflow without environment gets `default`."""
-        row = self._row("execution_context", {"workflow_id": workflow_id})
-        if row is None:
-            return None
-        publisher = _prefixed(row, "publisher__")
-        environment = _prefixed(row, "environment__")
-        workflow = from_row(Workflow, row)
-        env = from_row(Environment, environment) if environment else None
-        if env is None and workflow.environment_id is None:
-            env = self.ensure_default_environment(workflow.tenant_id, now)
-        return ExecutionContext(
-            workflow=workflow,
-            cadence_seconds=row["schedule__cadence_seconds"],
-            publisher=from_row(User, publisher) if publisher else None,
-            environment=env,
-            tenant_name=row["tenant__name"],
-        )
+        return self._contexts(self._rows("execution_contexts", {"workflow_ids": [workflow_id], "worker_id": None}),
+                              now).get(workflow_id)
+
+    def _contexts(self, rows: list[dict[str, Any]], now: datetime) -> dict[int, ExecutionContext]:
+        contexts = {}
+        for row in rows:
+            publisher = _prefixed(row, "publisher__")
+            environment = _prefixed(row, "environment__")
+            workflow = from_row(Workflow, row)
+            env = from_row(Environment, environment) if environment else None
+            if env is None and workflow.environment_id is None:
+                env = self.ensure_default_environment(workflow.tenant_id, now)
+            contexts[workflow.id] = ExecutionContext(
+                workflow=workflow,
+                cadence_seconds=row["schedule__cadence_seconds"],
+                publisher=from_row(User, publisher) if publisher else None,
+                environment=env,
+                tenant_name=row["tenant__name"],
+            )
+        return contexts
+
+    def exchange(
+        self, worker_id: str, now: datetime, lease_seconds: float, *, attempt: Attempt | None = None,
+        outcome: AttemptOutcome | None = None, steps: Sequence[dict[str, Any]] = (),
+        instance: tuple[int, str, int] | None = None, start: int | None = None, lease: int = 0,
+        relaxed: bool = False,
+    ) -> Exchanged:
+        """A worker's writes between two attempts, sent together and committed together (one round trip).
+
+        Only on a connection in autocommit (`Database.autocommit`). In order: record the
+        `outcome` of `attempt`, finished `now` (`ledger_finish_attempts`, the compare-and-set
+        that applies a result once), and its `steps` rows; move the environment `instance` (id, status, runs served); start the prefetched
+        attempt `start` on a full lease; lease up to `lease` queued attempts; load the contexts of
+        every attempt this worker then holds. `relaxed` (a lease alone, no outcome) commits
+        without waiting for the WAL flush: a lease lost in a crash puts the attempt back in the
+        queue (see `Database.autocommit`).
+        """
+        assert not (relaxed and outcome is not None), "an outcome always waits for the WAL flush"
+        statements: list[tuple[str, dict[str, Any]]] = []
+        finished = [(attempt.id, outcome, now)] if attempt is not None and outcome is not None else []
+        if attempt is not None and finished:
+            statements.append(("ledger_finish_attempts", finish_params(worker_id, finished)))
+            if steps:
+                statements.append(("execution_record_finished_steps", {
+                    "attempt_id": attempt.id, "tenant_id": attempt.tenant_id, "worker_id": worker_id,
+                    "steps": Jsonb(list(steps))}))
+        if instance is not None:
+            instance_id, status, served = instance
+            statements.append(("execution_update_environment_instance", {
+                "instance_id": instance_id, "status": status, "now": now, "pid": None, "served": served,
+                "relaxed": False}))
+        if start is not None:
+            statements.append(("execution_start_attempt", {
+                "attempt_id": start, "worker_id": worker_id, "now": now,
+                "lease_expires_at": now + timedelta(seconds=lease_seconds)}))
+        if lease:
+            statements.append(("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, lease,
+                                                                      relaxed=relaxed)))
+            statements.append(("execution_contexts", {"workflow_ids": [], "worker_id": worker_id}))
+        results = self._exchange(statements)
+        leased = leased_from_rows(results[-2]) if lease else []
+        contexts = self._contexts(results[-1], now) if leased else {}
+        return Exchanged(finished_from_rows(finished, results[0])[0] if finished else None, leased, contexts)
 
     def ensure_default_environment(self, tenant_id: int, now: datetime) -> Environment:
         """Return the tenant's `default` environment, creating it once."""
@@ -69,7 +129,14 @@ class ExecutionRepository(StoreBase):
 
     def release_attempt(self, attempt_id: int, worker_id: str) -> bool:
         """Put a leased attempt back in the queue; False when this worker no longer held it."""
-        return self._row("execution_release_attempt", {"attempt_id": attempt_id, "worker_id": worker_id}) is not None
+        return bool(self.release_attempts([attempt_id], worker_id))
+
+    def release_attempts(self, attempt_ids: Sequence[int], worker_id: str) -> list[int]:
+        """Put leased attempts back in the queue; return those this worker still held."""
+        if not attempt_ids:
+            return []
+        rows = self._rows("execution_release_attempts", {"attempt_ids": list(attempt_ids), "worker_id": worker_id})
+        return [r["id"] for r in rows]
 
     def start_environment_instance(
         self, *, tenant_id: int, environment_id: int, worker_id: str, pid: int | None, status: str, now: datetime

@@ -26,13 +26,14 @@ SELECT a.id, a.run_scheduled_for, %(tenant_id)s, s.step, s.position, s.status, s
  WHERE a.id = %(attempt_id)s
     ON CONFLICT (attempt_id, step, run_scheduled_for) DO NOTHING;
 
--- execution_release_attempt --
--- Hand a leased attempt back to the queue (a worker stopping before it could
--- finish). Compare-and-set on (running, this worker): a reaped lease stays lost.
+-- execution_release_attempts --
+-- Hand leased attempts back to the queue (a worker stopping before it could start
+-- or finish them, or prefetched ones left waiting behind a long attempt).
+-- Compare-and-set on (running, this worker): a reaped lease stays lost.
 WITH released AS (
     UPDATE attempts
        SET status = 'queued', worker_id = NULL, lease_expires_at = NULL, started_at = NULL, heartbeat_at = NULL
-     WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s
+     WHERE id = ANY (%(attempt_ids)s::bigint[]) AND status = 'running' AND worker_id = %(worker_id)s
     RETURNING id, run_id
 ), moved AS (
     UPDATE runs r SET status = 'queued'
@@ -40,6 +41,29 @@ WITH released AS (
      WHERE r.id = released.run_id AND r.status = 'running'
 )
 SELECT id FROM released;
+
+-- execution_start_attempt --
+-- A prefetched attempt starts now: its start time and a full lease from now, only
+-- while this worker still holds it (a lease given back or reaped stays so).
+UPDATE attempts
+   SET started_at = %(now)s, heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
+ WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s;
+
+-- execution_record_finished_steps --
+-- The per-step rows of an attempt this worker has just finished, sent in the same
+-- implicit transaction as ledger_finish_attempts without waiting for its answer:
+-- written only when the attempt ended under this worker (the finish applied, or a
+-- second delivery, which ON CONFLICT turns into nothing); a lease reaped as lost
+-- or taken by another worker writes none.
+INSERT INTO attempt_steps (attempt_id, run_scheduled_for, tenant_id, step, position, status, started_at,
+                           finished_at, log, output, error)
+SELECT a.id, a.run_scheduled_for, %(tenant_id)s, s.step, s.position, s.status, s.started_at, s.finished_at,
+       coalesce(s.log, ''), s.output, s.error
+  FROM attempts a,
+       jsonb_to_recordset(%(steps)s) AS s(step text, position integer, status text, started_at timestamptz,
+                                           finished_at timestamptz, log text, output jsonb, error text)
+ WHERE a.id = %(attempt_id)s AND a.status IN ('succeeded', 'failed') AND a.worker_id = %(worker_id)s
+    ON CONFLICT (attempt_id, step, run_scheduled_for) DO NOTHING;
 
 -- execution_start_environment_instance --
 -- Record a new process of an environment on this worker. A restart within the same
@@ -96,9 +120,11 @@ SELECT i.*, t.name AS tenant, e.name AS environment, e.python, e.idle_timeout_se
  ORDER BY (i.status IN ('starting', 'warm', 'busy')) DESC, i.started_at DESC, i.id DESC
  LIMIT %(limit)s;
 
--- execution_context --
--- Everything a worker needs to run an attempt of a workflow, in one probe: the
--- workflow, its cadence, its publisher and its environment (prefixed columns).
+-- execution_contexts --
+-- Everything a worker needs to run attempts of the given workflows, and of every
+-- workflow with an attempt `worker_id` holds (sent right behind a lease, in the same
+-- exchange, so a batch of leases costs no look-up per attempt): the workflow, its
+-- cadence, its publisher and its environment (prefixed columns).
 SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds, t.name AS tenant__name,
        u.id AS publisher__id, u.tenant_id AS publisher__tenant_id, u.email AS publisher__email,
        u.display_name AS publisher__display_name, u.active AS publisher__active,
@@ -112,7 +138,8 @@ SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds, t.name AS tenant__na
   LEFT JOIN schedules s ON s.workflow_id = w.id
   LEFT JOIN users u ON u.id = w.publisher_id
   LEFT JOIN environments e ON e.id = w.environment_id
- WHERE w.id = %(workflow_id)s;
+ WHERE w.id = ANY (%(workflow_ids)s::bigint[])
+    OR w.id IN (SELECT a.workflow_id FROM attempts a WHERE a.status = 'running' AND a.worker_id = %(worker_id)s);
 
 -- execution_relax_commit --
 -- Let this session's commits return before the WAL is flushed (see store.execution.autocommit).

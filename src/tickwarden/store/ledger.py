@@ -135,17 +135,8 @@ class LedgerRepository(StoreBase):
         self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1, *, relaxed: bool = False
     ) -> list[tuple[Attempt, datetime, bool]]:
         """As `lease_attempts_with_ticks`, each with its run's tick and whether the run is manual."""
-        rows = self._rows(
-            "ledger_lease_attempts",
-            {
-                "worker_id": worker_id,
-                "now": now,
-                "lease_expires_at": now + timedelta(seconds=lease_seconds),
-                "limit": limit,
-                "relaxed": relaxed,
-            },
-        )
-        return [(from_row(Attempt, row), row["run_scheduled_for"], bool(row["run_manual"])) for row in rows]
+        return leased_from_rows(self._rows("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, limit,
+                                                                              relaxed=relaxed)))
 
     def renew_lease(self, attempt_id: int, worker_id: str, now: datetime, lease_seconds: float) -> bool:
         """Extend the lease; False when the worker no longer holds it."""
@@ -172,16 +163,7 @@ class LedgerRepository(StoreBase):
         """Record the outcomes of several attempts of distinct runs in one statement, in order given."""
         if not finished:
             return []
-        rows = {r["attempt_id"]: r for r in self._rows("ledger_finish_attempts", finish_params(worker_id, finished))}
-        results = []
-        for attempt_id, _, _ in finished:
-            row = rows.get(attempt_id)
-            if row is None:
-                results.append(FinishedAttempt(applied=False, attempt_id=attempt_id))
-            else:
-                results.append(FinishedAttempt(applied=True, attempt_id=attempt_id, run_id=row["run_id"],
-                                               number=row["number"], run_status=row["run_status"]))
-        return results
+        return finished_from_rows(finished, self._rows("ledger_finish_attempts", finish_params(worker_id, finished)))
 
     def expire_leases(self, now: datetime, limit: int = 500) -> list[FinishedAttempt]:
         """Mark attempts with an expired lease lost and move their runs; return them.
@@ -246,6 +228,33 @@ def tick_params(groups: Sequence[TickGroup], now: datetime, advances: Sequence[A
         "advance_last": [a.last_fired_at for a in advances],
         "now": now,
     }
+
+
+def lease_params(worker_id: str, now: datetime, lease_seconds: float, limit: int, *,
+                 relaxed: bool = False) -> dict[str, Any]:
+    """The parameters of the `lease_attempts` statement."""
+    return {"worker_id": worker_id, "now": now, "lease_expires_at": now + timedelta(seconds=lease_seconds),
+            "limit": limit, "relaxed": relaxed}
+
+
+def leased_from_rows(rows: list[dict[str, Any]]) -> list[tuple[Attempt, datetime, bool]]:
+    """Each leased attempt with its run's tick and whether the run is manual."""
+    return [(from_row(Attempt, row), row["run_scheduled_for"], bool(row["run_manual"])) for row in rows]
+
+
+def finished_from_rows(finished: Sequence[tuple[int, AttemptOutcome, datetime]],
+                       rows: list[dict[str, Any]]) -> list[FinishedAttempt]:
+    """What recording each outcome did, in the order given: an attempt with no row did not apply."""
+    by_id = {r["attempt_id"]: r for r in rows}
+    results = []
+    for attempt_id, _, _ in finished:
+        row = by_id.get(attempt_id)
+        if row is None:
+            results.append(FinishedAttempt(applied=False, attempt_id=attempt_id))
+        else:
+            results.append(FinishedAttempt(applied=True, attempt_id=attempt_id, run_id=row["run_id"],
+                                           number=row["number"], run_status=row["run_status"]))
+    return results
 
 
 def finish_params(worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, datetime]]) -> dict[str, Any]:

@@ -1,0 +1,176 @@
+"""Leasing attempts in batches: each leased attempt runs once, on the worker that holds it, or goes back to the
+queue (given back, or re-queued by the reaper when its worker died); none is lost and none runs twice."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
+from tickwarden import worker as worker_module
+from tickwarden.reaper import LeaseReaper
+from tickwarden.worker import Worker
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory the environment process may write to: it runs as its own user, not the test's."""
+    path = Path(tempfile.mkdtemp(prefix="tw-shared-"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def attempts_of(db, run_ids):
+    with db.transaction() as store:
+        return [[(a.status, a.worker_id) for a in store.ledger.list_attempts(run_id)] for run_id in run_ids]
+
+
+def test_a_batch_is_leased_at_once_and_each_attempt_starts_on_a_full_lease_when_its_turn_comes(db, clock,
+                                                                                               monkeypatch):
+    monkeypatch.setattr(worker_module, "PREFETCH_WAIT", 600)  # however slow this machine, nothing is given back
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now()) for i in range(4)]
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=3)
+    try:
+        first = clock.now()
+        worker.run_once(first)
+        assert attempts_of(db, [r.id for r in runs]) == [
+            [("succeeded", "w1")], [("running", "w1")], [("running", "w1")], [("queued", None)]]
+        # Each pass comes 8 s after the last: more than a third of the 30 s lease after the batch was
+        # leased by the third, yet each attempt was started (its lease renewed) by the outcome before it.
+        clock.advance(8)
+        worker.run_once(clock.now())
+        clock.advance(8)
+        third_started = clock.now()
+        worker.run_once(third_started)
+        with db.transaction() as store:
+            [third] = store.ledger.list_attempts(runs[2].id)
+    finally:
+        worker.close(clock.now())
+    assert attempts_of(db, [r.id for r in runs]) == [[("succeeded", "w1")]] * 3 + [[("queued", None)]]
+    assert third.started_at == third_started - timedelta(seconds=8)  # when the outcome before it was recorded
+
+
+def test_a_stopping_worker_gives_its_whole_batch_back_and_another_runs_each_once(db, clock):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now()) for i in range(4)]
+    one = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=4)
+    two = Worker(db, "w2", clock=clock, secret_key=SECRET, batch=4)
+    try:
+        one.run_once(clock.now())
+        assert two.run_once(clock.now()) > clock.now()  # all leased to w1: nothing for w2
+        one.close(clock.now())
+        assert attempts_of(db, [r.id for r in runs[1:]]) == [[("queued", None)]] * 3
+        while two.run_once(clock.now()) <= clock.now():
+            pass
+    finally:
+        one.close(clock.now())
+        two.close(clock.now())
+    assert attempts_of(db, [r.id for r in runs]) == [[("succeeded", "w1")]] + [[("succeeded", "w2")]] * 3
+
+
+def test_a_dead_workers_batch_is_requeued_free_by_the_reaper_and_each_attempt_runs_once(db, clock):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now(), budget=0) for i in range(4)]
+    dead = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=4)
+    dead.run_once(clock.now())
+    dead.environments.close(clock.now())  # killed: no close(), the three leases it holds are never given back
+    LeaseReaper(db).run_once(clock.now() + timedelta(seconds=31))
+    with db.transaction() as store:
+        store.ledger.queue_retries([r.id for r in runs], clock.now() + timedelta(seconds=32))
+    alive = Worker(db, "w2", clock=clock, secret_key=SECRET, batch=4)
+    try:
+        while alive.run_once(clock.now() + timedelta(seconds=33)) <= clock.now() + timedelta(seconds=33):
+            pass
+    finally:
+        alive.close(clock.now())
+    # the lost leases did not spend the runs' (empty) budgets, and each step ran once more, on w2
+    assert attempts_of(db, [r.id for r in runs]) == [[("succeeded", "w1")]] + [[("lost", "w1"), ("succeeded", "w2")]] * 3
+    with db.transaction() as store:
+        assert {store.ledger.get_run(r.id).status for r in runs} == {"succeeded"}
+
+
+def test_attempts_leased_behind_a_long_attempt_go_back_to_the_queue_for_an_idle_worker(db, clock, monkeypatch):
+    monkeypatch.setattr(worker_module, "PREFETCH_WAIT", 0.2)
+    slow = make_runnable(db, clock.now(), [python_step("slow", "hang", params={"seconds": 8})], name="slow")
+    quick = make_runnable(db, clock.now(), [python_step("noop", "noop")], name="quick")
+    long_run = queue_run(db, slow, clock.now() - timedelta(minutes=10), clock.now())
+    short_runs = [queue_run(db, quick, clock.now() - timedelta(minutes=9 - i), clock.now()) for i in range(2)]
+    busy = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=3)
+    idle = Worker(db, "w2", clock=clock, secret_key=SECRET, batch=3)
+    thread = threading.Thread(target=busy.run_once, args=(clock.now(),))
+    try:
+        thread.start()
+        while attempts_of(db, [long_run.id]) != [[("running", "w1")]]:  # w1 leases the three first
+            time.sleep(0.01)
+        done = 0
+        while done < 2 and thread.is_alive():
+            if idle.run_once(clock.now()) <= clock.now():
+                done += 1
+            else:
+                time.sleep(0.05)
+        assert done == 2 and thread.is_alive()  # w1 still runs the slow step
+        thread.join()
+    finally:
+        busy.close(clock.now())
+        idle.close(clock.now())
+    assert attempts_of(db, [long_run.id] + [r.id for r in short_runs]) == [
+        [("succeeded", "w1")], [("succeeded", "w2")], [("succeeded", "w2")]]
+
+
+def test_threads_leasing_in_batches_run_every_attempt_once_and_lose_none(db, clock, shared_dir):
+    tally = shared_dir / "tally"
+    wf = make_runnable(db, clock.now(), [python_step("tally", "tally", params={"path": str(tally)})])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=60 - i), clock.now()) for i in range(40)]
+    pool = [Worker(db, f"w{i}", clock=clock, secret_key=SECRET, batch=3) for i in range(4)]
+
+    def drain(worker: Worker) -> None:
+        while worker.run_once(clock.now()) <= clock.now():
+            pass
+
+    threads = [threading.Thread(target=drain, args=(w,)) for w in pool]
+    try:
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    finally:
+        for w in pool:
+            w.close(clock.now())
+    executions = Counter(tally.read_text().splitlines())
+    assert len(executions) == 40 and set(executions.values()) == {1}
+    per_run = attempts_of(db, [r.id for r in runs])
+    assert all(len(attempts) == 1 and attempts[0][0] == "succeeded" for attempts in per_run)
+    assert len({attempts[0][1] for attempts in per_run}) > 1  # shared out, not drained by one
+
+
+def instance_statuses(db):
+    with db.transaction() as store:
+        return [i.status for i in store.execution.list_environment_instances(include_stopped=True)]
+
+
+def test_the_environment_stays_busy_between_attempts_that_use_it_and_goes_warm_when_the_next_does_not(db, clock):
+    served = make_runnable(db, clock.now(), [python_step("noop", "noop")], name="served")
+    unauthorised = make_runnable(db, clock.now(), [python_step("noop", "noop")], name="orphan", with_publisher=False)
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now())
+            for i, wf in enumerate([served, served, unauthorised])]
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=3)
+    try:
+        worker.run_once(clock.now())
+        assert instance_statuses(db) == ["busy"]  # kept for the next attempt, of the same environment
+        worker.run_once(clock.now())
+        assert instance_statuses(db) == ["busy"]  # the next one uses the same environment too
+        worker.run_once(clock.now())  # which never reaches it: it fails as unauthorised first
+        assert instance_statuses(db) == ["warm"]
+    finally:
+        worker.close(clock.now())
+    assert attempts_of(db, [r.id for r in runs]) == [[("succeeded", "w1")]] * 2 + [[("failed", "w1")]]
+    with db.transaction() as store:
+        [instance] = store.execution.list_environment_instances(include_stopped=True)
+    assert instance.status == "stopped" and instance.runs_served == 2
