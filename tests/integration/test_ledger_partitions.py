@@ -147,7 +147,7 @@ def test_two_loops_at_once_drop_a_month_once(db: Database) -> None:
     def drop(s: RetentionSweeper) -> None:
         try:
             barrier.wait()
-            dropped.append(s.drop_months(later)[0])
+            dropped.append(s.drop_months(later).dropped)
         except Exception as exc:  # noqa: BLE001 - surfaced below
             errors.append(exc)
 
@@ -177,14 +177,14 @@ def test_a_month_with_a_run_awaiting_an_outcome_or_a_long_retention_tenant_is_no
     stuck = create_tick(db, other, YEAR_START + 10 * DAY + timedelta(hours=1), YEAR_START)  # never finishes
     later = YEAR_START + 500 * DAY
     # The queued run pins January (March, created ahead and left empty, goes).
-    assert sweeper.drop_months(later)[0] == ["p202503"]
+    assert sweeper.drop_months(later).dropped == ["p202503"]
     rows(db, "UPDATE runs SET status = 'cancelled', finished_at = %s WHERE id = %s RETURNING id", later, stuck.id)
     rows(db, "UPDATE attempts SET status = 'cancelled', finished_at = %s WHERE run_id = %s RETURNING id", later, stuck.id)
     run_tick(db, wf, YEAR_START + 5 * DAY, True)  # a tenant that keeps 900 days has a run in January
     run_tick(db, wf, YEAR_START + 35 * DAY, True)  # (and a newer success: only its retention keeps it)
-    assert sweeper.drop_months(later)[0] == []
+    assert sweeper.drop_months(later).dropped == []
     rows(db, "DELETE FROM runs WHERE workflow_id = %s RETURNING id", wf.id)
-    assert sweeper.drop_months(later)[0] == ["p202501"]
+    assert sweeper.drop_months(later).dropped == ["p202501"]
 
 
 def test_unique_rules_hold_across_months(db: Database) -> None:
