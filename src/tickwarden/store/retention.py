@@ -134,7 +134,8 @@ class RetentionRepository(StoreBase):
         standalone, still referencing each other but no longer tenants or workflows: a
         foreign key's triggers live on the table it references too, and dropping the month
         with them would hold those tables (ACCESS EXCLUSIVE) through the drop's long commit.
-        Dropping them here costs a catalog change only, under the lock already held.
+        Here they are held as long as the ledger is, for a catalog change and a commit that
+        removes no file.
         """
         names = self._month_tables(month)
         if not self._is_partition(names[-1]):
