@@ -14,16 +14,19 @@ indexes, indexed by sorting, vacuumed and attached again (see `load`). On each:
    `workflows` runs and first attempts (median over 3 minutes);
 3. the lease: `lease_attempts` of 10 queued attempts (median per call);
 4. the poller's claim: `claim_finished_attempts` of 10 finished attempts (median per call);
-5. expiring a month: the retention loop's `drop_months` at "now", which decides and drops
-   every month past the 400-day metadata retention (wall time for all of them), split into
-   the decision's probes, the wait for the parents' locks, the DROP, and its commit.
+5. expiring a month: the retention loop's `drop_months` at "now", which decides, detaches
+   and drops every month past the 400-day metadata retention (wall time for all of them),
+   split into the time the ledger is blocked (the decision's probes, the wait for the
+   parents' locks, the DETACH with its commit) and the release of the files (the DROP of
+   the detached tables and its commit, which hold nothing of the ledger).
 
 Both ledgers are loaded first, then measured side by side (calls alternating between
 them), so that a change in the shared machine's load meets both. The floor of figures
 1-4 is the same figure on the `small` ledger; the issue's target is within 1.2x of it.
 Figure 1 (the evaluation's call) comes with its statement alone and, beside it, that
-statement as it was before `workflow_successes` (the newest success probed in every month). Figure 5's target is under a second. The schemas
-are dropped at the end.
+statement as it was before `workflow_successes` (the newest success probed in every month).
+Figure 5's target (under a second) is compared with the time the ledger is blocked; the
+file release and the whole wall time are printed beside it. The schemas are dropped at the end.
 """
 
 from __future__ import annotations
@@ -289,12 +292,14 @@ def measure(sizes: list[int], workflows: int, repeat: int) -> list[dict[str, flo
             out["lease"], out["claim"] = leased, claimed
             sweeper = RetentionSweeper(db)
             t0 = time.perf_counter()
-            dropped, estimated = sweeper.drop_months(now)
+            expired = sweeper.drop_months(now)
             out["expire_month"] = (time.perf_counter() - t0) * 1000
-            assert dropped, "no month was past the retention"
-            out["months_dropped"] = len(dropped)
-            out["month_rows"] = estimated
+            assert expired.dropped, "no month was past the retention"
+            out["months_dropped"] = len(expired.dropped)
+            out["month_rows"] = expired.rows
             out.update(sweeper.last_drop)
+            out["blocked_ms"] = out["decide_ms"] + out["lock_ms"] + out["detach_ms"]
+            out["release_ms"] = out["drop_ms"] + out["commit_ms"]
     return figures
 
 
@@ -318,8 +323,10 @@ def main() -> None:
         (f"{size:,} runs: expiring the months past retention",
          f"{f['expire_month']:.0f} ms for {f['months_dropped']:.0f} month(s),"
          f" ~{f['month_rows']:,.0f} rows of runs and attempts"),
-        (f"{size:,} runs: of which", ", ".join(
-            f"{k[:-3]} {f[k]:.0f} ms" for k in ("decide_ms", "lock_ms", "drop_ms", "commit_ms"))))])
+        (f"{size:,} runs: ledger blocked (decide + lock + detach)", f"{f['blocked_ms']:.0f} ms ("
+         + ", ".join(f"{k[:-3]} {f[k]:.0f} ms" for k in ("decide_ms", "lock_ms", "detach_ms")) + ")"),
+        (f"{size:,} runs: file release, not blocking (drop + commit)", f"{f['release_ms']:.0f} ms ("
+         + ", ".join(f"{k[:-3]} {f[k]:.0f} ms" for k in ("drop_ms", "commit_ms")) + ")"))])
     names = {"count": "consecutive-failure count (streak of 5), median per call",
              "count_sql": "its statement alone (newest success from workflow_successes), median per call",
              "count_probed": "that statement with the newest success probed in every month (before 0026)",
@@ -328,11 +335,15 @@ def main() -> None:
              "claim": "poller claim of 10 finished attempts, median per call"}
     figures = [Figure(f"{names[k]}, {args.runs:,} vs {args.small:,} runs", large[k], "ms", small[k], within)
                for k in names]
-    figures.append(Figure(f"expiring the months past retention of a {args.runs:,}-run ledger (decide + drop, "
-                          f"{large['months_dropped']:.0f} months, one whole)", large["expire_month"],
-                          "ms", small["expire_month"], target=Target("<", 1000) if full else None))
+    figures.append(Figure(f"expiring the months past retention of a {args.runs:,}-run ledger: ledger blocked "
+                          f"(decide + lock + detach, {large['months_dropped']:.0f} months, one whole)",
+                          large["blocked_ms"], "ms", small["blocked_ms"], target=Target("<", 1000) if full else None))
+    figures.append(Figure("expiring the months past retention: file release, not blocking (drop + commit)",
+                          large["release_ms"], "ms", small["release_ms"]))
+    figures.append(Figure("expiring the months past retention: whole wall time", large["expire_month"], "ms",
+                          small["expire_month"]))
     figures += [Figure(f"expiring the months past retention: {phase[:-3]}", large[phase], "ms", small[phase])
-                for phase in ("decide_ms", "lock_ms", "drop_ms", "commit_ms")]
+                for phase in ("decide_ms", "lock_ms", "detach_ms", "drop_ms", "commit_ms")]
     finish("partitioned ledger (floor: the same figure on the small ledger, same run)", figures, args.json)
 
 

@@ -222,9 +222,9 @@ def record(store: Store, tenant: str, workflow: Workflow, schedule: Schedule, re
         return Recorded(tenant, workflow.name, started, True)
     attempt_id = store.checkins.open_attempt(run.id, WORKER_ID, now)
     if attempt_id is None:
-        raise _already_decided(label, store.ledger.get_run(run.id) or run)
+        raise _already_decided(label, store.ledger.get_run(run.id, run.scheduled_for) or run)
     store.ledger.finish_attempt(attempt_id, WORKER_ID, _outcome(report), now)
-    finished = store.ledger.get_run(run.id)
+    finished = store.ledger.get_run(run.id, run.scheduled_for)
     assert finished is not None
     return Recorded(tenant, workflow.name, finished, True)
 

@@ -28,11 +28,16 @@ than its workflow's newest success, and finished. A month that still holds a kep
 (a tenant with a longer retention, a workflow that has not succeeded since) is left to
 the row-wise metadata sweep below, which deletes exactly the runs it may and keeps the
 rest; the month is dropped on a later pass once nothing in it is kept any more. The
-decision holds the month's tables against writers (SHARE); the drop, a transaction of
-its own, locks the parent tables first (as every ledger statement does, so the two
-cannot deadlock) and waits for locks at most two seconds: a month that cannot be
-dropped now is dropped later. Rows counted for a dropped month are the
-statistics' estimate (counting them exactly would read the month the drop avoids reading).
+decision holds the month's tables against writers (SHARE). Expiring the month is then
+two transactions. The first detaches its three tables from the ledger: it locks the
+parent tables first (as every ledger statement does, so the two cannot deadlock), and
+since every ledger statement queues behind that lock, waits for it at most half a
+second (a month that cannot be detached now is detached later). The second drops the
+standalone tables, holding nothing of the ledger while its commit removes their files.
+Tables detached but not dropped (the process died in between) are recognised in the
+catalog, by their names and by being no partition, and dropped by the next pass; replicas
+serialize on an advisory lock, so each is dropped once. Rows counted for a dropped
+month are the statistics' estimate (counting them exactly would read the month the drop avoids reading).
 
 The sweeper is replica-safe: ledger classes go workflow by workflow through a per-
 workflow mark (`retention_marks`) locked with SKIP LOCKED, so replicas take disjoint
@@ -47,6 +52,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field
@@ -101,6 +107,14 @@ def effective_days(policy: RetentionPolicy | None) -> dict[str, int]:
             for klass in CLASSES}
 
 
+class MonthsExpired(NamedTuple):
+    """Months taken out of the ledger by one call, their estimated rows, and leftovers it dropped."""
+
+    dropped: list[str]
+    rows: int
+    leftovers: list[str]
+
+
 @dataclass(frozen=True)
 class RetentionPass:
     """What one pass expired, per class, and whether a backlog remains."""
@@ -109,6 +123,7 @@ class RetentionPass:
     more: bool = False
     months_created: int = 0
     months_dropped: list[str] = field(default_factory=list)
+    leftovers_dropped: list[str] = field(default_factory=list)
 
 
 class RetentionSweeper:
@@ -149,7 +164,8 @@ class RetentionSweeper:
         expired = dict.fromkeys(CLASSES, 0)
         more = False
         created = self.create_months(now)
-        dropped, expired["metadata"] = self.drop_months(now)
+        months = self.drop_months(now)
+        expired["metadata"] = months.rows
         with self.db.transaction() as store:
             store.retention.ensure_marks(now)
         for klass in ("metadata", "logs", "payloads"):
@@ -181,7 +197,8 @@ class RetentionSweeper:
                 more = True
         if any(expired.values()):
             log.info("retention expired %s", ", ".join(f"{k}={v}" for k, v in expired.items() if v))
-        return RetentionPass(expired=expired, more=more, months_created=created, months_dropped=dropped)
+        return RetentionPass(expired=expired, more=more, months_created=created,
+                             months_dropped=months.dropped, leftovers_dropped=months.leftovers)
 
     def create_months(self, now: datetime) -> int:
         """Create the ledger's partitions for this month and the next AHEAD_MONTHS; return how many were new."""
@@ -191,17 +208,25 @@ class RetentionSweeper:
                 created += store.retention.ensure_partition(at)
         return created
 
-    def drop_months(self, now: datetime) -> tuple[list[str], int]:
-        """Drop each month retention keeps nothing of; return their suffixes and estimated rows.
+    def drop_months(self, now: datetime) -> MonthsExpired:
+        """Expire each month retention keeps nothing of, and drop what earlier passes left detached.
 
+        Each month goes in two transactions: the detach (which holds the whole ledger,
+        briefly) and the drop of its now standalone tables (which holds nothing of the
+        ledger, however long the removal of their files takes). Tables a pass detached but
+        never dropped (it died in between) are found in the catalog and dropped first.
         Where the time of the last call went is left in `last_drop` (milliseconds): the
         decision (listing the months, then each month's probes under its SHARE locks), the
-        wait for the parents' locks, the DROP itself, and its commit (a commit that drops
-        files always waits for its WAL to reach the disk).
+        wait for the parents' locks, the detach with its commit (the ledger is held from
+        the wait on), the DROP, and its commit (a commit that drops files always waits for
+        its WAL to reach the disk).
         """
         default_days = self.defaults["metadata"]
-        phases = dict.fromkeys(("decide_ms", "lock_ms", "drop_ms", "commit_ms"), 0.0)
+        phases = dict.fromkeys(("decide_ms", "lock_ms", "detach_ms", "drop_ms", "commit_ms"), 0.0)
         self.last_drop = phases
+        with self.db.transaction() as store:
+            leftovers = store.retention.detached_months()
+        leftovers = [suffix for suffix in leftovers if self._drop_detached(suffix, phases)]
         t0 = time.perf_counter()
         with self.db.transaction() as store:
             months = store.retention.ledger_months()
@@ -221,25 +246,40 @@ class RetentionSweeper:
                     continue
                 t0 = time.perf_counter()
                 with self.db.transaction() as store:
-                    store.retention.lock_ledger()
-                    t1 = time.perf_counter()
-                    phases["lock_ms"] += (t1 - t0) * 1000
-                    gone = store.retention.drop_month(month)
+                    try:
+                        store.retention.lock_ledger()
+                    finally:  # a wait that timed out held up the ledger as long
+                        t1 = time.perf_counter()
+                        phases["lock_ms"] += (t1 - t0) * 1000
+                    gone = store.retention.detach_month(month)
                     if gone:
                         store.retention.add_totals(now, {"metadata": month.estimated_rows})
-                    t0 = time.perf_counter()
-                    phases["drop_ms"] += (t0 - t1) * 1000
-                phases["commit_ms"] += _ms_since(t0)
+                phases["detach_ms"] += _ms_since(t1)
             except psycopg.errors.LockNotAvailable:
-                log.info("retention: ledger month %s is busy; it is dropped on a later pass", month.suffix)
+                log.info("retention: ledger month %s is busy; it is expired on a later pass", month.suffix)
                 continue
             if gone:
                 dropped.append(month.suffix)
                 rows += month.estimated_rows
-                log.info("retention dropped ledger month %s (about %d rows)", month.suffix, month.estimated_rows)
-        if dropped:
-            log.info("retention: dropping months took %s", ", ".join(f"{k[:-3]} {v:.0f} ms" for k, v in phases.items()))
-        return dropped, rows
+                log.info("retention expired ledger month %s (about %d rows)", month.suffix, month.estimated_rows)
+                self._drop_detached(month.suffix, phases)
+        if dropped or leftovers:
+            log.info("retention: expiring months took %s", ", ".join(f"{k[:-3]} {v:.0f} ms" for k, v in phases.items()))
+        return MonthsExpired(dropped, rows, leftovers)
+
+    def _drop_detached(self, suffix: str, phases: dict[str, float]) -> bool:
+        """Drop a detached month's tables; False when another pass did, or they are busy (a later pass does)."""
+        try:
+            t0 = time.perf_counter()
+            with self.db.transaction() as store:
+                gone = store.retention.drop_detached(suffix)
+                t1 = time.perf_counter()
+                phases["drop_ms"] += (t1 - t0) * 1000
+            phases["commit_ms"] += _ms_since(t1)
+        except psycopg.errors.LockNotAvailable:
+            log.info("retention: detached ledger month %s is busy; it is dropped on a later pass", suffix)
+            return False
+        return gone
 
 
 def _ms_since(t0: float) -> float:

@@ -147,7 +147,7 @@ def test_two_loops_at_once_drop_a_month_once(db: Database) -> None:
     def drop(s: RetentionSweeper) -> None:
         try:
             barrier.wait()
-            dropped.append(s.drop_months(later)[0])
+            dropped.append(s.drop_months(later).dropped)
         except Exception as exc:  # noqa: BLE001 - surfaced below
             errors.append(exc)
 
@@ -177,14 +177,14 @@ def test_a_month_with_a_run_awaiting_an_outcome_or_a_long_retention_tenant_is_no
     stuck = create_tick(db, other, YEAR_START + 10 * DAY + timedelta(hours=1), YEAR_START)  # never finishes
     later = YEAR_START + 500 * DAY
     # The queued run pins January (March, created ahead and left empty, goes).
-    assert sweeper.drop_months(later)[0] == ["p202503"]
+    assert sweeper.drop_months(later).dropped == ["p202503"]
     rows(db, "UPDATE runs SET status = 'cancelled', finished_at = %s WHERE id = %s RETURNING id", later, stuck.id)
     rows(db, "UPDATE attempts SET status = 'cancelled', finished_at = %s WHERE run_id = %s RETURNING id", later, stuck.id)
     run_tick(db, wf, YEAR_START + 5 * DAY, True)  # a tenant that keeps 900 days has a run in January
     run_tick(db, wf, YEAR_START + 35 * DAY, True)  # (and a newer success: only its retention keeps it)
-    assert sweeper.drop_months(later)[0] == []
+    assert sweeper.drop_months(later).dropped == []
     rows(db, "DELETE FROM runs WHERE workflow_id = %s RETURNING id", wf.id)
-    assert sweeper.drop_months(later)[0] == ["p202501"]
+    assert sweeper.drop_months(later).dropped == ["p202501"]
 
 
 def test_unique_rules_hold_across_months(db: Database) -> None:
@@ -426,3 +426,47 @@ def test_deciding_a_month_reads_none_of_it_when_every_workflow_succeeded_since(d
 def rows_of_months(db: Database) -> list:
     with db.transaction() as store:
         return store.retention.ledger_months()
+
+
+def test_a_run_shown_by_id_reads_its_attempts_and_steps_in_its_month_alone(db: Database) -> None:
+    """The run page and `GET /api/runs/{id}` find the run by id (every month's key probed),
+    then read its attempts and steps in its month only: the run's tick is known by then."""
+    from tickwarden.store.queries import queries
+
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    for index in (5, 40, 70):  # January, February, March
+        run_tick(db, wf, YEAR_START + index * DAY, True)
+    (run_id, tick), = rows(db, "SELECT id, scheduled_for FROM runs WHERE scheduled_for = %s", YEAR_START + 40 * DAY)
+
+    def opened(name: str, params: dict[str, object]) -> set[str]:
+        with db.transaction() as store:
+            plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()[name], params).fetchone()[0]
+        seen: set[str] = set()
+
+        def walk(node: dict) -> None:
+            if node.get("Relation Name", "").startswith(("runs_", "attempts_", "attempt_steps_")) \
+                    and node.get("Actual Loops", 0) > 0:
+                seen.add(node["Relation Name"])
+            for child in node.get("Plans", []):
+                walk(child)
+
+        walk(plan[0]["Plan"])
+        return seen
+
+    in_month = {"run_id": run_id, "scheduled_for": tick}
+    assert opened("ledger_get_run_in_month", in_month) == {"runs_p202502"}
+    assert opened("ledger_list_attempts_in_month", in_month) == {"attempts_p202502"}
+    assert opened("api_list_run_steps_in_month", in_month) == {"attempts_p202502", "attempt_steps_p202502"}
+    # By id alone every month is read (what the page did for its attempts and steps).
+    assert {"attempts_p202501", "attempts_p202503"} <= opened("ledger_list_attempts", {"run_id": run_id})
+
+    with db.transaction() as store:
+        view = store.api.get_run(run_id)
+        assert view is not None and view.run.scheduled_for == tick
+        attempts = store.ledger.list_attempts(run_id, tick)
+        assert attempts == store.ledger.list_attempts(run_id) and len(attempts) == 1
+        steps = store.api.list_run_steps(run_id, tick)
+        assert steps == store.api.list_run_steps(run_id) and [s.step for s in steps] == ["load"]
+        assert store.ledger.get_run(run_id, tick) == store.ledger.get_run(run_id) == view.run
+        assert store.ledger.get_run(run_id, YEAR_START) is None

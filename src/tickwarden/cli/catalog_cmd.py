@@ -114,7 +114,7 @@ def _wait_for_verdict(db: Database, run: Run, timeout: float | None) -> Run:
             break
         time.sleep(0.5)
         with db.transaction() as store:
-            found = store.ledger.get_run(run.id)
+            found = store.ledger.get_run(run.id, run.scheduled_for)
         run = found or run
     return run
 
@@ -244,7 +244,7 @@ def _run_with_attempts(run_id: int) -> tuple[str, Run, list[Attempt]]:
         tenant = store.catalog.get_tenant(run.tenant_id)
         workflow = store.catalog.get_workflow(run.workflow_id)
         ref = f"{tenant.name if tenant else run.tenant_id}/{workflow.name if workflow else run.workflow_id}"
-        return ref, run, store.ledger.list_attempts(run_id)
+        return ref, run, store.ledger.list_attempts(run_id, run.scheduled_for)
 
 
 @app.command("runs")

@@ -309,8 +309,8 @@ def run_page(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)]) ->
         view = store.api.get_run(run_id)
         if view is None:
             return _not_found(request, scope, f"run {run_id}")
-        attempts = store.ledger.list_attempts(run_id)
-        steps = store.api.list_run_steps(run_id)
+        attempts = store.ledger.list_attempts(run_id, view.run.scheduled_for)
+        steps = store.api.list_run_steps(run_id, view.run.scheduled_for)
     detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
     return _render(request, "run.html", scope, run=detail)
 
@@ -325,8 +325,8 @@ def run_live(request: Request, run_id: Annotated[int, Path(ge=1, le=MAX_ID)]) ->
         view = store.api.get_run(run_id)
         if view is None:
             return Response(status_code=404)
-        attempts = store.ledger.list_attempts(run_id)
-        steps = store.api.list_run_steps(run_id)
+        attempts = store.ledger.list_attempts(run_id, view.run.scheduled_for)
+        steps = store.api.list_run_steps(run_id, view.run.scheduled_for)
     detail = convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
     return _render(request, "_run_live.html", scope, run=detail)
 

@@ -257,8 +257,13 @@ class ApiRepository(StoreBase):
                                                        "scheduled_for": scheduled_for, "attempt": attempt})
         return (int(row["run_id"]), bool(row["running"])) if row else None
 
-    def list_run_steps(self, run_id: int) -> list[AttemptStep]:
-        return [from_row(AttemptStep, r) for r in self._rows("api_list_run_steps", {"run_id": run_id})]
+    def list_run_steps(self, run_id: int, scheduled_for: datetime | None = None) -> list[AttemptStep]:
+        """What a run's steps did; given its tick, only its month is read."""
+        if scheduled_for is None:
+            rows = self._rows("api_list_run_steps", {"run_id": run_id})
+        else:
+            rows = self._rows("api_list_run_steps_in_month", {"run_id": run_id, "scheduled_for": scheduled_for})
+        return [from_row(AttemptStep, r) for r in rows]
 
     # -- alerts ---------------------------------------------------------------------
 

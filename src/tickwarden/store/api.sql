@@ -121,10 +121,18 @@ SELECT r.id AS run_id, a.status = 'running' AS running
  LIMIT 1;
 
 -- api_list_run_steps --
--- What every step of every attempt of a run did, in attempt then step order.
+-- What every step of every attempt of a run did, in attempt then step order (every
+-- month probed: see api_list_run_steps_in_month).
 SELECT s.* FROM attempt_steps s
-  JOIN attempts a ON a.id = s.attempt_id
+  JOIN attempts a ON a.id = s.attempt_id AND a.run_scheduled_for = s.run_scheduled_for
  WHERE a.run_id = %(run_id)s
+ ORDER BY a.number, s.position, s.step;
+
+-- api_list_run_steps_in_month --
+-- What every step of every attempt of a run did, given its tick: only its month is read.
+SELECT s.* FROM attempt_steps s
+  JOIN attempts a ON a.id = s.attempt_id AND a.run_scheduled_for = s.run_scheduled_for
+ WHERE a.run_id = %(run_id)s AND a.run_scheduled_for = %(scheduled_for)s AND s.run_scheduled_for = %(scheduled_for)s
  ORDER BY a.number, s.position, s.step;
 
 -- api_list_alerts --

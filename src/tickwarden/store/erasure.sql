@@ -1,7 +1,10 @@
 -- erasure_tenant_tables --
 -- Every table of the schema that holds tenant rows (a tenant_id column), found in the
 -- catalog so that a table added later is erased without a change here, with the
--- tables each one references: erasure deletes referencing tables first.
+-- tables each one references: erasure deletes referencing tables first. A month the
+-- retention loop took out of the ledger (its tables no partition, dropped whole by the
+-- loop, by a later pass if one died in between) is not the ledger any more: erasing it
+-- would race with its drop.
 SELECT c.relname::text AS table_name,
        coalesce(array_agg(DISTINCT p.relname::text) FILTER (WHERE p.relname IS NOT NULL AND p.oid <> c.oid),
                 '{}'::text[]) AS references
@@ -10,6 +13,7 @@ SELECT c.relname::text AS table_name,
   LEFT JOIN pg_constraint f ON f.conrelid = c.oid AND f.contype = 'f'
   LEFT JOIN pg_class p ON p.oid = f.confrelid
  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+   AND c.relname !~ '^(runs|attempts|attempt_steps)_p[0-9]{6}$'
    AND EXISTS (SELECT 1 FROM pg_attribute a
                 WHERE a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped)
  GROUP BY c.relname
@@ -31,7 +35,8 @@ DELETE FROM tenants WHERE id = %(tenant_id)s;
 -- Every text and json column of every table of the schema, except columns a CHECK
 -- constraint governs (names, statuses, categories: identifiers a person's name must
 -- never rewrite, and which cannot hold an address), with the column that says which
--- tenant a row belongs to (tenant_id, or id for tenants itself; NULL: no tenant).
+-- tenant a row belongs to (tenant_id, or id for tenants itself; NULL: no tenant). A month
+-- taken out of the ledger is left to its drop, as in erasure_tenant_tables.
 SELECT c.relname::text AS table_name, array_agg(a.attname::text ORDER BY a.attnum) AS columns,
        array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum) AS types,
        CASE WHEN c.relname = 'tenants' THEN 'id'
@@ -42,6 +47,7 @@ SELECT c.relname::text AS table_name, array_agg(a.attname::text ORDER BY a.attnu
   JOIN pg_namespace n ON n.oid = c.relnamespace
   JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+   AND c.relname !~ '^(runs|attempts|attempt_steps)_p[0-9]{6}$'
    AND a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'jsonb'::regtype, 'json'::regtype)
    AND NOT EXISTS (SELECT 1 FROM pg_constraint k
                     WHERE k.conrelid = c.oid AND k.contype = 'c' AND a.attnum = ANY (k.conkey))

@@ -190,8 +190,12 @@ class LedgerRepository(StoreBase):
         row = self._row("ledger_cancel_run", {"run_id": run_id, "actor": actor, "now": now})
         return from_row(Run, row) if row else None
 
-    def get_run(self, run_id: int) -> Run | None:
-        row = self._row("ledger_get_run", {"run_id": run_id})
+    def get_run(self, run_id: int, scheduled_for: datetime | None = None) -> Run | None:
+        """The run by id; given its tick too (a caller holding the run), only its month is read."""
+        if scheduled_for is None:
+            row = self._row("ledger_get_run", {"run_id": run_id})
+        else:
+            row = self._row("ledger_get_run_in_month", {"run_id": run_id, "scheduled_for": scheduled_for})
         return from_row(Run, row) if row else None
 
     def get_run_for_tick(self, workflow_id: int, scheduled_for: datetime) -> Run | None:
@@ -202,8 +206,13 @@ class LedgerRepository(StoreBase):
         rows = self._rows("ledger_list_runs", {"workflow_id": workflow_id, "limit": limit, "before": before})
         return [from_row(Run, row) for row in rows]
 
-    def list_attempts(self, run_id: int) -> list[Attempt]:
-        return [from_row(Attempt, row) for row in self._rows("ledger_list_attempts", {"run_id": run_id})]
+    def list_attempts(self, run_id: int, scheduled_for: datetime | None = None) -> list[Attempt]:
+        """A run's attempts; given its tick, only its month is read."""
+        if scheduled_for is None:
+            rows = self._rows("ledger_list_attempts", {"run_id": run_id})
+        else:
+            rows = self._rows("ledger_list_attempts_in_month", {"run_id": run_id, "scheduled_for": scheduled_for})
+        return [from_row(Attempt, row) for row in rows]
 
 
 def tick_params(groups: Sequence[TickGroup], now: datetime, advances: Sequence[Advance]) -> dict[str, Any]:

@@ -257,7 +257,12 @@ WITH closed AS (
 SELECT closed.* FROM closed CROSS JOIN (SELECT count(*) FROM stopped) s;
 
 -- ledger_get_run --
+-- A run by id alone: one probe of every month's primary key (the key holds the month).
 SELECT * FROM runs WHERE id = %(run_id)s;
+
+-- ledger_get_run_in_month --
+-- A run by id and tick, for a caller that has the run already: one month's probe.
+SELECT * FROM runs WHERE id = %(run_id)s AND scheduled_for = %(scheduled_for)s;
 
 -- ledger_get_run_for_tick --
 SELECT * FROM runs WHERE workflow_id = %(workflow_id)s AND scheduled_for = %(scheduled_for)s AND NOT manual;
@@ -272,3 +277,7 @@ SELECT * FROM runs
 
 -- ledger_list_attempts --
 SELECT * FROM attempts WHERE run_id = %(run_id)s ORDER BY number;
+
+-- ledger_list_attempts_in_month --
+-- A run's attempts, given its tick: they live in its month, the only partition read.
+SELECT * FROM attempts WHERE run_id = %(run_id)s AND run_scheduled_for = %(scheduled_for)s ORDER BY number;

@@ -101,11 +101,11 @@ class RetentionRepository(StoreBase):
         nobody is writing to; reads of the ledger go on.
         """
         self._rows("retention_lock_partitions")
-        # A lock reads the catalog afresh: a month another replica dropped is gone after it.
+        # A lock reads the catalog afresh: a month another replica detached is no partition after it.
         self.conn.execute("LOCK TABLE runs, attempts, attempt_steps IN ACCESS SHARE MODE")
         names = self._month_tables(month)
-        if not self._exists(names[-1]):
-            return False  # another replica dropped it
+        if not self._is_partition(names[-1]):
+            return False  # another replica expired it
         self.conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(
             sql.SQL(", ").join(sql.Identifier(n) for n in names)))
         row = self._row("retention_month_keeps", {"lower": month.lower, "upper": month.upper, "now": now,
@@ -113,38 +113,78 @@ class RetentionRepository(StoreBase):
         return row is not None and not row["keeps"]
 
     def lock_ledger(self) -> None:
-        """Take what dropping a month needs, before `drop_month` in the same transaction.
+        """Take what detaching a month needs, before `detach_month` in the same transaction.
 
-        The parents are locked first (ACCESS EXCLUSIVE, what dropping a partition takes
-        anyway), in the order every ledger statement locks them, so the drop cannot
-        deadlock with one; the lock waits at most `lock_timeout`.
+        The parents are locked first (ACCESS EXCLUSIVE, what detaching a partition takes
+        anyway), in the order every ledger statement locks them, so the detach cannot
+        deadlock with one. Every ledger statement queues behind a waiting ACCESS EXCLUSIVE,
+        so the wait is short (`retention_lock_detach`): behind a long reader the month is
+        left to a later pass rather than the ledger held up.
         """
-        self._rows("retention_lock_partitions")
+        self._rows("retention_lock_detach")
         self.conn.execute("LOCK TABLE runs, attempts, attempt_steps IN ACCESS EXCLUSIVE MODE")
 
-    def drop_month(self, month: LedgerMonth) -> bool:
-        """Drop a month the caller found droppable; True when this call dropped it.
+    def detach_month(self, month: LedgerMonth) -> bool:
+        """Take a month the caller found droppable out of the ledger; True when this call did.
 
         In a transaction of its own, after the decision's, once `lock_ledger` holds the
-        parents. Between the decision and the drop nothing writes a month
-        past every retention: only kept rows are ever updated, and they kept it; a run
-        awaiting an outcome is checked again under the lock all the same.
+        parents. Between the decision and the detach nothing writes a month past every
+        retention: only kept rows are ever updated, and they kept it; a run awaiting an
+        outcome is checked again under the lock all the same. The month's tables become
+        standalone, still referencing each other but no longer tenants or workflows: a
+        foreign key's triggers live on the table it references too, and dropping the month
+        with them would hold those tables (ACCESS EXCLUSIVE) through the drop's long commit.
+        Here they are held as long as the ledger is, for a catalog change and a commit that
+        removes no file.
         """
         names = self._month_tables(month)
-        if not self._exists(names[-1]):
-            return False  # another replica dropped it
+        if not self._is_partition(names[-1]):
+            return False  # another replica expired it
         open_runs = self.conn.execute(
             sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE status IN ('queued', 'running', 'pending_retry'))")
             .format(sql.Identifier(names[-1]))).fetchone()
         if open_runs is None or open_runs[0]:
             return False
-        self.conn.execute(sql.SQL("DROP TABLE {}").format(sql.SQL(", ").join(sql.Identifier(n) for n in names)))
+        for name in names:
+            parent = name.removesuffix(f"_{month.suffix}")
+            self.conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(
+                sql.Identifier(parent), sql.Identifier(name)))
+        for row in self._rows("retention_outside_keys", {"tables": names}):
+            self.conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+                sql.Identifier(row["table_name"]), sql.Identifier(row["constraint_name"])))
         return True
 
-    @staticmethod
-    def _month_tables(month: LedgerMonth) -> list[str]:
-        return [f"{table}_{month.suffix}" for table in ("attempt_steps", "attempts", "runs")]
+    def detached_months(self) -> list[str]:
+        """Suffixes of months taken out of the ledger whose tables are still there, oldest first."""
+        return [row["suffix"] for row in self._rows("retention_detached_months")]
 
-    def _exists(self, name: str) -> bool:
-        found = self.conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()
-        return found is not None and found[0] is not None
+    def drop_detached(self, suffix: str) -> bool:
+        """Drop the tables of a month taken out of the ledger; True when this call dropped any.
+
+        In a transaction of its own, which locks nothing of the ledger but those tables, so
+        the commit's removal of their files holds up no reader or writer. Replicas (and a
+        pass finding what a crashed one left) serialize on the partitions' advisory lock,
+        and only tables that are no partition are dropped: a table is dropped once, and
+        never a live month.
+        """
+        self._rows("retention_lock_partitions")
+        names = [n for n in self._month_tables_of(suffix) if self._is_standalone(n)]
+        if names:
+            self.conn.execute(sql.SQL("DROP TABLE {}").format(sql.SQL(", ").join(sql.Identifier(n) for n in names)))
+        return bool(names)
+
+    @staticmethod
+    def _month_tables_of(suffix: str) -> list[str]:
+        return [f"{table}_{suffix}" for table in ("attempt_steps", "attempts", "runs")]
+
+    @classmethod
+    def _month_tables(cls, month: LedgerMonth) -> list[str]:
+        return cls._month_tables_of(month.suffix)
+
+    def _is_partition(self, name: str) -> bool:
+        row = self._row("retention_table_kind", {"name": name})
+        return row is not None and bool(row["partition"])
+
+    def _is_standalone(self, name: str) -> bool:
+        row = self._row("retention_table_kind", {"name": name})
+        return row is not None and not row["partition"]

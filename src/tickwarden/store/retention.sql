@@ -301,6 +301,41 @@ SELECT least(%(default_days)s::integer, min(metadata_days)) AS days FROM retenti
 SELECT set_config('lock_timeout', '2s', true),
        pg_advisory_xact_lock(hashtextextended(current_schema() || '.ledger_partitions', 0));
 
+-- retention_lock_detach --
+-- Serialize with partition creation, and wait for the ledger's locks a moment only: while
+-- ACCESS EXCLUSIVE waits, every ledger statement queues behind it, so behind a long reader
+-- the month is detached on a later pass instead.
+SELECT set_config('lock_timeout', '500ms', true),
+       pg_advisory_xact_lock(hashtextextended(current_schema() || '.ledger_partitions', 0));
+
+-- retention_table_kind --
+-- Whether a table of this schema exists (no row: it does not) and is a partition.
+SELECT c.relispartition AS partition
+  FROM pg_class c
+ WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = %(name)s AND c.relkind = 'r';
+
+-- retention_outside_keys --
+-- The foreign keys of a detached month's tables that reference a table outside the month.
+SELECT c.relname AS table_name, k.conname AS constraint_name
+  FROM pg_constraint k
+  JOIN pg_class c ON c.oid = k.conrelid
+ WHERE k.contype = 'f' AND c.relnamespace = current_schema()::regnamespace
+   AND c.relname = ANY (%(tables)s::text[])
+   AND k.confrelid NOT IN (SELECT o.oid FROM pg_class o
+                            WHERE o.relnamespace = current_schema()::regnamespace
+                              AND o.relname = ANY (%(tables)s::text[]))
+ ORDER BY c.relname, k.conname;
+
+-- retention_detached_months --
+-- Months taken out of the ledger whose tables are still there (a pass that died between
+-- the detach and the drop, or another replica's drop under way): the ledger's month
+-- tables by name that are no partition.
+SELECT DISTINCT substring(c.relname FROM '_(p[0-9]{6})$') AS suffix
+  FROM pg_class c
+ WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
+   AND c.relname ~ '^(runs|attempts|attempt_steps)_p[0-9]{6}$'
+ ORDER BY 1;
+
 -- retention_month_keeps --
 -- Whether a month of the ledger holds a run that retention must keep: a run still waiting
 -- for an outcome, or a workflow's run that is inside its tenant's metadata retention or

@@ -25,8 +25,8 @@ def get_run(scope: Scoped, run_id: RunId) -> s.RunDetailOut:
         view = store.api.get_run(run_id)
         if view is None:
             raise Problem(404, "Not found", f"No run {run_id}.")
-        attempts = store.ledger.list_attempts(run_id)
-        steps = store.api.list_run_steps(run_id)
+        attempts = store.ledger.list_attempts(run_id, view.run.scheduled_for)
+        steps = store.api.list_run_steps(run_id, view.run.scheduled_for)
     return convert.run_detail_out(view.run, view.tenant_name, view.workflow_name, attempts, steps)
 
 
