@@ -401,6 +401,9 @@ class Database:
         self.close()
 
 
+BEGIN, COMMIT, ROLLBACK = sql.SQL("BEGIN"), sql.SQL("COMMIT"), sql.SQL("ROLLBACK")  # see DedicatedDatabase.transaction
+
+
 class DedicatedDatabase(Database):
     """One connection instead of a pool, for a single-threaded caller (the simulator).
 
@@ -431,6 +434,38 @@ class DedicatedDatabase(Database):
             self._lent = False
             if not self._conn.closed and self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 self._conn.rollback()
+
+    @contextlib.contextmanager
+    def transaction(self, timeout: float | None = None) -> Iterator[Store]:
+        """Run one transaction in pipeline mode and hand out the store bound to it.
+
+        The same statements, in the same order, with the same results as `Database.transaction`,
+        in fewer round trips: BEGIN, SAVEPOINT and RELEASE go out with the statement after
+        them, and COMMIT on its own. A statement whose result is read waits for it (a flush,
+        not a sync: the transaction goes on), so what a pass reads is what it would have read.
+        A statement whose result is never read reports its error later, at the next read or
+        at the commit; the transaction is rolled back all the same.
+        """
+        from tickwarden.store import Store
+
+        with self.connection(timeout) as conn:
+            # BEGIN and COMMIT are sent as statements on an autocommit connection: psycopg's own
+            # transaction block would wait for BEGIN's result before the first statement.
+            conn.autocommit = True
+            try:
+                with conn.pipeline():
+                    conn.execute(BEGIN)
+                    yield Store(conn)
+                    conn.execute(COMMIT)
+            except BaseException:
+                # An error leaves the pipeline discarding what follows until its sync: roll
+                # back once it is over.
+                if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.execute(ROLLBACK)
+                raise
+            finally:
+                if not conn.closed:
+                    conn.autocommit = False
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
