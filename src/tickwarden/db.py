@@ -20,10 +20,10 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
-from psycopg import sql
+from psycopg import Transaction, sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -404,6 +404,23 @@ class Database:
 BEGIN, COMMIT, ROLLBACK = sql.SQL("BEGIN"), sql.SQL("COMMIT"), sql.SQL("ROLLBACK")  # see DedicatedDatabase.transaction
 
 
+class PipelinedConnection(psycopg.Connection[Any]):
+    """The dedicated connection: a transaction block opened inside a pipelined transaction is a savepoint.
+
+    libpq learns that the pipeline's BEGIN opened a transaction only at a sync; until
+    then psycopg would take a nested `transaction()` for an outer one (BEGIN … COMMIT,
+    committing the enclosing transaction early) instead of SAVEPOINT … RELEASE. So the
+    pipeline is synced first, which costs one round trip per savepoint.
+    """
+
+    @contextlib.contextmanager
+    def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False) -> Iterator[Transaction]:
+        if self._pipeline is not None:
+            self._pipeline.sync()
+        with super().transaction(savepoint_name, force_rollback) as tx:
+            yield tx
+
+
 class DedicatedDatabase(Database):
     """One connection instead of a pool, for a single-threaded caller (the simulator).
 
@@ -419,6 +436,9 @@ class DedicatedDatabase(Database):
         self._configure(url, schema, application_name)
         self._conn = self.connect()
         self._lent = False
+
+    def connect(self, **overrides: object) -> psycopg.Connection:
+        return PipelinedConnection.connect(self.url, **{**self._kwargs, **overrides})
 
     @contextlib.contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:

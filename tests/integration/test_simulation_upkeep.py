@@ -130,3 +130,26 @@ def test_a_dedicated_transaction_is_pipelined_and_reads_each_result_at_its_state
     with dedicated.probe() as store:
         names = [row[0] for row in store.conn.execute("SELECT name FROM tenants ORDER BY name").fetchall()]
     assert names == ["acme"]  # the first transaction committed, the failed one rolled back whole
+
+
+def test_a_transaction_block_inside_a_dedicated_transaction_is_a_savepoint(dedicated):
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        with dedicated.transaction() as store:
+            store.catalog.upsert_tenant("kept", NOW)
+            try:
+                with store.conn.transaction():  # a savepoint: rolling it back keeps what came before
+                    store.catalog.upsert_tenant("undone", NOW)
+                    store.conn.execute("SELECT * FROM no_such_table").fetchall()
+            except psycopg.errors.UndefinedTable:
+                pass
+            store.catalog.upsert_tenant("after", NOW)
+            with store.conn.transaction():  # released, not committed: the enclosing transaction goes on
+                store.catalog.upsert_tenant("released", NOW)
+            store.conn.execute("SELECT * FROM no_such_table").fetchall()
+    with dedicated.transaction() as store:
+        store.catalog.upsert_tenant("kept", NOW)
+        with store.conn.transaction():
+            store.catalog.upsert_tenant("inner", NOW)
+    with dedicated.probe() as store:
+        names = [row[0] for row in store.conn.execute("SELECT name FROM tenants ORDER BY name").fetchall()]
+    assert names == ["inner", "kept"]  # the first transaction rolled back whole, savepoint and all
