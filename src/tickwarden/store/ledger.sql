@@ -10,7 +10,7 @@ WITH wanted AS (
     SELECT *
       FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(scheduled_fors)b::timestamptz[],
                   %(retry_budgets)s::integer[], %(deadlines)b::timestamptz[], %(retry_backoffs)s::text[])
-           WITH ORDINALITY AS w (tenant_id, workflow_id, scheduled_for, retry_budget, deadline_at, retry_backoff, ord)
+           AS w (tenant_id, workflow_id, scheduled_for, retry_budget, deadline_at, retry_backoff)
 ), run AS (
     -- each tick's backoffs arrive as an array literal: unnest cannot carry ragged arrays
     INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,
@@ -18,13 +18,11 @@ WITH wanted AS (
     SELECT wanted.tenant_id, wanted.workflow_id, scheduled_for, false, 'queued', retry_budget,
            CASE WHEN w.kind = 'external' THEN 0 ELSE 1 END, deadline_at, %(now)s, retry_backoff::integer[]
       FROM wanted JOIN workflows w ON w.id = wanted.workflow_id
-     ORDER BY wanted.ord  -- runs are numbered in the caller's order, not the join's
         ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
     RETURNING *
 ), attempt AS (
     INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)
     SELECT tenant_id, workflow_id, id, scheduled_for, 1, 'queued', %(now)s FROM run WHERE attempts_count = 1
-     ORDER BY id
     RETURNING run_id
 ), advanced AS (
     UPDATE schedules s
@@ -219,7 +217,6 @@ SELECT m.tenant_id, m.workflow_id, m.id, m.scheduled_for, m.attempts_count, 'que
   FROM moved m
   JOIN attempts failed ON failed.run_id = m.id AND failed.run_scheduled_for = m.scheduled_for
                      AND failed.number = m.attempts_count - 1
- ORDER BY m.id  -- attempts are numbered in run order, not the join's
 RETURNING *;
 
 -- ledger_cancel_run --
