@@ -72,6 +72,10 @@ class PassStats:
     claim_ms: float
     insert_ms: float
     advance_ms: float
+    # The earliest pending fire time of an active schedule once the pass's writes were
+    # made (None: no active schedule): what a look at the schedules would read until
+    # another writer moves one (the simulator skips idle passes on it).
+    earliest: datetime | None = None
 
 
 class Ticker:
@@ -130,7 +134,7 @@ class Ticker:
         self.fired += len(ticks)
         self.created += len(created)
         self.last_pass = PassStats(len(due), len(ticks), len(created), (t1 - t0) * 1000, (t2 - t1) * 1000,
-                                   (t3 - t2) * 1000)
+                                   (t3 - t2) * 1000, earliest)
         if created:
             log.info("ticker: %d run(s) created for %d due schedule(s)", len(created), len(due))
         if len(due) >= self.batch:

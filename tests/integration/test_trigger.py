@@ -213,3 +213,13 @@ def test_a_pass_sleeps_until_the_next_fire_or_looks_again_soon_while_a_due_sched
         assert ticker.run_once(minute(12, 2)) == minute(12, 2) + timedelta(seconds=1)
     # the moved entries' new times count too: after 12:02 fires, the next wake-up is 12:03
     assert ticker.run_once(minute(12, 2) + timedelta(seconds=1)) == minute(12, 3)
+
+
+def test_a_pass_reports_the_earliest_fire_time_it_read_after_its_own_writes(db, tmp_path):
+    apply(db, tmp_path, T0)
+    ticker = Ticker(db)
+    ticker.run_once(minute(12, 1))
+    # what a look at the schedules reads now: the every-minute entry, moved on to 12:02
+    with db.transaction() as store:
+        assert store.trigger.earliest_fire() == minute(12, 2)
+    assert ticker.last_pass is not None and ticker.last_pass.earliest == minute(12, 2)
