@@ -77,6 +77,10 @@ class PassStats:
     claim_ms: float
     insert_ms: float
     advance_ms: float
+    # The earliest pending fire time of an active schedule once the pass's writes were
+    # made (None: no active schedule): what a look at the schedules would read until
+    # another writer moves one (the simulator skips idle passes on it).
+    earliest: datetime | None = None
 
 
 class Ticker:
@@ -136,7 +140,8 @@ class Ticker:
         t3 = time.perf_counter()
         self.fired += fired
         self.created += created
-        self.last_pass = PassStats(claimed, fired, created, (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000)
+        self.last_pass = PassStats(claimed, fired, created, (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000,
+                                   earliest)
         if created:
             log.info("ticker: %d run(s) created for %d due schedule(s)", created, claimed)
         if claimed >= self.batch:

@@ -36,8 +36,9 @@ class Recorded(Simulation):
         with db.transaction() as store:
             for table, order in TABLES.items():
                 cursor = store.conn.execute(f"SELECT * FROM {table} ORDER BY {order}")
+                rows = cursor.fetchall()  # first: in pipeline mode the description comes with the rows
                 names = [column.name for column in cursor.description]
-                outcome.extra[table] = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+                outcome.extra[table] = [dict(zip(names, row, strict=True)) for row in rows]
         return outcome
 
 

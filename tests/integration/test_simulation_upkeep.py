@@ -112,3 +112,44 @@ def test_a_simulations_tables_are_unlogged_scratch_with_their_foreign_keys_intac
         assert foreign_keys > 10
     finally:
         simulation._drop_schema(TEST_URL)
+
+
+def test_a_dedicated_transaction_is_pipelined_and_reads_each_result_at_its_statement(dedicated):
+    with dedicated.transaction() as store:
+        # BEGIN goes out with the first statement, not on its own round trip
+        assert store.conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
+        tenant = store.catalog.upsert_tenant("acme", NOW)
+        store.secrets.upsert_secret(tenant.id, "token", "k1", b"sealed", NOW)
+        # a row count, like rows, is there when the statement returns
+        assert store.secrets.delete_secret(tenant.id, "token") is True
+        assert store.secrets.delete_secret(tenant.id, "token") is False
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        with dedicated.transaction() as store:
+            store.catalog.upsert_tenant("rolled-back", NOW)
+            store.conn.execute("SELECT * FROM no_such_table").fetchall()
+    with dedicated.probe() as store:
+        names = [row[0] for row in store.conn.execute("SELECT name FROM tenants ORDER BY name").fetchall()]
+    assert names == ["acme"]  # the first transaction committed, the failed one rolled back whole
+
+
+def test_a_transaction_block_inside_a_dedicated_transaction_is_a_savepoint(dedicated):
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        with dedicated.transaction() as store:
+            store.catalog.upsert_tenant("kept", NOW)
+            try:
+                with store.conn.transaction():  # a savepoint: rolling it back keeps what came before
+                    store.catalog.upsert_tenant("undone", NOW)
+                    store.conn.execute("SELECT * FROM no_such_table").fetchall()
+            except psycopg.errors.UndefinedTable:
+                pass
+            store.catalog.upsert_tenant("after", NOW)
+            with store.conn.transaction():  # released, not committed: the enclosing transaction goes on
+                store.catalog.upsert_tenant("released", NOW)
+            store.conn.execute("SELECT * FROM no_such_table").fetchall()
+    with dedicated.transaction() as store:
+        store.catalog.upsert_tenant("kept", NOW)
+        with store.conn.transaction():
+            store.catalog.upsert_tenant("inner", NOW)
+    with dedicated.probe() as store:
+        names = [row[0] for row in store.conn.execute("SELECT name FROM tenants ORDER BY name").fetchall()]
+    assert names == ["inner", "kept"]  # the first transaction rolled back whole, savepoint and all

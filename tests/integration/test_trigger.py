@@ -285,3 +285,13 @@ def test_shared_fire_times_match_each_schedule_computed_on_its_own_across_dst_an
     drive(db, start, end, step=timedelta(hours=3))
     for name, fires in walks.items():
         assert len(fires) > 20 and ticks(db, name) == fires, name
+
+
+def test_a_pass_reports_the_earliest_fire_time_it_read_after_its_own_writes(db, tmp_path):
+    apply(db, tmp_path, T0)
+    ticker = Ticker(db)
+    ticker.run_once(minute(12, 1))
+    # what a look at the schedules reads now: the every-minute entry, moved on to 12:02
+    with db.transaction() as store:
+        assert store.trigger.earliest_fire() == minute(12, 2)
+    assert ticker.last_pass is not None and ticker.last_pass.earliest == minute(12, 2)

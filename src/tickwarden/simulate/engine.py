@@ -116,11 +116,12 @@ class IdlePasses:
         """Whether the ledger must be read to decide: the bound is not past and something unknown was written."""
         return self.due[name] > now and name in self._stale
 
-    def looked(self, name: str, due: datetime | None, cap: datetime | None) -> None:
+    def looked(self, name: str, due: datetime | None, cap: datetime | None, *, counted: bool = True) -> None:
+        """What the look read (`counted=False`: what a real pass read with the look's own query)."""
         self.due[name] = due or self.never
         self.cap[name] = cap or self.never
         self._stale.discard(name)
-        self.looks += 1
+        self.looks += counted
 
     def passed(self, name: str, due: datetime | None = None) -> None:
         """A real pass consumed the loop's own work: what is left is due at `due`, or must be read."""
@@ -598,7 +599,9 @@ class Simulation:
         def touched(name: str, loop: Any, now: datetime, following: datetime) -> None:
             """After a real pass of `name`: the loops whose work it may have brought forward.
 
-            What the pass consumed of its own work is read again (`passed`). The ticker's
+            What the pass consumed of its own work is read again (`passed`), except where
+            the pass itself says what is left: the ticker read its earliest fire time, and a
+            deadline pass that found work is followed by a pass. The ticker's
             runs: attempts queued now (the worker is woken) and deadlines; a lease: a lease
             that runs out LEASE_SECONDS later; a reaped attempt: the poller's, now; the
             poller's retries: queued for when they fall due; an alert opened or counting
@@ -608,8 +611,16 @@ class Simulation:
             """
             if idle is None or name not in idle.loops:
                 return
-            if name == "ticker" and following < now + loop.max_sleep:
-                idle.passed(name, following)  # its earliest fire time: only the ticker moves schedules
+            if name == "ticker" and loop.last_pass is not None:
+                # The pass read the earliest fire time after its own writes, with the very
+                # query of the ticker's look, and only the ticker moves schedules (a world
+                # event that may publish or edit one makes it stale again): that is its look.
+                idle.looked(name, loop.last_pass.earliest, loop.last_pass.earliest, counted=False)
+            elif name == "deadlines" and (loop.last.audited_schedules or loop.last.overdue_runs):
+                # A pass that found work is followed by a pass, not a look: on a fleet where a
+                # tick falls due every minute the look would nearly always answer "now". An
+                # early `due` only costs an idle pass, which writes nothing.
+                idle.passed(name, following)
             else:
                 idle.passed(name)
             if name == "ticker" and loop.last_pass and loop.last_pass.created:

@@ -10,12 +10,13 @@ from datetime import datetime
 from typing import Any, get_type_hints
 
 import psycopg
-from psycopg.pq import ExecStatus
-from psycopg.rows import dict_row
+from psycopg.pq import ExecStatus, PipelineStatus
+from psycopg.rows import Row, dict_row
 
 from tickwarden.store.queries import queries
 
 TUPLES_OK = ExecStatus.TUPLES_OK
+COMMAND_OK = ExecStatus.COMMAND_OK
 SQL_TYPES = {int: "bigint", str: "text", bool: "boolean", float: "double precision", datetime: "timestamptz"}
 
 
@@ -37,6 +38,27 @@ def unnested(name: str, cls: type) -> str:
     return queries()[name].replace("{unnest}", f"unnest({', '.join(arrays)}) AS w ({', '.join(names)})")
 
 
+def _read(cur: psycopg.Cursor[Row]) -> list[Row] | None:
+    """The rows of the statement `cur` just executed, or None for a statement that returns none.
+
+    The result's status, not `cur.description`: that builds a Column object per column on
+    every call, a sizeable cost on the loops' hottest statements. In pipeline mode (the
+    simulator's transactions: `DedicatedDatabase.transaction`) the result has not arrived
+    when `execute` returns: it is asked for here, so every statement's rows, row count and
+    error are known before the caller goes on, as outside pipeline mode.
+    """
+    result = cur.pgresult
+    if result is None and cur.connection.pgconn.pipeline_status != PipelineStatus.OFF:
+        try:
+            return cur.fetchall()
+        except psycopg.ProgrammingError:
+            result = cur.pgresult  # a command, which has no rows to fetch, or an error to raise
+            if result is None or result.status != COMMAND_OK:
+                raise
+            return None
+    return cur.fetchall() if result is not None and result.status == TUPLES_OK else None
+
+
 class StoreBase:
     """Runs named queries on one connection (inside the caller's transaction)."""
 
@@ -55,10 +77,7 @@ class StoreBase:
     def _fetch(self, text: str, params: dict[str, Any] | None) -> list[dict[str, Any]]:
         with self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(text, params or {})
-            # The result's status, not `cur.description`: that builds a Column object per
-            # column on every call, a sizeable cost on the loops' hottest statements.
-            result = cur.pgresult
-            return cur.fetchall() if result is not None and result.status == TUPLES_OK else []
+            return _read(cur) or []
 
     def _exchange(self, statements: Sequence[tuple[str, dict[str, Any]]]) -> list[list[dict[str, Any]]]:
         """Send named statements together and read their rows after: one round trip, one transaction.
@@ -87,4 +106,5 @@ class StoreBase:
     def _execute(self, name: str, params: dict[str, Any] | None = None) -> int:
         with self.conn.cursor() as cur:
             cur.execute(queries()[name], params or {})
+            _read(cur)  # in pipeline mode the row count, like the rows, arrives when asked for
             return cur.rowcount

@@ -13,7 +13,8 @@ SELECT pg_notify('tickwarden_wake', 'notifier');
 -- makes a second fan-out a no-op. A self-test's synthetic tenant also reaches the
 -- channels lent to it (`selftests.lent_channel_ids`); with `no_send` its rows are
 -- held: written, due only in the year 9999 (finite: drivers cannot read infinity),
--- so no notifier sends them.
+-- so no notifier sends them. Rows are numbered in (event, channel) order, which is
+-- the order a thread's deliveries and same-instant notifications follow.
 INSERT INTO notification_outbox (tenant_id, event_id, alert_id, channel_id, status, next_attempt_at, created_at)
 SELECT e.tenant_id, e.id, e.alert_id, c.id, 'pending',
        CASE WHEN st.no_send THEN '9999-01-01 00:00:00+00'::timestamptz ELSE %(now)s END, %(now)s
@@ -33,6 +34,7 @@ SELECT e.tenant_id, e.id, e.alert_id, c.id, 'pending',
    AND NOT (e.internal AND c.audience = 'customer')
    AND (c.severities IS NULL OR e.severity = ANY (c.severities))
    AND (c.events IS NULL OR e.kind = ANY (c.events))
+ ORDER BY e.id, c.id  -- ids follow event then channel, whatever order the plan reads them in
     ON CONFLICT (event_id, channel_id) DO NOTHING
 RETURNING id;
 
