@@ -8,7 +8,8 @@ from datetime import timedelta
 import httpx
 
 from tests.apiutil import api, live_server, make_token, seed_tenant
-from tickwarden import maintenance, secrets
+from tickwarden import auth, maintenance, secrets
+from tickwarden.ack_links import platform_secrets
 from tickwarden.transports.recording import RecordingTransport
 
 # A valid body for every endpoint that takes one, so requests pass validation and reach authorization.
@@ -65,6 +66,9 @@ def test_every_endpoint_hides_another_tenants_objects(db, clock):
         window = maintenance.add_window(store, "acme", None, maintenance.window_spec(
             start=clock.now() + timedelta(days=1), end=clock.now() + timedelta(days=1, hours=2)), "ops", clock.now())
     before = acme_snapshot(db, acme)
+    acme_credential = auth.issue_run_credential(
+        auth.RunKey("acme", "nightly", clock.now() - timedelta(days=1), 1, "ops@acme.test"), clock.now(),
+        platform_secrets()[0])
     recording = RecordingTransport()
     # `key`: a ping URL's key is its own credential (no token), so the intruder can only guess one
     values = {"tenant": "acme", "workflow": "nightly", "run_id": acme.run_ids[-1], "alert_id": acme.alert_id,
@@ -92,6 +96,11 @@ def test_every_endpoint_hides_another_tenants_objects(db, clock):
                     body = {"tenant": "acme", "dry_run": True} if method == "post" else None
                     response = client.request(method, url, json=body)
                     assert response.status_code == 403, (method, path, response.status_code, response.text)
+                elif (method, path) == ("post", "/api/run-credentials/verify"):
+                    # a genuine credential of acme's, presented by globex's token
+                    response = client.request(method, url, json={"credential": acme_credential})
+                    assert response.status_code == 200, (method, path, response.text)
+                    assert response.json()["valid"] is False, response.text
                 else:
                     response = client.request(method, url)
                     assert response.status_code == 200, (method, path, response.text)
