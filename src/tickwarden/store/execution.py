@@ -119,14 +119,6 @@ class ExecutionRepository(StoreBase):
         assert row is not None
         return from_row(Environment, row)
 
-    def record_attempt_steps(self, attempt_id: int, tenant_id: int, steps: list[dict[str, Any]]) -> int:
-        """Write the per-step rows of an attempt; return how many were new."""
-        if not steps:
-            return 0
-        return self._execute(
-            "execution_record_attempt_steps", {"attempt_id": attempt_id, "tenant_id": tenant_id, "steps": Jsonb(steps)}
-        )
-
     def release_attempt(self, attempt_id: int, worker_id: str) -> bool:
         """Put a leased attempt back in the queue; False when this worker no longer held it."""
         return bool(self.release_attempts([attempt_id], worker_id))

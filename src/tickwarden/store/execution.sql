@@ -12,20 +12,6 @@ UNION ALL
 SELECT * FROM environments WHERE tenant_id = %(tenant_id)s AND name = 'default'
 LIMIT 1;
 
--- execution_record_attempt_steps --
--- Write what each step of an attempt did, in one statement. Called in the same
--- transaction as finish_attempt and only when that applied, so a result delivered
--- twice writes its steps once; ON CONFLICT is the second line of defence.
-INSERT INTO attempt_steps (attempt_id, run_scheduled_for, tenant_id, step, position, status, started_at,
-                           finished_at, log, output, error)
-SELECT a.id, a.run_scheduled_for, %(tenant_id)s, s.step, s.position, s.status, s.started_at, s.finished_at,
-       coalesce(s.log, ''), s.output, s.error
-  FROM attempts a,
-       jsonb_to_recordset(%(steps)s) AS s(step text, position integer, status text, started_at timestamptz,
-                                           finished_at timestamptz, log text, output jsonb, error text)
- WHERE a.id = %(attempt_id)s
-    ON CONFLICT (attempt_id, step, run_scheduled_for) DO NOTHING;
-
 -- execution_release_attempts --
 -- Hand leased attempts back to the queue (a worker stopping before it could start
 -- or finish them, or prefetched ones left waiting behind a long attempt).
