@@ -76,3 +76,28 @@ def test_a_fleet_with_crashes_outages_and_alerts_gives_the_same_ledger():
     for part in stepped:
         assert skipped[part] == stepped[part], part
     assert skipping.idle is not None and skipping.idle.skipped > 0
+
+
+def test_the_lease_reaper_passes_only_when_a_crashed_attempts_lease_has_run_out(monkeypatch):
+    """Its due is the simulated worker's, exact: every pass after the first reaps something."""
+    from tickwarden.reaper import LeaseReaper
+
+    passes: list[int] = []
+    original = LeaseReaper.run_once
+
+    def counted(self, now):
+        following = original(self, now)
+        passes.append(len(self.last_reaped))
+        return following
+
+    monkeypatch.setattr(LeaseReaper, "run_once", counted)
+    raw, _, _ = build(40, 1, 7)
+    raw["end"] = isoformat_z(START + timedelta(hours=14))
+    raw["manual_runs"] = []
+    simulation = Simulation(parse_scenario(raw, source="test"), url=TEST_URL)
+    outcome = simulation.run()
+    lost = [a for a in outcome.attempts if a["status"] == "lost"]
+    assert lost, "the fleet must crash"
+    first, *rest = passes  # every loop's first pass runs
+    assert rest and all(reaped for reaped in rest), passes
+    assert sum(passes) == len(lost)

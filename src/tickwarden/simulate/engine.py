@@ -75,7 +75,6 @@ LEASE_SECONDS = 60
 WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
 
 
-REAPER_GRACE_SECONDS = 300  # store.reaper_waiting's default: when a vanished worker's instance is abandoned
 
 
 class IdlePasses:
@@ -93,9 +92,10 @@ class IdlePasses:
     Per loop, `due` is a lower bound of the first instant its look could match a row.
     It comes from the ledger (`simulation_next_due_*`, one index probe, read only when the loop
     is due to pass, its bound is past, and something it cannot account for was written
-    since: `stale`), or is lowered exactly by what the simulator knows it wrote (a lease
-    expires LEASE_SECONDS later; a retry is queued for its backoff's end; a pass that
-    woke a loop makes it due now). Either kind of write also pulls a loop whose wake-up
+    since: `stale`), or is lowered exactly by what the simulator knows it wrote (a retry
+    is queued for its backoff's end; a pass that woke a loop makes it due now). The lease
+    reaper's is never read: the simulated worker took every lease and knows when the
+    first one left to run out does (`SimulatedWorker.next_expiry`; a crash lowers it). Either kind of write also pulls a loop whose wake-up
     was pushed ahead back to the next instant of its chain after the write, where the
     decision is taken again.
     """
@@ -313,6 +313,9 @@ class SimulatedWorker:
         self.finished: list[tuple[int, AttemptOutcome, datetime]] = []  # outcomes not yet written
         self.renewed: dict[int, datetime] = {}  # attempt id -> its newest renewal not yet written
         self.written_lease: dict[int, datetime] = {}  # attempt id -> lease expiry the ledger shows
+        self.lease_until: dict[int, datetime] = {}  # attempt id in flight -> expiry of its newest lease or renewal
+        self.crashed: dict[int, datetime] = {}  # attempt id the worker died in -> when its last lease runs out
+        self.on_crashed: Callable[[datetime, datetime], None] = lambda now, expiry: None  # wakes the lease reaper
 
     def flush_for(self, reader: str, now: datetime) -> None:
         """Write what the worker did since the last flush, if pass `reader` could see it."""
@@ -355,14 +358,19 @@ class SimulatedWorker:
             plan = self.model.plan(self.workflows[attempt.workflow_id], attempt, scheduled_for, now)
             self.in_flight[attempt.id] = plan.at
             self.written_lease[attempt.id] = now + timedelta(seconds=LEASE_SECONDS)
+            self.lease_until[attempt.id] = now + timedelta(seconds=LEASE_SECONDS)
             self.queue.at(plan.at, ORDER["world"], self._ender(attempt, plan))
         return now + timedelta(seconds=WORKER_POLL_SECONDS)
 
     def _ender(self, attempt: Attempt, plan: Plan) -> Callable[[datetime], None]:
         def end(now: datetime) -> None:
             self.in_flight.pop(attempt.id, None)
+            expiry = self.lease_until.pop(attempt.id)
             if plan.outcome is None:
-                return  # the worker died here: nothing more is written, the lease will run out
+                # The worker died here: nothing more is written, the lease will run out.
+                self.crashed[attempt.id] = expiry
+                self.on_crashed(now, expiry)
+                return
             # A renewal not yet written still goes out, just before the outcome (which clears the
             # lease): the ledger then shows the attempt's last heartbeat whenever the flush happens,
             # as the real worker's would. Until the outcome is written, the lease the ledger shows
@@ -372,6 +380,25 @@ class SimulatedWorker:
 
         return end
 
+    def next_expiry(self) -> datetime | None:
+        """The first instant a lease this worker took can be found expired in the ledger (None: none can).
+
+        The simulated worker is the only one that leases, so the leases in the ledger are
+        exactly those it took and renewed. An attempt in flight is renewed every
+        LEASE_SECONDS / 3, so its lease never runs out; only the attempt of a crash keeps
+        its last lease until it expires and the reaper takes it. (No simulated attempt
+        runs in an environment instance: the reaper's other work never arises.)
+        """
+        return min(self.crashed.values(), default=None)
+
+    def reaped(self, attempt_ids: list[int], now: datetime, full: bool) -> None:
+        """The lease reaper's pass at `now` took these attempts; after a pass that was not full, none is left due."""
+        for attempt_id in attempt_ids:
+            self.crashed.pop(attempt_id, None)
+        if not full:  # an expired attempt it left was not running any more (cancelled, say)
+            for attempt_id in [a for a, expiry in self.crashed.items() if expiry <= now]:
+                del self.crashed[attempt_id]
+
     def heartbeat(self, now: datetime) -> datetime | None:
         """Renew the lease of every attempt still alive, as the real worker's heartbeat does.
 
@@ -380,6 +407,7 @@ class SimulatedWorker:
         for attempt_id, stops in self.in_flight.items():
             if stops > now:
                 self.renewed[attempt_id] = now
+                self.lease_until[attempt_id] = now + timedelta(seconds=LEASE_SECONDS)
         if not self.in_flight:
             return None
         return now + timedelta(seconds=LEASE_SECONDS / 3)
@@ -602,8 +630,7 @@ class Simulation:
             What the pass consumed of its own work is read again (`passed`), except where
             the pass itself says what is left: the ticker read its earliest fire time, and a
             deadline pass that found work is followed by a pass. The ticker's
-            runs: attempts queued now (the worker is woken) and deadlines; a lease: a lease
-            that runs out LEASE_SECONDS later; a reaped attempt: the poller's, now; the
+            runs: attempts queued now (the worker is woken) and deadlines; a reaped attempt: the poller's, now; the
             poller's retries: queued for when they fall due; an alert opened or counting
             more failures may escalate (the escalation clock); every alert event is a
             delivery (the notifier is woken). The other loops a pass cannot have brought
@@ -626,8 +653,6 @@ class Simulation:
             if name == "ticker" and loop.last_pass and loop.last_pass.created:
                 touch("worker", now, now)
                 touch("deadlines", now)
-            elif name == "worker" and worker.in_flight:
-                touch("lease-reaper", now, now + timedelta(seconds=LEASE_SECONDS))
             elif name == "lease-reaper" and loop.last_reaped:
                 touch("poller", now, now)
             elif name in ("poller", "deadlines"):
@@ -643,9 +668,12 @@ class Simulation:
 
         def step(name: str, now: datetime) -> None:
             if idle is not None and name in idle.loops:
-                if idle.must_look(name, now):
+                if name == "lease-reaper":
+                    # Every lease in the ledger is the simulated worker's: it knows when the first runs out.
+                    idle.looked(name, worker.next_expiry(), None, counted=False)
+                elif idle.must_look(name, now):
                     with db.probe() as store:
-                        idle.looked(name, *SimulationRepository(store.conn).next_due(name, now, kinds, REAPER_GRACE_SECONDS))
+                        idle.looked(name, *SimulationRepository(store.conn).next_due(name, now, kinds))
                 if idle.due[name] > now:
                     # This pass would find nothing: the loop wakes where its chain of idle
                     # passes first reaches the instant its work could be due.
@@ -655,6 +683,8 @@ class Simulation:
             worker.flush_for(name, now)  # the pass sees what the worker did before it
             loop = by_name[name]
             following = loop.run_once(now)
+            if name == "lease-reaper":
+                worker.reaped([item.attempt_id for item in loop.last_reaped], now, following <= now)
             schedule(name, max(following, now + timedelta(milliseconds=1)))
             touched(name, loop, now, following)
             woken = wakes.get(name)
@@ -683,6 +713,7 @@ class Simulation:
             schedule("poller", now)
 
         worker.on_finished = finished
+        worker.on_crashed = lambda now, expiry: touch("lease-reaper", now, expiry)
         for key, at in self.scenario.manual_runs:
             self.queue.at(at, ORDER["world"], self._manual(db, key, setup))
         for key, at, by in self.scenario.cancellations:

@@ -66,8 +66,7 @@ class SimulationRepository(StoreBase):
         if tables:
             self.conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
 
-    def next_due(self, loop: str, now: datetime, kinds: Sequence[str], grace_seconds: int
-                     ) -> tuple[datetime | None, datetime | None]:
+    def next_due(self, loop: str, now: datetime, kinds: Sequence[str]) -> tuple[datetime | None, datetime | None]:
         """When loop `loop` could next find work in the ledger as it stands (a lower bound; None: never).
 
         The second value is the instant the loop's idle pass returns as its next wake-up
@@ -75,7 +74,7 @@ class SimulationRepository(StoreBase):
         delivery (None for the other loops, which return `now + interval`).
         """
         row = self._row(f"simulation_next_due_{loop.replace('-', '_')}",
-                        {"now": now, "kinds": list(kinds), "grace_seconds": grace_seconds})
+                        {"now": now, "kinds": list(kinds)})
         assert row is not None
         if loop == "notifier":
             present = [v for v in (row["due"], row["stale"]) if v is not None]

@@ -142,14 +142,6 @@ SELECT min(next_fire_at) AS due FROM schedules WHERE status = 'active';
 -- simulation_next_due_worker --
 SELECT min(queued_at) AS due FROM attempts WHERE status = 'queued';
 
--- simulation_next_due_lease_reaper --
-SELECT least(
-    (SELECT min(lease_expires_at) FROM attempts WHERE status = 'running'),
-    (SELECT min(i.last_used_at + make_interval(secs => e.idle_timeout_seconds + %(grace_seconds)s))
-       FROM environment_instances i
-       JOIN environments e ON e.id = i.environment_id
-      WHERE i.status IN ('starting', 'warm', 'busy'))) AS due;
-
 -- simulation_next_due_poller --
 SELECT min(finished_at) AS due FROM attempts
  WHERE processed_at IS NULL AND status IN ('succeeded', 'failed', 'lost', 'cancelled');
