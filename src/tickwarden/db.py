@@ -364,6 +364,12 @@ class Database:
                     conn.autocommit = False
 
     @contextlib.contextmanager
+    def maintenance(self) -> Iterator[Store]:
+        """Lend a store on which every statement commits on its own, outside any transaction (VACUUM)."""
+        with self.probe() as store:
+            yield store
+
+    @contextlib.contextmanager
     def autocommit(self, *, relaxed: bool = False) -> Iterator[Store]:
         """Lend a store on which every statement commits on its own.
 
@@ -427,70 +433,137 @@ class PipelinedConnection(psycopg.Connection[Any]):
 
 
 class DedicatedDatabase(Database):
-    """One connection instead of a pool, for a single-threaded caller (the simulator).
+    """One connection instead of a pool, kept in pipeline mode, for a single-threaded caller (the simulator).
 
     The simulator runs every loop's pass one after the other, tens of thousands of
     them per virtual day; the pool's check-out and return bookkeeping is a sizeable
-    part of a pass that is one short statement. The connection is lent to one
-    borrower at a time: a nested borrow is a programming error, not a second
-    connection, and says so. A connection returned inside a transaction is rolled
-    back, as the pool does.
+    part of a pass that is one short statement, and so is every round trip that carries
+    no answer anybody waits for. So the connection stays in pipeline mode from one
+    borrow to the next: every borrow (`transaction`, `probe`, `autocommit`) is one
+    transaction, BEGIN … COMMIT, sent as statements on an autocommit connection, and a
+    round trip is made only where a result is read (a flush: everything sent before it
+    goes with it) or a savepoint needs the server's transaction status (a sync). A
+    COMMIT, and a write whose result nobody reads (the simulated worker's), goes out
+    with the next statement that is read. Each borrow sees what the borrows before it
+    wrote (one session, in order); a statement's error is raised at the first read
+    after it, and the borrow open then is rolled back.
+
+    The connection is lent to one borrower at a time: a nested borrow is a programming
+    error, not a second connection, and says so. `connection` and `maintenance` leave
+    pipeline mode first (a sync, which also settles every pending commit); a connection
+    lent by `connection` and returned inside a transaction is rolled back, as the pool does.
     """
 
     def __init__(self, url: str | None = None, *, schema: str | None = None, application_name: str = "tickwarden"):
         self._configure(url, schema, application_name)
-        self._conn = self.connect()
+        self._conn = self._open()
+        self._pipeline: contextlib.ExitStack | None = None  # the pipeline kept open across borrows
         self._lent = False
 
     def connect(self, **overrides: object) -> psycopg.Connection:
         return PipelinedConnection.connect(self.url, **{**self._kwargs, **overrides})
 
+    def _open(self) -> psycopg.Connection:
+        return self.connect(autocommit=True)
+
     @contextlib.contextmanager
-    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
-        """Lend the connection; roll back whatever the borrower left open."""
+    def _borrow(self) -> Iterator[psycopg.Connection]:
         if self._lent:
             raise RuntimeError("the dedicated connection is already lent: nested use needs a pooled Database")
         if self._conn.closed:
-            self._conn = self.connect()
+            self._conn, self._pipeline = self._open(), None
         self._lent = True
         try:
             yield self._conn
         finally:
             self._lent = False
-            if not self._conn.closed and self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                self._conn.rollback()
+
+    def _leave_pipeline(self, exc: BaseException | None = None) -> None:
+        """Sync the kept pipeline and leave pipeline mode: every result, and every error, is in."""
+        stack, self._pipeline = self._pipeline, None
+        if stack is not None and not self._conn.closed:
+            if exc is None:
+                stack.close()
+            else:
+                stack.__exit__(type(exc), exc, exc.__traceback__)  # logs, never raises, a second error
 
     @contextlib.contextmanager
-    def transaction(self, timeout: float | None = None) -> Iterator[Store]:
-        """Run one transaction in pipeline mode and hand out the store bound to it.
-
-        The same statements, in the same order, with the same results as `Database.transaction`,
-        in fewer round trips: BEGIN, SAVEPOINT and RELEASE go out with the statement after
-        them, and COMMIT on its own. A statement whose result is read waits for it (a flush,
-        not a sync: the transaction goes on), so what a pass reads is what it would have read.
-        A statement whose result is never read reports its error later, at the next read or
-        at the commit; the transaction is rolled back all the same.
-        """
-        from tickwarden.store import Store
-
-        with self.connection(timeout) as conn:
-            # BEGIN and COMMIT are sent as statements on an autocommit connection: psycopg's own
-            # transaction block would wait for BEGIN's result before the first statement.
-            conn.autocommit = True
+    def _pipelined(self) -> Iterator[psycopg.Connection]:
+        """Lend the connection in the kept pipeline for one transaction; on an error, roll it back."""
+        with self._borrow() as conn:
+            if self._pipeline is None:
+                stack = contextlib.ExitStack()
+                stack.enter_context(conn.pipeline())
+                self._pipeline = stack
             try:
-                with conn.pipeline():
-                    conn.execute(BEGIN)
-                    yield Store(conn)
-                    conn.execute(COMMIT)
-            except BaseException:
+                conn.execute(BEGIN)
+                yield conn
+                conn.execute(COMMIT)
+            except BaseException as exc:
                 # An error leaves the pipeline discarding what follows until its sync: roll
                 # back once it is over.
+                self._leave_pipeline(exc)
                 if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     conn.execute(ROLLBACK)
                 raise
+
+    @contextlib.contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
+        """Lend the connection outside pipeline mode, not in autocommit; roll back whatever the borrower left open."""
+        with self._borrow() as conn:
+            self._leave_pipeline()
+            conn.autocommit = False
+            try:
+                yield conn
             finally:
                 if not conn.closed:
-                    conn.autocommit = False
+                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                        conn.rollback()
+                    conn.autocommit = True
+
+    @contextlib.contextmanager
+    def transaction(self, timeout: float | None = None) -> Iterator[Store]:
+        """Run one transaction in the kept pipeline and hand out the store bound to it.
+
+        The same statements, in the same order, with the same results as `Database.transaction`,
+        in fewer round trips: BEGIN, SAVEPOINT, RELEASE and COMMIT go out with the statement
+        after them. A statement whose result is read waits for it (a flush, not a sync: the
+        pipeline goes on), so what a pass reads is what it would have read.
+        """
+        from tickwarden.store import Store
+
+        with self._pipelined() as conn:
+            yield Store(conn)
+
+    @contextlib.contextmanager
+    def probe(self) -> Iterator[Store]:
+        """A read-only look, as one transaction of the kept pipeline (see the class)."""
+        from tickwarden.store import Store
+
+        with self._pipelined() as conn:
+            yield Store(conn)
+
+    @contextlib.contextmanager
+    def autocommit(self, *, relaxed: bool = False) -> Iterator[Store]:
+        """One-statement operations, as one transaction of the kept pipeline (see the class)."""
+        from tickwarden.store import Store
+
+        with self._pipelined() as conn:
+            store = Store(conn)
+            if relaxed:
+                store.execution.relax_commit()
+            yield store
+            if relaxed:
+                store.execution.restore_commit()
+
+    @contextlib.contextmanager
+    def maintenance(self) -> Iterator[Store]:
+        """Lend a store outside pipeline mode and any transaction, for VACUUM."""
+        from tickwarden.store import Store
+
+        with self._borrow() as conn:
+            self._leave_pipeline()
+            yield Store(conn)
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
@@ -498,6 +571,8 @@ class DedicatedDatabase(Database):
         yield
 
     def close(self) -> None:
+        if not self._conn.closed:
+            self._leave_pipeline()  # the last commits land
         self._conn.close()
 
 

@@ -153,3 +153,23 @@ def test_a_transaction_block_inside_a_dedicated_transaction_is_a_savepoint(dedic
     with dedicated.probe() as store:
         names = [row[0] for row in store.conn.execute("SELECT name FROM tenants ORDER BY name").fetchall()]
     assert names == ["inner", "kept"]  # the first transaction rolled back whole, savepoint and all
+
+
+def test_every_borrow_of_the_dedicated_connection_is_a_transaction_of_one_kept_pipeline(dedicated, schema):
+    with dedicated.transaction() as store:
+        store.catalog.upsert_tenant("acme", NOW)
+    for borrow in (dedicated.probe, dedicated.autocommit):
+        with borrow() as store:
+            # the previous COMMIT has not cost a round trip of its own: it goes out with this read
+            assert store.conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
+            assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (1,)
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        with dedicated.autocommit() as store:
+            store.catalog.upsert_tenant("undone", NOW)
+            store.conn.execute("SELECT * FROM no_such_table").fetchall()
+    with dedicated.maintenance() as store:  # outside the pipeline: VACUUM may run
+        assert store.conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+        store.conn.execute("VACUUM tenants")
+    dedicated.close()  # the last commits land before the connection closes
+    with psycopg.connect(TEST_URL, options=f"-c search_path={schema}") as other:
+        assert [r[0] for r in other.execute("SELECT name FROM tenants ORDER BY name").fetchall()] == ["acme"]

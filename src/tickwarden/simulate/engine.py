@@ -283,7 +283,8 @@ class SimulatedWorker:
     """Leases attempts through the real ledger and ends them as the outcome model says.
 
     What the worker writes (an attempt's outcome, a heartbeat's lease renewal) is
-    buffered with the time it happened and written, in one pipelined transaction, just
+    buffered with the time it happened and written, in one transaction of the dedicated
+    connection's pipeline (no round trip of its own: it goes out with the next read), just
     before the next pass that could see it (`flush_for`). Nothing reads the ledger in
     between, so every pass sees what it would have seen had each write gone out at
     once; the simulation just makes fewer round trips:
@@ -441,7 +442,7 @@ class SimulatedAutovacuum:
     def run_once(self, now: datetime) -> datetime:
         rows = self.rows()
         if rows - self.rows_at_last_pass > self.THRESHOLD + self.SCALE_FACTOR * self.rows_at_last_pass:
-            with self.db.probe() as store:
+            with self.db.maintenance() as store:
                 SimulationRepository(store.conn).vacuum_analyze()
             self.rows_at_last_pass = rows
             self.passes += 1

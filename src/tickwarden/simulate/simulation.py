@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import sql
+from psycopg.pq import PipelineStatus
 
 from tickwarden.store.base import StoreBase
 from tickwarden.store.queries import queries
@@ -36,11 +37,18 @@ class SimulationRepository(StoreBase):
         """Apply the simulated worker's buffered writes (`simulation_renew_leases`, `finish_attempts`) in order.
 
         The statements are the worker's own, with the parameters and times they had when
-        they happened. Call it on an autocommit store (`store.execution.autocommit`): the
-        statements go out in one pipeline, which the server runs as one implicit
-        transaction up to its sync (all or nothing), in one round trip.
+        they happened, and nobody reads their results. On a connection already in
+        pipeline mode (the simulator's `DedicatedDatabase`, inside one of its
+        transactions) they only join the pipeline: they go out, at no round trip of their
+        own, with the next statement whose result is read. Otherwise call it on an
+        autocommit store: they go out in one pipeline, which the server runs as one
+        implicit transaction up to its sync (all or nothing), in one round trip.
         """
         if not writes:
+            return
+        if self.conn.pgconn.pipeline_status != PipelineStatus.OFF:
+            for name, params in writes:
+                self.conn.execute(queries()[name], params)
             return
         assert self.conn.autocommit, "pipelined writes are atomic only outside an explicit transaction"
         with self.conn.pipeline():
@@ -60,7 +68,7 @@ class SimulationRepository(StoreBase):
     def vacuum_analyze(self) -> None:
         """Vacuum this schema's tables and refresh their statistics, as autovacuum would have by now.
 
-        VACUUM cannot run inside a transaction: call it on an autocommit store (`Database.probe`).
+        VACUUM cannot run inside a transaction or a pipeline: call it on `Database.maintenance`.
         """
         tables = [row["tablename"] for row in self._rows("simulation_tables")]
         if tables:
