@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from psycopg.pq import Trace
 
 from tests.dbutil import TEST_URL
 from tests.helpers import create_run, make_workflow
@@ -173,3 +174,20 @@ def test_every_borrow_of_the_dedicated_connection_is_a_transaction_of_one_kept_p
     dedicated.close()  # the last commits land before the connection closes
     with psycopg.connect(TEST_URL, options=f"-c search_path={schema}") as other:
         assert [r[0] for r in other.execute("SELECT name FROM tenants ORDER BY name").fetchall()] == ["acme"]
+
+
+def test_a_commit_and_an_unread_wake_up_cost_the_dedicated_connection_no_round_trip(dedicated, tmp_path):
+    trace = tmp_path / "trace"
+    with trace.open("w") as sink:
+        with dedicated.probe() as store:
+            store.conn.pgconn.trace(sink.fileno())
+            store.conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+        with dedicated.transaction() as store:
+            store.catalog.upsert_tenant("acme", NOW)  # read: the one wait of this transaction
+            store.trigger.notify_wake("ticker")  # nobody reads it
+        with dedicated.probe() as store:  # the COMMIT and the wake-up go out with this read
+            assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (1,)
+            store.conn.pgconn.untrace()
+    waits = [line.split("\t")[2] for line in trace.read_text(errors="replace").splitlines()
+             if line.startswith("F\t") and line.split("\t")[2] in ("Flush", "Sync", "Query")]
+    assert waits == ["Flush", "Flush"]

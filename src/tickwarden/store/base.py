@@ -79,6 +79,16 @@ class StoreBase:
             cur.execute(text, params or {})
             return _read(cur) or []
 
+    def _send(self, name: str, params: dict[str, Any] | None = None) -> None:
+        """Run a statement whose result nobody reads (a wake-up notification).
+
+        Outside pipeline mode it is a round trip like any other. In pipeline mode (the
+        simulator's connection) it only joins the pipeline and goes out with the next
+        statement that is read: an error it raised surfaces there, and fails the
+        transaction all the same.
+        """
+        self.conn.execute(queries()[name], params or {})
+
     def _exchange(self, statements: Sequence[tuple[str, dict[str, Any]]]) -> list[list[dict[str, Any]]]:
         """Send named statements together and read their rows after: one round trip, one transaction.
 

@@ -108,7 +108,7 @@ class OutboxRepository(StoreBase):
         rows = self._rows("outbox_enqueue_notifications", {"event_ids": list(event_ids), "now": now})
         if rows:
             # delivered at commit: notifiers deliver now instead of at their next poll
-            self._rows("outbox_wake_notifier")
+            self._send("outbox_wake_notifier")
         return [r["id"] for r in rows]
 
     # channels

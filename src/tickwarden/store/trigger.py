@@ -63,4 +63,4 @@ class TriggerRepository(StoreBase):
         return row["next_fire_at"] if row else None
 
     def notify_wake(self, loop: str) -> None:
-        self._rows("trigger_notify_wake", {"loop": loop})
+        self._send("trigger_notify_wake", {"loop": loop})
