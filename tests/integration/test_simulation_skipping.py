@@ -78,8 +78,8 @@ def test_a_fleet_with_crashes_outages_and_alerts_gives_the_same_ledger():
     assert skipping.idle is not None and skipping.idle.skipped > 0
 
 
-def test_the_lease_reaper_passes_only_when_a_crashed_attempts_lease_has_run_out(monkeypatch):
-    """Its due is the simulated worker's, exact: every pass after the first reaps something."""
+def test_the_simulators_own_writes_make_the_worker_poller_and_reaper_dues_exact(monkeypatch):
+    """The reaper's due is the simulated worker's, exact: every pass after the first reaps something."""
     from tickwarden.reaper import LeaseReaper
 
     passes: list[int] = []
@@ -101,3 +101,9 @@ def test_the_lease_reaper_passes_only_when_a_crashed_attempts_lease_has_run_out(
     first, *rest = passes  # every loop's first pass runs
     assert rest and all(reaped for reaped in rest), passes
     assert sum(passes) == len(lost)
+    # Without a world event (a manual run here), the worker, the poller and the reaper
+    # know their work from the simulator's own writes: they never look at the ledger.
+    assert simulation.idle is not None
+    assert {name: simulation.idle.looks[name] for name in ("worker", "poller", "lease-reaper")} == {
+        "worker": 0, "poller": 0, "lease-reaper": 0}
+    assert any(a["number"] > 1 for a in outcome.attempts), "retries are queued for later"

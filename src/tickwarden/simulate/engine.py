@@ -14,6 +14,7 @@ Events at the same instant run in a fixed order: what happened in the world firs
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import logging
@@ -73,6 +74,7 @@ CONTROL_PLANE_OFFSET = timedelta(seconds=15)
 LEASE_SECONDS = 60
 # The declared schema's table definitions, which a simulation creates unlogged (its rows are scratch).
 WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
+LEASE_LIMIT = 10_000  # attempts the simulated worker leases at once
 
 
 
@@ -109,7 +111,7 @@ class IdlePasses:
         self._stale: set[str] = set()
         # name -> (the idle pass it jumped from, where it jumped to, the cap of its chain)
         self.jumped: dict[str, tuple[datetime, datetime, datetime | None]] = {}
-        self.looks = 0
+        self.looks: collections.Counter[str] = collections.Counter()  # loop name -> looks at the ledger
         self.skipped = 0
 
     def must_look(self, name: str, now: datetime) -> bool:
@@ -121,7 +123,7 @@ class IdlePasses:
         self.due[name] = due or self.never
         self.cap[name] = cap or self.never
         self._stale.discard(name)
-        self.looks += counted
+        self.looks[name] += counted
 
     def passed(self, name: str, due: datetime | None = None) -> None:
         """A real pass consumed the loop's own work: what is left is due at `due`, or must be read."""
@@ -317,6 +319,7 @@ class SimulatedWorker:
         self.lease_until: dict[int, datetime] = {}  # attempt id in flight -> expiry of its newest lease or renewal
         self.crashed: dict[int, datetime] = {}  # attempt id the worker died in -> when its last lease runs out
         self.on_crashed: Callable[[datetime, datetime], None] = lambda now, expiry: None  # wakes the lease reaper
+        self.leased_all = False  # the last lease took every attempt queued by then
 
     def flush_for(self, reader: str, now: datetime) -> None:
         """Write what the worker did since the last flush, if pass `reader` could see it."""
@@ -352,7 +355,8 @@ class SimulatedWorker:
         # The lease is one statement, committed on its own, as the real worker's: an idle
         # worker's poll finds nothing to lease and changes nothing.
         with self.db.autocommit() as store:
-            leased = store.ledger.lease_attempts_with_ticks(WORKER_ID, now, LEASE_SECONDS, limit=10_000)
+            leased = store.ledger.lease_attempts_with_ticks(WORKER_ID, now, LEASE_SECONDS, limit=LEASE_LIMIT)
+        self.leased_all = len(leased) < LEASE_LIMIT  # every attempt queued by now is leased
         if leased and not self.in_flight:
             self.on_busy(now)
         for attempt, scheduled_for in leased:
@@ -611,6 +615,8 @@ class Simulation:
         self.idle = idle
         kinds = list(by_name["notifier"].transports)
         current = {"order": 0}  # the order of the event being processed (for IdlePasses.touch)
+        retries_due: list[datetime] = []  # a heap: when each retry the poller queued may be leased
+        drained = {"resumed": False}  # whether the poller's next claim resumes its walk after a full batch
 
         def schedule(name: str, when: datetime) -> None:
             if idle is not None:
@@ -629,8 +635,10 @@ class Simulation:
             """After a real pass of `name`: the loops whose work it may have brought forward.
 
             What the pass consumed of its own work is read again (`passed`), except where
-            the pass itself says what is left: the ticker read its earliest fire time, and a
-            deadline pass that found work is followed by a pass. The ticker's
+            the pass itself says what is left: the ticker read its earliest fire time, a
+            deadline pass that found work is followed by a pass, a worker that leased every
+            queued attempt has only the retries the poller queued for later, and a poller
+            whose claim walked from the start without filling its batch has nothing left. The ticker's
             runs: attempts queued now (the worker is woken) and deadlines; a reaped attempt: the poller's, now; the
             poller's retries: queued for when they fall due; an alert opened or counting
             more failures may escalate (the escalation clock); every alert event is a
@@ -649,8 +657,21 @@ class Simulation:
                 # tick falls due every minute the look would nearly always answer "now". An
                 # early `due` only costs an idle pass, which writes nothing.
                 idle.passed(name, following)
+            elif name == "worker" and worker.leased_all:
+                # Only the poller queues an attempt for later (a retry: `retries_due`); the
+                # ticker's and a manual run's are queued now, and wake the worker themselves.
+                while retries_due and retries_due[0] <= now:
+                    heapq.heappop(retries_due)
+                idle.looked(name, retries_due[0] if retries_due else None, None, counted=False)
+            elif name == "poller" and loop.last.claimed < loop.batch_size and not drained["resumed"]:
+                # A claim that walked the outcomes from the start and was not full took every
+                # one finished by now; each later one is the simulator's own write (an attempt
+                # ends, a lease is reaped) and wakes the poller, or is a world event's.
+                idle.looked(name, None, None, counted=False)
             else:
                 idle.passed(name)
+            if name == "poller":
+                drained["resumed"] = loop.last.claimed >= loop.batch_size  # the next claim resumes its walk
             if name == "ticker" and loop.last_pass and loop.last_pass.created:
                 touch("worker", now, now)
                 touch("deadlines", now)
@@ -662,6 +683,8 @@ class Simulation:
                     touch("escalation", now)
                 if name == "poller" and loop.last.retry_due:
                     touch("worker", now, min(loop.last.retry_due))
+                    for due in loop.last.retry_due:
+                        heapq.heappush(retries_due, due)
                 if evaluation.event_ids:
                     touch("notifier", now, now)
             elif name == "escalation" and loop.last:
