@@ -1,6 +1,6 @@
 """Where a simulated day goes: round trips, statements and time per loop and per named query.
 
-    python -m benchmarks.simulate_profile [--workflows 1000] [--hours 24] [--seed 7] [--top 40]
+    python -m benchmarks.simulate_profile [--workflows 1000] [--hours 24] [--seed 7] [--top 40] [--json]
 
 The same fleet as `benchmarks.simulate`. Counted in the client, at the psycopg layer
 (the server has no pg_stat_statements here): a statement executed outside pipeline mode
@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from psycopg import _pipeline_base
 
-from benchmarks.common import BENCH_URL
+from benchmarks.common import BENCH_URL, Figure
 from benchmarks.noise import START, build
 from tickwarden.clock import isoformat_z
 from tickwarden.simulate import engine, parse_scenario, run_policy
@@ -145,6 +145,8 @@ def main() -> None:
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--top", type=int, default=40, help="named queries to list, by time")
+    parser.add_argument("--json", action="store_true",
+                        help="print the round trips per loop and in all as a JSON list on the last line")
     args = parser.parse_args()
     logging.getLogger("tickwarden").setLevel(logging.ERROR)
 
@@ -174,6 +176,10 @@ def main() -> None:
     for loop, name in ranked[:args.top]:
         print(f"{loop:24} {name:48} {profile.queries[(loop, name)]:7,} "
               f"{profile.query_seconds.get((loop, name), 0.0):8.2f}")
+    if args.json:  # counts, deterministic for a seed: no floor and no target of their own
+        figures = [Figure(f"round trips: {loop}", profile.round_trips[loop], "round trips") for loop in loops]
+        figures.append(Figure("round trips: total", sum(profile.round_trips.values()), "round trips"))
+        print(json.dumps([f.as_json() for f in figures]), flush=True)
 
 
 if __name__ == "__main__":

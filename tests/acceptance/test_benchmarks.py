@@ -43,3 +43,16 @@ def test_the_runner_refuses_an_unknown_benchmark_with_a_usage_error():
                           text=True, timeout=60)
     assert done.returncode == 2
     assert "unknown benchmark 'tickr'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_simulator_profile_counts_round_trips_per_loop_and_they_add_up():
+    env = {**os.environ, "TICKWARDEN_BENCH_DATABASE_URL": TEST_URL}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.simulate_profile", "--workflows", "20", "--hours", "2",
+                           "--top", "5", "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = {f["name"]: f["value"] for f in json.loads(done.stdout.strip().splitlines()[-1])}
+    loops = {name: value for name, value in figures.items() if name != "round trips: total"}
+    assert figures["round trips: total"] == sum(loops.values()) > 0
+    # The loops the simulator drives are told apart, each with the round trips it cost.
+    assert loops["round trips: ticker"] > 0 and loops["round trips: poller"] > 0
+    assert "20 workflows x 2 virtual hours" in done.stdout
