@@ -18,7 +18,26 @@ from tickwarden.migrate import upgrade
 # (tests of the outbound policy itself set their own value).
 os.environ.setdefault("TICKWARDEN_ALLOW_PRIVATE_URLS", "127.0.0.0/8")
 
+from benchmarks.catalogs import Upkeep, tidy
 from tests.dbutil import TEST_URL, SchemaPool, drop_database, make_database
+
+
+def pytest_configure(config):
+    # Once per run, in the controlling process (xdist workers carry `workerinput`): the
+    # suite churns the server's catalogs, which nothing reclaims where autovacuum is off.
+    if hasattr(config, "workerinput"):
+        return
+    try:
+        tidy(TEST_URL, full=True)
+    except psycopg.OperationalError:  # no server: the tests that need one say so
+        return
+    config.catalog_upkeep = Upkeep(TEST_URL).start()
+
+
+def pytest_unconfigure(config):
+    upkeep = getattr(config, "catalog_upkeep", None)
+    if upkeep is not None:
+        upkeep.stop()
 
 
 @pytest.fixture
