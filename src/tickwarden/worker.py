@@ -31,10 +31,11 @@ They never wait long: one is started only while more than two thirds of its leas
 remain, and the heartbeat of a running attempt gives them all back to the queue
 `PREFETCH_WAIT` after they were leased, so a long attempt does not hold them from idle
 workers; the heartbeat therefore renews only the running attempt's lease. `close` gives
-them back when the worker stops. When they cannot be given back (the worker died, or
-the database was away for longer than the lease), they expire and the lease reaper puts
-them back in the queue as they were, neither lost nor counted against their runs'
-budgets; a live worker's compare-and-set then fails and it skips them. So an attempt
+them back when the worker stops. Those that cannot be given back while the database is
+away are given back by the next pass that reaches it. When the worker died first, they
+expire and the lease reaper puts them back in the queue as they were, neither lost nor
+counted against their runs' budgets; a live worker whose leases ran out meanwhile finds,
+by its compare-and-set, that they are no longer its own and skips them. So an attempt
 leased ahead is never lost and never run twice. Only the outcome's commit waits for
 the WAL flush: the lease and the busy mark are claims whose loss in a crash puts
 things back as they were.
@@ -203,6 +204,9 @@ class Worker:
         # (`give_back`). Only the head may be started already (the first of a batch, or
         # started by the outcome before it); the others are leased ahead.
         self._queue: deque[_Ahead] = deque()
+        # Attempts given back while the database was away: given back at the next pass that
+        # reaches it, so they wait for the reaper only if this worker dies first.
+        self._owed: set[int] = set()
         self._queue_lock = threading.Lock()
 
     def run_once(self, now: datetime) -> datetime:
@@ -210,6 +214,7 @@ class Worker:
         with contextlib.ExitStack() as held:
             try:
                 held.enter_context(self.db.hold())
+                self._release_owed()
                 self.environments.stop_idle(now)
                 leased = self._take_next(now) or self._lease(now)
             except DatabaseUnavailable:  # nothing was leased; the outage is logged once, by db
@@ -234,6 +239,8 @@ class Worker:
         with self._queue_lock:
             self._queue.extend(_Ahead(_leased(found, exchanged.contexts), now, stamp, found[0].started_at is not None)
                                for found in exchanged.leased)
+            # Leased again (the reaper gave it back meanwhile): this worker's under the new lease, not owed.
+            self._owed.difference_update(found[0].id for found in exchanged.leased)
 
     def leased_ahead_since(self) -> float | None:
         """When (monotonic) the oldest attempt still leased ahead was leased; None when there is none."""
@@ -281,7 +288,8 @@ class Worker:
     def give_back(self) -> None:
         """Give every attempt leased ahead back to the queue (an idle worker takes them); each runs once.
 
-        A lease that cannot be given back (the database is away) runs out, and the reaper
+        A lease that cannot be given back (the database is away) is given back by the next
+        pass that reaches the database; if the worker dies first, it runs out and the reaper
         puts its attempt, never started, back in the queue as it was: not lost, no budget spent.
         """
         with self._queue_lock:
@@ -289,18 +297,41 @@ class Worker:
         self._release(leased)
 
     def _release(self, leased: list[_Leased]) -> None:
-        """Give these leases back (compare-and-set: those no longer this worker's stay as they are)."""
+        """Give these leases back (compare-and-set: those no longer this worker's stay as they are).
+
+        While the database is away they are owed, given back by the next pass that reaches it.
+        """
         if not leased:
             return
+        ids = [attempt.id for attempt, _, _ in leased]
         try:
             with self.db.transaction() as store:
-                store.execution.release_attempts([attempt.id for attempt, _, _ in leased], self.worker_id)
+                store.execution.release_attempts(ids, self.worker_id)
         except DatabaseUnavailable:
-            log.warning("could not give back %s leased attempts; the reaper will", len(leased))
+            log.warning("could not give back %s leased attempts; the next pass will", len(leased))
+            with self._queue_lock:
+                self._owed.update(ids)
+
+    def _release_owed(self) -> None:
+        """Give back the leases an outage kept from being given back (`DatabaseUnavailable` if it goes on).
+
+        Only leases not taken again since: none of them is in the queue (a worker leases only
+        with its queue empty, and a lease taken again is struck off in `_enqueue`).
+        """
+        with self._queue_lock:
+            if not self._owed:
+                return
+            owed = sorted(self._owed)
+        with self.db.transaction() as store:
+            store.execution.release_attempts(owed, self.worker_id)
+        with self._queue_lock:
+            self._owed.difference_update(owed)
 
     def close(self, now: datetime) -> None:
         """Give back the attempts leased ahead and stop this worker's environment processes (once its loop has stopped)."""
         self.give_back()
+        with contextlib.suppress(DatabaseUnavailable):  # still away: the reaper gives them back
+            self._release_owed()
         self.environments.close(now)
 
     def execute(self, attempt: Attempt, context: ExecutionContext | None = None, run: auth.RunKey | None = None,
