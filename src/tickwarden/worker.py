@@ -23,14 +23,22 @@ One pass (`run_once`) at time `now`, on one pooled connection held for the pass
    starts the next attempt leased ahead on a full lease, and, when none is left, leases
    the next batch with its contexts, overlapping the next lease with this outcome's commit.
 
-Attempts leased ahead are leases like any other, fenced by the worker id. They never
-wait long: one is started only while more than two thirds of its lease remain, and the
-heartbeat of a running attempt gives them all back to the queue `PREFETCH_WAIT` after
-they were leased, so a long attempt does not hold them from idle workers. `close` gives
-them back when the worker stops; when the worker dies they expire and the lease reaper
-re-queues them without counting against their runs' budgets, as a lost lease always is:
-never lost, never run twice. Only the outcome's commit waits for the WAL flush: the
-lease and the busy mark are claims whose loss in a crash puts things back as they were.
+Of a batch leased at once, the first starts with the lease (`started_at`); the others
+are leased ahead: leases fenced by the worker id, with no `started_at`, that the worker
+starts one at a time by a compare-and-set on (running, this worker, not started) —
+riding in the previous outcome's exchange, or on its own — and skips when it fails.
+They never wait long: one is started only while more than two thirds of its lease
+remain, and the heartbeat of a running attempt gives them all back to the queue
+`PREFETCH_WAIT` after they were leased, so a long attempt does not hold them from idle
+workers; the heartbeat therefore renews only the running attempt's lease. `close` gives
+them back when the worker stops. Those that cannot be given back while the database is
+away are given back by the next pass that reaches it. When the worker died first, they
+expire and the lease reaper puts them back in the queue as they were, neither lost nor
+counted against their runs' budgets; a live worker whose leases ran out meanwhile finds,
+by its compare-and-set, that they are no longer its own and skips them. So an attempt
+leased ahead is never lost and never run twice. Only the outcome's commit waits for
+the WAL flush: the lease and the busy mark are claims whose loss in a crash puts
+things back as they were.
 
 Round trips of a warm attempt that needs no secret (benchmarks/worker.py counts them):
 the held connection's check and the outcome's exchange (the busy mark rides in the
@@ -191,11 +199,14 @@ class Worker:
         self.abort = threading.Event()
         self.batch = batch  # attempts leased at once
         self._warm: Instance | None = None
-        # Attempts leased ahead (with the previous lease or outcome), with their context and
-        # run key, waiting for the next passes, each with when its lease was last taken or
-        # renewed and the monotonic time it was taken; shared with the heartbeat, which gives
-        # them back (`give_back`).
-        self._queue: deque[tuple[_Leased, datetime, float]] = deque()
+        # Attempts leased (with the previous lease or outcome), with their context and run key,
+        # waiting for the next passes; shared with the heartbeat, which gives them back
+        # (`give_back`). Only the head may be started already (the first of a batch, or
+        # started by the outcome before it); the others are leased ahead.
+        self._queue: deque[_Ahead] = deque()
+        # Attempts given back while the database was away: given back at the next pass that
+        # reaches it, so they wait for the reaper only if this worker dies first.
+        self._owed: set[int] = set()
         self._queue_lock = threading.Lock()
 
     def run_once(self, now: datetime) -> datetime:
@@ -203,6 +214,7 @@ class Worker:
         with contextlib.ExitStack() as held:
             try:
                 held.enter_context(self.db.hold())
+                self._release_owed()
                 self.environments.stop_idle(now)
                 leased = self._take_next(now) or self._lease(now)
             except DatabaseUnavailable:  # nothing was leased; the outage is logged once, by db
@@ -225,51 +237,101 @@ class Worker:
         metrics.current().attempts_leased([(attempt, tick) for attempt, tick, _ in exchanged.leased], now)
         stamp = time.monotonic()
         with self._queue_lock:
-            self._queue.extend((_leased(found, exchanged.contexts), now, stamp) for found in exchanged.leased)
+            self._queue.extend(_Ahead(_leased(found, exchanged.contexts), now, stamp, found[0].started_at is not None)
+                               for found in exchanged.leased)
+            # Leased again (the reaper gave it back meanwhile): this worker's under the new lease, not owed.
+            self._owed.difference_update(found[0].id for found in exchanged.leased)
 
     def leased_ahead_since(self) -> float | None:
         """When (monotonic) the oldest attempt still leased ahead was leased; None when there is none."""
         with self._queue_lock:
-            return min((stamp for _, _, stamp in self._queue), default=None)
+            return min((ahead.stamp for ahead in self._queue), default=None)
 
     def _take_next(self, now: datetime) -> _Leased | None:
-        """The next attempt leased ahead, if its lease is still young enough to start on.
+        """The next attempt leased, started on a full lease, if its lease is still young enough.
 
         The heartbeat first renews a lease a third of its length after the attempt
-        starts; an attempt is started on a lease taken ahead only while more than two
-        thirds of it remain, so the lease cannot run out before that first renewal.
-        Otherwise (a pass held up for long), it and those behind it are given back to the queue.
+        starts; an attempt is taken only while more than two thirds of its lease remain,
+        so the lease cannot run out before that first renewal. Otherwise (a pass held up
+        for long), it and those behind it are given back to the queue. One leased ahead
+        and not yet started by the outcome before it is started here, by the
+        compare-and-set `start_attempt`: when this worker no longer holds its lease (the
+        reaper gave it back after it ran out, and another worker may run it), it is
+        skipped, never run.
         """
-        with self._queue_lock:
-            if not self._queue:
+        while True:
+            with self._queue_lock:
+                if not self._queue:
+                    return None
+                ahead = self._queue.popleft()
+            if now - ahead.at >= timedelta(seconds=self.lease_seconds / 3):
+                with self._queue_lock:
+                    self._queue.appendleft(ahead)
+                self.give_back()
                 return None
-            leased, at, stamp = self._queue.popleft()
-        if now - at < timedelta(seconds=self.lease_seconds / 3):
-            return leased
-        with self._queue_lock:
-            self._queue.appendleft((leased, at, stamp))
-        self.give_back()
-        return None
+            if ahead.started:
+                return ahead.leased
+            try:
+                with self.db.autocommit() as store:
+                    started = store.execution.start_attempt(ahead.leased[0].id, self.worker_id, now,
+                                                            self.lease_seconds)
+            except DatabaseUnavailable:  # not started, or not known to be: the next pass tries again
+                with self._queue_lock:
+                    self._queue.appendleft(ahead)
+                raise
+            if started:
+                return ahead.leased
+            log.info("attempt %s: the lease taken ahead is no longer this worker's; skipped", ahead.leased[0].id)
+            # Started already only if an earlier try committed unseen: still this worker's lease, given back.
+            self._release([ahead.leased])
 
     def give_back(self) -> None:
         """Give every attempt leased ahead back to the queue (an idle worker takes them); each runs once.
 
-        A lease that cannot be given back (the database is away) runs out, and the reaper
-        re-queues its attempt without spending the run's budget.
+        A lease that cannot be given back (the database is away) is given back by the next
+        pass that reaches the database; if the worker dies first, it runs out and the reaper
+        puts its attempt, never started, back in the queue as it was: not lost, no budget spent.
         """
         with self._queue_lock:
-            leased, self._queue = [found for found, _, _ in self._queue], deque()
+            leased, self._queue = [ahead.leased for ahead in self._queue], deque()
+        self._release(leased)
+
+    def _release(self, leased: list[_Leased]) -> None:
+        """Give these leases back (compare-and-set: those no longer this worker's stay as they are).
+
+        While the database is away they are owed, given back by the next pass that reaches it.
+        """
         if not leased:
             return
+        ids = [attempt.id for attempt, _, _ in leased]
         try:
             with self.db.transaction() as store:
-                store.execution.release_attempts([attempt.id for attempt, _, _ in leased], self.worker_id)
+                store.execution.release_attempts(ids, self.worker_id)
         except DatabaseUnavailable:
-            log.warning("could not give back %s leased attempts; the reaper will", len(leased))
+            log.warning("could not give back %s leased attempts; the next pass will", len(leased))
+            with self._queue_lock:
+                self._owed.update(ids)
+
+    def _release_owed(self) -> None:
+        """Give back the leases an outage kept from being given back (`DatabaseUnavailable` if it goes on).
+
+        Only leases not taken again since: none of them is in the queue (a worker leases only
+        with its queue empty, and a lease taken again is struck off in `_enqueue`).
+        """
+        with self._queue_lock:
+            if not self._owed:
+                return
+            owed = sorted(self._owed)
+        with self.db.transaction() as store:
+            store.execution.release_attempts(owed, self.worker_id)
+        with self._queue_lock:
+            self._owed.difference_update(owed)
 
     def close(self, now: datetime) -> None:
         """Give back the attempts leased ahead and stop this worker's environment processes (once its loop has stopped)."""
         self.give_back()
+        with contextlib.suppress(DatabaseUnavailable):  # still away: the reaper gives them back
+            self._release_owed()
         self.environments.close(now)
 
     def execute(self, attempt: Attempt, context: ExecutionContext | None = None, run: auth.RunKey | None = None,
@@ -327,20 +389,26 @@ class Worker:
         (`applied` is False). The environment that served the attempt goes back to warm in
         the same transaction.
         """
-        now = self.clock.now()  # when the attempt finished, however long the write waits
+        finished_at = self.clock.now()  # when the attempt finished, however long the write waits
         with self._queue_lock:
-            following = self._queue[0][0][1] if self._queue and lease_next else None
-        mark = self.environments.released(warm, now, next_environment=following.environment if following else None)
+            following = self._queue[0].leased[1] if self._queue and lease_next else None
+        mark = self.environments.released(warm, finished_at,
+                                          next_environment=following.environment if following else None)
         pause = RECORD_RETRY_FIRST
         while True:
+            # A start and a lease count from when they are written, not from when the attempt
+            # finished: after an outage, a lease from then would already have run out.
+            now = self.clock.now()
             with self._queue_lock:
-                start = self._queue[0][0][0].id if self._queue and lease_next else None
+                head = self._queue[0] if self._queue and lease_next else None
+                start = head.leased[0].id if head is not None and not head.started else None
                 lease = self.batch if lease_next and not self._queue else 0
             try:
                 with self.db.autocommit() as store:
                     exchanged = store.execution.exchange(self.worker_id, now, self.lease_seconds, attempt=attempt,
                                                          outcome=result.outcome, steps=[s.row() for s in result.steps],
-                                                         instance=mark, start=start, lease=lease)
+                                                         instance=mark, start=start, lease=lease,
+                                                         finished_at=finished_at)
                 break
             except DatabaseUnavailable:
                 if self.abort.wait(pause):
@@ -349,11 +417,15 @@ class Worker:
         assert exchanged.finished is not None
         finished = exchanged.finished
         if start is not None:
-            with self._queue_lock:  # started: a full lease from now
-                if self._queue and self._queue[0][0][0].id == start:
-                    self._queue[0] = (self._queue[0][0], now, self._queue[0][2])
+            with self._queue_lock:
+                if self._queue and self._queue[0].leased[0].id == start:
+                    if exchanged.started:  # a full lease from now
+                        self._queue[0] = dataclasses.replace(self._queue[0], at=now, started=True)
+                    else:  # no longer this worker's lease: another worker may run it
+                        self._queue.popleft()
+                        log.info("attempt %s: the lease taken ahead is no longer this worker's; skipped", start)
         self._enqueue(exchanged, now)
-        metrics.current().attempt_finished(attempt, result.outcome.status, finished, now)
+        metrics.current().attempt_finished(attempt, result.outcome.status, finished, finished_at)
         return finished
 
     # -- execution -------------------------------------------------------------------------
@@ -512,6 +584,18 @@ class Worker:
 
 # A leased attempt with what running it needs: its workflow's context and its run key.
 _Leased = tuple[Attempt, ExecutionContext | None, auth.RunKey | None]
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """An attempt waiting in a worker's queue: `at`, when its lease was taken or renewed (the
+    ledger's clock), `stamp`, when it was leased (monotonic), and whether it was `started`
+    (its `started_at` written) or is still leased ahead, to be started by compare-and-set."""
+
+    leased: _Leased
+    at: datetime
+    stamp: float
+    started: bool
 # Why an attempt failed: (category, message, the failing step), as its outcome records it.
 _Failure = tuple[str, str, str | None]
 

@@ -144,3 +144,32 @@ def test_a_worker_pass_during_an_outage_comes_back_later_without_a_traceback(pri
     assert not any(r.exc_info for r in caplog.records)
     assert len([r for r in caplog.records if "cannot be reached" in r.getMessage()]) == 1
     private.start()
+
+
+def test_leases_a_worker_could_not_give_back_during_an_outage_are_given_back_by_its_next_pass(private, private_db):
+    from datetime import timedelta
+
+    clock = VirtualClock(START)
+    workflow = make_runnable(private_db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(private_db, workflow, clock.now() - timedelta(minutes=10 - i), clock.now()) for i in range(3)]
+    worker = Worker(private_db, "w1", clock=clock, secret_key=SECRET, batch=3)
+
+    def attempts() -> list[list[str]]:
+        with private_db.transaction() as store:
+            return [[a.status for a in store.ledger.list_attempts(r.id)] for r in runs]
+
+    try:
+        worker.run_once(clock.now())  # runs the first; the second (started by its outcome) and third wait
+        private.stop("immediate")
+        worker.give_back()  # its heartbeat's give-back, say, while the database is away
+        private.start()
+        # The next pass that reaches the database gives them back, without waiting for the
+        # leases to run out and the reaper; here w1 itself then leases and runs them.
+        for _ in range(50):  # the first borrows after the restart may find old connections gone
+            worker.run_once(clock.now())
+            if attempts() == [["succeeded"]] * 3:
+                break
+            time.sleep(0.1)
+        assert attempts() == [["succeeded"]] * 3
+    finally:
+        worker.close(clock.now())

@@ -152,3 +152,74 @@ def test_it_marks_instances_left_by_a_vanished_worker_dead(db, clock):
     with db.transaction() as store:
         status = {i.id: i.status for i in store.execution.list_environment_instances(include_stopped=True)}
     assert status == {stale.id: "dead", fresh.id: "warm", orphan.id: "dead", working.id: "busy"}
+
+
+def lease_batch(db, worker_id, now, count, lease=30):
+    """Lease `count` attempts as a worker's exchange does: the first started, the others leased ahead."""
+    with db.autocommit() as store:
+        return [a for a, _, _ in store.execution.exchange(worker_id, now, lease, lease=count).leased]
+
+
+def test_an_expired_lease_never_started_goes_back_to_the_queue_without_a_lost_attempt(db, clock):
+    wf = make_workflow(db, clock.now())
+    runs = [create_run(db, wf, clock.now() - timedelta(minutes=2 - i), clock.now(), budget=0) for i in range(2)]
+    started, ahead = lease_batch(db, "w1", clock.now(), 2)
+    assert started.started_at == clock.now() and ahead.started_at is None
+    reaper = LeaseReaper(db)
+    reaper.run_once(clock.now() + timedelta(seconds=31))
+    assert [a.attempt_id for a in reaper.last_reaped] == [started.id] and reaper.last_requeued == [ahead.id]
+    with db.transaction() as store:
+        [lost] = store.ledger.list_attempts(runs[0].id)
+        [requeued] = store.ledger.list_attempts(runs[1].id)
+        run = store.ledger.get_run(runs[1].id)
+        lost_requeues = store.conn.execute("SELECT lost_requeues FROM runs WHERE id = %s", (run.id,)).fetchone()[0]
+    assert lost.status == "lost"  # it had started: its worker may have run steps
+    # Leased ahead and never started: back in the queue as it was, nothing spent, no lost row.
+    assert (requeued.id, requeued.status, requeued.worker_id, requeued.started_at, requeued.lease_expires_at,
+            requeued.error_category) == (ahead.id, "queued", None, None, None, None)
+    assert (run.status, run.attempts_count, lost_requeues, run.error_category, run.finished_at) == (
+        "queued", 1, 0, None, None)
+    # It is leased and run like any queued attempt, and its run still has its whole (empty) budget.
+    with db.transaction() as store:
+        [again] = lease(store, "w2", clock.now() + timedelta(seconds=32), 30)
+        failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
+        finished = store.ledger.finish_attempt(again.id, "w2", failure, clock.now() + timedelta(seconds=33))
+    assert again.id == ahead.id and finished.run_status == "failed"
+
+
+def test_replicas_give_each_lease_never_started_back_once(db, clock, schema):
+    wf = make_workflow(db, clock.now())
+    runs = [create_run(db, wf, clock.now() - timedelta(hours=i), clock.now(), budget=0) for i in range(60)]
+    leased = lease_batch(db, "w1", clock.now(), 60)
+    later = clock.now() + timedelta(minutes=1)
+    replicas = [Database(TEST_URL, schema=schema, max_size=2) for _ in range(3)]
+    reapers = [LeaseReaper(r, batch=7) for r in replicas]
+    lost: list[int] = []
+    requeued: list[int] = []
+    lock = threading.Lock()
+    gate = threading.Barrier(3)
+
+    def drive(reaper):
+        gate.wait()
+        while True:
+            wake = reaper.run_once(later)
+            with lock:
+                lost.extend(a.attempt_id for a in reaper.last_reaped)
+                requeued.extend(reaper.last_requeued)
+            if wake > later:
+                return
+
+    threads = [threading.Thread(target=drive, args=(r,)) for r in reapers]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for r in replicas:
+        r.close()
+    assert lost == [leased[0].id]
+    assert sorted(requeued) == sorted(a.id for a in leased[1:]) and len(set(requeued)) == 59
+    with db.connection() as conn:
+        statuses = dict(conn.execute("SELECT status, count(*) FROM attempts GROUP BY status").fetchall())
+        runs_by_status = dict(conn.execute(
+            "SELECT status, count(*) FROM runs WHERE lost_requeues = 0 AND error_category IS NULL "
+            "GROUP BY status").fetchall())
+    assert statuses == {"lost": 1, "queued": 59}
+    assert runs_by_status == {"queued": 59} and len(runs) == 60

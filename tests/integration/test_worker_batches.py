@@ -82,6 +82,9 @@ def test_a_dead_workers_batch_is_requeued_free_by_the_reaper_and_each_attempt_ru
     runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now(), budget=0) for i in range(4)]
     dead = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=4)
     dead.run_once(clock.now())
+    # the first outcome started the second attempt: killed there, w1 holds one started lease and two leased ahead
+    with db.transaction() as store:
+        assert [store.ledger.list_attempts(r.id)[0].started_at is not None for r in runs] == [True, True, False, False]
     dead.environments.close(clock.now())  # killed: no close(), the three leases it holds are never given back
     LeaseReaper(db).run_once(clock.now() + timedelta(seconds=31))
     with db.transaction() as store:
@@ -92,10 +95,51 @@ def test_a_dead_workers_batch_is_requeued_free_by_the_reaper_and_each_attempt_ru
             pass
     finally:
         alive.close(clock.now())
-    # the lost leases did not spend the runs' (empty) budgets, and each step ran once more, on w2
-    assert attempts_of(db, [r.id for r in runs]) == [[("succeeded", "w1")]] + [[("lost", "w1"), ("succeeded", "w2")]] * 3
+    # the started one was lost and re-queued without spending its run's (empty) budget; the two never
+    # started went back to the queue as they were, no attempt lost; each ran once, on w2
+    assert attempts_of(db, [r.id for r in runs]) == (
+        [[("succeeded", "w1")], [("lost", "w1"), ("succeeded", "w2")]] + [[("succeeded", "w2")]] * 2)
     with db.transaction() as store:
         assert {store.ledger.get_run(r.id).status for r in runs} == {"succeeded"}
+
+
+def test_a_lease_taken_ahead_and_given_back_by_the_reaper_is_skipped_by_its_worker_not_run(db, clock,
+                                                                                            monkeypatch):
+    monkeypatch.setattr(worker_module, "PREFETCH_WAIT", 600)  # the heartbeat gives nothing back itself
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now()) for i in range(4)]
+    one = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=4)
+    executed: list[tuple[str, int]] = []
+    original = Worker.execute
+
+    def spy(self, attempt, *rest, **keywords):
+        executed.append((self.worker_id, attempt.run_id))
+        return original(self, attempt, *rest, **keywords)
+
+    monkeypatch.setattr(Worker, "execute", spy)
+    leased_at = clock.now()
+    try:
+        one.run_once(leased_at)  # leases the four, runs the first; its outcome starts the second
+        clock.advance(8)
+        one.run_once(clock.now())  # runs the second; its outcome starts the third, on a lease renewed from now
+        # The fourth, leased ahead and never started, is not renewed: w1's database was away, say, longer
+        # than the lease. The reaper gives it back, and w2 leases it.
+        reaper = LeaseReaper(db)
+        reaper.run_once(leased_at + timedelta(seconds=31))
+        assert reaper.last_reaped == [] and len(reaper.last_requeued) == 1
+        with db.autocommit() as store:
+            [(taken, _, _)] = store.execution.exchange("w2", leased_at + timedelta(seconds=31), 30, lease=1).leased
+        assert taken.run_id == runs[3].id
+        clock.advance(8)
+        one.run_once(clock.now())  # runs the third; starting the fourth with its outcome fails: skipped
+        assert one.run_once(clock.now()) > clock.now()  # nothing left to run
+    finally:
+        one.close(clock.now())
+    assert executed == [("w1", r.id) for r in runs[:3]]
+    assert attempts_of(db, [r.id for r in runs]) == [[("succeeded", "w1")]] * 3 + [[("running", "w2")]]
+    with db.transaction() as store:
+        [fourth] = store.ledger.list_attempts(runs[3].id)
+    assert fourth.started_at == leased_at + timedelta(seconds=31)  # w2's start, untouched by w1
 
 
 def test_attempts_leased_behind_a_long_attempt_go_back_to_the_queue_for_an_idle_worker(db, clock, monkeypatch):

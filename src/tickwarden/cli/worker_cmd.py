@@ -22,11 +22,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("tickwarden.worker")
 
 ERROR_BACKOFF_SECONDS = 5
-# Attempts one worker process leases ahead in all, split between its loops. One by default:
-# leases held ahead through a database outage longer than the lease are reaped as lost and
-# their ticks run again (seen in the fault suite's database restarts), so prefetching is
-# asked for with --batch until the reaper gives such leases back instead.
-PREFETCH_PER_PROCESS = 1
+# Attempts one worker process leases ahead in all, split between its loops: enough for a
+# lease per few attempts when they are short, few enough that a process does not hoard the
+# queue from its peers (and a long attempt gives its loop's back after PREFETCH_WAIT).
+# Leases held ahead through a database outage longer than the lease are not lost: the
+# reaper puts them back in the queue unstarted, and the worker's start, a compare-and-set,
+# then skips them.
+PREFETCH_PER_PROCESS = 8
 
 
 def default_batch(concurrency: int) -> int:

@@ -28,11 +28,13 @@ class ExecutionContext:
 
 @dataclass(frozen=True)
 class Exchanged:
-    """What one exchange did: the outcome's recording, and the attempts leased with their contexts by workflow."""
+    """What one exchange did: the outcome's recording, whether the attempt leased ahead started,
+    and the attempts leased with their contexts by workflow (the first started, the others leased ahead)."""
 
     finished: FinishedAttempt | None
     leased: list[tuple[Attempt, datetime, bool]]
     contexts: dict[int, ExecutionContext]
+    started: bool = False
 
 
 def _prefixed(row: dict[str, Any], prefix: str) -> dict[str, Any] | None:
@@ -74,21 +76,24 @@ class ExecutionRepository(StoreBase):
         self, worker_id: str, now: datetime, lease_seconds: float, *, attempt: Attempt | None = None,
         outcome: AttemptOutcome | None = None, steps: Sequence[dict[str, Any]] = (),
         instance: tuple[int, str, int] | None = None, start: int | None = None, lease: int = 0,
-        relaxed: bool = False,
+        relaxed: bool = False, finished_at: datetime | None = None,
     ) -> Exchanged:
         """A worker's writes between two attempts, sent together and committed together (one round trip).
 
         Only on a connection in autocommit (`Database.autocommit`). In order: record the
-        `outcome` of `attempt`, finished `now` (`ledger_finish_attempts`, the compare-and-set
-        that applies a result once), and its `steps` rows; move the environment `instance` (id, status, runs served); start the prefetched
-        attempt `start` on a full lease; lease up to `lease` queued attempts; load the contexts of
-        every attempt this worker then holds. `relaxed` (a lease alone, no outcome) commits
-        without waiting for the WAL flush: a lease lost in a crash puts the attempt back in the
-        queue (see `Database.autocommit`).
+        `outcome` of `attempt`, finished at `finished_at` (default `now`; `ledger_finish_attempts`,
+        the compare-and-set that applies a result once), and its `steps` rows; move the
+        environment `instance` (id, status, runs served); start the attempt leased ahead
+        `start` on a full lease from `now` (a compare-and-set: `started` says whether this
+        worker still held it); lease up to `lease` queued attempts, the first started now and
+        the others leased ahead; load the contexts of every attempt this worker then holds.
+        `relaxed` (a lease alone, no outcome) commits without waiting for the WAL flush: a
+        lease lost in a crash puts the attempt back in the queue (see `Database.autocommit`).
         """
         assert not (relaxed and outcome is not None), "an outcome always waits for the WAL flush"
         statements: list[tuple[str, dict[str, Any]]] = []
-        finished = [(attempt.id, outcome, now)] if attempt is not None and outcome is not None else []
+        finished = ([(attempt.id, outcome, finished_at or now)] if attempt is not None and outcome is not None
+                    else [])
         if attempt is not None and finished:
             statements.append(("ledger_finish_attempts", finish_params(worker_id, finished)))
             if steps:
@@ -101,17 +106,26 @@ class ExecutionRepository(StoreBase):
                 "instance_id": instance_id, "status": status, "now": now, "pid": None, "served": served,
                 "relaxed": False}))
         if start is not None:
-            statements.append(("execution_start_attempt", {
-                "attempt_id": start, "worker_id": worker_id, "now": now,
-                "lease_expires_at": now + timedelta(seconds=lease_seconds)}))
+            statements.append(("execution_start_attempt", _start_params(start, worker_id, now, lease_seconds)))
+        started_at = len(statements) - 1
         if lease:
             statements.append(("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, lease,
-                                                                      relaxed=relaxed)))
+                                                                      relaxed=relaxed, start=1)))
             statements.append(("execution_contexts", {"workflow_ids": [], "worker_id": worker_id}))
         results = self._exchange(statements)
         leased = leased_from_rows(results[-2]) if lease else []
         contexts = self._contexts(results[-1], now) if leased else {}
-        return Exchanged(finished_from_rows(finished, results[0])[0] if finished else None, leased, contexts)
+        return Exchanged(finished_from_rows(finished, results[0])[0] if finished else None, leased, contexts,
+                         started=start is not None and bool(results[started_at]))
+
+    def start_attempt(self, attempt_id: int, worker_id: str, now: datetime, lease_seconds: float) -> bool:
+        """Start an attempt this worker leased ahead, on a full lease from `now`.
+
+        False when the worker no longer holds that lease (given back, or expired and given
+        back by the reaper, perhaps leased since by another worker) or it was started already:
+        the worker must then not run it.
+        """
+        return bool(self._rows("execution_start_attempt", _start_params(attempt_id, worker_id, now, lease_seconds)))
 
     def ensure_default_environment(self, tenant_id: int, now: datetime) -> Environment:
         """Return the tenant's `default` environment, creating it once."""
@@ -172,3 +186,8 @@ class ExecutionRepository(StoreBase):
     def list_environment_instances(self, *, include_stopped: bool = False, limit: int = 200) -> list[EnvironmentInstance]:
         rows = self._rows("execution_list_environment_instances", {"include_stopped": include_stopped, "limit": limit})
         return [from_row(EnvironmentInstance, r) for r in rows]
+
+
+def _start_params(attempt_id: int, worker_id: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
+    return {"attempt_id": attempt_id, "worker_id": worker_id, "now": now,
+            "lease_expires_at": now + timedelta(seconds=lease_seconds)}

@@ -29,11 +29,15 @@ WITH released AS (
 SELECT id FROM released;
 
 -- execution_start_attempt --
--- A prefetched attempt starts now: its start time and a full lease from now, only
--- while this worker still holds it (a lease given back or reaped stays so).
+-- An attempt leased ahead starts now: its start time and a full lease from now.
+-- Compare-and-set: only while this worker still holds the lease and nobody started
+-- it under that lease (`started_at` NULL). A lease given back, or expired and given
+-- back by the reaper (then perhaps leased by another worker), returns no row: the
+-- worker skips the attempt, so no attempt runs on two workers.
 UPDATE attempts
    SET started_at = %(now)s, heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
- WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s;
+ WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s AND started_at IS NULL
+RETURNING id;
 
 -- execution_record_finished_steps --
 -- The per-step rows of an attempt this worker has just finished, sent in the same

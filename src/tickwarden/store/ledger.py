@@ -70,6 +70,17 @@ def _create_tick_runs(shape: tuple[str, str]) -> str:
     return queries()["ledger_create_tick_runs"].replace("{returning}", returning).replace("{result}", result)
 
 
+@dataclass(frozen=True)
+class ReapedLeases:
+    """What one pass over expired leases did: attempts marked lost, and attempts leased ahead given back."""
+
+    lost: list[FinishedAttempt]
+    requeued: list[int]
+
+    def __len__(self) -> int:
+        return len(self.lost) + len(self.requeued)
+
+
 class LedgerRepository(StoreBase):
     def create_tick_runs(
         self, ticks: Sequence[TickRequest], now: datetime, advances: Sequence[Advance] = ()
@@ -166,17 +177,23 @@ class LedgerRepository(StoreBase):
         return finished_from_rows(finished, self._rows("ledger_finish_attempts", finish_params(worker_id, finished)))
 
     def expire_leases(self, now: datetime, limit: int = 500) -> list[FinishedAttempt]:
-        """Mark attempts with an expired lease lost and move their runs; return them.
+        """Act on up to `limit` expired leases (`reap_leases`); return the attempts marked lost."""
+        return self.reap_leases(now, limit).lost
 
-        A run re-queued for free (`FREE_LOST_REQUEUES` per run, before its deadline) keeps its budget.
+    def reap_leases(self, now: datetime, limit: int = 500) -> ReapedLeases:
+        """Act on up to `limit` attempts whose lease expired before `now`, each once.
+
+        A started attempt is marked lost and its run moved (pending_retry or failed); a
+        run re-queued for free (`FREE_LOST_REQUEUES` per run, before its deadline) keeps
+        its budget. An attempt leased ahead and never started goes back to the queue as
+        it was, its run untouched but for running → queued, nothing spent.
         """
         rows = self._rows("ledger_expire_leases", {"now": now, "limit": limit, "free_requeues": FREE_LOST_REQUEUES})
-        return [
-            FinishedAttempt(
-                applied=True, attempt_id=r["attempt_id"], run_id=r["run_id"], number=r["number"], run_status=r["run_status"]
-            )
-            for r in rows
-        ]
+        return ReapedLeases(
+            lost=[FinishedAttempt(applied=True, attempt_id=r["attempt_id"], run_id=r["run_id"], number=r["number"],
+                                  run_status=r["run_status"]) for r in rows if not r["requeued"]],
+            requeued=[r["attempt_id"] for r in rows if r["requeued"]],
+        )
 
     def queue_retries(self, run_ids: Sequence[int], now: datetime, patient: Sequence[str] = ()) -> list[Attempt]:
         """Queue the next attempt of every run still pending a retry, after its backoff for `patient` categories."""
@@ -240,10 +257,14 @@ def tick_params(groups: Sequence[TickGroup], now: datetime, advances: Sequence[A
 
 
 def lease_params(worker_id: str, now: datetime, lease_seconds: float, limit: int, *,
-                 relaxed: bool = False) -> dict[str, Any]:
-    """The parameters of the `lease_attempts` statement."""
+                 relaxed: bool = False, start: int | None = None) -> dict[str, Any]:
+    """The parameters of the `lease_attempts` statement.
+
+    `start`: how many of the leased attempts (oldest first) start now; the others are
+    leased ahead, to be started later by their worker's compare-and-set. Default: all.
+    """
     return {"worker_id": worker_id, "now": now, "lease_expires_at": now + timedelta(seconds=lease_seconds),
-            "limit": limit, "relaxed": relaxed}
+            "limit": limit, "relaxed": relaxed, "start": limit if start is None else start}
 
 
 def leased_from_rows(rows: list[dict[str, Any]]) -> list[tuple[Attempt, datetime, bool]]:

@@ -65,7 +65,11 @@ SELECT run.* FROM run;
 
 -- ledger_lease_attempts --
 -- Lease the oldest queued attempts. SKIP LOCKED hands concurrent workers disjoint
--- rows without waiting; the run moves to running in the same statement. Each row
+-- rows without waiting; the run moves to running in the same statement. The first
+-- %(start)s of them (oldest first) start now (`started_at`); the others are leased
+-- ahead: `started_at` stays NULL until their worker starts them with the
+-- compare-and-set `execution_start_attempt`, and a lease that runs out before that
+-- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row
 -- also carries its run's tick and manual flag (`run_scheduled_for`, `run_manual`), so
 -- no second look is needed; every lookup names the partition key, so each is one probe
 -- of one month. With `relaxed` (only for a statement that is its own transaction), its
@@ -73,16 +77,19 @@ SELECT run.* FROM run;
 -- round trip of its own: a lease lost in a crash puts the attempt back in the queue
 -- (see `Database.autocommit`).
 WITH next AS (
-    SELECT a.id, a.run_scheduled_for
+    SELECT a.id, a.run_scheduled_for, a.queued_at
       FROM attempts a
      WHERE a.status = 'queued' AND a.queued_at <= %(now)s
        AND (NOT %(relaxed)s OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
      ORDER BY a.queued_at, a.id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
+), starting AS (
+    SELECT id FROM next ORDER BY queued_at, id LIMIT %(start)s
 ), leased AS (
     UPDATE attempts a
-       SET status = 'running', worker_id = %(worker_id)s, started_at = %(now)s,
+       SET status = 'running', worker_id = %(worker_id)s,
+           started_at = CASE WHEN a.id = ANY (ARRAY(SELECT id FROM starting)) THEN %(now)s::timestamptz END,
            heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
      WHERE a.id = ANY (ARRAY(SELECT id FROM next))
        AND a.run_scheduled_for = ANY (ARRAY(SELECT run_scheduled_for FROM next))
@@ -169,24 +176,42 @@ SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS
  ORDER BY decided.id;
 
 -- ledger_expire_leases --
--- Mark attempts whose lease ran out as lost (the worker was killed or its machine
--- vanished). The workflow did not fail, so before the run's deadline and at most
--- %(free_requeues)s times per run the attempt is queued again without spending the
--- tick's budget (counted in lost_requeues); past that, the loss takes the failure
--- path like any failed attempt, so a workflow that kills its worker every time still
--- ends failed (category lost, owner engineering).
+-- Act on attempts whose lease ran out, each once (SKIP LOCKED, compare-and-set on
+-- `running`: replicas of the reaper may pass at once).
+-- An attempt leased ahead and never started (`started_at` NULL: its worker never ran
+-- a step of it) goes back to the queue exactly as `execution_release_attempts` gives
+-- it back: queued, no worker, its run queued again; no `lost` row, nothing counted
+-- against the run. Its worker, if alive (its leases ran out through a database outage),
+-- can no longer start it: `execution_start_attempt` compares and sets on the worker.
+-- A started attempt is lost (the worker was killed or its machine vanished). The
+-- workflow did not fail, so before the run's deadline and at most %(free_requeues)s
+-- times per run the attempt is queued again without spending the tick's budget
+-- (counted in lost_requeues); past that, the loss takes the failure path like any
+-- failed attempt, so a workflow that kills its worker every time still ends failed
+-- (category lost, owner engineering). Rows: the lost ones (requeued false), then the
+-- ones given back (requeued true, run_status queued).
 WITH expired AS (
-    SELECT id FROM attempts
+    SELECT id, started_at IS NULL AS ahead FROM attempts
      WHERE status = 'running' AND lease_expires_at <= %(now)s
      ORDER BY lease_expires_at
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
+), given_back AS (
+    UPDATE attempts a
+       SET status = 'queued', worker_id = NULL, lease_expires_at = NULL, started_at = NULL, heartbeat_at = NULL
+      FROM expired
+     WHERE a.id = expired.id AND expired.ahead
+    RETURNING a.id, a.run_id, a.number
+), requeued AS (
+    UPDATE runs r SET status = 'queued'
+      FROM given_back
+     WHERE r.id = given_back.run_id AND r.status = 'running'
 ), done AS (
     UPDATE attempts a
        SET status = 'lost', finished_at = %(now)s, lease_expires_at = NULL, retryable = true,
            error_category = 'lost', error = 'the worker stopped renewing its lease'
       FROM expired
-     WHERE a.id = expired.id
+     WHERE a.id = expired.id AND NOT expired.ahead
     RETURNING a.id, a.run_id, a.number
 ), decided AS (
     SELECT done.*, free,
@@ -206,9 +231,12 @@ WITH expired AS (
 ), woken AS (
     SELECT pg_notify('tickwarden_wake', 'poller') FROM (SELECT 1 FROM done LIMIT 1) one
 )
-SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS run_status
+SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS run_status, false AS requeued
   FROM decided LEFT JOIN moved ON moved.id = decided.run_id
- CROSS JOIN (SELECT count(*) FROM woken) w;
+ CROSS JOIN (SELECT count(*) FROM woken) w
+UNION ALL
+SELECT given_back.id, given_back.run_id, given_back.number, 'queued', true
+  FROM given_back;
 
 -- ledger_queue_retries --
 -- Launch the next attempt of each given run that is still pending a retry, not
