@@ -5,8 +5,8 @@ One pass (`run_once`) at time `now`, on one pooled connection held for the pass
 
 1. Stop environments idle past their timeout (the janitor).
 2. Take the next attempt leased ahead (below), or lease up to `batch` queued attempts
-   and load their contexts in one exchange (`FOR UPDATE SKIP LOCKED`, its commit
-   relaxed inside the statement); none: come back after the poll interval.
+   and load their contexts in one exchange (`FOR UPDATE SKIP LOCKED`); none: come back
+   after the poll interval.
 3. Renew the lease from a heartbeat thread every lease/3; when a renewal finds the
    lease gone (reaped as lost), stop the step and abandon the result.
 4. Load the workflow; a malformed stored recipe is a `config` failure.
@@ -36,9 +36,10 @@ away are given back by the next pass that reaches it. When the worker died first
 expire and the lease reaper puts them back in the queue as they were, neither lost nor
 counted against their runs' budgets; a live worker whose leases ran out meanwhile finds,
 by its compare-and-set, that they are no longer its own and skips them. So an attempt
-leased ahead is never lost and never run twice. Only the outcome's commit waits for
-the WAL flush: the lease and the busy mark are claims whose loss in a crash puts
-things back as they were.
+leased ahead is never lost and never run twice. Every commit that starts an attempt
+(the outcome's exchange, or the lease of an idle worker) waits for the WAL flush, so a
+database crash cannot hand a running attempt back to the queue; the busy mark is a
+claim whose loss in a crash puts things back as they were, and does not wait.
 
 Round trips of a warm attempt that needs no secret (benchmarks/worker.py counts them):
 the held connection's check and the outcome's exchange (the busy mark rides in the
@@ -225,11 +226,11 @@ class Worker:
         return self.clock.now()
 
     def _lease(self, now: datetime) -> _Leased | None:
-        # The leases and their contexts are one exchange; a lease is a claim, not an outcome,
-        # so it need not wait for the disk (see `Database.autocommit`).
+        # The leases and their contexts are one exchange. It waits for the disk: it starts
+        # the first attempt, which this worker then runs; a start lost in a crash would put
+        # the attempt back in the queue while it runs here, for another worker to run again.
         with self.db.autocommit() as store:
-            exchanged = store.execution.exchange(self.worker_id, now, self.lease_seconds, lease=self.batch,
-                                                 relaxed=True)
+            exchanged = store.execution.exchange(self.worker_id, now, self.lease_seconds, lease=self.batch)
         self._enqueue(exchanged, now)
         return self._take_next(now)
 

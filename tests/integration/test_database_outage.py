@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -105,7 +105,6 @@ def test_readyz_answers_503_at_once_while_the_database_is_down(private, private_
 
 
 def test_the_reaper_leaves_leases_that_ran_out_while_the_server_was_down_to_their_workers(private, private_db):
-    from datetime import timedelta
 
     from tests.helpers import create_run, make_workflow
     from tickwarden.clock import WallClock
@@ -133,7 +132,6 @@ def test_the_reaper_leaves_leases_that_ran_out_while_the_server_was_down_to_thei
 
 
 def test_a_worker_pass_during_an_outage_comes_back_later_without_a_traceback(private, private_db, caplog):
-    from datetime import timedelta
 
     clock = VirtualClock(START)
     worker = Worker(private_db, "w1", clock=clock, secret_key=SECRET, poll_seconds=2)
@@ -147,7 +145,6 @@ def test_a_worker_pass_during_an_outage_comes_back_later_without_a_traceback(pri
 
 
 def test_leases_a_worker_could_not_give_back_during_an_outage_are_given_back_by_its_next_pass(private, private_db):
-    from datetime import timedelta
 
     clock = VirtualClock(START)
     workflow = make_runnable(private_db, clock.now(), [python_step("noop", "noop")])
@@ -173,3 +170,37 @@ def test_leases_a_worker_could_not_give_back_during_an_outage_are_given_back_by_
         assert attempts() == [["succeeded"]] * 3
     finally:
         worker.close(clock.now())
+
+
+def test_a_lease_the_worker_acts_on_survives_a_crash_of_the_database(private, private_db):
+    # A commit that does not wait for the WAL flush stays in the server's memory until the
+    # WAL writer's next round: here up to 10 s, and no full-page image fills a WAL page and
+    # wakes it earlier. An immediate stop in that window loses such commits.
+    with psycopg.connect(private.url, autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET wal_writer_delay = '10s'")
+        admin.execute("ALTER SYSTEM SET full_page_writes = off")
+        admin.execute("SELECT pg_reload_conf()")
+    clock = VirtualClock(START)
+    workflow = make_runnable(private_db, clock.now(), [python_step("slow", "hang", params={"seconds": 2})])
+    worker = Worker(private_db, "w1", clock=clock, secret_key=SECRET, lease_seconds=60)
+    try:
+        first = queue_run(private_db, workflow, clock.now(), clock.now(), budget=0)
+        worker.run_once(clock.now())  # its environment is warm now: the next lease is the pass's only write
+        run = queue_run(private_db, workflow, clock.now() + timedelta(minutes=1), clock.now(), budget=0)
+        done = threading.Thread(target=worker.run_once, args=(clock.now(),))
+        done.start()
+        time.sleep(0.7)  # leased, and the step is under way
+        private.stop("immediate")
+        private.start()
+        # Had the lease been lost, the attempt would be back in the queue for any worker to
+        # run a second time while this one runs it, and this one's result refused.
+        with psycopg.connect(private.url) as conn:
+            held = conn.execute("SELECT status, worker_id FROM attempts WHERE run_id = %s", (run.id,)).fetchall()
+        assert held == [("running", "w1")]
+        done.join(30)
+        assert not done.is_alive()
+        with private_db.transaction() as store:
+            assert [a.status for a in store.ledger.list_attempts(first.id)] == ["succeeded"]
+            assert [a.status for a in store.ledger.list_attempts(run.id)] == ["succeeded"]
+    finally:
+        worker.environments.close(clock.now())

@@ -76,7 +76,7 @@ class ExecutionRepository(StoreBase):
         self, worker_id: str, now: datetime, lease_seconds: float, *, attempt: Attempt | None = None,
         outcome: AttemptOutcome | None = None, steps: Sequence[dict[str, Any]] = (),
         instance: tuple[int, str, int] | None = None, start: int | None = None, lease: int = 0,
-        relaxed: bool = False, finished_at: datetime | None = None,
+        finished_at: datetime | None = None,
     ) -> Exchanged:
         """A worker's writes between two attempts, sent together and committed together (one round trip).
 
@@ -87,10 +87,8 @@ class ExecutionRepository(StoreBase):
         `start` on a full lease from `now` (a compare-and-set: `started` says whether this
         worker still held it); lease up to `lease` queued attempts, the first started now and
         the others leased ahead; load the contexts of every attempt this worker then holds.
-        `relaxed` (a lease alone, no outcome) commits without waiting for the WAL flush: a
-        lease lost in a crash puts the attempt back in the queue (see `Database.autocommit`).
+        The commit waits for the WAL flush: it records an outcome or starts an attempt.
         """
-        assert not (relaxed and outcome is not None), "an outcome always waits for the WAL flush"
         statements: list[tuple[str, dict[str, Any]]] = []
         finished = ([(attempt.id, outcome, finished_at or now)] if attempt is not None and outcome is not None
                     else [])
@@ -110,7 +108,7 @@ class ExecutionRepository(StoreBase):
         started_at = len(statements) - 1
         if lease:
             statements.append(("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, lease,
-                                                                      relaxed=relaxed, start=1)))
+                                                                      start=1)))
             statements.append(("execution_contexts", {"workflow_ids": [], "worker_id": worker_id}))
         results = self._exchange(statements)
         leased = leased_from_rows(results[-2]) if lease else []

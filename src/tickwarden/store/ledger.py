@@ -133,21 +133,17 @@ class LedgerRepository(StoreBase):
         return from_row(Run, row)
 
     def lease_attempts_with_ticks(
-        self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1, *, relaxed: bool = False
+        self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1
     ) -> list[tuple[Attempt, datetime]]:
-        """Lease up to `limit` queued attempts for `worker_id`, each with its run's tick.
-
-        `relaxed` only on a connection in autocommit (the statement is its own transaction).
-        """
+        """Lease up to `limit` queued attempts for `worker_id`, each with its run's tick."""
         return [(attempt, tick) for attempt, tick, _ in
-                self.lease_attempts_with_runs(worker_id, now, lease_seconds, limit, relaxed=relaxed)]
+                self.lease_attempts_with_runs(worker_id, now, lease_seconds, limit)]
 
     def lease_attempts_with_runs(
-        self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1, *, relaxed: bool = False
+        self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1
     ) -> list[tuple[Attempt, datetime, bool]]:
         """As `lease_attempts_with_ticks`, each with its run's tick and whether the run is manual."""
-        return leased_from_rows(self._rows("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, limit,
-                                                                              relaxed=relaxed)))
+        return leased_from_rows(self._rows("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, limit)))
 
     def renew_lease(self, attempt_id: int, worker_id: str, now: datetime, lease_seconds: float) -> bool:
         """Extend the lease; False when the worker no longer holds it."""
@@ -257,14 +253,14 @@ def tick_params(groups: Sequence[TickGroup], now: datetime, advances: Sequence[A
 
 
 def lease_params(worker_id: str, now: datetime, lease_seconds: float, limit: int, *,
-                 relaxed: bool = False, start: int | None = None) -> dict[str, Any]:
+                 start: int | None = None) -> dict[str, Any]:
     """The parameters of the `lease_attempts` statement.
 
     `start`: how many of the leased attempts (oldest first) start now; the others are
     leased ahead, to be started later by their worker's compare-and-set. Default: all.
     """
     return {"worker_id": worker_id, "now": now, "lease_expires_at": now + timedelta(seconds=lease_seconds),
-            "limit": limit, "relaxed": relaxed, "start": limit if start is None else start}
+            "limit": limit, "start": limit if start is None else start}
 
 
 def leased_from_rows(rows: list[dict[str, Any]]) -> list[tuple[Attempt, datetime, bool]]:

@@ -72,15 +72,12 @@ SELECT run.* FROM run;
 -- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row
 -- also carries its run's tick and manual flag (`run_scheduled_for`, `run_manual`), so
 -- no second look is needed; every lookup names the partition key, so each is one probe
--- of one month. With `relaxed` (only for a statement that is its own transaction), its
--- commit does not wait for the WAL flush, set inside the statement so that it costs no
--- round trip of its own: a lease lost in a crash puts the attempt back in the queue
--- (see `Database.autocommit`).
+-- of one month. Its commit waits for the WAL flush, as every commit that starts an
+-- attempt does: a start lost in a crash would hand a running attempt back to the queue.
 WITH next AS (
     SELECT a.id, a.run_scheduled_for, a.queued_at
       FROM attempts a
      WHERE a.status = 'queued' AND a.queued_at <= %(now)s
-       AND (NOT %(relaxed)s OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
      ORDER BY a.queued_at, a.id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
