@@ -219,7 +219,7 @@ SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS
 WITH moved AS (
     UPDATE runs r
        SET status = 'queued', attempts_count = r.attempts_count + 1
-     WHERE r.id = ANY(%(run_ids)s::bigint[]) AND r.status = 'pending_retry'
+     WHERE r.id = ANY(%(run_ids)b::bigint[]) AND r.status = 'pending_retry'
     RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count, r.error_category, r.retry_backoff_seconds,
               r.scheduled_for
 )

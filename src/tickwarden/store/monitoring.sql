@@ -44,7 +44,7 @@ SELECT claimed.id AS attempt_id, claimed.run_id, claimed.workflow_id, claimed.fi
 -- writes these as failed already; this keeps the rule true whoever wrote the row.
 UPDATE runs
    SET status = 'failed', finished_at = %(now)s
- WHERE id = ANY(%(run_ids)s::bigint[])
+ WHERE id = ANY(%(run_ids)b::bigint[])
    AND status = 'pending_retry'
    AND error_category = ANY(%(categories)s::text[])
 RETURNING id, workflow_id;
@@ -54,7 +54,7 @@ RETURNING id, workflow_id;
 -- transaction: the evaluator reads history after this, so each evaluation sees the
 -- writes of the one before it. Taken in ascending order, so two batches never deadlock.
 SELECT count(pg_advisory_xact_lock(7301, (s.id %% 2147483647)::integer)) AS locked
-  FROM (SELECT DISTINCT id FROM unnest(%(workflow_ids)s::bigint[]) AS u (id) ORDER BY id) s;
+  FROM (SELECT DISTINCT id FROM unnest(%(workflow_ids)b::bigint[]) AS u (id) ORDER BY id) s;
 
 -- monitoring_evaluation_inputs --
 -- Everything the evaluator needs for a set of workflows, in one statement: the
@@ -88,7 +88,7 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
          ORDER BY r.scheduled_for DESC, r.id DESC
          LIMIT 1) lf ON true
   LEFT JOIN alerts a ON a.workflow_id = w.id AND a.status = 'open'
- WHERE w.id = ANY(%(workflow_ids)s::bigint[])
+ WHERE w.id = ANY(%(workflow_ids)b::bigint[])
  ORDER BY w.id;
 
 -- monitoring_failure_rates --
@@ -99,7 +99,7 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
 -- runs are not ticks; cancelled and unfinished runs are no verdict either way.
 SELECT u.workflow_id, count(*)::integer AS ticks,
        (count(*) FILTER (WHERE r.status IN ('failed', 'missed')))::integer AS failures
-  FROM unnest(%(workflow_ids)s::bigint[], %(windows)s::integer[]) AS u (workflow_id, n)
+  FROM unnest(%(workflow_ids)b::bigint[], %(windows)b::integer[]) AS u (workflow_id, n)
   CROSS JOIN LATERAL (
         SELECT runs.status
           FROM runs
