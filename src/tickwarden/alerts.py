@@ -134,9 +134,14 @@ def _cached_profile(cadence_seconds: int, overrides_json: str) -> Profile:
     return derive_profile(cadence_seconds, json.loads(overrides_json) or None)
 
 
-def profile_of(cadence_seconds: int | None, overrides: dict[str, Any] | None) -> Profile:
-    """Return the workflow's profile (cached: thousands of workflows share a handful)."""
-    return _cached_profile(cadence_seconds or UNSCHEDULED_CADENCE_SECONDS, json.dumps(overrides or {}, sort_keys=True))
+def profile_of(cadence_seconds: int | None, overrides: dict[str, Any] | str | None) -> Profile:
+    """Return the workflow's profile (cached: thousands of workflows share a handful).
+
+    `overrides` may be the stored JSON text itself (the evaluation reads it so): it is then
+    the cache key as it is, and a workflow evaluated again costs no parse and no dump.
+    """
+    text = overrides if isinstance(overrides, str) else json.dumps(overrides or {}, sort_keys=True)
+    return _cached_profile(cadence_seconds or UNSCHEDULED_CADENCE_SECONDS, text)
 
 
 def rate_window_needed(inp: EvaluationInput) -> int:
@@ -163,8 +168,6 @@ def decide(inp: EvaluationInput, now: datetime, rate: FailureRate | None = None)
             return (inp.alert_id, inp.success_run_id)
         return None
 
-    owner = owner_for(inp.last_error_category)
-    error = sanitize_error(inp.last_error) if inp.last_error else None
     last_failure_at = inp.last_failure_at or now
     if inp.alert_id is None:
         reason = "consecutive_failures"
@@ -173,6 +176,8 @@ def decide(inp: EvaluationInput, now: datetime, rate: FailureRate | None = None)
                 return None  # not yet
             reason = "failure_rate"
         cadence = inp.cadence_seconds or UNSCHEDULED_CADENCE_SECONDS
+        owner = owner_for(inp.last_error_category)
+        error = sanitize_error(inp.last_error) if inp.last_error else None
         return OpenAlert(
             tenant_id=inp.tenant_id,
             workflow_id=inp.workflow_id,
@@ -195,6 +200,10 @@ def decide(inp: EvaluationInput, now: datetime, rate: FailureRate | None = None)
 
     if inp.failures <= (inp.alert_failure_count or 0):
         return None  # this failure is already on the alert
+    # Sanitized only here and on opening: most failures decide nothing, and redaction is the
+    # costliest step of a decision.
+    owner = owner_for(inp.last_error_category)
+    error = sanitize_error(inp.last_error) if inp.last_error else None
     return FailureUpdate(
         alert_id=inp.alert_id,
         failure_count=inp.failures,

@@ -62,3 +62,10 @@ def test_monitoring_disabled_decides_nothing():
 def test_errors_are_sanitized_on_the_alert():
     decision = decide(given(cadence_seconds=86400, failures=1, last_error="login failed password=hunter2"), NOW)
     assert "hunter2" not in decision.error
+
+
+def test_a_workflows_stored_overrides_text_gives_the_same_decision_as_its_dict():
+    overrides = {"alert_after": 1, "first_severity": "critical"}
+    as_text = decide(given(failures=1, policy_overrides='{"alert_after": 1, "first_severity": "critical"}'), NOW)
+    as_dict = decide(given(failures=1, policy_overrides=overrides), NOW)
+    assert isinstance(as_text, OpenAlert) and as_text == as_dict and as_text.severity == "critical"

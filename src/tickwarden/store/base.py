@@ -7,7 +7,7 @@ import types
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
-from typing import Any, get_type_hints
+from typing import Any, TypeVar, get_type_hints
 
 import psycopg
 from psycopg.pq import ExecStatus, PipelineStatus
@@ -17,6 +17,8 @@ from tickwarden.store.queries import queries
 
 TUPLES_OK = ExecStatus.TUPLES_OK
 COMMAND_OK = ExecStatus.COMMAND_OK
+R = TypeVar("R")
+_CHECKED: set[tuple[str, type]] = set()  # (query, dataclass) pairs whose columns `_records` checked
 SQL_TYPES = {int: "bigint", str: "text", bool: "boolean", float: "double precision", datetime: "timestamptz"}
 
 
@@ -73,6 +75,24 @@ class StoreBase:
         cls = rows[0].__class__
         columns = {f.name: [getattr(r, f.name) for r in rows] for f in fields(cls)}
         return self._fetch(unnested(name, cls), {**params, **columns})
+
+    def _records(self, name: str, params: dict[str, Any], cls: type[R]) -> list[R]:
+        """Run `name` and build one `cls` per row from its columns by position, on hot paths.
+
+        A dict per row and keyword construction cost more than the statement's own client
+        work; the statement's columns are checked once against the dataclass's fields, in
+        order, so a column added to one and not the other fails at its first run.
+        """
+        with self.conn.cursor() as cur:
+            cur.execute(queries()[name], params)
+            rows = _read(cur) or []
+            if (name, cls) not in _CHECKED:
+                columns = [c.name for c in cur.description or ()]
+                expected = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+                if columns != expected:
+                    raise AssertionError(f"{name} returns {columns}, {cls.__name__} has {expected}")
+                _CHECKED.add((name, cls))
+        return [cls(*row) for row in rows]
 
     def _fetch(self, text: str, params: dict[str, Any] | None) -> list[dict[str, Any]]:
         with self.conn.cursor(row_factory=dict_row) as cur:

@@ -244,7 +244,7 @@ SELECT given_back.id, given_back.run_id, given_back.number, 'queued', true
 WITH moved AS (
     UPDATE runs r
        SET status = 'queued', attempts_count = r.attempts_count + 1
-     WHERE r.id = ANY(%(run_ids)s::bigint[]) AND r.status = 'pending_retry'
+     WHERE r.id = ANY(%(run_ids)b::bigint[]) AND r.status = 'pending_retry'
     RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count, r.error_category, r.retry_backoff_seconds,
               r.scheduled_for
 )

@@ -34,7 +34,7 @@ class EvaluationInput:
     workflow_id: int
     tenant_id: int
     monitoring_enabled: bool
-    policy_overrides: dict[str, Any]
+    policy_overrides: dict[str, Any] | str  # the stored JSON's text: `alerts.profile_of`'s cache key as it is
     shadow: bool
     cadence_seconds: int | None
     failures: int
@@ -146,9 +146,8 @@ class MonitoringRepository(StoreBase):
         looked at: what lies before it waits for a claim without one.
         """
         after_at, after_id = after if after is not None else (None, None)
-        rows = self._rows("monitoring_claim_finished_attempts",
-                          {"now": now, "limit": limit, "after_at": after_at, "after_id": after_id})
-        return [ClaimedAttempt(**r) for r in rows]  # hot path: the columns are exactly the fields
+        return self._records("monitoring_claim_finished_attempts",
+                             {"now": now, "limit": limit, "after_at": after_at, "after_id": after_id}, ClaimedAttempt)
 
     def fail_unretryable(self, run_ids: Sequence[int], categories: Sequence[str], now: datetime) -> list[tuple[int, int]]:
         """Fail runs pending a retry whose category never succeeds on retry; return (run, workflow)."""
@@ -167,8 +166,7 @@ class MonitoringRepository(StoreBase):
     def evaluation_inputs(self, workflow_ids: Sequence[int]) -> list[EvaluationInput]:
         if not workflow_ids:
             return []
-        rows = self._rows("monitoring_evaluation_inputs", {"workflow_ids": list(workflow_ids)})
-        return [EvaluationInput(**r) for r in rows]  # hot path: the columns are exactly the fields
+        return self._records("monitoring_evaluation_inputs", {"workflow_ids": list(workflow_ids)}, EvaluationInput)
 
     def open_alerts(self, wanted: Sequence[OpenAlert], now: datetime) -> list[Transition]:
         if not wanted:

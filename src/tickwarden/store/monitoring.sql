@@ -44,7 +44,7 @@ SELECT claimed.id AS attempt_id, claimed.run_id, claimed.workflow_id, claimed.fi
 -- writes these as failed already; this keeps the rule true whoever wrote the row.
 UPDATE runs
    SET status = 'failed', finished_at = %(now)s
- WHERE id = ANY(%(run_ids)s::bigint[])
+ WHERE id = ANY(%(run_ids)b::bigint[])
    AND status = 'pending_retry'
    AND error_category = ANY(%(categories)s::text[])
 RETURNING id, workflow_id;
@@ -54,15 +54,17 @@ RETURNING id, workflow_id;
 -- transaction: the evaluator reads history after this, so each evaluation sees the
 -- writes of the one before it. Taken in ascending order, so two batches never deadlock.
 SELECT count(pg_advisory_xact_lock(7301, (s.id %% 2147483647)::integer)) AS locked
-  FROM (SELECT DISTINCT id FROM unnest(%(workflow_ids)s::bigint[]) AS u (id) ORDER BY id) s;
+  FROM (SELECT DISTINCT id FROM unnest(%(workflow_ids)b::bigint[]) AS u (id) ORDER BY id) s;
 
 -- monitoring_evaluation_inputs --
 -- Everything the evaluator needs for a set of workflows, in one statement: the
 -- workflow's settings and cadence, the consecutive confirmed failures since the
 -- newest success (the success is workflow_successes' row; the walk of the streak
 -- reads only the month partitions from its tick on), the newest failure of the
--- streak, the newest success, and the open alert.
-SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_overrides,
+-- streak, the newest success, and the open alert. The workflows are probed by id
+-- (= ANY, not a join with the unnest, which the planner answers with a hash of every
+-- workflow of the fleet), in id order.
+SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_overrides::text AS policy_overrides,
        (w.shadow OR t.shadow) AS shadow,
        s.cadence_seconds,
        coalesce(lf.failures, 0) AS failures, lf.first_failure_at,
@@ -71,8 +73,7 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
        ok.run_id AS success_run_id, ok.finished_at AS success_at,
        a.id AS alert_id, a.failure_count AS alert_failure_count,
        a.reason AS alert_reason
-  FROM unnest(%(workflow_ids)s::bigint[]) AS u (id)
-  JOIN workflows w ON w.id = u.id
+  FROM workflows w
   JOIN tenants t ON t.id = w.tenant_id
   LEFT JOIN schedules s ON s.workflow_id = w.id
   LEFT JOIN workflow_successes ok ON ok.workflow_id = w.id
@@ -86,7 +87,9 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
            AND r.scheduled_for > coalesce(ok.scheduled_for, '-infinity'::timestamptz)
          ORDER BY r.scheduled_for DESC, r.id DESC
          LIMIT 1) lf ON true
-  LEFT JOIN alerts a ON a.workflow_id = w.id AND a.status = 'open';
+  LEFT JOIN alerts a ON a.workflow_id = w.id AND a.status = 'open'
+ WHERE w.id = ANY(%(workflow_ids)b::bigint[])
+ ORDER BY w.id;
 
 -- monitoring_failure_rates --
 -- The failure-rate rule recounts, per workflow, the failures among its newest N
@@ -96,7 +99,7 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
 -- runs are not ticks; cancelled and unfinished runs are no verdict either way.
 SELECT u.workflow_id, count(*)::integer AS ticks,
        (count(*) FILTER (WHERE r.status IN ('failed', 'missed')))::integer AS failures
-  FROM unnest(%(workflow_ids)s::bigint[], %(windows)s::integer[]) AS u (workflow_id, n)
+  FROM unnest(%(workflow_ids)b::bigint[], %(windows)b::integer[]) AS u (workflow_id, n)
   CROSS JOIN LATERAL (
         SELECT runs.status
           FROM runs

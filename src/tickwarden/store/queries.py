@@ -6,7 +6,8 @@ that describe it, and runs until the next header. Names are unique across files.
 Array parameters of timestamps and jsonb are written `%(name)b`, in binary: left to
 choose, psycopg sends them as text, formatting element by element, several times
 slower on the loops' hottest statements (the values are aware UTC datetimes, which
-binary carries exactly).
+binary carries exactly). The outcome poller's id arrays go in binary too: a list of 150
+integers dumps in about a third of the time as text, and each batch sends several.
 """
 
 from __future__ import annotations
