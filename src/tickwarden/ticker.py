@@ -1,11 +1,11 @@
 """The ticker: turn due schedules into runs, one run per tick across any number of replicas.
 
-The schedule row is the trigger: every write of a schedule (publish, apply, pause,
-resume) sets its `next_fire_at` in its own transaction, so a published schedule is
-fired by the next pass, whoever published it and whether or not a wake-up arrived.
-One pass at `now`, in one transaction:
+The schedule is the trigger: every write of a schedule (publish, apply, pause,
+resume) sets its `next_fire_at` (its `schedule_fires` row) in its own transaction, so
+a published schedule is fired by the next pass, whoever published it and whether or
+not a wake-up arrived. One pass at `now`, in one transaction:
 
-1. Lock up to `batch` due schedules (`next_fire_at <= now`, earliest first, through
+1. Lock up to `batch` due fire rows (`next_fire_at <= now`, earliest first, through
    the partial index) with `FOR UPDATE SKIP LOCKED`: concurrent tickers take
    disjoint schedules and never wait for each other, nor for a publish in flight.
    They come back grouped by everything a tick is made of (expression, zone, next

@@ -53,7 +53,7 @@ def drive(db, start: datetime, end: datetime, *, step: timedelta = timedelta(sec
 
 def next_fire_times(db) -> dict[str, datetime | None]:
     with db.connection() as conn:
-        rows = conn.execute("SELECT w.name, s.next_fire_at FROM schedules s JOIN workflows w ON w.id = s.workflow_id")
+        rows = conn.execute("SELECT w.name, f.next_fire_at FROM schedule_fires f JOIN workflows w ON w.id = f.workflow_id")
         return dict(rows.fetchall())
 
 
@@ -258,7 +258,7 @@ def test_a_trigger_outage_of_one_member_leaves_the_rest_of_its_group_firing(db, 
     drive(db, T0, minute(12, 3) + timedelta(seconds=15), ticker=ticker)
     assert ticks(db, "wf-2") == [minute(12, 1)]
     with db.connection() as conn:
-        last = dict(conn.execute("SELECT workflow_id, last_fired_at FROM schedules").fetchall())
+        last = dict(conn.execute("SELECT workflow_id, last_fired_at FROM schedule_fires").fetchall())
     assert last[down] == minute(12, 1)
     assert all(last[ids[f"wf-{i}"]] == minute(12, 3) for i in (0, 1, 3, 4))
     drive(db, minute(12, 3) + timedelta(seconds=20), minute(12, 5) + timedelta(seconds=15), ticker=ticker)
@@ -281,7 +281,7 @@ def test_shared_fire_times_match_each_schedule_computed_on_its_own_across_dst_an
              for name, cron, zone in specs}
     with db.connection() as conn:
         for name, fires in walks.items():
-            conn.execute("UPDATE schedules SET next_fire_at = %s WHERE workflow_id = %s", (fires[0], ids[name]))
+            conn.execute("UPDATE schedule_fires SET next_fire_at = %s WHERE workflow_id = %s", (fires[0], ids[name]))
     drive(db, start, end, step=timedelta(hours=3))
     for name, fires in walks.items():
         assert len(fires) > 20 and ticks(db, name) == fires, name
