@@ -25,9 +25,10 @@ not a wake-up arrived. One pass at `now`, in one transaction:
    edit, is still one run), each run with its retry budget and backoffs (the
    profile's when monitoring is on, else none) and its deadline (`profile.run_deadline`).
 
-The next wake-up is the earliest `next_fire_at` of all schedules, but no later than
-`max_sleep` ahead (so schedules written by another replica are noticed even without
-a wake-up notification), and immediately when the batch was full.
+The next wake-up is the earliest `next_fire_at` of all schedules, read after the
+pass's own writes, but no later than `max_sleep` ahead (so schedules written by
+another replica are noticed even without a wake-up notification); immediately when
+the batch was full and schedules are still due.
 
 Fire times are computed per distinct (cron, zone, window) and shared by every
 group with the same key; the members' ids cross the client as array text, never as
@@ -144,12 +145,13 @@ class Ticker:
                                    earliest)
         if created:
             log.info("ticker: %d run(s) created for %d due schedule(s)", created, claimed)
-        if claimed >= self.batch:
-            return now
         if earliest is None:
             return now + self.max_sleep
         if earliest <= now:
-            return now + RETRY_SOON
+            # Still due after this pass's writes: more than a batch (ours to take now), or
+            # held by another replica or a publish in flight (look again shortly).
+            return now if claimed >= self.batch else now + RETRY_SOON
+        # Nothing is due any more, even after a full batch: a pass now would find nothing.
         return min(earliest, now + self.max_sleep)
 
     def _window(self, cache: dict[tuple[str, str, datetime, int], FireWindow], entry: DueGroup, now: datetime) -> FireWindow:

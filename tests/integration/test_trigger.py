@@ -218,6 +218,17 @@ def test_a_pass_sleeps_until_the_next_fire_or_looks_again_soon_while_a_due_sched
     assert ticker.run_once(minute(12, 2) + timedelta(seconds=1)) == minute(12, 3)
 
 
+def test_a_full_batch_looks_again_at_once_only_while_schedules_are_still_due(db, tmp_path):
+    apply(db, tmp_path, T0)
+    add_workflows(db, [("second", "* * * * *", "UTC")])
+    ticker = Ticker(db, batch=1)
+    # two schedules due at 12:01, a batch of one: the other is taken at once
+    assert ticker.run_once(minute(12, 1)) == minute(12, 1)
+    # the batch is full again but nothing is due any more: no empty pass, sleep until 12:02
+    assert ticker.run_once(minute(12, 1)) == minute(12, 2)
+    assert ticks(db) == ticks(db, "second") == [minute(12, 1)]
+
+
 def add_workflows(db, specs: list[tuple[str, str, str]], *, deadline: int = 300, cadence: int = 60) -> dict[str, int]:
     """Add workflows of tenant acme, each (name, cron, zone) with an active schedule; return their ids."""
     ids = {}
