@@ -9,7 +9,8 @@ from pathlib import Path
 
 from tickwarden import catalog
 from tickwarden.cadence import CronSchedule
-from tickwarden.store.trigger import parse_int_array
+from tickwarden.store.ledger import TickGroup
+from tickwarden.store.trigger import Advance, parse_int_array
 from tickwarden.ticker import Ticker
 
 T0 = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
@@ -227,6 +228,36 @@ def test_a_full_batch_looks_again_at_once_only_while_schedules_are_still_due(db,
     # the batch is full again but nothing is due any more: no empty pass, sleep until 12:02
     assert ticker.run_once(minute(12, 1)) == minute(12, 2)
     assert ticks(db) == ticks(db, "second") == [minute(12, 1)]
+
+
+def test_an_edit_waits_for_a_pass_holding_its_fire_row_and_its_fire_time_wins(db, tmp_path):
+    apply(db, tmp_path, T0)
+    edited = threading.Event()
+
+    def edit() -> None:
+        with db.transaction() as store:
+            workflow = store.catalog.get_workflow_by_name("acme", "every-minute")
+            assert workflow is not None
+            store.catalog.apply_schedule(tenant_id=workflow.tenant_id, workflow_id=workflow.id, cron="*/5 * * * *",
+                                         timezone="UTC", status="active", cadence_seconds=300,
+                                         starting_deadline_seconds=300, now=minute(12, 1) + timedelta(seconds=5))
+        edited.set()
+
+    with db.transaction() as other:
+        # a pass at 12:01 has read the schedule (every minute) and holds its fire row
+        held = other.trigger.claim_due(minute(12, 1), 10)
+        assert [e.cron for e in held] == ["* * * * *"]
+        thread = threading.Thread(target=edit)
+        thread.start()
+        assert not edited.wait(0.5)   # the edit's write of the fire row waits for the pass
+        other.ledger.create_tick_groups(
+            [TickGroup(held[0].workflow_ids, held[0].tenant_ids, ((minute(12, 1), minute(12, 11)),), 0)],
+            minute(12, 1), [Advance(held[0].schedule_ids, minute(12, 2), minute(12, 1))])
+    thread.join(timeout=30)
+    assert edited.is_set()
+    # the tick the pass fired stays; the edit's next fire time replaces the pass's
+    assert ticks(db) == [minute(12, 1)]
+    assert next_fire_times(db)["every-minute"] == minute(12, 5)
 
 
 def add_workflows(db, specs: list[tuple[str, str, str]], *, deadline: int = 300, cadence: int = 60) -> dict[str, int]:
