@@ -1,11 +1,11 @@
 """The ticker: turn due schedules into runs, one run per tick across any number of replicas.
 
-The schedule row is the trigger: every write of a schedule (publish, apply, pause,
-resume) sets its `next_fire_at` in its own transaction, so a published schedule is
-fired by the next pass, whoever published it and whether or not a wake-up arrived.
-One pass at `now`, in one transaction:
+The schedule is the trigger: every write of a schedule (publish, apply, pause,
+resume) sets its `next_fire_at` (its `schedule_fires` row) in its own transaction, so
+a published schedule is fired by the next pass, whoever published it and whether or
+not a wake-up arrived. One pass at `now`, in one transaction:
 
-1. Lock up to `batch` due schedules (`next_fire_at <= now`, earliest first, through
+1. Lock up to `batch` due fire rows (`next_fire_at <= now`, earliest first, through
    the partial index) with `FOR UPDATE SKIP LOCKED`: concurrent tickers take
    disjoint schedules and never wait for each other, nor for a publish in flight.
    They come back grouped by everything a tick is made of (expression, zone, next
@@ -25,9 +25,10 @@ One pass at `now`, in one transaction:
    edit, is still one run), each run with its retry budget and backoffs (the
    profile's when monitoring is on, else none) and its deadline (`profile.run_deadline`).
 
-The next wake-up is the earliest `next_fire_at` of all schedules, but no later than
-`max_sleep` ahead (so schedules written by another replica are noticed even without
-a wake-up notification), and immediately when the batch was full.
+The next wake-up is the earliest `next_fire_at` of all schedules, read after the
+pass's own writes, but no later than `max_sleep` ahead (so schedules written by
+another replica are noticed even without a wake-up notification); immediately when
+the batch was full and schedules are still due.
 
 Fire times are computed per distinct (cron, zone, window) and shared by every
 group with the same key; the members' ids cross the client as array text, never as
@@ -144,12 +145,13 @@ class Ticker:
                                    earliest)
         if created:
             log.info("ticker: %d run(s) created for %d due schedule(s)", created, claimed)
-        if claimed >= self.batch:
-            return now
         if earliest is None:
             return now + self.max_sleep
         if earliest <= now:
-            return now + RETRY_SOON
+            # Still due after this pass's writes: more than a batch (ours to take now), or
+            # held by another replica or a publish in flight (look again shortly).
+            return now if claimed >= self.batch else now + RETRY_SOON
+        # Nothing is due any more, even after a full batch: a pass now would find nothing.
         return min(earliest, now + self.max_sleep)
 
     def _window(self, cache: dict[tuple[str, str, datetime, int], FireWindow], entry: DueGroup, now: datetime) -> FireWindow:

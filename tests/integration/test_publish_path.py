@@ -35,8 +35,8 @@ READ_ONLY = {"id", "cadence_seconds", "schedule_version", "published_at", "profi
              "created_at", "updated_at", "recent"}
 WORKFLOW_COLUMNS = ("description", "environment_id", "publisher_id", "recipe", "timeout_seconds", "monitoring_enabled",
                     "policy_overrides", "shadow", "expect_rows", "keep_outputs", "archived_at", "created_at", "updated_at")
-SCHEDULE_COLUMNS = ("cron", "timezone", "status", "cadence_seconds", "starting_deadline_seconds", "version",
-                    "published_at", "next_fire_at", "created_at", "updated_at")
+SCHEDULE_COLUMNS = ("s.cron", "s.timezone", "s.status", "s.cadence_seconds", "s.starting_deadline_seconds",
+                    "s.version", "s.published_at", "f.next_fire_at", "s.created_at", "s.updated_at")
 
 
 @pytest.fixture
@@ -61,8 +61,8 @@ def entry() -> dict:
 def stored(db, workflow: str) -> tuple[tuple, tuple]:
     with db.connection() as conn:
         row = conn.execute(f"SELECT {', '.join('w.' + c for c in WORKFLOW_COLUMNS)}, "
-                           f"{', '.join('s.' + c for c in SCHEDULE_COLUMNS)} FROM workflows w "
-                           "JOIN schedules s ON s.workflow_id = w.id WHERE w.name = %s", (workflow,)).fetchone()
+                           f"{', '.join(SCHEDULE_COLUMNS)} FROM workflows w JOIN schedules s ON s.workflow_id = w.id "
+                           "JOIN schedule_fires f ON f.schedule_id = s.id WHERE w.name = %s", (workflow,)).fetchone()
     return tuple(row[:len(WORKFLOW_COLUMNS)]), tuple(row[len(WORKFLOW_COLUMNS):])
 
 
@@ -190,11 +190,11 @@ def test_pause_resume_and_a_paused_file_write_the_schedule_one_way(db, clock, tm
     resumed = catalog.resume(db, "acme", "filed", clock.now())
     assert resumed.status == "active" and resumed.version == 3
     workflow, schedule = stored(db, "filed")
-    assert schedule[SCHEDULE_COLUMNS.index("next_fire_at")] is not None
+    assert schedule[SCHEDULE_COLUMNS.index("f.next_fire_at")] is not None
     path.write_text(FILE.replace("starting_deadline_seconds: 120}", "starting_deadline_seconds: 120, status: paused}"))
     report = catalog.apply_file(db, path, clock.now())
     assert report.changes == [{"kind": "schedule", "name": "acme/filed", "change": "updated"}]
-    assert stored(db, "filed")[1][SCHEDULE_COLUMNS.index("next_fire_at")] is None
+    assert stored(db, "filed")[1][SCHEDULE_COLUMNS.index("f.next_fire_at")] is None
 
 
 def test_a_profile_change_is_refused_for_an_archived_workflow(db, clock, tmp_path):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from tickwarden import catalog
 from tickwarden.cadence import CronSchedule
-from tickwarden.store.trigger import parse_int_array
+from tickwarden.store.ledger import TickGroup
+from tickwarden.store.trigger import Advance, parse_int_array
 from tickwarden.ticker import Ticker
 
 T0 = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
@@ -53,7 +54,7 @@ def drive(db, start: datetime, end: datetime, *, step: timedelta = timedelta(sec
 
 def next_fire_times(db) -> dict[str, datetime | None]:
     with db.connection() as conn:
-        rows = conn.execute("SELECT w.name, s.next_fire_at FROM schedules s JOIN workflows w ON w.id = s.workflow_id")
+        rows = conn.execute("SELECT w.name, f.next_fire_at FROM schedule_fires f JOIN workflows w ON w.id = f.workflow_id")
         return dict(rows.fetchall())
 
 
@@ -218,6 +219,47 @@ def test_a_pass_sleeps_until_the_next_fire_or_looks_again_soon_while_a_due_sched
     assert ticker.run_once(minute(12, 2) + timedelta(seconds=1)) == minute(12, 3)
 
 
+def test_a_full_batch_looks_again_at_once_only_while_schedules_are_still_due(db, tmp_path):
+    apply(db, tmp_path, T0)
+    add_workflows(db, [("second", "* * * * *", "UTC")])
+    ticker = Ticker(db, batch=1)
+    # two schedules due at 12:01, a batch of one: the other is taken at once
+    assert ticker.run_once(minute(12, 1)) == minute(12, 1)
+    # the batch is full again but nothing is due any more: no empty pass, sleep until 12:02
+    assert ticker.run_once(minute(12, 1)) == minute(12, 2)
+    assert ticks(db) == ticks(db, "second") == [minute(12, 1)]
+
+
+def test_an_edit_waits_for_a_pass_holding_its_fire_row_and_its_fire_time_wins(db, tmp_path):
+    apply(db, tmp_path, T0)
+    edited = threading.Event()
+
+    def edit() -> None:
+        with db.transaction() as store:
+            workflow = store.catalog.get_workflow_by_name("acme", "every-minute")
+            assert workflow is not None
+            store.catalog.apply_schedule(tenant_id=workflow.tenant_id, workflow_id=workflow.id, cron="*/5 * * * *",
+                                         timezone="UTC", status="active", cadence_seconds=300,
+                                         starting_deadline_seconds=300, now=minute(12, 1) + timedelta(seconds=5))
+        edited.set()
+
+    with db.transaction() as other:
+        # a pass at 12:01 has read the schedule (every minute) and holds its fire row
+        held = other.trigger.claim_due(minute(12, 1), 10)
+        assert [e.cron for e in held] == ["* * * * *"]
+        thread = threading.Thread(target=edit)
+        thread.start()
+        assert not edited.wait(0.5)   # the edit's write of the fire row waits for the pass
+        other.ledger.create_tick_groups(
+            [TickGroup(held[0].workflow_ids, held[0].tenant_ids, ((minute(12, 1), minute(12, 11)),), 0)],
+            minute(12, 1), [Advance(held[0].schedule_ids, minute(12, 2), minute(12, 1))])
+    thread.join(timeout=30)
+    assert edited.is_set()
+    # the tick the pass fired stays; the edit's next fire time replaces the pass's
+    assert ticks(db) == [minute(12, 1)]
+    assert next_fire_times(db)["every-minute"] == minute(12, 5)
+
+
 def add_workflows(db, specs: list[tuple[str, str, str]], *, deadline: int = 300, cadence: int = 60) -> dict[str, int]:
     """Add workflows of tenant acme, each (name, cron, zone) with an active schedule; return their ids."""
     ids = {}
@@ -258,7 +300,7 @@ def test_a_trigger_outage_of_one_member_leaves_the_rest_of_its_group_firing(db, 
     drive(db, T0, minute(12, 3) + timedelta(seconds=15), ticker=ticker)
     assert ticks(db, "wf-2") == [minute(12, 1)]
     with db.connection() as conn:
-        last = dict(conn.execute("SELECT workflow_id, last_fired_at FROM schedules").fetchall())
+        last = dict(conn.execute("SELECT workflow_id, last_fired_at FROM schedule_fires").fetchall())
     assert last[down] == minute(12, 1)
     assert all(last[ids[f"wf-{i}"]] == minute(12, 3) for i in (0, 1, 3, 4))
     drive(db, minute(12, 3) + timedelta(seconds=20), minute(12, 5) + timedelta(seconds=15), ticker=ticker)
@@ -281,7 +323,7 @@ def test_shared_fire_times_match_each_schedule_computed_on_its_own_across_dst_an
              for name, cron, zone in specs}
     with db.connection() as conn:
         for name, fires in walks.items():
-            conn.execute("UPDATE schedules SET next_fire_at = %s WHERE workflow_id = %s", (fires[0], ids[name]))
+            conn.execute("UPDATE schedule_fires SET next_fire_at = %s WHERE workflow_id = %s", (fires[0], ids[name]))
     drive(db, start, end, step=timedelta(hours=3))
     for name, fires in walks.items():
         assert len(fires) > 20 and ticks(db, name) == fires, name

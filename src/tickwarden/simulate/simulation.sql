@@ -137,7 +137,7 @@ SELECT id FROM runs
 -- could hold, read from the same partial indexes. A lower bound: a pass then may still
 -- find nothing (a lease renewed meanwhile, a deadline's run holding an expired lease),
 -- never the reverse. NULL: nothing will be due for that loop until something is written.
-SELECT min(next_fire_at) AS due FROM schedules WHERE status = 'active';
+SELECT min(next_fire_at) AS due FROM schedule_fires WHERE next_fire_at IS NOT NULL;
 
 -- simulation_next_due_worker --
 SELECT min(queued_at) AS due FROM attempts WHERE status = 'queued';

@@ -123,22 +123,23 @@ SELECT w.*, 'unchanged' FROM workflows w
 -- The version moves only when something the trigger acts on changed; an identical
 -- schedule is left alone (no version bump, no new updated_at). A new expression,
 -- zone or activation fires from its first tick strictly after this write
--- (`next_fire_at`, computed by the caller), in the same transaction, so the ticker
--- needs nobody to prepare the schedule for it; otherwise the next fire time stays.
-WITH up AS (
+-- (`next_fire_at`, computed by the caller), written to the schedule's fire row in the
+-- same statement, so the ticker needs nobody to prepare the schedule for it; a pause
+-- clears it; otherwise the next fire time stays.
+-- What changed is judged against the schedule as committed, not as this statement's
+-- snapshot saw it: `old` locks the row first (a concurrent publish of the same
+-- schedule is waited for, then read as it committed), and `up` reads it only after.
+WITH old AS (
+    SELECT id, cron, timezone, status FROM schedules WHERE workflow_id = %(workflow_id)s FOR UPDATE
+), up AS (
     INSERT INTO schedules (tenant_id, workflow_id, cron, timezone, status, cadence_seconds,
-                           starting_deadline_seconds, version, published_at, created_at, updated_at, next_fire_at)
-    VALUES (%(tenant_id)s, %(workflow_id)s, %(cron)s, %(timezone)s, %(status)s, %(cadence_seconds)s,
-            %(starting_deadline_seconds)s, 1, CASE WHEN %(status)s = 'active' THEN %(now)s::timestamptz END,
-            %(now)s, %(now)s,
-            CASE WHEN %(status)s = 'active' THEN %(next_fire_at)s::timestamptz END)
+                           starting_deadline_seconds, version, published_at, created_at, updated_at)
+    SELECT %(tenant_id)s, %(workflow_id)s, %(cron)s, %(timezone)s, %(status)s, %(cadence_seconds)s,
+           %(starting_deadline_seconds)s, 1, CASE WHEN %(status)s = 'active' THEN %(now)s::timestamptz END,
+           %(now)s, %(now)s
+      FROM (SELECT count(*) FROM old) AS locked_first
         ON CONFLICT (workflow_id) DO UPDATE
-       SET next_fire_at = CASE
-               WHEN EXCLUDED.status <> 'active' THEN NULL
-               WHEN (schedules.cron, schedules.timezone, schedules.status)
-                    IS DISTINCT FROM (EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.status)
-               THEN EXCLUDED.next_fire_at ELSE schedules.next_fire_at END,
-           cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, status = EXCLUDED.status,
+       SET cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, status = EXCLUDED.status,
            cadence_seconds = EXCLUDED.cadence_seconds,
            starting_deadline_seconds = EXCLUDED.starting_deadline_seconds,
            version = schedules.version + CASE
@@ -153,6 +154,16 @@ WITH up AS (
            IS DISTINCT FROM (EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.status, EXCLUDED.cadence_seconds,
             EXCLUDED.starting_deadline_seconds)
     RETURNING *, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS change
+), fires AS (
+    -- a new schedule, a pause, or a new expression, zone or activation: a new fire time
+    INSERT INTO schedule_fires AS f (schedule_id, tenant_id, workflow_id, next_fire_at)
+    SELECT up.id, up.tenant_id, up.workflow_id,
+           CASE WHEN up.status = 'active' THEN %(next_fire_at)s::timestamptz END
+      FROM up
+      LEFT JOIN old ON old.id = up.id
+     WHERE old.id IS NULL OR up.status <> 'active'
+        OR (old.cron, old.timezone, old.status) IS DISTINCT FROM (up.cron, up.timezone, up.status)
+        ON CONFLICT (schedule_id) DO UPDATE SET next_fire_at = EXCLUDED.next_fire_at
 )
 SELECT * FROM up
 UNION ALL

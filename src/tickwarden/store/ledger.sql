@@ -1,11 +1,11 @@
 -- ledger_create_tick_runs --
 -- Insert one run (and its first queued attempt) per wanted tick, and move the
--- schedules the ticker claimed to their next fire time, in one statement: a tick is
--- recorded exactly when its schedule moves past it. Racing triggers insert the same
--- ticks; the unique index turns all but the first into nothing. Callers that only
--- record ticks (a CronJob's report) pass no schedules to advance. A tick of an
--- external workflow gets no attempt (no worker runs it): its run waits for check-ins,
--- and the deadline detector misses it when none comes.
+-- schedules the ticker claimed to their next fire time (their `schedule_fires` rows), in
+-- one statement: a tick is recorded exactly when its schedule moves past it. Racing
+-- triggers insert the same ticks; the unique index turns all but the first into
+-- nothing. Callers that only record ticks (a CronJob's report) pass no schedules to
+-- advance. A tick of an external workflow gets no attempt (no worker runs it): its run
+-- waits for check-ins, and the deadline detector misses it when none comes.
 -- Ticks arrive in groups: each group's members (workflow and tenant ids as array text,
 -- index for index) share its ticks, deadlines and retry budget, so a fleet firing at one
 -- minute is a few array elements rather than one per run; `first_attempt` is 1, 0 for an
@@ -39,12 +39,12 @@ WITH grp AS (
     SELECT tenant_id, workflow_id, id, scheduled_for, 1, 'queued', %(now)s FROM run WHERE attempts_count = 1
     RETURNING run_id
 ), advanced AS (
-    UPDATE schedules s
-       SET next_fire_at = a.next_fire_at, last_fired_at = coalesce(a.last_fired_at, s.last_fired_at)
+    UPDATE schedule_fires f
+       SET next_fire_at = a.next_fire_at, last_fired_at = coalesce(a.last_fired_at, f.last_fired_at)
       FROM unnest(%(advance_ids)s::text[], %(advance_next)b::timestamptz[], %(advance_last)b::timestamptz[])
            AS a (schedule_ids, next_fire_at, last_fired_at)
      CROSS JOIN LATERAL unnest(a.schedule_ids::bigint[]) AS m (schedule_id)
-     WHERE s.id = m.schedule_id
+     WHERE f.schedule_id = m.schedule_id
 )
 {result};
 

@@ -1,23 +1,25 @@
 -- trigger_claim_due --
--- Lock the schedules that are due, earliest first, through the partial index on
--- next_fire_at. SKIP LOCKED gives concurrent tickers disjoint schedules, and a
+-- Lock the fire rows of the schedules that are due, earliest first, through the partial
+-- index on next_fire_at. SKIP LOCKED gives concurrent tickers disjoint schedules, and a
 -- schedule being written by a publish or a pause is skipped until it commits; only
--- active schedules of live workflows fire. The locked schedules come back grouped by
--- everything their ticks are made of (expression, zone, next fire time, starting
--- deadline, profile inputs, kind): a fleet due at one minute is a few rows, not one per
--- schedule. Each group's members travel as array text (the three arrays aggregate the
--- same rows in the same order, so they align index for index), which the ticker hands
--- back to `ledger_create_tick_runs` without reading it.
+-- active schedules of live workflows fire. Only the narrow fire rows are locked: they are
+-- what the pass writes, and a publish locks them too. The locked schedules come back
+-- grouped by everything their ticks are made of (expression, zone, next fire time,
+-- starting deadline, profile inputs, kind): a fleet due at one minute is a few rows, not
+-- one per schedule. Each group's members travel as array text (the three arrays
+-- aggregate the same rows in the same order, so they align index for index), which the
+-- ticker hands back to `ledger_create_tick_runs` without reading it.
 WITH due AS (
-    SELECT s.id, s.tenant_id, s.workflow_id, s.next_fire_at, s.cron, s.timezone, s.starting_deadline_seconds,
-           s.cadence_seconds, w.monitoring_enabled, w.timeout_seconds, w.policy_overrides::text AS policy_overrides,
-           w.kind
-      FROM schedules s
-      JOIN workflows w ON w.id = s.workflow_id
-     WHERE s.status = 'active' AND s.next_fire_at <= %(now)s AND w.archived_at IS NULL
-     ORDER BY s.next_fire_at
+    SELECT f.schedule_id AS id, f.tenant_id, f.workflow_id, f.next_fire_at, s.cron, s.timezone,
+           s.starting_deadline_seconds, s.cadence_seconds, w.monitoring_enabled, w.timeout_seconds,
+           w.policy_overrides::text AS policy_overrides, w.kind
+      FROM schedule_fires f
+      JOIN schedules s ON s.id = f.schedule_id
+      JOIN workflows w ON w.id = f.workflow_id
+     WHERE f.next_fire_at <= %(now)s AND s.status = 'active' AND w.archived_at IS NULL
+     ORDER BY f.next_fire_at
      LIMIT %(limit)s
-       FOR UPDATE OF s SKIP LOCKED
+       FOR UPDATE OF f SKIP LOCKED
 )
 SELECT next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
        timeout_seconds, policy_overrides, kind, count(*) AS members,
@@ -29,9 +31,9 @@ SELECT next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds,
  ORDER BY next_fire_at, min(workflow_id);
 
 -- trigger_earliest_fire --
--- The earliest pending fire time of an active schedule: one probe of the partial
--- index; the ticker sleeps until it.
-SELECT min(next_fire_at) AS next_fire_at FROM schedules WHERE status = 'active';
+-- The earliest pending fire time of an active schedule (a paused one has none): one
+-- probe of the partial index; the ticker sleeps until it.
+SELECT min(next_fire_at) AS next_fire_at FROM schedule_fires WHERE next_fire_at IS NOT NULL;
 
 -- trigger_notify_wake --
 -- Wake sleeping loops early (delivered at commit); polling alone keeps them correct.
