@@ -26,7 +26,7 @@ not a wake-up arrived. One pass at `now`, in one transaction:
    profile's when monitoring is on, else none) and its deadline (`profile.run_deadline`).
 
 The next wake-up is the earliest `next_fire_at` of all schedules, read after the
-pass's own writes, but no later than `max_sleep` ahead (so schedules written by
+pass's own writes (or, when the claim found nothing, beside it, in its round trip), but no later than `max_sleep` ahead (so schedules written by
 another replica are noticed even without a wake-up notification); immediately when
 the batch was full and schedules are still due.
 
@@ -109,7 +109,7 @@ class Ticker:
         windows: dict[tuple[str, str, datetime, int], FireWindow] = {}
         t0 = time.perf_counter()
         with self.db.transaction() as store:
-            due = store.trigger.claim_due(now, self.batch)
+            due, earliest = store.trigger.claim_due_and_earliest(now, self.batch)
             groups: list[TickGroup] = []
             advances: list[Advance] = []
             claimed = fired = 0
@@ -137,7 +137,8 @@ class Ticker:
             t1 = time.perf_counter()
             created = store.ledger.create_tick_groups(groups, now, advances)
             t2 = time.perf_counter()
-            earliest = store.trigger.earliest_fire()
+            if due:  # after the pass's own writes; read beside the claim when it found nothing
+                earliest = store.trigger.earliest_fire()
         t3 = time.perf_counter()
         self.fired += fired
         self.created += created

@@ -337,3 +337,33 @@ def test_a_pass_reports_the_earliest_fire_time_it_read_after_its_own_writes(db, 
     with db.transaction() as store:
         assert store.trigger.earliest_fire() == minute(12, 2)
     assert ticker.last_pass is not None and ticker.last_pass.earliest == minute(12, 2)
+
+
+def test_an_idle_pass_reads_in_one_round_trip_and_commits(schema, tmp_path):
+    from psycopg.pq import Trace
+
+    from tickwarden.db import Database
+    from tests.dbutil import TEST_URL
+
+    db = Database(TEST_URL, schema=schema, min_size=1, max_size=1)
+    try:
+        apply(db, tmp_path, T0)
+        ticker = Ticker(db)
+        ticker.run_once(minute(12, 1))  # fires 12:01; the next tick is 12:02
+        trace = tmp_path / "trace"
+        with trace.open("w") as sink:
+            with db.connection() as conn:  # the pool's one connection, which the pass borrows next
+                conn.pgconn.trace(sink.fileno())
+                conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+            assert ticker.run_once(minute(12, 1) + timedelta(seconds=20)) == minute(12, 2)
+            with db.connection() as conn:
+                conn.pgconn.untrace()
+        # A client waits at each Sync (a pipeline's end, or an extended query's) and each
+        # simple Query; the last wait is the pool's check when the trace is switched off.
+        waits = [line.split("\t")[2] for line in trace.read_text(errors="replace").splitlines()
+                 if line.startswith("F\t") and line.split("\t")[2] in ("Sync", "Query")]
+        assert ticker.last_pass.claimed == 0
+        # The pool's check of the lent connection, BEGIN, the claim with the earliest fire time, COMMIT.
+        assert waits[:-1] == ["Query", "Query", "Sync", "Query"], waits
+    finally:
+        db.close()

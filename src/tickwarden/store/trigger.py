@@ -58,6 +58,20 @@ class TriggerRepository(StoreBase):
             cur.execute(queries()["trigger_claim_due"], {"now": now, "limit": limit})
             return [DueGroup(*row) for row in cur.fetchall()]
 
+    def claim_due_and_earliest(self, now: datetime, limit: int) -> tuple[list[DueGroup], datetime | None]:
+        """`claim_due` and `earliest_fire` sent together in this transaction: one round trip.
+
+        The earliest fire time is read beside the claim, before any write of the pass: it
+        stands for the pass only when the claim found nothing (the usual, idle pass).
+        """
+        with self.conn.cursor() as claim, self.conn.cursor() as earliest:
+            with self.conn.pipeline():
+                claim.execute(queries()["trigger_claim_due"], {"now": now, "limit": limit})
+                earliest.execute(queries()["trigger_earliest_fire"])
+            groups = [DueGroup(*row) for row in claim.fetchall()]
+            row = earliest.fetchone()
+        return groups, row[0] if row else None
+
     def earliest_fire(self) -> datetime | None:
         row = self._row("trigger_earliest_fire")
         return row["next_fire_at"] if row else None
