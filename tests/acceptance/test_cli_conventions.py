@@ -142,3 +142,10 @@ def test_tables_fit_an_80_column_terminal_and_colour_statuses(env, failed_run, d
 def test_no_color_turns_colour_off_on_a_terminal(env, failed_run):
     plain = on_terminal(env, "runs", "acme/nightly", NO_COLOR="1")
     assert "failed" in ANSI.sub("", plain) and not COLOUR.search(plain)
+
+
+def test_a_worker_asked_to_lease_more_than_it_may_hold_ahead_exits_2_in_one_sentence(env):
+    done = cli(env, "worker", "--batch", "100000")
+    assert done.returncode == 2
+    assert "--batch between 0 and 100" in done.stderr and "Traceback" not in done.stderr
+    assert len([line for line in done.stderr.splitlines() if line.strip()]) == 1

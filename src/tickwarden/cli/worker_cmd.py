@@ -13,7 +13,7 @@ import typer
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock, ensure_utc
-from tickwarden.errors import InvalidInput
+from tickwarden.errors import UsageError
 from tickwarden.environments.pool import MAX_LIVE
 
 if TYPE_CHECKING:
@@ -29,6 +29,9 @@ ERROR_BACKOFF_SECONDS = 5
 # reaper puts them back in the queue unstarted, and the worker's start, a compare-and-set,
 # then skips them.
 PREFETCH_PER_PROCESS = 8
+# Leases one loop may take at once: past this a worker hoards the queue from its peers, and
+# what it holds ahead waits up to a third of a lease before it is given back.
+MAX_BATCH = 100
 
 
 def default_batch(concurrency: int) -> int:
@@ -83,12 +86,12 @@ def worker_command(
     from tickwarden.metrics import serve_process_metrics
     from tickwarden.worker import Worker
 
-    if concurrency < 1 or lease < 1 or poll <= 0 or max_environments < 1 or batch < 0:
-        raise InvalidInput("--concurrency, --lease and --max-environments must be at least 1, --batch not negative "
-                           "and --poll positive.")
+    if concurrency < 1 or lease < 1 or poll <= 0 or max_environments < 1 or not 0 <= batch <= MAX_BATCH:
+        raise UsageError(f"--concurrency, --lease and --max-environments must be at least 1, --batch between 0 and "
+                           f"{MAX_BATCH} and --poll positive.")
     batch = batch or default_batch(concurrency)
     if not 0 <= metrics_port <= 65535:
-        raise InvalidInput("--metrics-port must be a port number (1-65535), or 0 for none.")
+        raise UsageError("--metrics-port must be a port number (1-65535), or 0 for none.")
     default_log_level(logging.INFO)
     base = worker_id or replica_id("worker")
     clock = WallClock()
