@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -350,7 +351,7 @@ def test_the_failure_count_reads_only_the_months_from_the_newest_success_on(db: 
         assert store.monitoring.evaluation_inputs([wf.id])[0].success_run_id == run_id
         from tickwarden.store.queries import queries
 
-        text = queries()["monitoring_evaluation_inputs"].replace("%(workflow_ids)s", "ARRAY[%s]::bigint[]")
+        text = re.sub(r"%\(workflow_ids\)[sb]", "ARRAY[%s]", queries()["monitoring_evaluation_inputs"])
         plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + text, (wf.id,)).fetchone()[0]
     opened: set[str] = set()
 
