@@ -367,3 +367,48 @@ def test_an_idle_pass_reads_in_one_round_trip_and_commits(schema, tmp_path):
         assert waits[:-1] == ["Query", "Query", "Sync", "Query"], waits
     finally:
         db.close()
+
+
+def test_migrating_populated_schedules_keeps_each_fire_time_and_the_ticker_goes_on_from_it(monkeypatch):
+    import psycopg
+
+    from tests.dbutil import TEST_URL, drop_schema, make_schema
+    from tickwarden import migrate
+    from tickwarden.db import Database
+
+    name = make_schema("mig")
+    everything = migrate.available_migrations()
+    last_fired = minute(11, 59)
+    try:
+        with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
+            monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in everything if m.version < 28])
+            migrate.upgrade(conn, T0)
+            conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'Acme', %s)", (T0,))
+            conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                         " SELECT id, w, %s, %s FROM tenants, unnest(ARRAY['live', 'held']) w", (T0, T0))
+            # `live` last fired at 11:59 and next fires at 12:00; `held` is paused with a stale fire time.
+            conn.execute("""INSERT INTO schedules (tenant_id, workflow_id, cron, status, cadence_seconds,
+                                                   created_at, updated_at, next_fire_at, last_fired_at)
+                            SELECT tenant_id, id, '* * * * *', CASE name WHEN 'live' THEN 'active' ELSE 'paused' END,
+                                   60, %(t)s, %(t)s, %(next)s, %(last)s FROM workflows""",
+                         {"t": T0, "next": minute(12, 0), "last": last_fired})
+            conn.commit()
+            monkeypatch.setattr(migrate, "available_migrations", lambda: everything)
+            assert [m.version for m in migrate.upgrade(conn, T0)] == [m.version for m in everything if m.version >= 28]
+            fires = conn.execute("SELECT w.name, f.next_fire_at, f.last_fired_at FROM schedule_fires f"
+                                 " JOIN workflows w ON w.id = f.workflow_id ORDER BY 1").fetchall()
+            assert fires == [("held", None, last_fired), ("live", minute(12, 0), last_fired)]
+        db = Database(TEST_URL, schema=name, min_size=1, max_size=2)
+        try:
+            ticker = Ticker(db)
+            assert ticker.run_once(minute(11, 59) + timedelta(seconds=30)) == minute(12, 0)
+            ticker.run_once(minute(12, 0))
+            ticker.run_once(minute(12, 0) + timedelta(seconds=5))  # again within the minute: nothing more
+            with db.connection() as conn:
+                runs = conn.execute("SELECT w.name, r.scheduled_for FROM runs r JOIN workflows w ON w.id = r.workflow_id"
+                                    " ORDER BY 1, 2").fetchall()
+            assert runs == [("live", minute(12, 0))]
+        finally:
+            db.close()
+    finally:
+        drop_schema(name)
