@@ -102,32 +102,38 @@ def test_it_comes_back_at_once_while_batches_are_full(db, clock):
     assert reaper.run_once(later) > later and len(reaper.last_reaped) == 1
 
 
+
+def race_reapers(schema: str, now, replicas: int = 3) -> tuple[list[int], list[int]]:
+    """Reaper replicas passing at `now` at once, each until it finds no full batch: (lost, requeued) ids."""
+    databases = [Database(TEST_URL, schema=schema, max_size=2) for _ in range(replicas)]
+    lost: list[int] = []
+    requeued: list[int] = []
+    lock = threading.Lock()
+    gate = threading.Barrier(replicas)
+
+    def drive(reaper: LeaseReaper) -> None:
+        gate.wait()
+        while True:
+            wake = reaper.run_once(now)
+            with lock:
+                lost.extend(a.attempt_id for a in reaper.last_reaped)
+                requeued.extend(reaper.last_requeued)
+            if wake > now:
+                return
+
+    threads = [threading.Thread(target=drive, args=(LeaseReaper(d, batch=7),)) for d in databases]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for d in databases:
+        d.close()
+    return lost, requeued
+
 def test_replicas_reap_each_attempt_once(db, clock, schema):
     wf = make_workflow(db, clock.now())
     for i in range(60):
         create_run(db, wf, clock.now() - timedelta(hours=i), clock.now())
     lease_all(db, clock.now())
-    later = clock.now() + timedelta(minutes=1)
-    replicas = [Database(TEST_URL, schema=schema, max_size=2) for _ in range(3)]
-    reapers = [LeaseReaper(r, batch=7) for r in replicas]
-    seen: list[int] = []
-    lock = threading.Lock()
-    gate = threading.Barrier(3)
-
-    def drive(reaper):
-        gate.wait()
-        while True:
-            wake = reaper.run_once(later)
-            with lock:
-                seen.extend(a.attempt_id for a in reaper.last_reaped)
-            if wake > later:
-                return
-
-    threads = [threading.Thread(target=drive, args=(r,)) for r in reapers]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    for r in replicas:
-        r.close()
+    seen, _ = race_reapers(schema, clock.now() + timedelta(minutes=1))
     assert len(seen) == len(set(seen)) == 60
     with db.connection() as conn:
         assert conn.execute("SELECT count(*) FROM attempts WHERE status = 'lost'").fetchone()[0] == 60
@@ -191,29 +197,7 @@ def test_replicas_give_each_lease_never_started_back_once(db, clock, schema):
     wf = make_workflow(db, clock.now())
     runs = [create_run(db, wf, clock.now() - timedelta(hours=i), clock.now(), budget=0) for i in range(60)]
     leased = lease_batch(db, "w1", clock.now(), 60)
-    later = clock.now() + timedelta(minutes=1)
-    replicas = [Database(TEST_URL, schema=schema, max_size=2) for _ in range(3)]
-    reapers = [LeaseReaper(r, batch=7) for r in replicas]
-    lost: list[int] = []
-    requeued: list[int] = []
-    lock = threading.Lock()
-    gate = threading.Barrier(3)
-
-    def drive(reaper):
-        gate.wait()
-        while True:
-            wake = reaper.run_once(later)
-            with lock:
-                lost.extend(a.attempt_id for a in reaper.last_reaped)
-                requeued.extend(reaper.last_requeued)
-            if wake > later:
-                return
-
-    threads = [threading.Thread(target=drive, args=(r,)) for r in reapers]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    for r in replicas:
-        r.close()
+    lost, requeued = race_reapers(schema, clock.now() + timedelta(minutes=1))
     assert lost == [leased[0].id]
     assert sorted(requeued) == sorted(a.id for a in leased[1:]) and len(set(requeued)) == 59
     with db.connection() as conn:
