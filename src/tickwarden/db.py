@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import re
+import select
 import shutil
 import threading
 import time
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 from psycopg import Transaction, sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tickwarden.errors import DatabaseUnavailable, InvalidInput
@@ -168,7 +170,7 @@ class Database:
             configure=configure,
             # A pooled connection the server dropped (a restart, a failover) is replaced
             # when it is lent, instead of failing the borrower's first statement.
-            check=ConnectionPool.check_connection,
+            check=check_lent,
         )
 
     def _configure(self, url: str | None, schema: str | None, application_name: str) -> None:
@@ -277,8 +279,8 @@ class Database:
         """Keep one pooled connection for this thread until the block ends: every borrow inside reuses it.
 
         For a caller that makes several short borrows in a row on one thread (the worker's
-        lease, its environment marks and its outcome): the pool's check of a lent
-        connection, a round trip each, is paid once for the lot. Other threads (the
+        lease, its environment marks and its outcome): the pool's check-out, its check of the
+        lent connection (`check_lent`) and its return are paid once for the lot. Other threads (the
         heartbeat) still borrow from the pool. A held connection that breaks is dropped,
         and the borrows after it inside the block come from the pool again. Nested holds
         keep the outer one.
@@ -574,6 +576,30 @@ class DedicatedDatabase(Database):
         if not self._conn.closed:
             self._leave_pipeline()  # the last commits land
         self._conn.close()
+
+
+def check_lent(conn: psycopg.Connection) -> None:
+    """Check a connection the pool is about to lend, without a round trip while it is sound.
+
+    A connection resting in the pool has nothing to read: every result of its last borrow
+    was read before it came back, and LISTEN runs on dedicated connections (`connect`), never
+    on pooled ones. A server that ends the session (a restart, a failover, `pg_terminate_backend`)
+    sends a FATAL error and closes the socket, and a backend that died leaves the socket at end
+    of file: either makes the socket readable. So a look at the socket (poll, no wait) stands
+    for the check while nothing is there, and only a readable socket, or a connection libpq
+    already knows bad or not idle, pays for the full check (an empty query): it raises on a
+    dead connection, which the pool then replaces, and reads whatever harmless message came
+    unasked (a notice, a parameter's new value). A look cannot see a peer gone without closing
+    (a host powered off): the borrower's first statement fails then, as it does when a
+    connection dies between a check and that statement.
+    """
+    pgconn = conn.pgconn
+    if pgconn.status == ConnStatus.OK and pgconn.transaction_status == TransactionStatus.IDLE:
+        look = select.poll()
+        look.register(pgconn.socket, select.POLLIN)
+        if not look.poll(0):
+            return
+    ConnectionPool.check_connection(conn)
 
 
 def rolled_back(exc: BaseException) -> bool:

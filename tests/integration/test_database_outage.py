@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -10,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from psycopg.pq import Trace
 
 from tests.helpers import lease
 from tests.dbutil import TEST_URL
@@ -53,6 +55,70 @@ def test_it_replaces_a_pooled_connection_the_server_dropped(schema):
         time.sleep(0.2)
         with db.connection() as conn:  # the dead connection is noticed when lent, not by the caller
             assert conn.execute("SELECT 2").fetchone() == (2,)
+    finally:
+        db.close()
+
+
+def readable(socket: int, timeout: float) -> bool:
+    look = select.poll()
+    look.register(socket, select.POLLIN)
+    return bool(look.poll(timeout * 1000))
+
+
+def test_a_sound_pooled_connection_is_lent_without_a_round_trip(schema, tmp_path):
+    db = Database(TEST_URL, schema=schema, min_size=1, max_size=1)
+    trace = tmp_path / "trace"
+    try:
+        with trace.open("w") as sink:
+            with db.connection() as conn:
+                conn.pgconn.trace(sink.fileno())
+                conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+                pid = conn.info.backend_pid
+            with db.connection() as conn:  # checked by a look at its socket: nothing was sent
+                assert conn.info.backend_pid == pid
+                conn.pgconn.untrace()
+        assert [line for line in trace.read_text(errors="replace").splitlines() if line.startswith("F\t")] == []
+    finally:
+        db.close()
+
+
+def test_every_pooled_connection_the_server_terminated_is_replaced_when_lent(schema):
+    db = Database(TEST_URL, schema=schema, min_size=2, max_size=2)
+    try:
+        with db.connection() as first, db.connection() as second:
+            pids = [first.info.backend_pid, second.info.backend_pid]
+            sockets = [first.pgconn.socket, second.pgconn.socket]
+        with psycopg.connect(TEST_URL, autocommit=True) as admin:
+            assert admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid = ANY(%s)",
+                                 (pids,)).fetchone() == (2,)
+            deadline = time.monotonic() + 10
+            while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone()[0]:
+                assert time.monotonic() < deadline, "the terminated backends did not exit"
+                time.sleep(0.01)
+        assert all(readable(socket, 5) for socket in sockets)  # the server's goodbye, then its end of file
+        # Both borrows get a sound connection, without raising: the dead ones are noticed when lent.
+        with db.connection() as first, db.connection() as second:
+            assert first.execute("SELECT 1").fetchone() == (1,) and second.execute("SELECT 2").fetchone() == (2,)
+            assert not {first.info.backend_pid, second.info.backend_pid} & set(pids)
+    finally:
+        db.close()
+
+
+def test_a_pooled_connection_with_a_harmless_message_to_read_is_checked_in_full_and_kept(schema):
+    channel = f"probe_{schema}"
+    db = Database(TEST_URL, schema=schema, min_size=1, max_size=1)
+    try:
+        with db.connection() as conn:
+            conn.execute(f"LISTEN {channel}")
+            pid, socket = conn.info.backend_pid, conn.pgconn.socket
+        with psycopg.connect(TEST_URL, autocommit=True) as other:
+            other.execute(f"NOTIFY {channel}")
+        assert readable(socket, 5)
+        with db.connection() as conn:  # the full check reads the notification; the connection is sound
+            assert conn.info.backend_pid == pid
+            conn.execute(f"UNLISTEN {channel}")
+        with db.connection() as conn:
+            assert conn.info.backend_pid == pid and not readable(socket, 0)
     finally:
         db.close()
 
