@@ -171,6 +171,8 @@ class Database:
             # A pooled connection the server dropped (a restart, a failover) is replaced
             # when it is lent, instead of failing the borrower's first statement.
             check=check_lent,
+            # A transaction block opened inside a pipelined transaction is a savepoint.
+            connection_class=PipelinedConnection,
         )
 
     def _configure(self, url: str | None, schema: str | None, application_name: str) -> None:
@@ -321,13 +323,32 @@ class Database:
                         time.monotonic() - since)
 
     @contextlib.contextmanager
-    def transaction(self, timeout: float | None = None) -> Iterator[Store]:
-        """Run one transaction and hand out the store bound to it."""
+    def transaction(self, timeout: float | None = None, *, pipelined: bool = False) -> Iterator[Store]:
+        """Run one transaction and hand out the store bound to it.
+
+        `pipelined` keeps the connection in pipeline mode for the whole transaction, for a
+        caller whose every round trip counts (the ticker, whose idle pass is one read): BEGIN
+        is sent as a statement and goes out with the first statement that is read, and COMMIT
+        with the sync that ends the pipeline, so neither is a round trip of its own. A read
+        waits for its result (a flush), so what the transaction reads is what it would read
+        otherwise; a statement whose result nobody reads is not waited for, and its error
+        surfaces at the next read or at the commit. After an error the server skips the rest
+        of the pipeline, and the transaction is rolled back. Not for COPY.
+        """
         from tickwarden.store import Store
 
         with self.connection(timeout) as conn:
-            with conn.transaction():
-                yield Store(conn)
+            if not pipelined:
+                with conn.transaction():
+                    yield Store(conn)
+                return
+            conn.autocommit = True  # BEGIN and COMMIT are explicit statements in the pipeline
+            try:
+                with _pipelined_transaction(conn):
+                    yield Store(conn)
+            finally:
+                if not conn.closed:  # a broken connection is discarded by the pool
+                    conn.autocommit = False
 
     def retrying(self, work: Callable[[Store], T], *, attempts: int = 3, pause: float = 0.2) -> T:
         """Run `work(store)` in one transaction, again if the server chose it as a deadlock's victim.
@@ -524,8 +545,8 @@ class DedicatedDatabase(Database):
                     conn.autocommit = True
 
     @contextlib.contextmanager
-    def transaction(self, timeout: float | None = None) -> Iterator[Store]:
-        """Run one transaction in the kept pipeline and hand out the store bound to it.
+    def transaction(self, timeout: float | None = None, *, pipelined: bool = True) -> Iterator[Store]:
+        """Run one transaction in the kept pipeline and hand out the store bound to it (always pipelined).
 
         The same statements, in the same order, with the same results as `Database.transaction`,
         in fewer round trips: BEGIN, SAVEPOINT, RELEASE and COMMIT go out with the statement
@@ -600,6 +621,23 @@ def check_lent(conn: psycopg.Connection) -> None:
         if not look.poll(0):
             return
     ConnectionPool.check_connection(conn)
+
+
+@contextlib.contextmanager
+def _pipelined_transaction(conn: psycopg.Connection) -> Iterator[None]:
+    """Run the block as one transaction, BEGIN … COMMIT, in pipeline mode on `conn` (in autocommit)."""
+    try:
+        with conn.pipeline():
+            conn.execute(BEGIN)
+            yield
+            conn.execute(COMMIT)
+    except BaseException:
+        # Leaving the pipeline (a sync) ended the server's skipping after an error; whatever
+        # is still open is rolled back. A connection too broken for that is the pool's to drop.
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(ROLLBACK)
+        raise
 
 
 def rolled_back(exc: BaseException) -> bool:

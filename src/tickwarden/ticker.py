@@ -30,6 +30,10 @@ pass's own writes (or, when the claim found nothing, beside it, in its round tri
 another replica are noticed even without a wake-up notification); immediately when
 the batch was full and schedules are still due.
 
+The pass's transaction is pipelined (`Database.transaction(pipelined=True)`): its BEGIN
+goes out with the claim and its COMMIT with the pipeline's end, so an idle pass, which
+only reads beside its claim, is two round trips: that read and the commit.
+
 Fire times are computed per distinct (cron, zone, window) and shared by every
 group with the same key; the members' ids cross the client as array text, never as
 one Python object per schedule, and the statement returns a count, not the runs.
@@ -108,7 +112,7 @@ class Ticker:
         """Fire every due tick of up to one batch of schedules at `now`; return the next wake-up."""
         windows: dict[tuple[str, str, datetime, int], FireWindow] = {}
         t0 = time.perf_counter()
-        with self.db.transaction() as store:
+        with self.db.transaction(pipelined=True) as store:  # BEGIN rides with the claim, COMMIT with the end
             due, earliest = store.trigger.claim_due_and_earliest(now, self.batch)
             groups: list[TickGroup] = []
             advances: list[Advance] = []

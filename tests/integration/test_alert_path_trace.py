@@ -34,6 +34,7 @@ from tests.conftest import TEST_URL
 from tests.integration.fake_servers import SlackFake
 from tests.integration.notify_builders import add_channel
 from tickwarden import catalog
+from tickwarden.db import BEGIN, COMMIT, ROLLBACK
 from tickwarden.service import build_loops
 from tickwarden.worker import Worker
 
@@ -67,12 +68,23 @@ class Trace:
         real_execute = psycopg.Cursor.execute
         real_transaction = psycopg.Connection.transaction
 
+        # Connections inside a transaction opened by a BEGIN sent as a statement (a pipelined
+        # transaction): libpq reports a pipeline's transaction status only as of its last sync,
+        # so their statements are known to be inside it from the BEGIN … COMMIT around them.
+        explicit: set[int] = set()
+
         def execute(cur: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
             if cur.connection is trace.listener:
                 return real_execute(cur, query, *args, **kwargs)
             trace.backends.add(cur.connection.info.backend_pid)
-            if query != "":  # the pool's liveness check sends an empty query: no statement, no transaction
+            if query == BEGIN:  # a transaction, not a statement (as when psycopg sends its own BEGIN)
                 trace._begins(cur.connection)
+                explicit.add(id(cur.connection))
+            elif query in (COMMIT, ROLLBACK):
+                explicit.discard(id(cur.connection))
+            elif query != "":  # an empty query (the pool's full liveness check): no statement, no transaction
+                if id(cur.connection) not in explicit:
+                    trace._begins(cur.connection)
                 trace.statements += trace.on
             return real_execute(cur, query, *args, **kwargs)
 

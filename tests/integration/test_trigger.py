@@ -360,9 +360,10 @@ def test_an_idle_pass_reads_in_one_round_trip_and_commits(schema, tmp_path):
                 conn.pgconn.untrace()
         assert ticker.last_pass.claimed == 0
         # The client waits once per burst of messages it sends before the server answers: a
-        # round trip. The pool's check of the lent connection sends nothing (before: an empty
-        # query); then BEGIN, the claim with the earliest fire time, COMMIT.
-        assert sent_before_each_answer(trace) == [["Query"], ["Execute", "Execute", "Sync"], ["Query"]]
+        # round trip. The pool's check of the lent connection sends nothing; BEGIN goes with the
+        # claim and the earliest fire time (one flush), COMMIT with the pipeline's sync
+        # (before: the check, BEGIN, the claim with the earliest fire time, COMMIT).
+        assert sent_before_each_answer(trace) == [["BEGIN", "Execute", "Execute", "Flush"], ["COMMIT", "Sync"]]
     finally:
         db.close()
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime
+
+from psycopg.pq import PipelineStatus
 
 from tickwarden.store.base import StoreBase
 from tickwarden.store.queries import queries
@@ -62,12 +65,17 @@ class TriggerRepository(StoreBase):
         """`claim_due` and `earliest_fire` sent together in this transaction: one round trip.
 
         The earliest fire time is read beside the claim, before any write of the pass: it
-        stands for the pass only when the claim found nothing (the usual, idle pass).
+        stands for the pass only when the claim found nothing (the usual, idle pass). On a
+        connection already in pipeline mode (a pipelined transaction) the two statements join
+        that pipeline and go out with whatever it holds unread (its BEGIN), in the read's one
+        flush: a nested pipeline would cost a sync when entered and another when left.
         """
-        with self.conn.cursor() as claim, self.conn.cursor() as earliest:
-            with self.conn.pipeline():
-                claim.execute(queries()["trigger_claim_due"], {"now": now, "limit": limit})
-                earliest.execute(queries()["trigger_earliest_fire"])
+        with self.conn.cursor() as claim, self.conn.cursor() as earliest, contextlib.ExitStack() as stack:
+            if self.conn.pgconn.pipeline_status == PipelineStatus.OFF:
+                stack.enter_context(self.conn.pipeline())
+            claim.execute(queries()["trigger_claim_due"], {"now": now, "limit": limit})
+            earliest.execute(queries()["trigger_earliest_fire"])
+            stack.close()
             groups = [DueGroup(*row) for row in claim.fetchall()]
             row = earliest.fetchone()
         return groups, row[0] if row else None

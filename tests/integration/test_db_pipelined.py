@@ -1,0 +1,78 @@
+"""`Database.transaction(pipelined=True)`: one transaction in pipeline mode, as whole as any other."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg.pq import PipelineStatus, TransactionStatus
+
+from tests.dbutil import TEST_URL
+from tickwarden.db import Database
+
+
+@pytest.fixture
+def one(schema):
+    with psycopg.connect(TEST_URL, options=f"-c search_path={schema}", autocommit=True) as conn:
+        conn.execute("CREATE TABLE pipelined_probe (n int PRIMARY KEY)")
+    with Database(TEST_URL, schema=schema, min_size=1, max_size=1) as db:  # every borrow lends the same connection
+        yield db
+
+
+def rows(db: Database) -> list[int]:
+    with db.connection() as conn:
+        return [n for (n,) in conn.execute("SELECT n FROM pipelined_probe ORDER BY n")]
+
+
+def lent_as_usual(db: Database) -> None:
+    with db.connection() as conn:
+        assert not conn.autocommit
+        assert conn.pgconn.pipeline_status == PipelineStatus.OFF
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_it_commits_its_writes_together_and_lends_the_connection_back_as_it_found_it(one):
+    with one.transaction(pipelined=True) as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")  # not read: goes with the next read
+        assert store.conn.execute("SELECT count(*) FROM pipelined_probe").fetchone() == (1,)  # its own write
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (2)")  # goes with the COMMIT
+    assert rows(one) == [1, 2]
+    lent_as_usual(one)
+
+
+def test_a_failing_statement_rolls_the_whole_transaction_back(one):
+    with pytest.raises(psycopg.errors.UniqueViolation), one.transaction(pipelined=True) as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+        store.conn.execute("SELECT 1").fetchone()  # the error surfaces at the next read
+    assert rows(one) == []
+    lent_as_usual(one)
+
+
+def test_a_failing_statement_nobody_reads_fails_the_commit(one):
+    with pytest.raises(psycopg.errors.UniqueViolation), one.transaction(pipelined=True) as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+    assert rows(one) == []
+    lent_as_usual(one)
+
+
+def test_an_exception_in_the_block_rolls_it_back(one):
+    with pytest.raises(ZeroDivisionError), one.transaction(pipelined=True) as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+        assert store.conn.execute("SELECT count(*) FROM pipelined_probe").fetchone() == (1,)
+        raise ZeroDivisionError
+    assert rows(one) == []
+    lent_as_usual(one)
+
+
+def test_a_transaction_block_inside_is_a_savepoint(one):
+    with one.transaction(pipelined=True) as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+        # read: nothing is in flight now, and libpq still reports the status of the last sync (idle)
+        assert store.conn.execute("SELECT count(*) FROM pipelined_probe").fetchone() == (1,)
+        with pytest.raises(ZeroDivisionError), store.conn.transaction():
+            store.conn.execute("INSERT INTO pipelined_probe VALUES (2)")
+            raise ZeroDivisionError
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (3)")
+    assert rows(one) == [1, 3]  # the block rolled back to its savepoint; the rest committed once, at the end
+    lent_as_usual(one)
