@@ -60,6 +60,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from collections.abc import Iterator
 
 from tickwarden import auth, metrics, secrets
 from tickwarden.categories import categorize, is_retryable
@@ -123,50 +124,118 @@ class Result:
     steps: list[StepRecord] = field(default_factory=list)
 
 
-class LeaseRenewer:
-    """Renew a lease every lease/3 seconds from a thread until stopped or the lease is lost."""
+class Watch:
+    """The lease of the attempt a worker is running, as its heartbeat renews it (state, not a value).
 
-    def __init__(self, worker: Worker, attempt: Attempt):
-        self.worker = worker
+    `lost` is set when a renewal finds the lease gone (reaped as lost): the attempt's
+    steps stop and its result is abandoned. `beat` and `give_back` (monotonic) are when
+    the heartbeat next renews the lease and gives the attempts leased ahead back to the queue.
+    """
+
+    __slots__ = ("attempt", "interval", "beat", "give_back", "lost")
+
+    def __init__(self, attempt: Attempt, interval: float, beat: float, give_back: float | None):
         self.attempt = attempt
+        self.interval = interval
+        self.beat = beat
+        self.give_back = give_back
         self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{attempt.id}", daemon=True)
 
-    def __enter__(self) -> LeaseRenewer:
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+class Heartbeat:
+    """Renew the running attempt's lease every lease/3 seconds from one thread per worker.
 
-    def _loop(self) -> None:
+    The thread outlives attempts (starting one per attempt cost more than the no-op
+    attempt it watched) and exits after `IDLE_SECONDS` without an attempt; `watching`
+    starts it again. Invariant, as with a thread per attempt: once `watching` returns,
+    nothing is done for that attempt any more. It waits for a renewal or give-back in
+    flight, so the worker's next steps never race one of this attempt's.
+    """
+
+    IDLE_SECONDS = 5.0
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+        self._cond = threading.Condition()
+        self._watch: Watch | None = None
+        self._acting: Watch | None = None  # the watch the thread is renewing or giving back for
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def watching(self, attempt: Attempt) -> Iterator[Watch]:
+        """Renew `attempt`'s lease until the block ends; give back the leases taken ahead if it runs long."""
         interval = self.worker.lease_seconds / 3
-        beat = time.monotonic() + interval
         # Attempts leased ahead wait for this worker only briefly: past that, its attempts are
         # long ones, and they go back to the queue for an idle worker instead of waiting on it.
         oldest = self.worker.leased_ahead_since()
-        give_back = None if oldest is None else oldest + min(PREFETCH_WAIT, interval)
-        while not self._stop.wait(max(min(beat, give_back or beat) - time.monotonic(), 0)):
-            if give_back is not None and time.monotonic() >= give_back:
-                give_back = None
-                self.worker.give_back()
-                continue
-            beat += interval
+        watch = Watch(attempt, interval, time.monotonic() + interval,
+                      None if oldest is None else oldest + min(PREFETCH_WAIT, interval))
+        with self._cond:
+            self._watch = watch
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{self.worker.worker_id}",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        try:
+            yield watch
+        finally:
+            with self._cond:
+                self._watch = None
+                self._cond.notify_all()
+                while self._acting is watch:
+                    self._cond.wait()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    watch = self._watch
+                    if watch is None:
+                        if not self._cond.wait(self.IDLE_SECONDS) and self._watch is None:
+                            self._thread = None  # under the lock: `watching` starts a new one
+                            return
+                        continue
+                    due = watch.beat if watch.give_back is None else min(watch.beat, watch.give_back)
+                    delay = due - time.monotonic()
+                    if delay <= 0:
+                        break
+                    self._cond.wait(delay)
+                self._acting = watch
+                giving_back = watch.give_back is not None and time.monotonic() >= watch.give_back
+                if giving_back:
+                    watch.give_back = None
+                else:
+                    watch.beat += watch.interval
             try:
-                with self.worker.db.transaction() as store:
-                    held = store.ledger.renew_lease(self.attempt.id, self.worker.worker_id, self.worker.clock.now(),
-                                             self.worker.lease_seconds)
-            except DatabaseUnavailable:
-                continue  # the outage is logged once, by db; the lease has slack
-            except Exception as exc:  # a database hiccup: try again at the next beat, the lease has slack
-                log.warning("could not renew the lease of attempt %s: %s", self.attempt.id, type(exc).__name__)
-                continue
-            if not held:
-                log.warning("attempt %s: the lease was lost; its result will be abandoned", self.attempt.id)
-                self.lost.set()
-                return
+                if giving_back:
+                    self.worker.give_back()
+                else:
+                    self._renew(watch)
+            except Exception as exc:  # the thread serves the worker's next attempts: it must not die
+                log.warning("the heartbeat of attempt %s failed: %s", watch.attempt.id, type(exc).__name__)
+            finally:
+                with self._cond:
+                    self._acting = None
+                    self._cond.notify_all()
+
+    def _renew(self, watch: Watch) -> None:
+        worker = self.worker
+        try:
+            with worker.db.transaction() as store:
+                held = store.ledger.renew_lease(watch.attempt.id, worker.worker_id, worker.clock.now(),
+                                                worker.lease_seconds)
+        except DatabaseUnavailable:
+            return  # the outage is logged once, by db; the lease has slack
+        except Exception as exc:  # a database hiccup: try again at the next beat, the lease has slack
+            log.warning("could not renew the lease of attempt %s: %s", watch.attempt.id, type(exc).__name__)
+            return
+        if not held:
+            log.warning("attempt %s: the lease was lost; its result will be abandoned", watch.attempt.id)
+            watch.lost.set()
+            with self._cond:  # nothing more for this attempt
+                if self._watch is watch:
+                    self._watch = None
 
 
 class Worker:
@@ -209,6 +278,7 @@ class Worker:
         # reaches it, so they wait for the reaper only if this worker dies first.
         self._owed: set[int] = set()
         self._queue_lock = threading.Lock()
+        self._heartbeat = Heartbeat(self)
 
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then execute one attempt (leased ahead, or leased now); return the next wake-up."""
@@ -347,7 +417,7 @@ class Worker:
                 context = store.execution.context(attempt.workflow_id, self.clock.now())
         self._run_key = run
         self._warm = None
-        with LeaseRenewer(self, attempt) as heartbeat:
+        with self._heartbeat.watching(attempt) as heartbeat:
             try:
                 result = self._run(attempt, context, heartbeat)
             except Aborted:
@@ -431,7 +501,7 @@ class Worker:
 
     # -- execution -------------------------------------------------------------------------
 
-    def _run(self, attempt: Attempt, context: ExecutionContext | None, heartbeat: LeaseRenewer) -> Result:
+    def _run(self, attempt: Attempt, context: ExecutionContext | None, heartbeat: Watch) -> Result:
         notes: list[str] = []
         if context is None or context.environment is None:
             return _failed(("config", "the workflow or its environment no longer exists", None), [], notes)
@@ -484,7 +554,7 @@ class Worker:
                                      outputs=outputs, rows=reported_rows(steps)), steps)
 
     def _run_steps(self, attempt: Attempt, recipe: Recipe, instance: Instance, deadline: float, timeout: int,
-                   heartbeat: LeaseRenewer, handoff: secrets.Handoff) -> tuple[list[StepRecord], _Failure | None, bool]:
+                   heartbeat: Watch, handoff: secrets.Handoff) -> tuple[list[StepRecord], _Failure | None, bool]:
         """Run each step in order; return the records, the first failure and whether the process is reusable.
 
         The failure is (category, message, step), as the attempt's outcome records it.

@@ -87,13 +87,17 @@ class ExecutionRepository(StoreBase):
         `start` on a full lease from `now` (a compare-and-set: `started` says whether this
         worker still held it); lease up to `lease` queued attempts, the first started now and
         the others leased ahead; load the contexts of every attempt this worker then holds.
-        The commit waits for the WAL flush: it records an outcome or starts an attempt.
+        That commit waits for the WAL flush: it records an outcome or starts an attempt.
+        After it, with an outcome, a second transaction in the same round trip wakes the
+        poller (`execution_wake_poller`: not waiting for the flush, and keeping the server's
+        notification lock out of the durable commit, which would otherwise serialise every
+        worker's outcomes).
         """
         statements: list[tuple[str, dict[str, Any]]] = []
         finished = ([(attempt.id, outcome, finished_at or now)] if attempt is not None and outcome is not None
                     else [])
         if attempt is not None and finished:
-            statements.append(("ledger_finish_attempts", finish_params(worker_id, finished)))
+            statements.append(("ledger_finish_attempts", finish_params(worker_id, finished, wake=False)))
             if steps:
                 statements.append(("execution_record_finished_steps", {
                     "attempt_id": attempt.id, "tenant_id": attempt.tenant_id, "worker_id": worker_id,
@@ -110,9 +114,12 @@ class ExecutionRepository(StoreBase):
             statements.append(("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, lease,
                                                                       start=1)))
             statements.append(("execution_contexts", {"workflow_ids": [], "worker_id": worker_id}))
+        leased_at = len(statements) - 2
+        if finished:  # the poller's wake, once the outcome has committed
+            statements += [("execution_commit", {}), ("execution_wake_poller", {})]
         results = self._exchange(statements)
-        leased = leased_from_rows(results[-2]) if lease else []
-        contexts = self._contexts(results[-1], now) if leased else {}
+        leased = leased_from_rows(results[leased_at]) if lease else []
+        contexts = self._contexts(results[leased_at + 1], now) if leased else {}
         return Exchanged(finished_from_rows(finished, results[0])[0] if finished else None, leased, contexts,
                          started=start is not None and bool(results[started_at]))
 

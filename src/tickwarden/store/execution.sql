@@ -131,6 +131,19 @@ SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds, t.name AS tenant__na
  WHERE w.id = ANY (%(workflow_ids)s::bigint[])
     OR w.id IN (SELECT a.workflow_id FROM attempts a WHERE a.status = 'running' AND a.worker_id = %(worker_id)s);
 
+-- execution_commit --
+-- Commit what the exchange sent before it (the outcome, its lease and start: durable,
+-- waiting for the WAL flush); the statements after it run in a transaction of their own.
+COMMIT;
+
+-- execution_wake_poller --
+-- Wake the poller for an outcome that has just committed, in a transaction of its own
+-- that does not wait for the WAL flush. A notifying commit holds the server's one
+-- notification lock until it returns: inside the outcome's durable commit it would
+-- serialise every worker's outcome behind each other's disk flush. The wake is only a
+-- hint (the poller polls too), so losing it in a crash costs a poll interval, no outcome.
+SELECT set_config('synchronous_commit', 'off', true), pg_notify('tickwarden_wake', 'poller');
+
 -- execution_relax_commit --
 -- Let this session's commits return before the WAL is flushed (see store.execution.autocommit).
 SET synchronous_commit = off;

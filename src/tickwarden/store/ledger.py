@@ -283,8 +283,13 @@ def finished_from_rows(finished: Sequence[tuple[int, AttemptOutcome, datetime]],
     return results
 
 
-def finish_params(worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, datetime]]) -> dict[str, Any]:
-    """The parameters of the `finish_attempts` statement: one array per column."""
+def finish_params(worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, datetime]], *,
+                  wake: bool = True) -> dict[str, Any]:
+    """The parameters of the `finish_attempts` statement: one array per column.
+
+    `wake`: the statement notifies the poller as it commits; False only for a caller that
+    sends the wake itself once the outcome has committed (the worker's exchange).
+    """
     for _, outcome, _ in finished:
         if outcome.status not in ("succeeded", "failed"):
             raise ValueError(f"an attempt finishes as succeeded or failed, not {outcome.status!r}")
@@ -300,4 +305,5 @@ def finish_params(worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, 
         "log_tails": [outcome.log_tail for _, outcome, _ in finished],
         "outputs": [Jsonb(outcome.outputs) for _, outcome, _ in finished],
         "rows": [outcome.rows for _, outcome, _ in finished],
+        "wake": wake,
     }

@@ -164,8 +164,11 @@ WITH reported AS (
      WHERE r.id = decided.run_id AND r.status = 'running'
     RETURNING r.id, r.status
 ), woken AS (
-    -- the poller decides the retry or the verdict now, not at its next poll (sent at commit)
-    SELECT pg_notify('tickwarden_wake', 'poller') FROM (SELECT 1 FROM done LIMIT 1) one
+    -- the poller decides the retry or the verdict now, not at its next poll (sent at commit);
+    -- unless `wake` is false: the worker wakes it from a transaction of its own, right after
+    -- this one commits (`execution_wake_poller`), so that this commit does not hold the
+    -- server's one notification lock through its WAL flush, serialising every worker's outcome
+    SELECT pg_notify('tickwarden_wake', 'poller') FROM (SELECT 1 FROM done LIMIT 1) one WHERE %(wake)s
 )
 SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS run_status
   FROM decided LEFT JOIN moved ON moved.id = decided.run_id
