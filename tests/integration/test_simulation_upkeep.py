@@ -12,6 +12,7 @@ from tests.dbutil import TEST_URL
 from tests.helpers import create_run, make_workflow
 from tickwarden.db import DedicatedDatabase
 from tickwarden.simulate.engine import SimulatedAutovacuum
+from tickwarden.simulate.simulation import SimulationRepository
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -191,3 +192,21 @@ def test_a_commit_and_an_unread_wake_up_cost_the_dedicated_connection_no_round_t
     waits = [line.split("\t")[2] for line in trace.read_text(errors="replace").splitlines()
              if line.startswith("F\t") and line.split("\t")[2] in ("Flush", "Sync", "Query")]
     assert waits == ["Flush", "Flush"]
+
+
+def test_autovacuum_names_a_partitioned_table_once_and_analyzes_its_partitions_through_it(db, clock, dedicated):
+    wf = make_workflow(db, clock.now())
+    for minute in range(3):
+        create_run(db, wf, clock.now() + timedelta(minutes=minute), clock.now())
+    with dedicated.maintenance() as store:
+        repository = SimulationRepository(store.conn)
+        tables = {row["tablename"] for row in repository._rows("simulation_tables")}
+        partitions = {row[0] for row in store.conn.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relispartition"
+            " AND relkind = 'r'").fetchall()}
+        repository.vacuum_analyze()
+    # VACUUM and ANALYZE of `runs` do its partitions' work: naming them too would do it twice
+    assert {"runs", "attempts", "tenants", "schedule_fires"} <= tables
+    assert "runs_default" in partitions and not tables & partitions
+    assert reltuples(db, "runs_default") == 3 and reltuples(db, "runs") == 3
+
