@@ -210,3 +210,25 @@ def test_autovacuum_names_a_partitioned_table_once_and_analyzes_its_partitions_t
     assert "runs_default" in partitions and not tables & partitions
     assert reltuples(db, "runs_default") == 3 and reltuples(db, "runs") == 3
 
+
+def test_a_simulations_commits_do_not_wait_for_the_wal_flush():
+    from tickwarden.simulate import Simulation, parse_scenario
+
+    scenario = parse_scenario({"start": "2026-11-30T00:00:00Z", "end": "2026-11-30T00:10:00Z", "tenants": ["acme"],
+                               "workflows": [{"tenant": "acme", "name": "sync", "cron": "*/5 * * * *"}]},
+                              source="test")
+    url = psycopg.conninfo.make_conninfo(TEST_URL, options="-c statement_timeout=54321")
+    simulation = Simulation(scenario, url=url)
+    outcome = simulation.run()
+    assert len(outcome.runs) == 2
+    assert simulation.db is not None
+    try:
+        with simulation.db.probe() as store:  # the closed connection opens again, with the same options
+            assert store.conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+            assert store.conn.execute("SHOW statement_timeout").fetchone() == ("54321ms",)  # the URL's own kept
+        with simulation.db.autocommit(relaxed=True):
+            pass  # a loop's relaxed commit ends with RESET synchronous_commit
+        with simulation.db.probe() as store:
+            assert store.conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+    finally:
+        simulation.db.close()
