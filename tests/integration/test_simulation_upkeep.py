@@ -211,7 +211,7 @@ def test_autovacuum_names_a_partitioned_table_once_and_analyzes_its_partitions_t
     assert reltuples(db, "runs_default") == 3 and reltuples(db, "runs") == 3
 
 
-def test_a_simulations_commits_do_not_wait_for_the_wal_flush():
+def test_a_simulations_session_commits_without_waiting_for_the_wal_flush_and_keeps_generic_plans():
     from tickwarden.simulate import Simulation, parse_scenario
 
     scenario = parse_scenario({"start": "2026-11-30T00:00:00Z", "end": "2026-11-30T00:10:00Z", "tenants": ["acme"],
@@ -225,6 +225,7 @@ def test_a_simulations_commits_do_not_wait_for_the_wal_flush():
     try:
         with simulation.db.probe() as store:  # the closed connection opens again, with the same options
             assert store.conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+            assert store.conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
             assert store.conn.execute("SHOW statement_timeout").fetchone() == ("54321ms",)  # the URL's own kept
         with simulation.db.autocommit(relaxed=True):
             pass  # a loop's relaxed commit ends with RESET synchronous_commit
