@@ -233,3 +233,27 @@ def test_a_simulations_session_commits_without_waiting_for_the_wal_flush_and_kee
             assert store.conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
     finally:
         simulation.db.close()
+
+
+def test_autovacuum_leaves_out_a_table_no_row_ever_reached(db, clock, dedicated):
+    wf = make_workflow(db, clock.now())
+    create_run(db, wf, clock.now(), clock.now())
+    with dedicated.maintenance() as store:
+        store.conn.execute("CREATE TABLE probe_empty (x int)")
+        store.conn.execute("CREATE TABLE probe_emptied (x int)")
+        try:
+            store.conn.execute("INSERT INTO probe_emptied VALUES (1)")
+            store.conn.execute("DELETE FROM probe_emptied")  # its page stays: it is vacuumed and analyzed
+            repository = SimulationRepository(store.conn)
+            written = {row["tablename"] for row in repository._rows("simulation_tables_written")}
+            repository.vacuum_analyze()
+            never = store.conn.execute(
+                "SELECT relname, reltuples FROM pg_class WHERE relname IN ('probe_empty', 'probe_emptied')"
+                " AND relnamespace = current_schema()::regnamespace ORDER BY relname").fetchall()
+        finally:
+            store.conn.execute("DROP TABLE probe_empty, probe_emptied")
+    assert {"runs", "attempts", "workflows", "tenants", "probe_emptied"} <= written
+    assert "probe_empty" not in written
+    # -1: never vacuumed nor analyzed; 0: the pass went over the emptied table
+    assert never == [("probe_emptied", 0.0), ("probe_empty", -1.0)]
+    assert reltuples(db, "runs_default") == 1
