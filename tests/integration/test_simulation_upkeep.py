@@ -12,6 +12,7 @@ from tests.dbutil import TEST_URL
 from tests.helpers import create_run, make_workflow
 from tickwarden.db import DedicatedDatabase
 from tickwarden.simulate.engine import SimulatedAutovacuum
+from tickwarden.simulate.simulation import SimulationRepository
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -191,3 +192,68 @@ def test_a_commit_and_an_unread_wake_up_cost_the_dedicated_connection_no_round_t
     waits = [line.split("\t")[2] for line in trace.read_text(errors="replace").splitlines()
              if line.startswith("F\t") and line.split("\t")[2] in ("Flush", "Sync", "Query")]
     assert waits == ["Flush", "Flush"]
+
+
+def test_autovacuum_names_a_partitioned_table_once_and_analyzes_its_partitions_through_it(db, clock, dedicated):
+    wf = make_workflow(db, clock.now())
+    for minute in range(3):
+        create_run(db, wf, clock.now() + timedelta(minutes=minute), clock.now())
+    with dedicated.maintenance() as store:
+        repository = SimulationRepository(store.conn)
+        tables = {row["tablename"] for row in repository._rows("simulation_tables")}
+        partitions = {row[0] for row in store.conn.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relispartition"
+            " AND relkind = 'r'").fetchall()}
+        repository.vacuum_analyze()
+    # VACUUM and ANALYZE of `runs` do its partitions' work: naming them too would do it twice
+    assert {"runs", "attempts", "tenants", "schedule_fires"} <= tables
+    assert "runs_default" in partitions and not tables & partitions
+    assert reltuples(db, "runs_default") == 3 and reltuples(db, "runs") == 3
+
+
+def test_a_simulations_session_commits_without_waiting_for_the_wal_flush_and_keeps_generic_plans():
+    from tickwarden.simulate import Simulation, parse_scenario
+
+    scenario = parse_scenario({"start": "2026-11-30T00:00:00Z", "end": "2026-11-30T00:10:00Z", "tenants": ["acme"],
+                               "workflows": [{"tenant": "acme", "name": "sync", "cron": "*/5 * * * *"}]},
+                              source="test")
+    url = psycopg.conninfo.make_conninfo(TEST_URL, options="-c statement_timeout=54321")
+    simulation = Simulation(scenario, url=url)
+    outcome = simulation.run()
+    assert len(outcome.runs) == 2
+    assert simulation.db is not None
+    try:
+        with simulation.db.probe() as store:  # the closed connection opens again, with the same options
+            assert store.conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+            assert store.conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
+            assert store.conn.execute("SHOW statement_timeout").fetchone() == ("54321ms",)  # the URL's own kept
+        with simulation.db.autocommit(relaxed=True):
+            pass  # a loop's relaxed commit ends with RESET synchronous_commit
+        with simulation.db.probe() as store:
+            assert store.conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+    finally:
+        simulation.db.close()
+
+
+def test_autovacuum_leaves_out_a_table_no_row_ever_reached(db, clock, dedicated):
+    wf = make_workflow(db, clock.now())
+    create_run(db, wf, clock.now(), clock.now())
+    with dedicated.maintenance() as store:
+        store.conn.execute("CREATE TABLE probe_empty (x int)")
+        store.conn.execute("CREATE TABLE probe_emptied (x int)")
+        try:
+            store.conn.execute("INSERT INTO probe_emptied VALUES (1)")
+            store.conn.execute("DELETE FROM probe_emptied")  # its page stays: it is vacuumed and analyzed
+            repository = SimulationRepository(store.conn)
+            written = {row["tablename"] for row in repository._rows("simulation_tables_written")}
+            repository.vacuum_analyze()
+            never = store.conn.execute(
+                "SELECT relname, reltuples FROM pg_class WHERE relname IN ('probe_empty', 'probe_emptied')"
+                " AND relnamespace = current_schema()::regnamespace ORDER BY relname").fetchall()
+        finally:
+            store.conn.execute("DROP TABLE probe_empty, probe_emptied")
+    assert {"runs", "attempts", "workflows", "tenants", "probe_emptied"} <= written
+    assert "probe_empty" not in written
+    # -1: never vacuumed nor analyzed; 0: the pass went over the emptied table
+    assert never == [("probe_emptied", 0.0), ("probe_empty", -1.0)]
+    assert reltuples(db, "runs_default") == 1

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tickwarden import maintenance
 from tickwarden.cadence import cadence_of, parse_schedule
@@ -492,6 +493,32 @@ class Simulation:
 
     # -- schema -----------------------------------------------------------------------------------
 
+    def _session_url(self, url: str) -> str:
+        """`url` with the simulation's own session settings, as connection options.
+
+        Commits that do not wait for the WAL flush: nothing of a simulation outlives it
+        (its schema is dropped when it ends, its tables are unlogged), but a few of its
+        relations stay logged (the partitioned ledger's parents and the tables they
+        reference, their id sequences, the catalog rows VACUUM and ANALYZE write), and a
+        transaction that wrote any of them would wait for its WAL to reach the disk at
+        commit: each ticker pass (its runs' ids), each table a `VACUUM (ANALYZE)` commits.
+        An asynchronous commit is visible to the session at once, as a synchronous one is:
+        only what a server crash would keep differs, and a crash loses the simulation anyway.
+
+        Generic plans for prepared statements: the loops run a few dozen statements tens of
+        thousands of times, and with custom plans the server plans most of them again at
+        every execution (a statement of CTEs over the partitioned ledger takes longer to
+        plan than to run). A plan decides how rows are found, never which: every statement
+        whose row order matters says it with ORDER BY, as the statistics that `VACUUM
+        (ANALYZE)` refreshes already change plans in the middle of a run; each refresh also
+        invalidates the generic plans of the tables it analyzed, which are then planned anew.
+
+        Options, not `SET`: a loop's `RESET synchronous_commit` comes back to them.
+        """
+        existing = str(conninfo_to_dict(url).get("options") or "")
+        ours = "-c synchronous_commit=off -c plan_cache_mode=force_generic_plan"
+        return make_conninfo(url, options=" ".join(filter(None, [existing, ours])))
+
     def _create_schema(self, url: str) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
@@ -548,7 +575,7 @@ class Simulation:
         url = self.url or database_url()
         self._create_schema(url)
         try:
-            self.db = DedicatedDatabase(url, schema=self.schema, application_name="tickwarden-sim")
+            self.db = DedicatedDatabase(self._session_url(url), schema=self.schema, application_name="tickwarden-sim")
             try:
                 setup = self._set_up(self.db)
                 self._drive(self.db, setup)

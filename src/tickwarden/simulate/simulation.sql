@@ -78,8 +78,25 @@ UPDATE attempts a
  WHERE a.id = r.attempt_id AND a.status = 'running' AND a.worker_id = %(worker_id)s;
 
 -- simulation_tables --
--- The tables of the simulation's own schema (first on its search path).
-SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename;
+-- The tables of the simulation's own schema (first on its search path), a partition only
+-- through its partitioned table: VACUUM and ANALYZE of a partitioned table cover each of
+-- its partitions, so naming a partition as well would do its work twice.
+SELECT c.relname AS tablename
+  FROM pg_class c
+ WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+ ORDER BY c.relname;
+
+-- simulation_tables_written --
+-- The tables of simulation_tables that a row ever reached: a table without a single page
+-- has had none since the catalog was loaded and analyzed (an insert extends the heap at
+-- once; only a vacuum that found every row dead gives pages back), so vacuuming or
+-- analyzing it again would find what the last pass found: nothing. A partitioned table
+-- has no pages of its own and is always named.
+SELECT c.relname AS tablename
+  FROM pg_class c
+ WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+   AND (c.relkind = 'p' OR pg_relation_size(c.oid) > 0)
+ ORDER BY c.relname;
 
 -- simulation_unlog_tables --
 -- Make every table of the simulation's schema unlogged: its rows are scratch, dropped
