@@ -12,7 +12,10 @@
    tenth workflow fails throughout, so alerts open, count up, escalate and resolve.
 3. Throughput: 1 and then 2 poller processes (`OutcomePoller.poll`, the real
    code) drain them; outcomes per second = outcomes / wall time of the drain.
-   The outcomes are reset between the two runs (same ledger).
+   The outcomes are reset between the two runs (same ledger). Beside it, the pollers'
+   own CPU time (Python and the client library, each process's first-use costs
+   included, the database server's not) per outcome and as a share of the drain's wall time × replicas: the database server
+   runs on the same cores, so what the pollers spend is taken from it.
 4. Latency: a producer process finishes attempts on the wall clock at a steady
    rate, each batch committed with the `NOTIFY tickwarden_wake, 'poller'` the worker's
    outcome statement sends, while 2 processes run the poller as `tickwarden serve` does
@@ -114,7 +117,7 @@ def _drain(args: tuple[str, int, int, mp.synchronize.Barrier, mp.Queue]) -> None
     db = Database(BENCH_URL, schema=schema, min_size=1, max_size=2)
     poller = OutcomePoller(db, f"bench-{replica}", batch_size=batch)
     barrier.wait()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     claimed = opened = events = 0
     while True:
         result = poller.poll(clock.now())
@@ -123,11 +126,13 @@ def _drain(args: tuple[str, int, int, mp.synchronize.Barrier, mp.Queue]) -> None
         claimed += result.claimed
         opened += len(result.evaluation.opened)
         events += len(result.evaluation.event_ids)
-    out.put((t0, time.perf_counter(), claimed, opened, events))
+    out.put((t0, time.perf_counter(), claimed, opened, events, time.process_time() - cpu0))
     db.close()
 
 
-def throughput(schema: str, replicas: int, batch: int) -> tuple[float, int, int, int]:
+def throughput(schema: str, replicas: int, batch: int) -> tuple[float, int, int, int, float]:
+    """Drain the outcomes with `replicas` pollers; return outcomes/s, outcomes, alerts opened,
+    alert events and the pollers' CPU seconds (all of them together)."""
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(replicas), ctx.Queue()
     procs = [ctx.Process(target=_drain, args=((schema, r, batch, barrier, out),)) for r in range(replicas)]
@@ -138,7 +143,8 @@ def throughput(schema: str, replicas: int, batch: int) -> tuple[float, int, int,
         p.join()
     start, end = min(r[0] for r in results), max(r[1] for r in results)
     claimed = sum(r[2] for r in results)
-    return claimed / (end - start), claimed, sum(r[3] for r in results), sum(r[4] for r in results)
+    cpu = sum(r[5] for r in results)
+    return claimed / (end - start), claimed, sum(r[3] for r in results), sum(r[4] for r in results), cpu
 
 
 def _produce(args: tuple[str, float, int, int, mp.Event]) -> None:
@@ -264,20 +270,27 @@ def main() -> None:
         load = load_ledger(schema, args.workflows, args.history)
         rows = [("ledger", f"{args.workflows * args.history:,} runs, {args.workflows:,} workflows (loaded in {load:.0f} s)")]
         for replicas in (1, 2):
-            rates = []
+            rates, cpu_per_outcome, cpu_share = [], [], []
             for run in range(args.repeat):
                 progress(f"{replicas} replica(s), run {run + 1} of {args.repeat}: loading outcomes, then draining")
                 n = load_outcomes(schema, args.workflows, args.history, args.outcomes)
-                rate, claimed, opened, events = throughput(schema, replicas, args.batch)
+                rate, claimed, opened, events, cpu = throughput(schema, replicas, args.batch)
                 assert claimed == n, (claimed, n)
                 rates.append(rate)
+                cpu_per_outcome.append(cpu / claimed * 1e6)
+                cpu_share.append(cpu / (claimed / rate * replicas) * 100)
             rows.append((f"{replicas} replica(s), batch {args.batch}",
                          f"{statistics.median(rates):,.0f} outcomes/s median of {args.repeat} "
                          f"({', '.join(f'{r:,.0f}' for r in rates)}); {n:,} outcomes, "
                          f"{opened:,} alerts opened, {events:,} alert events"))
+            rows.append((f"{replicas} replica(s), pollers' own CPU",
+                         f"{statistics.median(cpu_per_outcome):.1f} µs per outcome, "
+                         f"{statistics.median(cpu_share):.0f} % of wall time × replicas (medians)"))
             figures.append(Figure(f"{replicas} replica(s), batch {args.batch}, median of {args.repeat} runs",
                                   statistics.median(rates), "outcomes/s", raw[(replicas, args.batch)],
                                   Target(">=", 50_000) if replicas == 2 and full else None))
+            figures.append(Figure(f"{replicas} replica(s), pollers' own CPU per outcome, median of {args.repeat} runs",
+                                  statistics.median(cpu_per_outcome), "µs"))
             if replicas == 2:
                 # steady: every run within 20 % of each other (DESIGN.md); reported as the spread
                 figures.append(Figure(f"{replicas} replicas, spread of {args.repeat} runs (max/min - 1)",

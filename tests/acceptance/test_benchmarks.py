@@ -56,3 +56,17 @@ def test_the_simulator_profile_counts_round_trips_per_loop_and_they_add_up():
     # The loops the simulator drives are told apart, each with the round trips it cost.
     assert loops["round trips: ticker"] > 0 and loops["round trips: poller"] > 0
     assert "20 workflows x 2 virtual hours" in done.stdout
+
+
+def test_the_pipeline_benchmark_reports_the_pollers_own_cpu_beside_their_throughput():
+    env = {**os.environ, "TICKWARDEN_BENCH_DATABASE_URL": TEST_URL}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.pipeline", "--workflows", "50", "--history", "5",
+                           "--outcomes", "4", "--latency-seconds", "1", "--latency-rate", "50", "--repeat", "1",
+                           "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = {f["name"]: f for f in json.loads(done.stdout.strip().splitlines()[-1])}
+    for replicas in (1, 2):
+        cpu = figures[f"{replicas} replica(s), pollers' own CPU per outcome, median of 1 runs"]
+        assert cpu["unit"] == "µs" and cpu["value"] > 0
+        assert figures[f"{replicas} replica(s), batch 500, median of 1 runs"]["value"] > 0
+    assert "pollers' own CPU" in done.stdout and "% of wall time × replicas" in done.stdout
