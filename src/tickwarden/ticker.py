@@ -30,9 +30,15 @@ pass's own writes (or, when the claim found nothing, beside it, in its round tri
 another replica are noticed even without a wake-up notification); immediately when
 the batch was full and schedules are still due.
 
-The pass's transaction is pipelined (`Database.transaction(pipelined=True)`): its BEGIN
-goes out with the claim and its COMMIT with the pipeline's end, so an idle pass, which
-only reads beside its claim, is two round trips: that read and the commit.
+A pass that expects nothing due (its last pass read a later earliest fire time) first
+looks at the earliest fire time on its own (`Database.probe`: one statement, no
+transaction, no lock), and when nothing is due that look is the whole pass: one round
+trip. A pass with something due opens the claim's transaction, which is pipelined
+(`Database.transaction(pipelined=True)`): its BEGIN goes out with the claim and its
+COMMIT with the pipeline's end. The look and the claim read different
+snapshots, which changes nothing: a schedule that becomes due after the look is fired by
+the pass its write wakes (or by the next one, at most `max_sleep` later), exactly as one
+written after the claim's snapshot always was.
 
 Fire times are computed per distinct (cron, zone, window) and shared by every
 group with the same key; the members' ids cross the client as array text, never as
@@ -112,6 +118,12 @@ class Ticker:
         """Fire every due tick of up to one batch of schedules at `now`; return the next wake-up."""
         windows: dict[tuple[str, str, datetime, int], FireWindow] = {}
         t0 = time.perf_counter()
+        if self._expects_nothing_due(now):
+            with self.db.probe() as look:
+                earliest = look.trigger.earliest_fire()
+            if earliest is None or earliest > now:  # an idle pass: nothing to claim
+                self.last_pass = PassStats(0, 0, 0, (time.perf_counter() - t0) * 1000, 0.0, 0.0, earliest)
+                return now + self.max_sleep if earliest is None else min(earliest, now + self.max_sleep)
         with self.db.transaction(pipelined=True) as store:  # BEGIN rides with the claim, COMMIT with the end
             due, earliest = store.trigger.claim_due_and_earliest(now, self.batch)
             groups: list[TickGroup] = []
@@ -158,6 +170,19 @@ class Ticker:
             return now if claimed >= self.batch else now + RETRY_SOON
         # Nothing is due any more, even after a full batch: a pass now would find nothing.
         return min(earliest, now + self.max_sleep)
+
+    def _expects_nothing_due(self, now: datetime) -> bool:
+        """Whether this ticker's last pass left nothing due by `now`: then a look comes before any claim.
+
+        A pass woken by its own timer at the earliest fire time it last read (or a first
+        pass, which knows nothing) expects work and claims at once, reading the earliest
+        fire time beside its claim: a look first would only cost it a round trip. A pass
+        woken earlier (a poll, a wake-up after another replica's write) is usually idle,
+        and its look is the whole pass. Either way what decides is what the database says
+        at the pass, never this expectation: it only chooses which read goes first.
+        """
+        last = self.last_pass
+        return last is not None and (last.earliest is None or last.earliest > now)
 
     def _window(self, cache: dict[tuple[str, str, datetime, int], FireWindow], entry: DueGroup, now: datetime) -> FireWindow:
         # Ticks before `now - deadline` are stale when first seen: start listing after them.

@@ -339,7 +339,7 @@ def test_a_pass_reports_the_earliest_fire_time_it_read_after_its_own_writes(db, 
     assert ticker.last_pass is not None and ticker.last_pass.earliest == minute(12, 2)
 
 
-def test_an_idle_pass_reads_in_one_round_trip_and_commits(schema, tmp_path):
+def test_an_idle_pass_is_one_look_in_one_round_trip_with_no_transaction(schema, tmp_path):
     from psycopg.pq import Trace
 
     from tickwarden.db import Database
@@ -360,10 +360,44 @@ def test_an_idle_pass_reads_in_one_round_trip_and_commits(schema, tmp_path):
                 conn.pgconn.untrace()
         assert ticker.last_pass.claimed == 0
         # The client waits once per burst of messages it sends before the server answers: a
-        # round trip. The pool's check of the lent connection sends nothing; BEGIN goes with the
-        # claim and the earliest fire time (one flush), COMMIT with the pipeline's sync
-        # (before: the check, BEGIN, the claim with the earliest fire time, COMMIT).
-        assert sent_before_each_answer(trace) == [["BEGIN", "Execute", "Execute", "Flush"], ["COMMIT", "Sync"]]
+        # round trip. The pool's check of the lent connection sends nothing, and a pass with
+        # nothing due is its look at the earliest fire time alone, committed on its own: no
+        # BEGIN, no claim, no lock, no COMMIT (before: BEGIN with the claim and the look, then
+        # COMMIT; earlier still, the check's empty query too). The look goes as a simple query
+        # until psycopg prepares it (at its fifth use), then as an extended-protocol Execute.
+        assert sent_before_each_answer(trace) in ([["Query"]], [["Execute", "Sync"]])
+    finally:
+        db.close()
+
+
+def test_a_pass_at_its_own_fire_time_claims_at_once_and_an_early_one_finds_what_another_writer_made_due(
+        schema, tmp_path):
+    from psycopg.pq import Trace
+
+    from tickwarden.db import Database
+    from tests.dbutil import TEST_URL
+
+    db = Database(TEST_URL, schema=schema, min_size=1, max_size=1)
+    try:
+        apply(db, tmp_path, T0)
+        ticker = Ticker(db)
+        assert ticker.run_once(minute(12, 1)) == minute(12, 2)
+        trace = tmp_path / "trace"
+        with trace.open("w") as sink:
+            with db.connection() as conn:
+                conn.pgconn.trace(sink.fileno())
+                conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+            ticker.run_once(minute(12, 2))  # woken by its own timer: the claim goes first, no look
+            with db.connection() as conn:
+                conn.pgconn.untrace()
+        assert sent_before_each_answer(trace)[0][0] == "BEGIN"
+        assert ticks(db) == [minute(12, 1), minute(12, 2)]
+
+        # Woken early (a poll, another replica's wake-up): the look sees the schedule another
+        # writer made due since the last pass, though this ticker expected nothing until 12:03.
+        add_workflows(db, [("joined", "* * * * *", "UTC")])  # published by another writer, first due 12:01
+        ticker.run_once(minute(12, 2) + timedelta(seconds=30))
+        assert ticker.last_pass.claimed == 1 and ticks(db, "joined") == [minute(12, 1), minute(12, 2)]
     finally:
         db.close()
 
