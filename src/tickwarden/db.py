@@ -393,29 +393,21 @@ class Database:
             yield store
 
     @contextlib.contextmanager
-    def autocommit(self, *, relaxed: bool = False) -> Iterator[Store]:
+    def autocommit(self) -> Iterator[Store]:
         """Lend a store on which every statement commits on its own.
 
-        For operations that are one statement each (a lease, a status mark): a statement
-        is atomic by itself, and skipping BEGIN/COMMIT saves two round trips on the
-        worker's per-attempt path. `relaxed` commits without waiting for the WAL flush:
-        only for writes whose loss in a database crash is harmless (a lease lost that way
-        puts the attempt back in the queue, and the worker holding it finds its lease
-        gone at the next heartbeat, exactly as after an expiry). Here, with `transaction`
-        and `probe`, so the store package never needs the database module.
+        For operations that are one statement each (a status mark, an environment's
+        instance row): a statement is atomic by itself, and skipping BEGIN/COMMIT saves two
+        round trips. Here, with `transaction` and `probe`, so the store package never needs
+        the database module.
         """
         from tickwarden.store import Store
 
         with self.connection() as conn:
             conn.autocommit = True
-            store = Store(conn)
             try:
-                if relaxed:
-                    store.execution.relax_commit()
-                yield store
+                yield Store(conn)
             finally:
-                if relaxed and not conn.closed:
-                    store.execution.restore_commit()
                 conn.autocommit = False
 
     def migrate(self, now: datetime) -> list[Migration]:
@@ -567,17 +559,12 @@ class DedicatedDatabase(Database):
             yield Store(conn)
 
     @contextlib.contextmanager
-    def autocommit(self, *, relaxed: bool = False) -> Iterator[Store]:
+    def autocommit(self) -> Iterator[Store]:
         """One-statement operations, as one transaction of the kept pipeline (see the class)."""
         from tickwarden.store import Store
 
         with self._pipelined() as conn:
-            store = Store(conn)
-            if relaxed:
-                store.execution.relax_commit()
-            yield store
-            if relaxed:
-                store.execution.restore_commit()
+            yield Store(conn)
 
     @contextlib.contextmanager
     def maintenance(self) -> Iterator[Store]:

@@ -227,9 +227,8 @@ def test_a_simulations_session_commits_without_waiting_for_the_wal_flush_and_kee
             assert store.conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
             assert store.conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
             assert store.conn.execute("SHOW statement_timeout").fetchone() == ("54321ms",)  # the URL's own kept
-        with simulation.db.autocommit(relaxed=True):
-            pass  # a loop's relaxed commit ends with RESET synchronous_commit
-        with simulation.db.probe() as store:
+        with simulation.db.probe() as store:  # a connection option, not a SET: even a RESET keeps it
+            store.conn.execute("RESET synchronous_commit")
             assert store.conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
     finally:
         simulation.db.close()

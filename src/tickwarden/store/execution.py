@@ -43,12 +43,6 @@ def _prefixed(row: dict[str, Any], prefix: str) -> dict[str, Any] | None:
 
 
 class ExecutionRepository(StoreBase):
-    def relax_commit(self) -> None:
-        self._execute("execution_relax_commit")
-
-    def restore_commit(self) -> None:
-        self._execute("execution_restore_commit")
-
     def context(self, workflow_id: int, now: datetime) -> ExecutionContext | None:
         """Load a workflow with what running it needs; a workflow without environment gets `default`."""
         return self._contexts(self._rows("execution_contexts", {"workflow_ids": [workflow_id], "worker_id": None}),

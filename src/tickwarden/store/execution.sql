@@ -144,14 +144,6 @@ COMMIT;
 -- hint (the poller polls too), so losing it in a crash costs a poll interval, no outcome.
 SELECT set_config('synchronous_commit', 'off', true), pg_notify('tickwarden_wake', 'poller');
 
--- execution_relax_commit --
--- Let this session's commits return before the WAL is flushed (see store.execution.autocommit).
-SET synchronous_commit = off;
-
--- execution_restore_commit --
--- Back to the server's durable default before the connection returns to the pool.
-RESET synchronous_commit;
-
 -- execution_reaper_server_started --
 -- When the database server last started: leases that ran out while it was down could not be renewed.
 SELECT pg_postmaster_start_time() AS started;

@@ -186,7 +186,7 @@ class OutboxRepository(StoreBase):
     def relax_transaction_commit(self) -> None:
         """Do not wait for the WAL flush when this transaction commits (see outbox_relaxed_commit).
 
-        Only this transaction's: `ExecutionStore.relax_commit` relaxes the whole session.
+        Only this transaction's (`SET LOCAL`): the pooled connection goes back durable.
         """
         self._execute("outbox_relaxed_commit")
 
