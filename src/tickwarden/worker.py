@@ -142,7 +142,7 @@ class Watch:
         self.lost = threading.Event()
 
 
-class Heartbeat:
+class LeaseRenewer:
     """Renew the running attempt's lease every lease/3 seconds from one thread per worker.
 
     The thread outlives attempts (starting one per attempt cost more than the no-op
@@ -278,7 +278,7 @@ class Worker:
         # reaches it, so they wait for the reaper only if this worker dies first.
         self._owed: set[int] = set()
         self._queue_lock = threading.Lock()
-        self._heartbeat = Heartbeat(self)
+        self._heartbeat = LeaseRenewer(self)
 
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then execute one attempt (leased ahead, or leased now); return the next wake-up."""

@@ -13,18 +13,18 @@ from tests.execution_helpers import SECRET, make_runnable, python_step, queue_ru
 from tickwarden.models import AttemptOutcome
 from tickwarden.store.execution import ExecutionRepository
 from tickwarden.store.ledger import finish_params
-from tickwarden.worker import Heartbeat, Worker
+from tickwarden.worker import LeaseRenewer, Worker
 
 
 def test_one_heartbeat_thread_renews_the_lease_of_each_attempt_its_worker_runs(db, clock, monkeypatch):
     renewals: list[tuple[threading.Thread, int]] = []
-    renew = Heartbeat._renew
+    renew = LeaseRenewer._renew
 
     def spy(self, watch):
         renewals.append((threading.current_thread(), watch.attempt.id))
         return renew(self, watch)
 
-    monkeypatch.setattr(Heartbeat, "_renew", spy)
+    monkeypatch.setattr(LeaseRenewer, "_renew", spy)
     wf = make_runnable(db, clock.now(), [python_step("slow", "hang", params={"seconds": 0.5})])
     runs = [queue_run(db, wf, clock.now() - timedelta(minutes=3 - i), clock.now()) for i in range(3)]
     worker = Worker(db, "w1", clock=clock, secret_key=SECRET, lease_seconds=0.6)  # renewed every 0.2 s
@@ -42,7 +42,7 @@ def test_one_heartbeat_thread_renews_the_lease_of_each_attempt_its_worker_runs(d
 
 
 def test_an_idle_heartbeat_thread_ends_and_the_next_attempt_starts_another(db, clock, monkeypatch):
-    monkeypatch.setattr(Heartbeat, "IDLE_SECONDS", 0.1)
+    monkeypatch.setattr(LeaseRenewer, "IDLE_SECONDS", 0.1)
     wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
     worker = Worker(db, "w1", clock=clock, secret_key=SECRET)
     try:
