@@ -73,14 +73,22 @@ class Trace:
         # so their statements are known to be inside it from the BEGIN … COMMIT around them.
         explicit: set[int] = set()
 
+        def control(query: Any) -> Any:
+            """BEGIN, COMMIT or ROLLBACK, sent as psycopg's composed statement or as a named one's text."""
+            if not isinstance(query, str):
+                return query
+            text = " ".join(line for line in query.splitlines() if not line.lstrip().startswith("--"))
+            return {"BEGIN": BEGIN, "COMMIT": COMMIT, "ROLLBACK": ROLLBACK}.get(text.strip().rstrip(";").upper(), query)
+
         def execute(cur: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
             if cur.connection is trace.listener:
                 return real_execute(cur, query, *args, **kwargs)
             trace.backends.add(cur.connection.info.backend_pid)
-            if query == BEGIN:  # a transaction, not a statement (as when psycopg sends its own BEGIN)
+            kind = control(query)
+            if kind == BEGIN:  # a transaction, not a statement (as when psycopg sends its own BEGIN)
                 trace._begins(cur.connection)
                 explicit.add(id(cur.connection))
-            elif query in (COMMIT, ROLLBACK):
+            elif kind in (COMMIT, ROLLBACK):
                 explicit.discard(id(cur.connection))
             elif query != "":  # an empty query (the pool's full liveness check): no statement, no transaction
                 if id(cur.connection) not in explicit:
@@ -188,7 +196,8 @@ def test_one_failing_tick_reaches_slack_in_few_passes_transactions_and_shapes(db
     # more, in no round trip of its own; the exchange's result is one shape; a worker's queue entry is one:
     # whether its attempt started or waits to be started by compare-and-set is part of what never runs twice;
     # the ticker's claim carries the earliest-fire probe, in its round trip, which an idle pass needs alone;
-    # the worker's outcome commits before its poller wake, a COMMIT and the wake in the same round trip, so
-    # that the durable commit does not hold the server's notification lock through its flush: two more)
-    assert sum(passes.values()) <= 8 and trace.transactions <= 14 and trace.statements <= 37
+    # the worker's poller wake follows its outcome's BEGIN … COMMIT in the same round trip, so that the
+    # durable commit does not hold the server's notification lock through its flush: one statement more;
+    # its transaction rides in the exchange's pipeline, where libpq's status cannot show it to this count)
+    assert sum(passes.values()) <= 8 and trace.transactions <= 14 and trace.statements <= 36
     assert len(trace.shapes) <= 45 and not any(".Decision" in shape for shape in trace.shapes)

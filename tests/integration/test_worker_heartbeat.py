@@ -64,11 +64,20 @@ def test_an_idle_heartbeat_thread_ends_and_the_next_attempt_starts_another(db, c
 
 def test_the_outcome_wakes_the_poller_once_it_has_committed(db, clock, monkeypatch):
     backends: set[int] = set()  # the server shares notifications between tests: only the worker's count
+    notices: list[str] = []  # what the server said to the exchange besides its results
     exchange = ExecutionRepository.exchange
 
     def spy(self, *args, **kwargs):
         backends.add(self.conn.info.backend_pid)
-        return exchange(self, *args, **kwargs)
+
+        def heard(diagnostic: psycopg.errors.Diagnostic) -> None:
+            notices.append(f"{diagnostic.severity}: {diagnostic.message_primary}")
+
+        self.conn.add_notice_handler(heard)
+        try:
+            return exchange(self, *args, **kwargs)
+        finally:
+            self.conn.remove_notice_handler(heard)
 
     monkeypatch.setattr(ExecutionRepository, "exchange", spy)
     wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
@@ -83,6 +92,9 @@ def test_the_outcome_wakes_the_poller_once_it_has_committed(db, clock, monkeypat
         listener.execute("SELECT 1")  # the server delivers what committed before it
         notes = [n.payload for n in listener.notifies(timeout=0.5) if n.pid in backends]
     assert notes == ["poller"]
+    # the durable part is BEGIN … COMMIT: a COMMIT closing the pipeline's implicit transaction
+    # would make the server warn "there is no transaction in progress" in its log at every attempt
+    assert notices == []
     with db.transaction() as store:
         assert store.ledger.list_attempts(run.id)[0].status == "succeeded"
 

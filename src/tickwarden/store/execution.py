@@ -87,9 +87,13 @@ class ExecutionRepository(StoreBase):
         notification lock out of the durable commit, which would otherwise serialise every
         worker's outcomes).
         """
-        statements: list[tuple[str, dict[str, Any]]] = []
         finished = ([(attempt.id, outcome, finished_at or now)] if attempt is not None and outcome is not None
                     else [])
+        # With an outcome the durable part is an explicit BEGIN … COMMIT, so that the wake
+        # after it has a transaction of its own (a COMMIT without BEGIN would end the
+        # pipeline's implicit one too, but the server warns of it in its log at every attempt).
+        begun = 1 if finished else 0
+        statements: list[tuple[str, dict[str, Any]]] = [("execution_begin", {})] * begun
         if attempt is not None and finished:
             statements.append(("ledger_finish_attempts", finish_params(worker_id, finished, wake=False)))
             if steps:
@@ -114,7 +118,7 @@ class ExecutionRepository(StoreBase):
         results = self._exchange(statements)
         leased = leased_from_rows(results[leased_at]) if lease else []
         contexts = self._contexts(results[leased_at + 1], now) if leased else {}
-        return Exchanged(finished_from_rows(finished, results[0])[0] if finished else None, leased, contexts,
+        return Exchanged(finished_from_rows(finished, results[begun])[0] if finished else None, leased, contexts,
                          started=start is not None and bool(results[started_at]))
 
     def start_attempt(self, attempt_id: int, worker_id: str, now: datetime, lease_seconds: float) -> bool:

@@ -131,8 +131,12 @@ SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds, t.name AS tenant__na
  WHERE w.id = ANY (%(workflow_ids)s::bigint[])
     OR w.id IN (SELECT a.workflow_id FROM attempts a WHERE a.status = 'running' AND a.worker_id = %(worker_id)s);
 
+-- execution_begin --
+-- Open the exchange's durable transaction explicitly when a wake follows its commit.
+BEGIN;
+
 -- execution_commit --
--- Commit what the exchange sent before it (the outcome, its lease and start: durable,
+-- Commit what the exchange sent since its BEGIN (the outcome, its lease and start: durable,
 -- waiting for the WAL flush); the statements after it run in a transaction of their own.
 COMMIT;
 
