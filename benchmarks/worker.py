@@ -1,7 +1,12 @@
 """Worker benchmark: per-attempt overhead warm vs cold, and attempts per second.
 
     python -m benchmarks.worker [--attempts 200] [--repeat 60] [--cold 8] [--seconds 4] [--workflows 16]
-                                [--no-peers] [--json]
+                                [--months 16] [--no-peers] [--json]
+
+The ledger has the month partitions a deployment keeps (`--months`: retention's upkeep
+creates this month's and the next two, and keeps 400 days of runs by default, so 16 of
+them besides the DEFAULT partitions): a statement that does not name a run's month reads
+every one of them.
 
 1. Overhead of one attempt of a no-op python step on a warm environment: the whole
    `run_once` (lease, load, authenticate, run in the environment process, record the
@@ -33,7 +38,7 @@ import statistics
 import subprocess
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from psycopg.pq import Trace
@@ -44,6 +49,7 @@ from tests.helpers import publish
 from tickwarden.cli.worker_cmd import default_batch
 from tickwarden.clock import WallClock
 from tickwarden.db import Database
+from tickwarden.retention import AHEAD_MONTHS
 from tickwarden.store import TickRequest
 from tickwarden.worker import Worker
 
@@ -59,6 +65,15 @@ def setup(db: Database, clock: WallClock):
         env = store.catalog.apply_environment(tenant.id, "main", None, 600, now).row
         return publish(store, tenant.id, "noop", now, environment_id=env.id, publisher_id=user.id, recipe=NOOP,
                        timeout_seconds=60, cron="* * * * *", cadence_seconds=60)
+
+
+def ledger_months(db: Database, clock: WallClock, months: int) -> None:
+    """Create `months` month partitions of the ledger, the newest AHEAD_MONTHS ahead, as retention's upkeep does."""
+    now = clock.now()
+    first = now.year * 12 + now.month - 1 - (months - 1 - AHEAD_MONTHS)
+    for index in range(first, first + months):
+        with db.transaction() as store:
+            store.retention.ensure_partition(datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC))
 
 
 _offset = [0]
@@ -157,6 +172,8 @@ def main() -> None:
                         help="attempts each worker leases at once (default: as `tickwarden worker`, by concurrency)")
     parser.add_argument("--workflows", type=int, default=16,
                         help="workflows the spread throughput runs are dealt out over (the target's figures)")
+    parser.add_argument("--months", type=int, default=16,
+                        help="month partitions of the ledger besides DEFAULT (retention keeps 16 by default)")
     parser.add_argument("--no-peers", action="store_true", help="leave out Procrastinate and PgQueuer")
     args = parser.parse_args()
     if not 2 <= args.workflows <= 10_000:
@@ -168,6 +185,7 @@ def main() -> None:
     figures: list[Figure] = []
     with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12) as db:
         wf = setup(db, clock)
+        ledger_months(db, clock, args.months)
         worker = Worker(db, "bench-1", clock=clock, secret_key=KEY, batch=args.batch or default_batch(1))
 
         cold = []
