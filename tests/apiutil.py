@@ -98,7 +98,7 @@ def seed_tenant(db: Database, now: datetime, tenant: str, *, secret_word: str | 
         run = create_run(db, wf, tick, tick, budget=0)
         with db.transaction() as store:
             attempt = lease(store, f"w-{tenant}", tick, 60)[0]
-            store.ledger.finish_attempt(attempt.id, f"w-{tenant}", outcome, tick + timedelta(minutes=3))
+            store.ledger.finish_attempt(attempt, f"w-{tenant}", outcome, tick + timedelta(minutes=3))
         seeded.run_ids.append(run.id)
     last_run = seeded.run_ids[-1]
     with db.connection() as conn, conn.transaction():

@@ -220,10 +220,10 @@ def record(store: Store, tenant: str, workflow: Workflow, schedule: Schedule, re
         if started is None:
             raise _already_decided(label, run)
         return Recorded(tenant, workflow.name, started, True)
-    attempt_id = store.checkins.open_attempt(run.id, WORKER_ID, now)
-    if attempt_id is None:
+    attempt = store.checkins.open_attempt(run, WORKER_ID, now)
+    if attempt is None:
         raise _already_decided(label, store.ledger.get_run(run.id, run.scheduled_for) or run)
-    store.ledger.finish_attempt(attempt_id, WORKER_ID, _outcome(report), now)
+    store.ledger.finish_attempt(attempt, WORKER_ID, _outcome(report), now)
     finished = store.ledger.get_run(run.id, run.scheduled_for)
     assert finished is not None
     return Recorded(tenant, workflow.name, finished, True)

@@ -130,6 +130,7 @@ class Attempt:
     tenant_id: int
     workflow_id: int
     run_id: int
+    run_scheduled_for: datetime  # its run's tick: the ledger's partition key, naming the month it lives in
     number: int
     status: str
     worker_id: str | None

@@ -40,7 +40,7 @@ from tickwarden import alerts, catalog, erasure
 from tickwarden.clock import Clock
 from tickwarden.db import Database
 from tickwarden.errors import NotFound, TickwardenError
-from tickwarden.models import AttemptOutcome, Channel
+from tickwarden.models import Attempt, AttemptOutcome, Channel
 from tickwarden.reserved import SELFTEST_TENANT_PREFIX
 from tickwarden.store import Store, TickRequest
 from tickwarden.store.selftest import SelftestDelivery
@@ -137,7 +137,7 @@ class Selftest:
         self.workflows: dict[str, int] = {}
         self.ticks: dict[str, datetime] = {}
         self.routes: list[Channel] = []
-        self.finished: list[tuple[int, AttemptOutcome, datetime]] = []
+        self.finished: list[tuple[Attempt, AttemptOutcome, datetime]] = []
         self.started_at: datetime | None = None
 
     # -- the whole run ----------------------------------------------------------------
@@ -215,7 +215,7 @@ class Selftest:
                                                           LEASE_SECONDS)
             if attempt is None:
                 raise SelftestError("The synthetic tick's attempt could not be leased.")
-            self.finished.append((attempt.id, AttemptOutcome("failed", "connection", REFUSED, "synthetic",
+            self.finished.append((attempt, AttemptOutcome("failed", "connection", REFUSED, "synthetic",
                                                              True), now))
         store.selftest.wake("deadlines")
 
@@ -231,7 +231,7 @@ class Selftest:
                 return False
             self.sleep(POLL_SECONDS)
 
-    def _drive_retries(self, store: Store) -> list[tuple[int, AttemptOutcome, datetime]]:
+    def _drive_retries(self, store: Store) -> list[tuple[Attempt, AttemptOutcome, datetime]]:
         """Play the worker for the retries the poller queued: one succeeds, the other fails; return the outcomes."""
         assert self.tenant_id is not None
         now = self.clock.now()
@@ -245,7 +245,7 @@ class Selftest:
                 outcome = AttemptOutcome("succeeded")
             else:
                 outcome = AttemptOutcome("failed", "step_error", STEP_FAILURE, "synthetic", True)
-            outcomes.append((leased.id, outcome, now))
+            outcomes.append((leased, outcome, now))
         if outcomes:
             store.ledger.finish_attempts(self.worker_id, outcomes)
         return outcomes

@@ -223,7 +223,7 @@ class LeaseRenewer:
         worker = self.worker
         try:
             with worker.db.transaction() as store:
-                held = store.ledger.renew_lease(watch.attempt.id, worker.worker_id, worker.clock.now(),
+                held = store.ledger.renew_lease(watch.attempt, worker.worker_id, worker.clock.now(),
                                                 worker.lease_seconds)
         except DatabaseUnavailable:
             return  # the outage is logged once, by db; the lease has slack
@@ -276,7 +276,7 @@ class Worker:
         self._queue: deque[_Ahead] = deque()
         # Attempts given back while the database was away: given back at the next pass that
         # reaches it, so they wait for the reaper only if this worker dies first.
-        self._owed: set[int] = set()
+        self._owed: dict[int, Attempt] = {}
         self._queue_lock = threading.Lock()
         self._heartbeat = LeaseRenewer(self)
 
@@ -311,7 +311,8 @@ class Worker:
             self._queue.extend(_Ahead(_leased(found, exchanged.contexts), now, stamp, found[0].started_at is not None)
                                for found in exchanged.leased)
             # Leased again (the reaper gave it back meanwhile): this worker's under the new lease, not owed.
-            self._owed.difference_update(found[0].id for found in exchanged.leased)
+            for found in exchanged.leased:
+                self._owed.pop(found[0].id, None)
 
     def leased_ahead_since(self) -> float | None:
         """When (monotonic) the oldest attempt still leased ahead was leased; None when there is none."""
@@ -344,7 +345,7 @@ class Worker:
                 return ahead.leased
             try:
                 with self.db.autocommit() as store:
-                    started = store.execution.start_attempt(ahead.leased[0].id, self.worker_id, now,
+                    started = store.execution.start_attempt(ahead.leased[0], self.worker_id, now,
                                                             self.lease_seconds)
             except DatabaseUnavailable:  # not started, or not known to be: the next pass tries again
                 with self._queue_lock:
@@ -374,14 +375,14 @@ class Worker:
         """
         if not leased:
             return
-        ids = [attempt.id for attempt, _, _ in leased]
+        attempts = [attempt for attempt, _, _ in leased]
         try:
             with self.db.transaction() as store:
-                store.execution.release_attempts(ids, self.worker_id)
+                store.execution.release_attempts(attempts, self.worker_id)
         except DatabaseUnavailable:
             log.warning("could not give back %s leased attempts; the next pass will", len(leased))
             with self._queue_lock:
-                self._owed.update(ids)
+                self._owed.update((attempt.id, attempt) for attempt in attempts)
 
     def _release_owed(self) -> None:
         """Give back the leases an outage kept from being given back (`DatabaseUnavailable` if it goes on).
@@ -392,11 +393,12 @@ class Worker:
         with self._queue_lock:
             if not self._owed:
                 return
-            owed = sorted(self._owed)
+            owed = [self._owed[attempt_id] for attempt_id in sorted(self._owed)]
         with self.db.transaction() as store:
             store.execution.release_attempts(owed, self.worker_id)
         with self._queue_lock:
-            self._owed.difference_update(owed)
+            for attempt in owed:
+                self._owed.pop(attempt.id, None)
 
     def close(self, now: datetime) -> None:
         """Give back the attempts leased ahead and stop this worker's environment processes (once its loop has stopped)."""
@@ -435,7 +437,7 @@ class Worker:
                 if result is not None:
                     return None
                 with self.db.transaction() as store:
-                    store.execution.release_attempt(attempt.id, self.worker_id)
+                    store.execution.release_attempt(attempt, self.worker_id)
                 log.info("attempt %s released back to the queue", attempt.id)
                 return None
             # Still under the heartbeat: while an outage holds up the write, the lease is renewed
@@ -472,7 +474,7 @@ class Worker:
             now = self.clock.now()
             with self._queue_lock:
                 head = self._queue[0] if self._queue and lease_next else None
-                start = head.leased[0].id if head is not None and not head.started else None
+                start = head.leased[0] if head is not None and not head.started else None
                 lease = self.batch if lease_next and not self._queue else 0
             try:
                 with self.db.autocommit() as store:
@@ -489,12 +491,12 @@ class Worker:
         finished = exchanged.finished
         if start is not None:
             with self._queue_lock:
-                if self._queue and self._queue[0].leased[0].id == start:
+                if self._queue and self._queue[0].leased[0].id == start.id:
                     if exchanged.started:  # a full lease from now
                         self._queue[0] = dataclasses.replace(self._queue[0], at=now, started=True)
                     else:  # no longer this worker's lease: another worker may run it
                         self._queue.popleft()
-                        log.info("attempt %s: the lease taken ahead is no longer this worker's; skipped", start)
+                        log.info("attempt %s: the lease taken ahead is no longer this worker's; skipped", start.id)
         self._enqueue(exchanged, now)
         metrics.current().attempt_finished(attempt, result.outcome.status, finished, finished_at)
         return finished

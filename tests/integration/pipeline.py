@@ -69,7 +69,7 @@ def attempt_once(db: Database, run: Run, outcome: AttemptOutcome, now: datetime,
     with db.transaction() as store:
         leased = lease(store, worker, now, 600, limit=1)
         assert [a.run_id for a in leased] == [run.id], f"expected the queued attempt of run {run.id}"
-        store.ledger.finish_attempt(leased[0].id, worker, outcome, now)
+        store.ledger.finish_attempt(leased[0], worker, outcome, now)
 
 
 def drive(db: Database, poller: OutcomePoller, run: Run, outcomes: list[AttemptOutcome], clock) -> Run:

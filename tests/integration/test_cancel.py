@@ -53,7 +53,7 @@ def test_a_late_outcome_of_a_cancelled_attempt_is_refused(db, clock):
         attempt = lease(store, "w1", clock.now(), 30)[0]
     catalog.cancel(db, run.id, clock.now(), "oncall")
     with db.transaction() as store:
-        finished = store.ledger.finish_attempt(attempt.id, "w1", AttemptOutcome(status="failed", error="boom"), clock.now())
+        finished = store.ledger.finish_attempt(attempt, "w1", AttemptOutcome(status="failed", error="boom"), clock.now())
         assert not finished.applied
         assert store.ledger.get_run(run.id).status == "cancelled"
 

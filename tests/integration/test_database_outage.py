@@ -192,7 +192,7 @@ def test_the_reaper_leaves_leases_that_ran_out_while_the_server_was_down_to_thei
             time.sleep(0.2)
     assert reaper.last_reaped == [] and wake <= restarted + timedelta(seconds=31)
     with private_db.transaction() as store:
-        assert store.ledger.renew_lease(attempt.id, "w1", restarted + timedelta(seconds=11), 5)  # the worker is back in time
+        assert store.ledger.renew_lease(attempt, "w1", restarted + timedelta(seconds=11), 5)  # the worker is back in time
     reaper.run_once(restarted + timedelta(seconds=60))
     assert [r.attempt_id for r in reaper.last_reaped] == [attempt.id]  # past the grace, a silent worker is lost
 

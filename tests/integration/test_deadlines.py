@@ -57,7 +57,7 @@ def test_a_run_past_its_deadline_with_a_live_lease_is_missed_and_its_late_result
         (attempt,) = lease(store, "w1", clock.now(), 10**6)
     DeadlineDetector(db).run_once(run.deadline_at)
     with db.transaction() as store:
-        store.ledger.finish_attempt(attempt.id, "w1", OK, run.deadline_at + timedelta(seconds=5))
+        store.ledger.finish_attempt(attempt, "w1", OK, run.deadline_at + timedelta(seconds=5))
         assert store.ledger.get_run(run.id).status == "missed"
     OutcomePoller(db, "p1").run_once(run.deadline_at + timedelta(seconds=10))
     (alert,) = alerts_of(db, wf)

@@ -81,8 +81,8 @@ def populate(db: Database, now: datetime) -> dict[str, int]:
             failed = AttemptOutcome(status="failed", error_category="step_error", retryable=False,
                                     error=f"no access for {EMAIL}", failed_step="load",
                                     log_tail=f"{NAME} <{EMAIL}> denied", outputs={"owner": EMAIL.upper()})
-            store.ledger.finish_attempt(leased.id, "w1", failed, now + timedelta(minutes=1))
-            record_steps(store, leased.id, wf.tenant_id, "w1", [
+            store.ledger.finish_attempt(leased, "w1", failed, now + timedelta(minutes=1))
+            record_steps(store, leased, "w1", [
                 {"step": "load", "position": 0, "status": "failed", "log": f"user {NAME} lacks rights",
                  "output": {"rows": [{"email": EMAIL, "other": OTHER}]}, "error": f"denied: {EMAIL}"}])
     OutcomePoller(db, "p1").run_once(now + timedelta(minutes=2))

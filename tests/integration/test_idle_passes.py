@@ -61,7 +61,7 @@ def test_each_idle_check_sees_exactly_the_work_of_its_pass(db, clock):
         assert not store.execution.reaper_waiting(now + timedelta(seconds=29))
         assert store.execution.reaper_waiting(now + timedelta(seconds=30))
     with db.transaction() as store:
-        store.ledger.finish_attempt(attempt.id, "w1", AttemptOutcome(status="succeeded"), now + timedelta(seconds=5))
+        store.ledger.finish_attempt(attempt, "w1", AttemptOutcome(status="succeeded"), now + timedelta(seconds=5))
     with db.probe() as store:
         assert not store.monitoring.finished_attempts_waiting(now + timedelta(seconds=4))
         assert store.monitoring.finished_attempts_waiting(now + timedelta(seconds=5))
@@ -101,7 +101,7 @@ def test_a_poller_pass_after_a_busy_one_claims_without_looking_first(db, clock, 
     run = create_run(db, wf, clock.now(), clock.now())
     with db.transaction() as store:
         [attempt] = lease(store, "w1", clock.now(), 30, limit=10)
-        store.ledger.finish_attempt(attempt.id, "w1", AttemptOutcome(status="succeeded"), clock.now())
+        store.ledger.finish_attempt(attempt, "w1", AttemptOutcome(status="succeeded"), clock.now())
     poller = OutcomePoller(db, "p1")
     counted.clear()
     poller.run_once(clock.now())

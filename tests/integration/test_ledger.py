@@ -25,7 +25,7 @@ def attempt_of(store, attempt):
 
 def finish(db, attempt, outcome, now, worker="w1"):
     with db.transaction() as store:
-        return store.ledger.finish_attempt(attempt.id, worker, outcome, now)
+        return store.ledger.finish_attempt(attempt, worker, outcome, now)
 
 
 def test_a_tick_creates_one_run_with_a_queued_first_attempt(db, clock):
@@ -122,8 +122,8 @@ def test_only_the_lease_holder_can_finish_or_renew(db, clock):
     create_run(db, workflow, clock.now(), clock.now())
     attempt = lease_one(db, clock.now(), worker="w1")
     with db.transaction() as store:
-        assert not store.ledger.renew_lease(attempt.id, "w2", clock.now(), 60)
-        assert store.ledger.renew_lease(attempt.id, "w1", clock.now(), 60)
+        assert not store.ledger.renew_lease(attempt, "w2", clock.now(), 60)
+        assert store.ledger.renew_lease(attempt, "w1", clock.now(), 60)
     assert not finish(db, attempt, OK, clock.advance(1), worker="w2").applied
 
 
@@ -256,8 +256,8 @@ def test_a_batch_of_outcomes_is_recorded_in_one_statement_each_attempt_once(db, 
         store.conn.execute("UPDATE attempts SET worker_id = 'w2' WHERE id = %s", (foreign.id,))
     t1, t2 = clock.now() + timedelta(seconds=10), clock.now() + timedelta(seconds=20)
     with db.transaction() as store:
-        results = store.ledger.finish_attempts("w1", [(ok.id, OK, t1), (failed.id, FAIL, t2), (foreign.id, OK, t2)])
-        again = store.ledger.finish_attempts("w1", [(ok.id, FAIL, t2)])
+        results = store.ledger.finish_attempts("w1", [(ok, OK, t1), (failed, FAIL, t2), (foreign, OK, t2)])
+        again = store.ledger.finish_attempts("w1", [(ok, FAIL, t2)])
     assert [(r.attempt_id, r.applied, r.run_status) for r in results] == [
         (ok.id, True, "succeeded"), (failed.id, True, "pending_retry"), (foreign.id, False, None)]
     assert [r.applied for r in again] == [False]

@@ -15,9 +15,10 @@ from tests.integration.test_retention import YEAR_START, run_tick
 from tests.helpers import streak
 from tickwarden import migrate
 from tickwarden.db import Database
+from tickwarden.models import Attempt, AttemptOutcome
 from tickwarden.poller import OutcomePoller
 from tickwarden.retention import RetentionSpec, RetentionSweeper, month_starts, set_tenant_retention
-from tickwarden.store.ledger import TickRequest
+from tickwarden.store.ledger import TickRequest, finish_params
 
 DAY = timedelta(days=1)
 
@@ -471,3 +472,62 @@ def test_a_run_shown_by_id_reads_its_attempts_and_steps_in_its_month_alone(db: D
         assert steps == store.api.list_run_steps(run_id) and [s.step for s in steps] == ["load"]
         assert store.ledger.get_run(run_id, tick) == store.ledger.get_run(run_id) == view.run
         assert store.ledger.get_run(run_id, YEAR_START) is None
+
+
+def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Database) -> None:
+    """Every statement a worker sends per attempt (renew, start, finish, steps, give back) names
+    the run's tick beside the attempt's id, so its plan holds that month's partitions alone,
+    however many months retention keeps."""
+    from psycopg.types.json import Jsonb
+
+    from tickwarden.store.queries import queries
+
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    for index in (5, 70):  # January and March hold finished runs
+        run_tick(db, wf, YEAR_START + index * DAY, True)
+    ticks = [YEAR_START + index * DAY for index in (40, 41, 42)]  # February
+    for tick in ticks:
+        create_tick(db, wf, tick, tick)
+    now = ticks[-1] + timedelta(minutes=1)
+    with db.transaction() as store:
+        running, ahead, spare = [a for a, _, _ in store.execution.exchange("w1", now, 600, lease=3).leased]
+    assert running.started_at == now and ahead.started_at is None
+    assert [a.run_scheduled_for for a in (running, ahead, spare)] == ticks
+
+    def opened(name: str, params: dict[str, object]) -> set[str]:
+        with db.transaction() as store:
+            plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()[name], params).fetchone()[0]
+        seen: set[str] = set()
+
+        def walk(node: dict) -> None:
+            if node.get("Relation Name", "").startswith(("runs_", "attempts_", "attempt_steps_")):
+                seen.add(node["Relation Name"])
+            for child in node.get("Plans", []):
+                walk(child)
+
+        walk(plan[0]["Plan"])
+        return seen
+
+    def key(attempt: Attempt) -> dict[str, object]:
+        return {"attempt_id": attempt.id, "run_scheduled_for": attempt.run_scheduled_for, "worker_id": "w1",
+                "now": now, "lease_expires_at": now + timedelta(minutes=10)}
+
+    february = {"attempts_p202502", "runs_p202502"}
+    assert opened("ledger_renew_lease", key(running)) == {"attempts_p202502"}
+    assert opened("execution_start_attempt", key(ahead)) == {"attempts_p202502"}
+    assert opened("ledger_finish_attempts", finish_params(
+        "w1", [(running, AttemptOutcome(status="succeeded"), now)], wake=False)) == february
+    step = {"step": "load", "position": 0, "status": "succeeded", "log": "", "output": None, "error": None}
+    assert opened("execution_record_finished_steps", {
+        **key(running), "tenant_id": wf.tenant_id, "steps": Jsonb([step])}) == {"attempts_p202502"}
+    assert opened("execution_release_attempts", {
+        "attempt_ids": [spare.id], "run_scheduled_fors": [spare.run_scheduled_for], "worker_id": "w1"}) == february
+
+    # Each statement did its work in that month.
+    assert rows(db, "SELECT a.status, r.status FROM attempts a JOIN runs r ON r.id = a.run_id"
+                    " WHERE a.run_scheduled_for >= %s ORDER BY a.run_scheduled_for", ticks[0]) == [
+        ("succeeded", "succeeded"), ("running", "running"), ("queued", "queued"), ("succeeded", "succeeded")]
+    assert rows(db, "SELECT attempt_id, step FROM attempt_steps WHERE run_scheduled_for = %s", ticks[0]) == [
+        (running.id, "load")]
+    assert rows(db, "SELECT started_at FROM attempts WHERE id = %s", ahead.id) == [(now,)]

@@ -43,7 +43,7 @@ def test_metrics_report_runs_alerts_lag_backlog_and_stalled_loops(db, clock):
     run = create_run(db, workflow, now - timedelta(minutes=10), now - timedelta(minutes=10), budget=1)
     with db.transaction() as store:
         attempt = lease(store, "w", now - timedelta(minutes=10), 60)[0]
-        store.ledger.finish_attempt(attempt.id, "w", AttemptOutcome(status="failed", error_category="connection",
+        store.ledger.finish_attempt(attempt, "w", AttemptOutcome(status="failed", error_category="connection",
                                                              error="reset"), now - timedelta(seconds=90))
         store.ledger.queue_retries([run.id], now - timedelta(seconds=80))
     with db.transaction() as store:
@@ -191,7 +191,7 @@ def test_the_poller_counts_the_retries_it_launches(db, clock):
     create_run(db, workflow, now, now, budget=1)
     with db.transaction() as store:
         attempt = lease(store, "w", now, 60)[0]
-        store.ledger.finish_attempt(attempt.id, "w", AttemptOutcome(status="failed", error_category="connection",
+        store.ledger.finish_attempt(attempt, "w", AttemptOutcome(status="failed", error_category="connection",
                                                              error="reset"), now)
     before = own()
     OutcomePoller(db, "p1").run_once(clock.advance(1))

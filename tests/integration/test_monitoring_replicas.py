@@ -78,7 +78,7 @@ def test_three_replicas_of_every_loop_double_nothing_and_lose_nothing(db, schema
                         stuck_attempts.add(attempt.id)  # the worker hangs on a live lease: its deadline passes
                         continue
                     run = store.ledger.get_run(attempt.run_id)
-                    store.ledger.finish_attempt(attempt.id, "worker", outcome_for(name, run.scheduled_for, attempt.number,
+                    store.ledger.finish_attempt(attempt, "worker", outcome_for(name, run.scheduled_for, attempt.number,
                                                                        workflows[name][2]), now)
             barrier = threading.Barrier(len(loops))
 

@@ -18,7 +18,7 @@ def finished(db, workflow, tick, at):
     run = create_run(db, workflow, tick, at)
     with db.transaction() as store:
         (attempt,) = [a for a in lease(store, "w1", at, 600, limit=100) if a.run_id == run.id]
-        store.ledger.finish_attempt(attempt.id, "w1", AttemptOutcome(status="succeeded"), at)
+        store.ledger.finish_attempt(attempt, "w1", AttemptOutcome(status="succeeded"), at)
     return attempt.id
 
 
@@ -70,7 +70,7 @@ def test_replicas_draining_a_backlog_while_outcomes_commit_behind_them_claim_eac
         attempts = lease(store, "w1", base, 3600, limit=1000)
         assert len(attempts) == 300
         for a in attempts[:240]:  # the backlog; the rest finish while the replicas drain it
-            store.ledger.finish_attempt(a.id, "w1", AttemptOutcome(status="succeeded"), ticks[a.run_id] + timedelta(seconds=5))
+            store.ledger.finish_attempt(a, "w1", AttemptOutcome(status="succeeded"), ticks[a.run_id] + timedelta(seconds=5))
     late = attempts[240:]
     replicas = [Database(TEST_URL, schema=schema, min_size=1, max_size=2) for _ in range(3)]
     pollers = [OutcomePoller(r, f"p{i}", batch_size=7) for i, r in enumerate(replicas)]
@@ -93,7 +93,7 @@ def test_replicas_draining_a_backlog_while_outcomes_commit_behind_them_claim_eac
         barrier.wait(timeout=30)
         for a in late:  # each finished before every attempt of the backlog: behind any position reached
             with db.transaction() as store:
-                store.ledger.finish_attempt(a.id, "w1", AttemptOutcome(status="succeeded"), base - timedelta(seconds=1))
+                store.ledger.finish_attempt(a, "w1", AttemptOutcome(status="succeeded"), base - timedelta(seconds=1))
         writer_done.set()
 
     writer_done = threading.Event()

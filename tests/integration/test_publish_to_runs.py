@@ -47,7 +47,7 @@ class Fleet:
                     self.due[loop.name] = loop.run_once(now)
             with self.db.transaction() as store:
                 for attempt in lease(store, "worker-1", now, 60, limit=100):
-                    store.ledger.finish_attempt(attempt.id, "worker-1", AttemptOutcome(status="succeeded"), now)
+                    store.ledger.finish_attempt(attempt, "worker-1", AttemptOutcome(status="succeeded"), now)
             now += step
 
 

@@ -46,7 +46,7 @@ def test_a_lost_attempt_is_queued_again_without_spending_the_budget(db, clock):
         store.ledger.queue_retries([run.id], clock.now() + timedelta(minutes=1))
         [leased] = lease(store, "w2", clock.now() + timedelta(minutes=2), 30)
         failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
-        finished = store.ledger.finish_attempt(leased.id, "w2", failure, clock.now() + timedelta(minutes=3))
+        finished = store.ledger.finish_attempt(leased, "w2", failure, clock.now() + timedelta(minutes=3))
     # The workflow's own failure is judged on its own budget (none), not on the platform's loss.
     assert leased.number == 2 and finished.run_status == "failed"
 
@@ -59,7 +59,7 @@ def test_a_retry_after_a_lost_attempt_still_has_the_whole_budget(db, clock):
         store.ledger.queue_retries([run.id], clock.now() + timedelta(minutes=1))
         [leased] = lease(store, "w2", clock.now() + timedelta(minutes=2), 30)
         failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
-        finished = store.ledger.finish_attempt(leased.id, "w2", failure, clock.now() + timedelta(minutes=3))
+        finished = store.ledger.finish_attempt(leased, "w2", failure, clock.now() + timedelta(minutes=3))
     assert finished.run_status == "pending_retry"
 
 
@@ -189,7 +189,7 @@ def test_an_expired_lease_never_started_goes_back_to_the_queue_without_a_lost_at
     with db.transaction() as store:
         [again] = lease(store, "w2", clock.now() + timedelta(seconds=32), 30)
         failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
-        finished = store.ledger.finish_attempt(again.id, "w2", failure, clock.now() + timedelta(seconds=33))
+        finished = store.ledger.finish_attempt(again, "w2", failure, clock.now() + timedelta(seconds=33))
     assert again.id == ahead.id and finished.run_status == "failed"
 
 

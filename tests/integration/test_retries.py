@@ -39,7 +39,7 @@ def fail_first_attempt(db, clock, outcome):
     (attempt,) = lease(db, clock.now())
     finished_at = clock.advance(30)
     with db.transaction() as store:
-        assert store.ledger.finish_attempt(attempt.id, "w1", outcome, finished_at).run_status == "pending_retry"
+        assert store.ledger.finish_attempt(attempt, "w1", outcome, finished_at).run_status == "pending_retry"
     return finished_at
 
 
@@ -61,7 +61,7 @@ def test_it_backs_off_longer_after_each_failed_retry(db, clock):
     (second,) = lease(db, clock.advance(60))
     second_failed = clock.advance(10)
     with db.transaction() as store:
-        store.ledger.finish_attempt(second.id, "w1", fail("connection", "connection refused"), second_failed)
+        store.ledger.finish_attempt(second, "w1", fail("connection", "connection refused"), second_failed)
     assert poller.poll(clock.advance(1)).retry_due == [second_failed + timedelta(seconds=300)]
     assert second.run_id == run.id
 
@@ -98,7 +98,7 @@ def test_finishing_an_attempt_wakes_the_poller_when_it_commits(db, clock):
     with psycopg.connect(TEST_URL, autocommit=True) as listener:
         listener.execute("LISTEN tickwarden_wake")
         with db.transaction() as store:
-            store.ledger.finish_attempt(attempt.id, "w1", fail("connection"), clock.advance(5))
+            store.ledger.finish_attempt(attempt, "w1", fail("connection"), clock.advance(5))
         assert woken(listener, "poller")
 
 

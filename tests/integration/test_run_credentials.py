@@ -73,7 +73,7 @@ def test_a_credential_is_refused_once_its_attempt_has_ended(server, running, clo
     acme, _, _, attempt, tick = running
     presented = credential(tick, now=clock.now())
     with db.transaction() as store:
-        store.ledger.finish_attempt(attempt.id, "w-creds", AttemptOutcome(status="succeeded"), clock.now())
+        store.ledger.finish_attempt(attempt, "w-creds", AttemptOutcome(status="succeeded"), clock.now())
     body = verify(server, acme.token, presented)
     assert body == {**body, "valid": False, "reason": "The attempt this run credential was issued to has ended.",
                     "run_id": None, "tenant": None}

@@ -109,7 +109,7 @@ def test_the_finish_statement_leaves_the_wake_to_a_caller_that_sends_it_itself(d
         with db.transaction() as store:
             backend = store.conn.info.backend_pid
             store.ledger._rows("ledger_finish_attempts", finish_params(
-                "w1", [(attempt.id, AttemptOutcome(status="succeeded"), clock.now())], wake=False))
+                "w1", [(attempt, AttemptOutcome(status="succeeded"), clock.now())], wake=False))
         listener.execute("SELECT 1")
         assert [n for n in listener.notifies(timeout=0.5) if n.pid == backend] == []
     with db.transaction() as store:

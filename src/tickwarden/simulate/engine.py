@@ -314,7 +314,7 @@ class SimulatedWorker:
         self.in_flight: dict[int, datetime] = {}  # attempt id -> when it stops heartbeating
         self.on_busy: Callable[[datetime], None] = lambda now: None  # wakes the heartbeat
         self.on_finished: Callable[[datetime], None] = lambda now: None  # wakes the poller, as NOTIFY does
-        self.finished: list[tuple[int, AttemptOutcome, datetime]] = []  # outcomes not yet written
+        self.finished: list[tuple[Attempt, AttemptOutcome, datetime]] = []  # outcomes not yet written
         self.renewed: dict[int, datetime] = {}  # attempt id -> its newest renewal not yet written
         self.written_lease: dict[int, datetime] = {}  # attempt id -> lease expiry the ledger shows
         self.lease_until: dict[int, datetime] = {}  # attempt id in flight -> expiry of its newest lease or renewal
@@ -342,8 +342,8 @@ class SimulatedWorker:
             # distinct attempts' writes touch distinct rows (a batch never holds two attempts of
             # one run: a retry is queued only once the poller has seen the earlier outcome).
             statements.append(("ledger_finish_attempts", finish_params(WORKER_ID, self.finished)))
-            for attempt_id, _, _ in self.finished:
-                self.written_lease.pop(attempt_id, None)
+            for attempt, _, _ in self.finished:
+                self.written_lease.pop(attempt.id, None)
             self.finished = []
         # A crashed attempt whose last lease has run out is the reaper's now: forget it.
         for attempt_id in [a for a, expiry in self.written_lease.items() if expiry <= now and a not in self.in_flight]:
@@ -381,7 +381,7 @@ class SimulatedWorker:
             # lease): the ledger then shows the attempt's last heartbeat whenever the flush happens,
             # as the real worker's would. Until the outcome is written, the lease the ledger shows
             # still tells the reaper when to flush.
-            self.finished.append((attempt.id, plan.outcome, now))
+            self.finished.append((attempt, plan.outcome, now))
             self.on_finished(now)
 
         return end

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from tickwarden.models import Run, from_row
+from tickwarden.models import Attempt, Run, from_row
 from tickwarden.store.base import StoreBase
 
 
@@ -40,7 +40,8 @@ class CheckinsRepository(StoreBase):
         row = self._row("checkins_start_run", {"run_id": run_id, "at": at, "deadline_at": deadline_at})
         return from_row(Run, row) if row else None
 
-    def open_attempt(self, run_id: int, worker_id: str, at: datetime) -> int | None:
+    def open_attempt(self, run: Run, worker_id: str, at: datetime) -> Attempt | None:
         """Open the attempt a terminal report finishes; None when the run already has a verdict."""
-        row = self._row("checkins_open_attempt", {"run_id": run_id, "worker_id": worker_id, "at": at})
-        return int(row["id"]) if row else None
+        row = self._row("checkins_open_attempt", {"run_id": run.id, "scheduled_for": run.scheduled_for,
+                                                  "worker_id": worker_id, "at": at})
+        return from_row(Attempt, row) if row else None

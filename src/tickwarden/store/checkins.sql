@@ -42,11 +42,11 @@ RETURNING *;
 WITH moved AS (
     UPDATE runs r
        SET status = 'running', started_at = coalesce(r.started_at, %(at)s), attempts_count = r.attempts_count + 1
-     WHERE r.id = %(run_id)s AND r.status IN ('queued', 'running')
+     WHERE r.id = %(run_id)s AND r.scheduled_for = %(scheduled_for)s AND r.status IN ('queued', 'running')
     RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count, r.started_at, r.scheduled_for
 )
 INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, worker_id, lease_expires_at,
                       queued_at, started_at, heartbeat_at)
 SELECT tenant_id, workflow_id, id, scheduled_for, attempts_count, 'running', %(worker_id)s, %(at)s, started_at, started_at, %(at)s
   FROM moved
-RETURNING id;
+RETURNING *;

@@ -69,7 +69,7 @@ class ExecutionRepository(StoreBase):
     def exchange(
         self, worker_id: str, now: datetime, lease_seconds: float, *, attempt: Attempt | None = None,
         outcome: AttemptOutcome | None = None, steps: Sequence[dict[str, Any]] = (),
-        instance: tuple[int, str, int] | None = None, start: int | None = None, lease: int = 0,
+        instance: tuple[int, str, int] | None = None, start: Attempt | None = None, lease: int = 0,
         finished_at: datetime | None = None,
     ) -> Exchanged:
         """A worker's writes between two attempts, sent together and committed together (one round trip).
@@ -87,7 +87,7 @@ class ExecutionRepository(StoreBase):
         notification lock out of the durable commit, which would otherwise serialise every
         worker's outcomes).
         """
-        finished = ([(attempt.id, outcome, finished_at or now)] if attempt is not None and outcome is not None
+        finished = ([(attempt, outcome, finished_at or now)] if attempt is not None and outcome is not None
                     else [])
         # With an outcome the durable part is an explicit BEGIN … COMMIT, so that the wake
         # after it has a transaction of its own (a COMMIT without BEGIN would end the
@@ -98,7 +98,8 @@ class ExecutionRepository(StoreBase):
             statements.append(("ledger_finish_attempts", finish_params(worker_id, finished, wake=False)))
             if steps:
                 statements.append(("execution_record_finished_steps", {
-                    "attempt_id": attempt.id, "tenant_id": attempt.tenant_id, "worker_id": worker_id,
+                    "attempt_id": attempt.id, "run_scheduled_for": attempt.run_scheduled_for,
+                    "tenant_id": attempt.tenant_id, "worker_id": worker_id,
                     "steps": Jsonb(list(steps))}))
         if instance is not None:
             instance_id, status, served = instance
@@ -121,14 +122,14 @@ class ExecutionRepository(StoreBase):
         return Exchanged(finished_from_rows(finished, results[begun])[0] if finished else None, leased, contexts,
                          started=start is not None and bool(results[started_at]))
 
-    def start_attempt(self, attempt_id: int, worker_id: str, now: datetime, lease_seconds: float) -> bool:
+    def start_attempt(self, attempt: Attempt, worker_id: str, now: datetime, lease_seconds: float) -> bool:
         """Start an attempt this worker leased ahead, on a full lease from `now`.
 
         False when the worker no longer holds that lease (given back, or expired and given
         back by the reaper, perhaps leased since by another worker) or it was started already:
         the worker must then not run it.
         """
-        return bool(self._rows("execution_start_attempt", _start_params(attempt_id, worker_id, now, lease_seconds)))
+        return bool(self._rows("execution_start_attempt", _start_params(attempt, worker_id, now, lease_seconds)))
 
     def ensure_default_environment(self, tenant_id: int, now: datetime) -> Environment:
         """Return the tenant's `default` environment, creating it once."""
@@ -136,15 +137,17 @@ class ExecutionRepository(StoreBase):
         assert row is not None
         return from_row(Environment, row)
 
-    def release_attempt(self, attempt_id: int, worker_id: str) -> bool:
+    def release_attempt(self, attempt: Attempt, worker_id: str) -> bool:
         """Put a leased attempt back in the queue; False when this worker no longer held it."""
-        return bool(self.release_attempts([attempt_id], worker_id))
+        return bool(self.release_attempts([attempt], worker_id))
 
-    def release_attempts(self, attempt_ids: Sequence[int], worker_id: str) -> list[int]:
-        """Put leased attempts back in the queue; return those this worker still held."""
-        if not attempt_ids:
+    def release_attempts(self, attempts: Sequence[Attempt], worker_id: str) -> list[int]:
+        """Put leased attempts back in the queue; return the ids of those this worker still held."""
+        if not attempts:
             return []
-        rows = self._rows("execution_release_attempts", {"attempt_ids": list(attempt_ids), "worker_id": worker_id})
+        rows = self._rows("execution_release_attempts", {
+            "attempt_ids": [a.id for a in attempts], "run_scheduled_fors": [a.run_scheduled_for for a in attempts],
+            "worker_id": worker_id})
         return [r["id"] for r in rows]
 
     def start_environment_instance(
@@ -191,6 +194,6 @@ class ExecutionRepository(StoreBase):
         return [from_row(EnvironmentInstance, r) for r in rows]
 
 
-def _start_params(attempt_id: int, worker_id: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
-    return {"attempt_id": attempt_id, "worker_id": worker_id, "now": now,
+def _start_params(attempt: Attempt, worker_id: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
+    return {"attempt_id": attempt.id, "run_scheduled_for": attempt.run_scheduled_for, "worker_id": worker_id, "now": now,
             "lease_expires_at": now + timedelta(seconds=lease_seconds)}

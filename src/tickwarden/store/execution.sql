@@ -15,16 +15,21 @@ LIMIT 1;
 -- execution_release_attempts --
 -- Hand leased attempts back to the queue (a worker stopping before it could start
 -- or finish them, or prefetched ones left waiting behind a long attempt).
--- Compare-and-set on (running, this worker): a reaped lease stays lost.
+-- Compare-and-set on (running, this worker): a reaped lease stays lost. Each attempt
+-- comes with its run's tick, so only the months holding them are read.
 WITH released AS (
-    UPDATE attempts
+    UPDATE attempts a
        SET status = 'queued', worker_id = NULL, lease_expires_at = NULL, started_at = NULL, heartbeat_at = NULL
-     WHERE id = ANY (%(attempt_ids)s::bigint[]) AND status = 'running' AND worker_id = %(worker_id)s
-    RETURNING id, run_id
+      FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[]) AS g (id, run_scheduled_for)
+     WHERE a.id = g.id AND a.run_scheduled_for = g.run_scheduled_for
+       AND a.run_scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
+       AND a.status = 'running' AND a.worker_id = %(worker_id)s
+    RETURNING a.id, a.run_id, a.run_scheduled_for
 ), moved AS (
     UPDATE runs r SET status = 'queued'
       FROM released
-     WHERE r.id = released.run_id AND r.status = 'running'
+     WHERE r.id = released.run_id AND r.scheduled_for = released.run_scheduled_for
+       AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[]) AND r.status = 'running'
 )
 SELECT id FROM released;
 
@@ -33,10 +38,12 @@ SELECT id FROM released;
 -- Compare-and-set: only while this worker still holds the lease and nobody started
 -- it under that lease (`started_at` NULL). A lease given back, or expired and given
 -- back by the reaper (then perhaps leased by another worker), returns no row: the
--- worker skips the attempt, so no attempt runs on two workers.
+-- worker skips the attempt, so no attempt runs on two workers. The attempt's tick names
+-- its month: one partition is read.
 UPDATE attempts
    SET started_at = %(now)s, heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
- WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s AND started_at IS NULL
+ WHERE id = %(attempt_id)s AND run_scheduled_for = %(run_scheduled_for)s
+   AND status = 'running' AND worker_id = %(worker_id)s AND started_at IS NULL
 RETURNING id;
 
 -- execution_record_finished_steps --
@@ -44,7 +51,7 @@ RETURNING id;
 -- implicit transaction as ledger_finish_attempts without waiting for its answer:
 -- written only when the attempt ended under this worker (the finish applied, or a
 -- second delivery, which ON CONFLICT turns into nothing); a lease reaped as lost
--- or taken by another worker writes none.
+-- or taken by another worker writes none. The attempt's tick names its month.
 INSERT INTO attempt_steps (attempt_id, run_scheduled_for, tenant_id, step, position, status, started_at,
                            finished_at, log, output, error)
 SELECT a.id, a.run_scheduled_for, %(tenant_id)s, s.step, s.position, s.status, s.started_at, s.finished_at,
@@ -52,7 +59,8 @@ SELECT a.id, a.run_scheduled_for, %(tenant_id)s, s.step, s.position, s.status, s
   FROM attempts a,
        jsonb_to_recordset(%(steps)s) AS s(step text, position integer, status text, started_at timestamptz,
                                            finished_at timestamptz, log text, output jsonb, error text)
- WHERE a.id = %(attempt_id)s AND a.status IN ('succeeded', 'failed') AND a.worker_id = %(worker_id)s
+ WHERE a.id = %(attempt_id)s AND a.run_scheduled_for = %(run_scheduled_for)s
+   AND a.status IN ('succeeded', 'failed') AND a.worker_id = %(worker_id)s
     ON CONFLICT (attempt_id, step, run_scheduled_for) DO NOTHING;
 
 -- execution_start_environment_instance --

@@ -145,13 +145,14 @@ class LedgerRepository(StoreBase):
         """As `lease_attempts_with_ticks`, each with its run's tick and whether the run is manual."""
         return leased_from_rows(self._rows("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, limit)))
 
-    def renew_lease(self, attempt_id: int, worker_id: str, now: datetime, lease_seconds: float) -> bool:
+    def renew_lease(self, attempt: Attempt, worker_id: str, now: datetime, lease_seconds: float) -> bool:
         """Extend the lease; False when the worker no longer holds it."""
         return (
             self._execute(
                 "ledger_renew_lease",
                 {
-                    "attempt_id": attempt_id,
+                    "attempt_id": attempt.id,
+                    "run_scheduled_for": attempt.run_scheduled_for,
                     "worker_id": worker_id,
                     "now": now,
                     "lease_expires_at": now + timedelta(seconds=lease_seconds),
@@ -160,12 +161,12 @@ class LedgerRepository(StoreBase):
             == 1
         )
 
-    def finish_attempt(self, attempt_id: int, worker_id: str, outcome: AttemptOutcome, now: datetime) -> FinishedAttempt:
+    def finish_attempt(self, attempt: Attempt, worker_id: str, outcome: AttemptOutcome, now: datetime) -> FinishedAttempt:
         """Record an attempt's outcome and move its run; applied once however often delivered."""
-        return self.finish_attempts(worker_id, [(attempt_id, outcome, now)])[0]
+        return self.finish_attempts(worker_id, [(attempt, outcome, now)])[0]
 
     def finish_attempts(
-        self, worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, datetime]]
+        self, worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]]
     ) -> list[FinishedAttempt]:
         """Record the outcomes of several attempts of distinct runs in one statement, in order given."""
         if not finished:
@@ -268,24 +269,24 @@ def leased_from_rows(rows: list[dict[str, Any]]) -> list[tuple[Attempt, datetime
     return [(from_row(Attempt, row), row["run_scheduled_for"], bool(row["run_manual"])) for row in rows]
 
 
-def finished_from_rows(finished: Sequence[tuple[int, AttemptOutcome, datetime]],
+def finished_from_rows(finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]],
                        rows: list[dict[str, Any]]) -> list[FinishedAttempt]:
     """What recording each outcome did, in the order given: an attempt with no row did not apply."""
     by_id = {r["attempt_id"]: r for r in rows}
     results = []
-    for attempt_id, _, _ in finished:
-        row = by_id.get(attempt_id)
+    for attempt, _, _ in finished:
+        row = by_id.get(attempt.id)
         if row is None:
-            results.append(FinishedAttempt(applied=False, attempt_id=attempt_id))
+            results.append(FinishedAttempt(applied=False, attempt_id=attempt.id))
         else:
-            results.append(FinishedAttempt(applied=True, attempt_id=attempt_id, run_id=row["run_id"],
+            results.append(FinishedAttempt(applied=True, attempt_id=attempt.id, run_id=row["run_id"],
                                            number=row["number"], run_status=row["run_status"]))
     return results
 
 
-def finish_params(worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, datetime]], *,
+def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]], *,
                   wake: bool = True) -> dict[str, Any]:
-    """The parameters of the `finish_attempts` statement: one array per column.
+    """The parameters of the `finish_attempts` statement: one array per column, each attempt with its run's tick.
 
     `wake`: the statement notifies the poller as it commits; False only for a caller that
     sends the wake itself once the outcome has committed (the worker's exchange).
@@ -295,7 +296,8 @@ def finish_params(worker_id: str, finished: Sequence[tuple[int, AttemptOutcome, 
             raise ValueError(f"an attempt finishes as succeeded or failed, not {outcome.status!r}")
     return {
         "worker_id": worker_id,
-        "attempt_ids": [attempt_id for attempt_id, _, _ in finished],
+        "attempt_ids": [attempt.id for attempt, _, _ in finished],
+        "run_scheduled_fors": [attempt.run_scheduled_for for attempt, _, _ in finished],
         "statuses": [outcome.status for _, outcome, _ in finished],
         "finished_ats": [at for _, _, at in finished],
         "error_categories": [outcome.error_category for _, outcome, _ in finished],

@@ -103,10 +103,12 @@ SELECT leased.*, r.manual AS run_manual
  ORDER BY leased.queued_at, leased.id;
 
 -- ledger_renew_lease --
--- Extend a lease, only while this worker still holds it.
+-- Extend a lease, only while this worker still holds it. The attempt's tick names its
+-- month: one partition's probe, not one per month retention keeps.
 UPDATE attempts
    SET heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
- WHERE id = %(attempt_id)s AND status = 'running' AND worker_id = %(worker_id)s;
+ WHERE id = %(attempt_id)s AND run_scheduled_for = %(run_scheduled_for)s
+   AND status = 'running' AND worker_id = %(worker_id)s;
 
 -- ledger_finish_attempts --
 -- Record attempts' outcomes, each once: the compare-and-set on (running, worker) makes
@@ -116,23 +118,29 @@ UPDATE attempts
 -- pending_retry; otherwise failed. Attempts the platform lost and re-queued for free
 -- (`lost_requeues`) do not count against the budget. One statement for one attempt
 -- (the worker) or for a batch (the simulator), which never holds two attempts of one run.
+-- Each attempt comes with its run's tick, the ledger's partition key: every read and
+-- write below names it, as a join key and as a list of the months the batch touches,
+-- so the plan reads only those months' partitions (pruned when planned, or at executor
+-- start for a generic plan) instead of probing every month retention keeps.
 WITH reported AS (
     SELECT *
-      FROM unnest(%(attempt_ids)s::bigint[], %(statuses)s::text[], %(finished_ats)b::timestamptz[],
-                  %(error_categories)s::text[], %(errors)s::text[], %(failed_steps)s::text[],
-                  %(retryables)s::boolean[], %(log_tails)s::text[], %(outputs)b::jsonb[], %(rows)s::bigint[])
-           AS o (attempt_id, status, finished_at, error_category, error, failed_step, retryable, log_tail, outputs,
-                 rows)
+      FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[], %(statuses)s::text[],
+                  %(finished_ats)b::timestamptz[], %(error_categories)s::text[], %(errors)s::text[],
+                  %(failed_steps)s::text[], %(retryables)s::boolean[], %(log_tails)s::text[], %(outputs)b::jsonb[],
+                  %(rows)s::bigint[])
+           AS o (attempt_id, run_scheduled_for, status, finished_at, error_category, error, failed_step, retryable,
+                 log_tail, outputs, rows)
 ), outcome AS (
     -- A workflow that expects rows fails a success that reported none (empty_result,
     -- retryable: the data may be late); judged here so every writer of outcomes agrees.
-    SELECT o.attempt_id, e.status, o.finished_at, o.log_tail, o.outputs, o.rows,
+    SELECT o.attempt_id, o.run_scheduled_for, e.status, o.finished_at, o.log_tail, o.outputs, o.rows,
            CASE WHEN e.empty THEN 'empty_result' ELSE o.error_category END AS error_category,
            CASE WHEN e.empty THEN 'the workflow expects rows and its steps reported none' ELSE o.error END AS error,
            CASE WHEN e.empty THEN NULL ELSE o.failed_step END AS failed_step,
            CASE WHEN e.empty THEN true ELSE o.retryable END AS retryable
       FROM reported o
-      JOIN attempts a ON a.id = o.attempt_id
+      JOIN attempts a ON a.id = o.attempt_id AND a.run_scheduled_for = o.run_scheduled_for
+                     AND a.run_scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
       JOIN workflows w ON w.id = a.workflow_id,
            LATERAL (SELECT o.status = 'succeeded' AND w.expect_rows AND coalesce(o.rows, 0) = 0 AS empty) x,
            LATERAL (SELECT CASE WHEN x.empty THEN 'failed' ELSE o.status END AS status, x.empty) e
@@ -142,15 +150,19 @@ WITH reported AS (
            error_category = o.error_category, error = o.error, failed_step = o.failed_step,
            retryable = o.retryable, log_tail = o.log_tail, outputs = o.outputs, rows = o.rows
       FROM outcome o
-     WHERE a.id = o.attempt_id AND a.status = 'running' AND a.worker_id = %(worker_id)s
-    RETURNING a.id, a.run_id, a.number, a.status, a.retryable, a.error_category, a.error, a.failed_step,
+     WHERE a.id = o.attempt_id AND a.run_scheduled_for = o.run_scheduled_for
+       AND a.run_scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
+       AND a.status = 'running' AND a.worker_id = %(worker_id)s
+    RETURNING a.id, a.run_id, a.run_scheduled_for, a.number, a.status, a.retryable, a.error_category, a.error, a.failed_step,
               a.finished_at, a.rows
 ), decided AS (
     SELECT done.*,
            CASE WHEN done.status = 'succeeded' THEN 'succeeded'
                 WHEN done.retryable AND done.number - r.lost_requeues <= r.retry_budget THEN 'pending_retry'
                 ELSE 'failed' END AS run_status
-      FROM done JOIN runs r ON r.id = done.run_id
+      FROM done
+      JOIN runs r ON r.id = done.run_id AND r.scheduled_for = done.run_scheduled_for
+                 AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
 ), moved AS (
     UPDATE runs r
        SET status = decided.run_status,
@@ -161,7 +173,8 @@ WITH reported AS (
            failed_step = CASE WHEN decided.run_status <> 'succeeded' THEN decided.failed_step END,
            rows = decided.rows
       FROM decided
-     WHERE r.id = decided.run_id AND r.status = 'running'
+     WHERE r.id = decided.run_id AND r.scheduled_for = decided.run_scheduled_for
+       AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[]) AND r.status = 'running'
     RETURNING r.id, r.status
 ), woken AS (
     -- the poller decides the retry or the verdict now, not at its next poll (sent at commit);
