@@ -71,8 +71,9 @@ SELECT run.* FROM run;
 -- compare-and-set `execution_start_attempt`, and a lease that runs out before that
 -- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row
 -- also carries its run's tick and manual flag (`run_scheduled_for`, `run_manual`), so
--- no second look is needed; every lookup names the partition key, so each is one probe
--- of one month. Its commit waits for the WAL flush, as every commit that starts an
+-- no second look is needed. Every lookup names the partition key, but the months are
+-- known only as the statement runs, so its plan holds (and its server time grows with)
+-- every month retention keeps; it runs once per batch of leases. Its commit waits for the WAL flush, as every commit that starts an
 -- attempt does: a start lost in a crash would hand a running attempt back to the queue.
 WITH next AS (
     SELECT a.id, a.run_scheduled_for, a.queued_at
@@ -119,9 +120,11 @@ UPDATE attempts
 -- (`lost_requeues`) do not count against the budget. One statement for one attempt
 -- (the worker) or for a batch (the simulator), which never holds two attempts of one run.
 -- Each attempt comes with its run's tick, the ledger's partition key: every read and
--- write below names it, as a join key and as a list of the months the batch touches,
--- so the plan reads only those months' partitions (pruned when planned, or at executor
--- start for a generic plan) instead of probing every month retention keeps.
+-- write below names it, as a join key and as the list of the months the batch touches,
+-- so the plan holds only those months' partitions instead of every month retention
+-- keeps. The list prunes when the statement is planned, which the server does afresh at
+-- each execution here: a generic plan cannot prune by an array parameter, and, holding
+-- every month, it costs several times a fresh plan.
 WITH reported AS (
     SELECT *
       FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[], %(statuses)s::text[],
