@@ -245,9 +245,12 @@ def cadence_of(schedule: CronSchedule, now: datetime) -> Cadence:
 
     Cached: a fleet repeats a few expressions, and the walk over a year of fires is long.
     """
+    now = ensure_utc(now)
+    shifted = _shift(schedule)
+    candidates = schedule.fire_times(now) if shifted is None else _shifted_fires(*shifted, now)
     fires: list[datetime] = []
-    limit = ensure_utc(now) + HORIZON
-    for fire in schedule.fire_times(now):
+    limit = now + HORIZON
+    for fire in candidates:
         if fire > limit or len(fires) > SAMPLE_FIRES:
             break
         fires.append(fire)
@@ -262,6 +265,52 @@ def cadence_of(schedule: CronSchedule, now: datetime) -> Cadence:
         interval > 2 * 3600 or all(gap == interval for gap in gaps)
     )
     return Cadence(interval_seconds=max(interval, 1), regular=regular, gaps_sampled=len(gaps))
+
+
+def _shift(schedule: CronSchedule) -> tuple[CronSchedule, timedelta, timedelta] | None:
+    """The same schedule at the top of the hour (or of the day), and the shift back to it, when that is exact.
+
+    In UTC, which has no offset changes, `m H D M W` with one minute `m` fires exactly
+    `m` minutes after each fire of `0 H D M W` (the shift keeps the hour and the day), and
+    `m h D M W` with one hour `h` as well fires `h:m` after each fire of `0 0 D M W`. A
+    fleet writes a handful of such shapes with many different minutes and hours, so the
+    cadence walks the shape once instead of every expression. Returns (shape, shift, the
+    bound of any shift of that kind), or None where another zone or field makes it inexact.
+    """
+    if schedule.timezone != "UTC":
+        return None
+    minute, hour, *days = schedule.expression.split()
+    if not minute.isdigit():
+        return None
+    if hour.isdigit():
+        shape = CronSchedule(" ".join(["0", "0", *days]), "UTC")
+        return shape, timedelta(hours=int(hour), minutes=int(minute)), timedelta(days=1)
+    return CronSchedule(" ".join(["0", hour, *days]), "UTC"), timedelta(minutes=int(minute)), timedelta(hours=1)
+
+
+def _shifted_fires(shape: CronSchedule, shift: timedelta, bound: timedelta, now: datetime) -> Iterator[datetime]:
+    """The fire times after `now` of the schedule `shift` after `shape` (see `_shift`), ascending."""
+    for fire in _shape_fires(shape, now - bound, bound):
+        if fire + shift > now:
+            yield fire + shift
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_fires(shape: CronSchedule, anchor: datetime, bound: timedelta) -> tuple[datetime, ...]:
+    """Enough fire times of `shape` after `anchor` for `cadence_of` of any of its shifts by less than `bound`.
+
+    A shape fires at most once in any interval of `bound` (its fires fall on the hour, or
+    at midnight), so at most one of them before a shifted schedule's first fire after
+    `anchor + bound` is passed over: one more than the sample, and none past the latest
+    horizon any shift reaches.
+    """
+    fires: list[datetime] = []
+    limit = anchor + bound + HORIZON
+    for fire in shape.walk(anchor):
+        fires.append(fire)
+        if fire > limit or len(fires) > SAMPLE_FIRES + 1:
+            break
+    return tuple(fires)
 
 
 def _describe(exc: CronSimError) -> str:

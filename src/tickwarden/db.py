@@ -435,16 +435,45 @@ class PipelinedConnection(psycopg.Connection[Any]):
 
     libpq learns that the pipeline's BEGIN opened a transaction only at a sync; until
     then psycopg would take a nested `transaction()` for an outer one (BEGIN … COMMIT,
-    committing the enclosing transaction early) instead of SAVEPOINT … RELEASE. So the
-    pipeline is synced first, which costs one round trip per savepoint.
+    committing the enclosing transaction early) instead of SAVEPOINT … RELEASE. Inside the
+    transaction `DedicatedDatabase` opened (`in_block`), the block is a savepoint by
+    construction: SAVEPOINT and RELEASE join the pipeline and go out with the next read,
+    and only an error pays a sync (the server skips everything after an error until one,
+    so ROLLBACK TO must follow it). Elsewhere in pipeline mode the pipeline is synced first,
+    and psycopg's own block syncs again when it is entered and left.
     """
+
+    in_block = False  # inside DedicatedDatabase's pipelined BEGIN … COMMIT
 
     @contextlib.contextmanager
     def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False) -> Iterator[Transaction]:
-        if self._pipeline is not None:
+        if self._pipeline is None:
+            with super().transaction(savepoint_name, force_rollback) as tx:
+                yield tx
+            return
+        if not self.in_block:
             self._pipeline.sync()
-        with super().transaction(savepoint_name, force_rollback) as tx:
-            yield tx
+            with super().transaction(savepoint_name, force_rollback) as tx:
+                yield tx
+            return
+        with _Savepoint(self, savepoint_name, force_rollback) as savepoint:
+            try:
+                yield savepoint
+            except BaseException:
+                with contextlib.suppress(psycopg.Error):  # the error itself is on its way up already
+                    self._pipeline.sync()
+                raise
+
+
+class _Savepoint(Transaction):
+    """A psycopg transaction block that is a savepoint whatever libpq says of the transaction (see PipelinedConnection)."""
+
+    def _push_savepoint(self) -> None:
+        self._outer_transaction = False
+        if not self._savepoint_name:
+            self._savepoint_name = f"_pg3_{self._conn._num_transactions + 1}"
+        self._stack_index = self._conn._num_transactions
+        self._conn._num_transactions += 1
 
 
 class DedicatedDatabase(Database):
@@ -457,7 +486,7 @@ class DedicatedDatabase(Database):
     borrow to the next: every borrow (`transaction`, `probe`, `autocommit`) is one
     transaction, BEGIN … COMMIT, sent as statements on an autocommit connection, and a
     round trip is made only where a result is read (a flush: everything sent before it
-    goes with it) or a savepoint needs the server's transaction status (a sync). A
+    goes with it) or a savepoint is rolled back (a sync: see PipelinedConnection). A
     COMMIT, and a write whose result nobody reads (the simulated worker's), goes out
     with the next statement that is read. Each borrow sees what the borrows before it
     wrote (one session, in order); a statement's error is raised at the first read
@@ -512,7 +541,11 @@ class DedicatedDatabase(Database):
                 self._pipeline = stack
             try:
                 conn.execute(BEGIN)
-                yield conn
+                conn.in_block = True
+                try:
+                    yield conn
+                finally:
+                    conn.in_block = False
                 conn.execute(COMMIT)
             except BaseException as exc:
                 # An error leaves the pipeline discarding what follows until its sync: roll

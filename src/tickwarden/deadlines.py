@@ -106,11 +106,11 @@ class DeadlineDetector:
         """Do steps 1 to 3 of the module docstring once, in one transaction."""
         result = DeadlineResult()
         with self.db.transaction() as store:
-            closed = store.monitoring.close_overdue_and_arm(now, self.batch_size, OVERDUE_ERROR, now - self.lookback)
+            closed, audits = store.monitoring.close_overdue_and_take_audits(
+                now, self.batch_size, OVERDUE_ERROR, now - self.lookback, self.batch_size)
             result.overdue_runs = [run_id for run_id, _ in closed]
             workflows = {workflow_id for _, workflow_id in closed}
 
-            audits = store.monitoring.due_tick_audits(now, self.batch_size)
             result.audited_schedules = len(audits)
             advances: list[tuple[int, datetime, datetime | None]] = []
             wanted: list[tuple[int, int, datetime]] = []

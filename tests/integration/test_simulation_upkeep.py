@@ -256,3 +256,23 @@ def test_autovacuum_leaves_out_a_table_no_row_ever_reached(db, clock, dedicated)
     # -1: never vacuumed nor analyzed; 0: the pass went over the emptied table
     assert never == [("probe_emptied", 0.0), ("probe_empty", -1.0)]
     assert reltuples(db, "runs_default") == 1
+
+
+def test_a_savepoint_inside_a_dedicated_transaction_costs_no_round_trip_of_its_own(dedicated, tmp_path):
+    trace = tmp_path / "trace"
+    with trace.open("w") as sink:
+        with dedicated.probe() as store:
+            store.conn.pgconn.trace(sink.fileno())
+            store.conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+        with dedicated.transaction() as store:
+            store.catalog.upsert_tenant("acme", NOW)  # read: BEGIN goes with it
+            with store.conn.transaction():  # SAVEPOINT goes with the next read, RELEASE with the one after
+                store.catalog.upsert_tenant("inner", NOW)
+        with dedicated.probe() as store:
+            assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (2,)
+            store.conn.pgconn.untrace()
+    sent = trace.read_text(errors="replace")
+    waits = [line.split("\t")[2] for line in sent.splitlines()
+             if line.startswith("F\t") and line.split("\t")[2] in ("Flush", "Sync", "Query")]
+    assert waits == ["Flush", "Flush", "Flush"]
+    assert "SAVEPOINT" in sent and "RELEASE" in sent

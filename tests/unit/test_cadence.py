@@ -1,4 +1,4 @@
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -107,3 +107,22 @@ def test_fire_times_strictly_increase(minute, hour, day, weekday, zone, offset_h
         previous = fire
         if index == 40:
             break
+
+
+def _cadence_or_error(cron: str, zone: str, now: datetime) -> object:
+    try:
+        return cadence_of(parse_schedule(cron, zone), now)
+    except InvalidSchedule as exc:
+        return exc.message
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(min_value=0, max_value=59), st.sampled_from(["*", "*/6", "9-17", "0", "3", "23"]),
+       st.sampled_from(["*", "1", "29", "31", "1-7", "L"]), st.sampled_from(["*", "2", "*/3"]),
+       st.sampled_from(["*", "1-5", "0", "1#2"]), st.integers(min_value=0, max_value=4 * 366 * 24 * 60))
+def test_a_utc_schedule_at_a_fixed_minute_has_the_cadence_of_its_own_walk(minute, hour, day, month, weekday, offset):
+    # In UTC the cadence is read off the schedule's shape at the top of the hour or day;
+    # Etc/UTC has the same offsets and walks the expression itself.
+    cron = f"{minute} {hour} {day} {month} {weekday}"
+    now = NOW + timedelta(minutes=offset)
+    assert _cadence_or_error(cron, "UTC", now) == _cadence_or_error(cron, "Etc/UTC", now)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any, TypeVar, get_type_hints
@@ -98,6 +98,28 @@ class StoreBase:
         with self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(text, params or {})
             return _read(cur) or []
+
+    def _submit(self, name: str, params: dict[str, Any] | None = None) -> Callable[[], list[dict[str, Any]]]:
+        """Send query `name` now and return what reads its rows (see `_submit_text`)."""
+        return self._submit_text(queries()[name], params)
+
+    def _submit_text(self, text: str, params: dict[str, Any] | None) -> Callable[[], list[dict[str, Any]]]:
+        """Send `text` now and return what reads its rows: statements sent before any is read share a round trip.
+
+        Outside pipeline mode the statement runs here and the reader only hands its rows
+        over, as `_rows` would. In pipeline mode (the simulator's connection) it joins the
+        pipeline, and the first reader's flush carries every statement sent so far: the
+        server still runs them one after the other, in the order sent, so a later one sees
+        an earlier one's writes, and an error stops the rest and is raised by its reader.
+        """
+        cur = self.conn.cursor(row_factory=dict_row)
+        cur.execute(text, params or {})
+
+        def read() -> list[dict[str, Any]]:
+            with cur:
+                return _read(cur) or []
+
+        return read
 
     def _send(self, name: str, params: dict[str, Any] | None = None) -> None:
         """Run a statement whose result nobody reads (a wake-up notification).

@@ -8,7 +8,7 @@ compare-and-set, so several replicas can call any of these at once.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -96,10 +96,16 @@ class LedgerRepository(StoreBase):
 
     def create_tick_groups(self, groups: Sequence[TickGroup], now: datetime, advances: Sequence[Advance] = ()) -> int:
         """As `create_tick_runs`, for ticks shared by groups of workflows; return how many runs were created."""
+        return self.submit_tick_groups(groups, now, advances)()
+
+    def submit_tick_groups(
+        self, groups: Sequence[TickGroup], now: datetime, advances: Sequence[Advance] = ()
+    ) -> Callable[[], int]:
+        """`create_tick_groups` sent now; the returned reader says how many runs it created (`StoreBase._submit`)."""
         if not groups and not advances:
-            return 0
-        rows = self._fetch(_create_tick_runs(COUNTED), tick_params(groups, now, advances))
-        return int(rows[0]["created"])
+            return lambda: 0
+        read = self._submit_text(_create_tick_runs(COUNTED), tick_params(groups, now, advances))
+        return lambda: int(read()[0]["created"])
 
     def create_tick_run(self, tick: TickRequest, now: datetime) -> Run | None:
         """Record one tick; None when another caller already did."""

@@ -159,9 +159,13 @@ class MonitoringRepository(StoreBase):
         return [(r["id"], r["workflow_id"]) for r in rows]
 
     def lock_workflows_for_evaluation(self, workflow_ids: Sequence[int]) -> None:
-        """Hold each workflow's evaluation lock until the transaction ends."""
+        """Hold each workflow's evaluation lock until the transaction ends.
+
+        Sent, not read: the statements after it in the transaction run only once it holds
+        every lock, and an error it raises fails the transaction at the next read.
+        """
         if workflow_ids:
-            self._rows("monitoring_lock_workflows", {"workflow_ids": sorted(set(workflow_ids))})
+            self._send("monitoring_lock_workflows", {"workflow_ids": sorted(set(workflow_ids))})
 
     def evaluation_inputs(self, workflow_ids: Sequence[int]) -> list[EvaluationInput]:
         if not workflow_ids:
@@ -256,9 +260,21 @@ class MonitoringRepository(StoreBase):
     def close_overdue_and_arm(self, now: datetime, limit: int, error: str, lookback_start: datetime
                               ) -> list[tuple[int, int]]:
         """Give runs past their deadline the verdict missed and arm new watermarks; return (run, workflow)."""
-        rows = self._rows("monitoring_close_overdue_and_arm",
-                          {"now": now, "limit": limit, "error": error, "lookback_start": lookback_start})
-        return [(r["run_id"], r["workflow_id"]) for r in rows]
+        return self.close_overdue_and_take_audits(now, limit, error, lookback_start, 0)[0]
+
+    def close_overdue_and_take_audits(
+        self, now: datetime, limit: int, error: str, lookback_start: datetime, audit_limit: int
+    ) -> tuple[list[tuple[int, int]], list[TickAudit]]:
+        """`close_overdue_and_arm`, then `due_tick_audits` (up to `audit_limit`, none for 0), sent together.
+
+        The audits are taken after the arming, as their own statement, so they include the
+        watermarks it armed; the two go out in one round trip on a pipelined connection.
+        """
+        closed = self._submit("monitoring_close_overdue_and_arm",
+                              {"now": now, "limit": limit, "error": error, "lookback_start": lookback_start})
+        audits = self._submit("monitoring_due_tick_audits", {"now": now, "limit": audit_limit}) if audit_limit else None
+        return ([(r["run_id"], r["workflow_id"]) for r in closed()],
+                [from_row(TickAudit, r) for r in audits()] if audits else [])
 
     def due_tick_audits(self, now: datetime, limit: int) -> list[TickAudit]:
         return [from_row(TickAudit, r) for r in self._rows("monitoring_due_tick_audits", {"now": now, "limit": limit})]

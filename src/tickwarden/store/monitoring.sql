@@ -364,7 +364,7 @@ SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
 -- schedule was published or last edited, nor before the look-back window, so ticks
 -- nobody expected are never recorded missed.
 WITH overdue AS (
-    SELECT r.id
+    SELECT r.id, r.scheduled_for
       FROM runs r
      WHERE r.status IN ('queued', 'running', 'pending_retry')
        AND r.deadline_at <= %(now)s
@@ -375,11 +375,14 @@ WITH overdue AS (
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 ), closed AS (
+    -- Probed by id and month (= ANY, not a join with the CTE, which generic plans answer
+    -- by reading every entry of runs_open_deadline_idx, dead ones included, into a hash).
     UPDATE runs r
        SET status = 'missed', finished_at = %(now)s, error_category = 'missed',
            error = %(error)s, failed_step = NULL, recovered = false
-      FROM overdue
-     WHERE r.id = overdue.id AND r.status IN ('queued', 'running', 'pending_retry')
+     WHERE r.id = ANY (ARRAY(SELECT id FROM overdue))
+       AND r.scheduled_for = ANY (ARRAY(SELECT scheduled_for FROM overdue))
+       AND r.status IN ('queued', 'running', 'pending_retry')
     RETURNING r.id, r.workflow_id
 ), cancelled AS (
     UPDATE attempts a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -81,8 +82,17 @@ class TriggerRepository(StoreBase):
         return groups, row[0] if row else None
 
     def earliest_fire(self) -> datetime | None:
-        row = self._row("trigger_earliest_fire")
-        return row["next_fire_at"] if row else None
+        return self.submit_earliest_fire()()
+
+    def submit_earliest_fire(self) -> Callable[[], datetime | None]:
+        """`earliest_fire` sent now; the returned reader reads it (`StoreBase._submit`)."""
+        read = self._submit("trigger_earliest_fire")
+
+        def earliest() -> datetime | None:
+            rows = read()
+            return rows[0]["next_fire_at"] if rows else None
+
+        return earliest
 
     def notify_wake(self, loop: str) -> None:
         self._send("trigger_notify_wake", {"loop": loop})
