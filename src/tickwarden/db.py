@@ -444,36 +444,53 @@ class PipelinedConnection(psycopg.Connection[Any]):
     """
 
     in_block = False  # inside DedicatedDatabase's pipelined BEGIN … COMMIT
+    _savepoints = 0  # names this connection's savepoints apart
 
     @contextlib.contextmanager
     def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False) -> Iterator[Transaction]:
-        if self._pipeline is None:
-            with super().transaction(savepoint_name, force_rollback) as tx:
+        if self._pipeline is not None and self.in_block:
+            with self._savepoint(savepoint_name, force_rollback) as tx:
                 yield tx
             return
-        if not self.in_block:
+        if self._pipeline is not None:
             self._pipeline.sync()
-            with super().transaction(savepoint_name, force_rollback) as tx:
-                yield tx
-            return
-        with _Savepoint(self, savepoint_name, force_rollback) as savepoint:
-            try:
-                yield savepoint
-            except BaseException:
-                with contextlib.suppress(psycopg.Error):  # the error itself is on its way up already
-                    self._pipeline.sync()
-                raise
+        with super().transaction(savepoint_name, force_rollback) as tx:
+            yield tx
 
+    @contextlib.contextmanager
+    def _savepoint(self, savepoint_name: str | None, force_rollback: bool) -> Iterator[Transaction]:
+        """SAVEPOINT … RELEASE as plain pipelined statements, with psycopg's block semantics.
 
-class _Savepoint(Transaction):
-    """A psycopg transaction block that is a savepoint whatever libpq says of the transaction (see PipelinedConnection)."""
+        The block yields a `Transaction` naming the savepoint, as psycopg's would; it is
+        never entered (entering it would ask libpq for the transaction status, which the
+        pipeline has not synced). An exception rolls back to the savepoint, after the sync
+        that clears the server's aborted state; `psycopg.Rollback` aimed at this block (or
+        at none) is swallowed there, as psycopg does, and `force_rollback` rolls back a
+        block that ended well.
+        """
+        assert self._pipeline is not None
+        self._savepoints += 1
+        name = savepoint_name or f"tickwarden_savepoint_{self._savepoints}"
+        ident = sql.Identifier(name)
+        tx = Transaction(self, name, force_rollback)
+        self.execute(sql.SQL("SAVEPOINT {}").format(ident))
+        try:
+            yield tx
+        except BaseException as exc:
+            with contextlib.suppress(psycopg.Error):  # the error itself is on its way up already
+                self._pipeline.sync()
+            self._roll_back_to(ident)
+            if isinstance(exc, psycopg.Rollback) and exc.transaction in (None, tx):
+                return
+            raise
+        if force_rollback:
+            self._roll_back_to(ident)
+        else:
+            self.execute(sql.SQL("RELEASE SAVEPOINT {}").format(ident))
 
-    def _push_savepoint(self) -> None:
-        self._outer_transaction = False
-        if not self._savepoint_name:
-            self._savepoint_name = f"_pg3_{self._conn._num_transactions + 1}"
-        self._stack_index = self._conn._num_transactions
-        self._conn._num_transactions += 1
+    def _roll_back_to(self, ident: sql.Identifier) -> None:
+        self.execute(sql.SQL("ROLLBACK TO SAVEPOINT {}").format(ident))
+        self.execute(sql.SQL("RELEASE SAVEPOINT {}").format(ident))
 
 
 class DedicatedDatabase(Database):

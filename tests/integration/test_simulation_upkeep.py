@@ -276,3 +276,31 @@ def test_a_savepoint_inside_a_dedicated_transaction_costs_no_round_trip_of_its_o
              if line.startswith("F\t") and line.split("\t")[2] in ("Flush", "Sync", "Query")]
     assert waits == ["Flush", "Flush", "Flush"]
     assert "SAVEPOINT" in sent and "RELEASE" in sent
+
+
+def tenants(dedicated) -> list[str]:
+    with dedicated.probe() as store:
+        return [name for (name,) in store.conn.execute("SELECT name FROM tenants ORDER BY name")]
+
+
+def test_a_failing_statement_in_a_dedicated_savepoint_rolls_back_the_savepoint_alone(dedicated):
+    with dedicated.transaction() as store:
+        store.catalog.upsert_tenant("acme", NOW)
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange), store.conn.transaction():
+            store.catalog.upsert_tenant("inner", NOW)
+            store.conn.execute("SELECT 2147483647::int + 1").fetchone()  # the error surfaces at this read
+        store.catalog.upsert_tenant("after", NOW)  # the transaction goes on after the rollback to the savepoint
+    assert tenants(dedicated) == ["acme", "after"]
+
+
+def test_a_dedicated_savepoint_keeps_psycopgs_rollback_and_force_rollback(dedicated):
+    with dedicated.transaction() as store:
+        store.catalog.upsert_tenant("acme", NOW)
+        with store.conn.transaction() as tx:
+            store.catalog.upsert_tenant("rolled-back", NOW)
+            raise psycopg.Rollback(tx)  # swallowed by its own block, as psycopg's
+        with store.conn.transaction(force_rollback=True):
+            store.catalog.upsert_tenant("forced", NOW)
+        with pytest.raises(psycopg.Rollback), store.conn.transaction():
+            raise psycopg.Rollback(psycopg.Transaction(store.conn, "elsewhere"))  # aimed at another block
+    assert tenants(dedicated) == ["acme"]
