@@ -19,9 +19,10 @@ One pass (`run_once`) at time `now`, on one pooled connection held for the pass
    there, in SQL, and nowhere else. A database outage at that moment is waited out (the
    heartbeat keeps renewing): the result of work done is never dropped, only refused by
    the compare-and-set if the lease was taken away. The same exchange (one round trip,
-   one durable commit: `ExecutionRepository.exchange`) puts the environment back to warm,
-   starts the next attempt leased ahead on a full lease, and, when none is left, leases
-   the next batch with its contexts, overlapping the next lease with this outcome's commit.
+   two when it leases; one durable commit: `ExecutionRepository.exchange`) puts the
+   environment back to warm, starts the next attempt leased ahead on a full lease, and,
+   when none is left, leases the next batch with its contexts, overlapping the next lease
+   with this outcome's commit.
 
 Of a batch leased at once, the first starts with the lease (`started_at`); the others
 are leased ahead: leases fenced by the worker id, with no `started_at`, that the worker

@@ -490,7 +490,7 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
     for tick in ticks:
         create_tick(db, wf, tick, tick)
     now = ticks[-1] + timedelta(minutes=1)
-    with db.transaction() as store:
+    with db.autocommit() as store:
         running, ahead, spare = [a for a, _, _ in store.execution.exchange("w1", now, 600, lease=3).leased]
     assert running.started_at == now and ahead.started_at is None
     assert [a.run_scheduled_for for a in (running, ahead, spare)] == ticks
@@ -531,3 +531,51 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
     assert rows(db, "SELECT attempt_id, step FROM attempt_steps WHERE run_scheduled_for = %s", ticks[0]) == [
         (running.id, "load")]
     assert rows(db, "SELECT started_at FROM attempts WHERE id = %s", ahead.id) == [(now,)]
+
+
+def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) -> None:
+    """The lease's queue scan alone looks at every month; its writes are planned with the locked
+    attempts' ticks bound, so their plan holds those months' partitions alone, and the contexts
+    behind them read no month at all."""
+    from tickwarden.store.ledger import lease_params
+    from tickwarden.store.queries import queries
+
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    for index in (5, 70):  # January and March hold finished runs
+        run_tick(db, wf, YEAR_START + index * DAY, True)
+    ticks = [YEAR_START + index * DAY for index in (40, 41)]  # February
+    for tick in ticks:
+        create_tick(db, wf, tick, tick)
+    now = ticks[-1] + timedelta(minutes=1)
+
+    def planned(plan: list[dict]) -> set[str]:
+        seen: set[str] = set()
+
+        def walk(node: dict) -> None:
+            if node.get("Relation Name", "").startswith(("runs_", "attempts_", "attempt_steps_")):
+                seen.add(node["Relation Name"])
+            for child in node.get("Plans", []):
+                walk(child)
+
+        walk(plan[0]["Plan"])
+        return seen
+
+    with db.transaction() as store:
+        params = lease_params("w1", now, 600, 2, start=1)
+        queued = store.conn.execute(queries()["ledger_lease_queue"], params).fetchall()
+        assert [tick for _, _, tick, _ in queued] == ticks
+        bound = lease_params("w1", now, 600, 2, start=1,
+                             queued=[{"id": i, "run_id": r, "run_scheduled_for": t} for i, r, t, _ in queued])
+        plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()["ledger_lease_attempts"],
+                                  bound).fetchone()[0]
+        assert planned(plan) == {"attempts_p202502", "runs_p202502"}
+        contexts = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()["execution_contexts"],
+                                      {"workflow_ids": [wf.id]}).fetchone()[0]
+        assert planned(contexts) == set()
+
+    # The writes leased what the scan locked: the first started now, the other leased ahead.
+    assert rows(db, "SELECT a.status, a.worker_id, a.started_at, r.status FROM attempts a JOIN runs r"
+                    " ON r.id = a.run_id AND r.scheduled_for = a.run_scheduled_for"
+                    " WHERE a.run_scheduled_for = ANY (%s) ORDER BY a.run_scheduled_for", ticks) == [
+        ("running", "w1", now, "running"), ("running", "w1", None, "running")]

@@ -79,8 +79,10 @@ def test_a_warm_attempt_pays_no_connection_check_and_one_commit_and_leases_the_n
     # COMMIT or SET
     assert checks == 0 and explicit == 0, sent
     # the busy mark, and the outcome with its steps, the instance back to warm and the next lease with its
-    # context in one exchange (3 before, with the check; 9 before that: BEGIN, each statement, COMMIT; 17 before that)
-    assert per_attempt == 2, sent
+    # context in one exchange of two round trips: the queue's rows locked, then leased with their months bound,
+    # so the writes' plans hold those months' partitions only (2 before, the lease in the outcome's round trip;
+    # 3 before that, with the check; 9 before that: BEGIN, each statement, COMMIT; 17 before that)
+    assert per_attempt == 3, sent
     # every run ran once; the attempt leased with the ninth outcome was given back when the worker stopped
     assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])] == [["succeeded"]] * 9 + [
         ["queued"]]
@@ -101,8 +103,8 @@ def test_a_batch_of_warm_attempts_pays_the_busy_mark_once_per_batch(db, clock, t
     finally:
         worker.close(clock.now())
     # per attempt the outcome's exchange (the connection's check sends nothing); per batch of 4, one busy mark
-    # for its first attempt
-    assert len(sent) == 8 * 1 + 2, sent
+    # for its first attempt and the lease's second round trip (8 * 1 + 2 before, the lease in one)
+    assert len(sent) == 8 * 1 + 2 + 2, sent
     assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])] == [
         ["succeeded"]] * 16
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from tickwarden.models import (
@@ -45,7 +48,7 @@ def _prefixed(row: dict[str, Any], prefix: str) -> dict[str, Any] | None:
 class ExecutionRepository(StoreBase):
     def context(self, workflow_id: int, now: datetime) -> ExecutionContext | None:
         """Load a workflow with what running it needs; a workflow without environment gets `default`."""
-        return self._contexts(self._rows("execution_contexts", {"workflow_ids": [workflow_id], "worker_id": None}),
+        return self._contexts(self._rows("execution_contexts", {"workflow_ids": [workflow_id]}),
                               now).get(workflow_id)
 
     def _contexts(self, rows: list[dict[str, Any]], now: datetime) -> dict[int, ExecutionContext]:
@@ -72,15 +75,16 @@ class ExecutionRepository(StoreBase):
         instance: tuple[int, str, int] | None = None, start: Attempt | None = None, lease: int = 0,
         finished_at: datetime | None = None,
     ) -> Exchanged:
-        """A worker's writes between two attempts, sent together and committed together (one round trip).
+        """A worker's writes between two attempts, sent together and committed together.
 
-        Only on a connection in autocommit (`Database.autocommit`). In order: record the
-        `outcome` of `attempt`, finished at `finished_at` (default `now`; `ledger_finish_attempts`,
-        the compare-and-set that applies a result once), and its `steps` rows; move the
-        environment `instance` (id, status, runs served); start the attempt leased ahead
-        `start` on a full lease from `now` (a compare-and-set: `started` says whether this
-        worker still held it); lease up to `lease` queued attempts, the first started now and
-        the others leased ahead; load the contexts of every attempt this worker then holds.
+        One round trip, two with a lease. Only on a connection in autocommit
+        (`Database.autocommit`). In order: record the `outcome` of `attempt`, finished at
+        `finished_at` (default `now`; `ledger_finish_attempts`, the compare-and-set that
+        applies a result once), and its `steps` rows; move the environment `instance` (id,
+        status, runs served); start the attempt leased ahead `start` on a full lease from
+        `now` (a compare-and-set: `started` says whether this worker still held it); lock up
+        to `lease` queued attempts, then (the second round trip) lease them, the first
+        started now and the others leased ahead, and load their workflows' contexts.
         That commit waits for the WAL flush: it records an outcome or starts an attempt.
         After it, with an outcome, a second transaction in the same round trip wakes the
         poller (`execution_wake_poller`: not waiting for the flush, and keeping the server's
@@ -89,10 +93,11 @@ class ExecutionRepository(StoreBase):
         """
         finished = ([(attempt, outcome, finished_at or now)] if attempt is not None and outcome is not None
                     else [])
-        # With an outcome the durable part is an explicit BEGIN … COMMIT, so that the wake
-        # after it has a transaction of its own (a COMMIT without BEGIN would end the
-        # pipeline's implicit one too, but the server warns of it in its log at every attempt).
-        begun = 1 if finished else 0
+        # With an outcome or a lease the durable part is an explicit BEGIN … COMMIT: a lease
+        # spans two round trips, and the wake after an outcome has a transaction of its own
+        # (a COMMIT without BEGIN would end the pipeline's implicit one too, but the server
+        # warns of it in its log at every attempt).
+        begun = 1 if finished or lease else 0
         statements: list[tuple[str, dict[str, Any]]] = [("execution_begin", {})] * begun
         if attempt is not None and finished:
             statements.append(("ledger_finish_attempts", finish_params(worker_id, finished, wake=False)))
@@ -109,16 +114,31 @@ class ExecutionRepository(StoreBase):
         if start is not None:
             statements.append(("execution_start_attempt", _start_params(start, worker_id, now, lease_seconds)))
         started_at = len(statements) - 1
-        if lease:
-            statements.append(("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, lease,
-                                                                      start=1)))
-            statements.append(("execution_contexts", {"workflow_ids": [], "worker_id": worker_id}))
-        leased_at = len(statements) - 2
-        if finished:  # the poller's wake, once the outcome has committed
-            statements += [("execution_commit", {}), ("execution_wake_poller", {})]
-        results = self._exchange(statements)
-        leased = leased_from_rows(results[leased_at]) if lease else []
-        contexts = self._contexts(results[leased_at + 1], now) if leased else {}
+        ending: list[tuple[str, dict[str, Any]]] = (
+            [("execution_commit", {}), ("execution_wake_poller", {})] if finished else [])
+        if not lease:
+            results = self._exchange(statements + ending)
+            leased, contexts = [], {}
+        else:
+            # The queue's rows are locked in the first round trip and leased in the second,
+            # with their months bound (`ledger_lease_attempts`), their contexts, the commit
+            # and the wake; the transaction stays open between the two.
+            ending = ending or [("execution_commit", {})]
+            try:
+                results = self._exchange([*statements, ("ledger_lease_queue", lease_params(
+                    worker_id, now, lease_seconds, lease))])
+                queued = results[-1]
+                taken = [("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, lease, start=1,
+                                                                queued=queued)),
+                         ("execution_contexts", {"workflow_ids": sorted({q["workflow_id"] for q in queued})})]
+                second = self._exchange([*(taken if queued else []), *ending])
+            except BaseException:
+                if not self.conn.closed and self.conn.info.transaction_status != TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        self.conn.rollback()
+                raise
+            leased = leased_from_rows(second[0]) if queued else []
+            contexts = self._contexts(second[1], now) if leased else {}
         return Exchanged(finished_from_rows(finished, results[begun])[0] if finished else None, leased, contexts,
                          started=start is not None and bool(results[started_at]))
 

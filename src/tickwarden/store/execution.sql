@@ -119,10 +119,10 @@ SELECT i.*, t.name AS tenant, e.name AS environment, e.python, e.idle_timeout_se
  LIMIT %(limit)s;
 
 -- execution_contexts --
--- Everything a worker needs to run attempts of the given workflows, and of every
--- workflow with an attempt `worker_id` holds (sent right behind a lease, in the same
--- exchange, so a batch of leases costs no look-up per attempt): the workflow, its
--- cadence, its publisher and its environment (prefixed columns).
+-- Everything a worker needs to run attempts of the given workflows (sent right behind a
+-- lease, with the workflows of the attempts it locked, so a batch of leases costs no
+-- look-up per attempt, and no look at the ledger's months): the workflow, its cadence,
+-- its publisher and its environment (prefixed columns).
 SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds, t.name AS tenant__name,
        u.id AS publisher__id, u.tenant_id AS publisher__tenant_id, u.email AS publisher__email,
        u.display_name AS publisher__display_name, u.active AS publisher__active,
@@ -136,8 +136,7 @@ SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds, t.name AS tenant__na
   LEFT JOIN schedules s ON s.workflow_id = w.id
   LEFT JOIN users u ON u.id = w.publisher_id
   LEFT JOIN environments e ON e.id = w.environment_id
- WHERE w.id = ANY (%(workflow_ids)s::bigint[])
-    OR w.id IN (SELECT a.workflow_id FROM attempts a WHERE a.status = 'running' AND a.worker_id = %(worker_id)s);
+ WHERE w.id = ANY (%(workflow_ids)s::bigint[]);
 
 -- execution_begin --
 -- Open the exchange's durable transaction explicitly when a wake follows its commit.

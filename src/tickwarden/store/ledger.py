@@ -7,12 +7,14 @@ compare-and-set, so several replicas can call any of these at once.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, Run, from_row
@@ -148,8 +150,21 @@ class LedgerRepository(StoreBase):
     def lease_attempts_with_runs(
         self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1
     ) -> list[tuple[Attempt, datetime, bool]]:
-        """As `lease_attempts_with_ticks`, each with its run's tick and whether the run is manual."""
-        return leased_from_rows(self._rows("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, limit)))
+        """As `lease_attempts_with_ticks`, each with its run's tick and whether the run is manual.
+
+        The queue's rows are locked, then leased, in one transaction (the caller's, or one
+        of its own on a connection in autocommit): two round trips, so that the writes are
+        planned knowing their months (`ledger_lease_attempts`).
+        """
+        # Outside pipeline mode libpq's status tells a transaction; the pipelined connection is always in one.
+        own = (self.conn.autocommit and self.conn.pgconn.pipeline_status == PipelineStatus.OFF
+               and self.conn.info.transaction_status == TransactionStatus.IDLE)
+        with self.conn.transaction() if own else contextlib.nullcontext():
+            queued = self._rows("ledger_lease_queue", lease_params(worker_id, now, lease_seconds, limit))
+            if not queued:
+                return []
+            return leased_from_rows(self._rows("ledger_lease_attempts",
+                                               lease_params(worker_id, now, lease_seconds, limit, queued=queued)))
 
     def renew_lease(self, attempt: Attempt, worker_id: str, now: datetime, lease_seconds: float) -> bool:
         """Extend the lease; False when the worker no longer holds it."""
@@ -260,14 +275,16 @@ def tick_params(groups: Sequence[TickGroup], now: datetime, advances: Sequence[A
 
 
 def lease_params(worker_id: str, now: datetime, lease_seconds: float, limit: int, *,
-                 start: int | None = None) -> dict[str, Any]:
-    """The parameters of the `lease_attempts` statement.
+                 start: int | None = None, queued: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The parameters of the `lease_queue` statement, and with the rows it locked (`queued`) of `lease_attempts`.
 
     `start`: how many of the leased attempts (oldest first) start now; the others are
     leased ahead, to be started later by their worker's compare-and-set. Default: all.
     """
     return {"worker_id": worker_id, "now": now, "lease_expires_at": now + timedelta(seconds=lease_seconds),
-            "limit": limit, "start": limit if start is None else start}
+            "limit": limit, "start": limit if start is None else start,
+            "attempt_ids": [q["id"] for q in queued], "run_ids": [q["run_id"] for q in queued],
+            "run_scheduled_fors": [q["run_scheduled_for"] for q in queued]}
 
 
 def leased_from_rows(rows: list[dict[str, Any]]) -> list[tuple[Attempt, datetime, bool]]:

@@ -63,44 +63,55 @@ WITH run AS (
 )
 SELECT run.* FROM run;
 
+-- ledger_lease_queue --
+-- Lock the oldest queued attempts for a lease, the first half of it: SKIP LOCKED hands
+-- concurrent workers disjoint rows without waiting, and the locks hold until the
+-- lease's transaction ends, so `ledger_lease_attempts` (sent with these rows, in the
+-- same transaction) writes rows nobody else can take meanwhile. Only this read scans
+-- every month retention keeps (where the queue is not known ahead); the writes after
+-- it are told the months, so their plans hold only those.
+SELECT a.id, a.run_id, a.run_scheduled_for, a.workflow_id
+  FROM attempts a
+ WHERE a.status = 'queued' AND a.queued_at <= %(now)s
+ ORDER BY a.queued_at, a.id
+ LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED;
+
 -- ledger_lease_attempts --
--- Lease the oldest queued attempts. SKIP LOCKED hands concurrent workers disjoint
--- rows without waiting; the run moves to running in the same statement. The first
--- %(start)s of them (oldest first) start now (`started_at`); the others are leased
--- ahead: `started_at` stays NULL until their worker starts them with the
+-- Lease the attempts `ledger_lease_queue` locked in this transaction (ids, run ids and
+-- ticks index for index, oldest first); the runs move to running in the same
+-- statement. The first %(start)s of them start now (`started_at`); the others are
+-- leased ahead: `started_at` stays NULL until their worker starts them with the
 -- compare-and-set `execution_start_attempt`, and a lease that runs out before that
--- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row
--- also carries its run's tick and manual flag (`run_scheduled_for`, `run_manual`), so
--- no second look is needed. Every lookup names the partition key, but the months are
--- known only as the statement runs, so its plan holds (and its server time grows with)
--- every month retention keeps; it runs once per batch of leases. Its commit waits for the WAL flush, as every commit that starts an
--- attempt does: a start lost in a crash would hand a running attempt back to the queue.
-WITH next AS (
-    SELECT a.id, a.run_scheduled_for, a.queued_at
-      FROM attempts a
-     WHERE a.status = 'queued' AND a.queued_at <= %(now)s
-     ORDER BY a.queued_at, a.id
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
-), starting AS (
-    SELECT id FROM next ORDER BY queued_at, id LIMIT %(start)s
-), leased AS (
+-- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row also
+-- carries its run's tick and manual flag (`run_scheduled_for`, `run_manual`), so no
+-- second look is needed. The ticks arrive as a bound array: the statement is planned
+-- afresh at each execution, with them, so its plan holds only their months'
+-- partitions (planning every month's partitions for these writes cost several times
+-- the writes themselves). The status guard is the lock's: a row this transaction
+-- locked queued is still queued. Its commit waits for the WAL flush, as every commit
+-- that starts an attempt does: a start lost in a crash would hand a running attempt
+-- back to the queue.
+WITH leased AS (
     UPDATE attempts a
        SET status = 'running', worker_id = %(worker_id)s,
-           started_at = CASE WHEN a.id = ANY (ARRAY(SELECT id FROM starting)) THEN %(now)s::timestamptz END,
+           started_at = CASE WHEN a.id = ANY ((%(attempt_ids)s::bigint[])[1:%(start)s])
+                             THEN %(now)s::timestamptz END,
            heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
-     WHERE a.id = ANY (ARRAY(SELECT id FROM next))
-       AND a.run_scheduled_for = ANY (ARRAY(SELECT run_scheduled_for FROM next))
+     WHERE a.id = ANY (%(attempt_ids)s::bigint[])
+       AND a.run_scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
+       AND a.status = 'queued'
     RETURNING a.*
 ), started AS (
     UPDATE runs r
        SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
-     WHERE r.id = ANY (ARRAY(SELECT run_id FROM leased))
-       AND r.scheduled_for = ANY (ARRAY(SELECT run_scheduled_for FROM leased))
+     WHERE r.id = ANY (%(run_ids)s::bigint[])
+       AND r.scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
        AND r.status IN ('queued', 'pending_retry')
 )
 SELECT leased.*, r.manual AS run_manual
   FROM leased JOIN runs r ON r.id = leased.run_id AND r.scheduled_for = leased.run_scheduled_for
+ WHERE r.scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
  ORDER BY leased.queued_at, leased.id;
 
 -- ledger_renew_lease --
