@@ -194,9 +194,9 @@ class Month:
             conn.execute(sql.SQL(
                 """
                 INSERT INTO {attempts} (id, tenant_id, workflow_id, run_id, run_scheduled_for, number, status,
-                                        queued_at, started_at, finished_at, processed_at)
+                                        queued_at, started_at, finished_at)
                 SELECT id, tenant_id, workflow_id, id, scheduled_for, 1, status, scheduled_for, scheduled_for,
-                       finished_at, finished_at FROM {runs}
+                       finished_at FROM {runs}
                 """).format(attempts=attempts, runs=runs))
             t1 = time.perf_counter()
             for table, name, definition, _ in sorted(self.constraints, key=lambda c: c[3] == "f"):
@@ -282,8 +282,12 @@ def measure(sizes: list[int], workflows: int, repeat: int) -> list[dict[str, flo
 
         leases = alternating([lambda c=conn, s=store: lease(c, s) for conn, store in zip(conns, stores, strict=True)], calls)
         for conn in conns:
-            conn.execute("UPDATE attempts SET status = 'succeeded', lease_expires_at = NULL, finished_at = %s"
-                         " WHERE status = 'running'", (now,))
+            # finished as the worker's outcome statement does: the attempt, and its row in the poller's queue
+            conn.execute("WITH done AS (UPDATE attempts SET status = 'succeeded', lease_expires_at = NULL,"
+                         " finished_at = %s WHERE status = 'running' RETURNING *)"
+                         " INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for,"
+                         " finished_at) SELECT id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at"
+                         " FROM done", (now,))
             conn.commit()
         claims = alternating([lambda c=conn, s=store: claim(c, s) for conn, store in zip(conns, stores, strict=True)], calls)
         for conn in conns:

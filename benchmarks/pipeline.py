@@ -5,10 +5,10 @@
 
 1. Bulk-load (generate_series) a ledger of workflows × history finished runs:
    1,000,000 runs by default, mixed cadences (5 min, hourly, daily). Their
-   attempts are not loaded: processed attempts are outside the poller's partial
-   index, and the evaluator reads runs only.
-2. Add `outcomes` new finished, unprocessed attempts per workflow (200,000 by
-   default): 70 % successes, 20 % confirmed failures, 10 % pending a retry; every
+   attempts are not loaded: processed attempts are not in the poller's queue
+   (`outcome_queue`), and the evaluator reads runs only.
+2. Add `outcomes` new finished attempts per workflow, each with its row in the
+   poller's queue as the worker's outcome statement writes it (200,000 by default): 70 % successes, 20 % confirmed failures, 10 % pending a retry; every
    tenth workflow fails throughout, so alerts open, count up, escalate and resolve.
 3. Throughput: 1 and then 2 poller processes (`OutcomePoller.poll`, the real
    code) drain them; outcomes per second = outcomes / wall time of the drain.
@@ -92,18 +92,23 @@ def load_outcomes(schema: str, workflows: int, history: int, outcomes: int) -> i
                                            ELSE 'succeeded' END AS s,
                                       (ARRAY['step_error', 'connection', 'timeout'])[1 + (w + j) %% 3] AS c) x""",
             {"e": EPOCH, "n": workflows, "h": history, "o": outcomes})
+        conn.execute("DELETE FROM outcome_queue")
         inserted = conn.execute(
-            """INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at,
+            """WITH a AS (
+               INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at,
                                      started_at, finished_at, retryable, error_category, error)
                SELECT tenant_id, workflow_id, id, scheduled_for, 1, CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END,
                       created_at, started_at, coalesce(finished_at, started_at + interval '1 minute'), true,
                       error_category, error
                  FROM runs WHERE scheduled_for > %(e)s::timestamptz + %(h)s * """
-            """(ARRAY[300, 3600, 86400])[1 + workflow_id %% 3] * interval '1 second'""",
+            """(ARRAY[300, 3600, 86400])[1 + workflow_id %% 3] * interval '1 second'
+               RETURNING *)
+               INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at)
+               SELECT id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at FROM a""",
             {"e": EPOCH, "h": history}).rowcount
         conn.commit()
         conn.autocommit = True
-        conn.execute("VACUUM ANALYZE runs, attempts, alerts")
+        conn.execute("VACUUM ANALYZE runs, attempts, outcome_queue, alerts")
     return inserted
 
 
@@ -171,10 +176,15 @@ def _produce(args: tuple[str, float, int, int, mp.Event]) -> None:
                               CASE WHEN g %% 5 = 0 THEN 'step_error' END, CASE WHEN g %% 5 = 0 THEN 'boom' END
                          FROM generate_series(1, %(k)s) g
                        RETURNING *)
+                   , a AS (
                    INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status,
                                          queued_at, started_at, finished_at, retryable, error_category, error)
                    SELECT tenant_id, workflow_id, id, scheduled_for, 1, status, created_at, started_at, finished_at, true,
-                          error_category, error FROM r""",
+                          error_category, error FROM r
+                   RETURNING *)
+                   INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for,
+                                              finished_at)
+                   SELECT id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at FROM a""",
                 {"n": n, "w": workflows, "k": per_step, "now": now})
             conn.execute("SELECT pg_notify('tickwarden_wake', 'poller')")  # as the worker's outcome statement does
             conn.commit()

@@ -44,9 +44,9 @@ def fill(schema: str, workflows: int, days: int) -> None:
             "   FROM workflows w, generate_series(0, %(days)s - 1) g", {"epoch": EPOCH, "days": days})
         conn.execute(
             "INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at,"
-            " started_at, finished_at, error, log_tail, outputs, processed_at)"
+            " started_at, finished_at, error, log_tail, outputs)"
             " SELECT 1, r.workflow_id, r.id, r.scheduled_for, 1, r.status, r.scheduled_for, r.scheduled_for, r.finished_at,"
-            "        r.error, 'step load: 3 rows', '{\"rows\": 3, \"sample\": [1, 2, 3]}', r.finished_at FROM runs r")
+            "        r.error, 'step load: 3 rows', '{\"rows\": 3, \"sample\": [1, 2, 3]}' FROM runs r")
         conn.execute("ANALYZE")
 
 

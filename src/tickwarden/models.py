@@ -145,7 +145,6 @@ class Attempt:
     failed_step: str | None
     log_tail: str | None
     outputs: dict[str, Any]
-    processed_at: datetime | None
 
 
 @dataclass(frozen=True)

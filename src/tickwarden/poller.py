@@ -2,14 +2,16 @@
 
 One pass:
 
-0. Look, in one read-only statement, whether any finished attempt is unprocessed;
+0. Look, in one read-only statement, whether any finished attempt waits in the
+   outcome queue (`outcome_queue`: the statements that finish an attempt write its row);
    when none is, the pass is over. A pass right after one that claimed something
    skips the look: on a busy ledger it would find work nearly every time and only
    add a round trip, and the claim itself says when the work has run out.
-1. Claim a batch of finished, unprocessed attempts (`FOR UPDATE SKIP LOCKED`
-   feeding `UPDATE … SET processed_at RETURNING`): replicas get disjoint batches,
-   and an attempt is marked processed at claim time, so a fault further down is
-   logged once and never reprocessed forever (the next run is evaluated afresh).
+1. Claim a batch of finished attempts (`FOR UPDATE SKIP LOCKED` feeding
+   `DELETE FROM outcome_queue … RETURNING`; the ledger itself is not written):
+   replicas get disjoint batches, and an attempt leaves the queue at claim time, so
+   a fault further down is logged once and never reprocessed forever (the next run
+   is evaluated afresh).
 2. In the same transaction, hand runs now `pending_retry` to the retry engine
    (one statement for the batch), which queues each next attempt with its
    not-before time (the profile's backoff for categories time can heal), and commit.
@@ -25,8 +27,8 @@ One pass:
    so a retry or a verdict waits for no poll; the interval only bounds the delay
    when a notification is lost.
 
-A pass right after a full batch resumes the claim's walk of the unprocessed-outcome
-index after that batch's last attempt, instead of from the start over the dead entries
+A pass right after a full batch resumes the claim's walk of the queue's index
+after that batch's last attempt, instead of from the start over the dead entries
 of every outcome claimed since the last vacuum. The position is only where to look, never
 what is owed: an attempt whose commit landed behind it is claimed by the next pass that
 walks from the start, which is any pass after a batch that was not full, and at the

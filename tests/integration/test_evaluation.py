@@ -205,7 +205,7 @@ def test_a_shadow_tenant_makes_every_alert_shadow(db, clock, poller):
     assert [a for _, _, a in outbox(db)] == ["shadow"]
 
 
-def test_the_poller_marks_attempts_processed_at_claim_so_a_fault_is_not_reprocessed(db, clock, poller, caplog):
+def test_the_poller_takes_outcomes_off_its_queue_at_claim_so_a_fault_is_not_reprocessed(db, clock, poller, caplog):
     good = workflow(db, clock.now(), cadence=DAILY, name="good")
     bad = workflow(db, clock.now(), cadence=DAILY, name="bad")
     with db.connection() as conn:  # a policy that no longer validates (written around the API)
@@ -225,7 +225,7 @@ def test_the_poller_marks_attempts_processed_at_claim_so_a_fault_is_not_reproces
     poller.run_once(clock.advance(30))
     assert poller.last.claimed == 0
     with db.connection() as conn:
-        assert conn.execute("SELECT count(*) FROM attempts WHERE processed_at IS NULL").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM outcome_queue").fetchone()[0] == 0
 
 
 def test_a_full_batch_asks_for_the_next_pass_at_once(db, clock):

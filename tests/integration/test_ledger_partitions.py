@@ -227,6 +227,11 @@ def test_every_month_partition_forces_row_level_security(db: Database, schema: s
                 assert seen == [(acme.tenant_id,)], relation
 
 
+# An attempt's columns before the partitioned ledger and since, less processed_at (its outcome_queue row now)
+ATTEMPT_COLUMNS = ("id, tenant_id, workflow_id, run_id, number, status, worker_id, lease_expires_at, queued_at, started_at,"
+                   " heartbeat_at, finished_at, retryable, error_category, error, failed_step, log_tail, outputs, rows")
+
+
 def test_migrating_a_populated_ledger_in_place_keeps_every_row_id_and_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     name = make_schema("mig")
     everything = migrate.available_migrations()
@@ -263,7 +268,11 @@ def test_migrating_a_populated_ledger_in_place_keeps_every_row_id_and_rule(monke
                                    2, 3, scheduled_for, scheduled_for, scheduled_for, id, scheduled_for
                               FROM runs WHERE status = 'failed'""")
             before = {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
-                      for t in ("runs", "attempts", "attempt_steps", "alerts")}
+                      for t in ("runs", "attempt_steps", "alerts")}
+            before["attempts"] = conn.execute(f"SELECT {ATTEMPT_COLUMNS} FROM attempts ORDER BY 1, 2").fetchall()
+            # finished and not yet claimed by the poller (processed_at NULL): each goes to the outcome queue
+            waiting = conn.execute("SELECT id, tenant_id, workflow_id, run_id, finished_at FROM attempts"
+                                   " WHERE processed_at IS NULL AND finished_at IS NOT NULL ORDER BY id").fetchall()
             conn.commit()
 
             monkeypatch.setattr(migrate, "available_migrations", lambda: everything)
@@ -277,11 +286,13 @@ def test_migrating_a_populated_ledger_in_place_keeps_every_row_id_and_rule(monke
             assert parts == ["runs_default", "runs_p202501", "runs_p202502", "runs_p202503"]
             # Every row is there with its id and values (the new partition-key columns aside).
             assert conn.execute("SELECT * FROM runs ORDER BY 1, 2").fetchall() == before["runs"]
-            attempts = conn.execute(
-                "SELECT id, tenant_id, workflow_id, run_id, number, status, worker_id, lease_expires_at, queued_at,"
-                " started_at, heartbeat_at, finished_at, retryable, error_category, error, failed_step, log_tail,"
-                " outputs, processed_at, rows FROM attempts ORDER BY 1, 2").fetchall()
+            attempts = conn.execute(f"SELECT {ATTEMPT_COLUMNS} FROM attempts ORDER BY 1, 2").fetchall()
             assert attempts == before["attempts"]
+            assert waiting and conn.execute(
+                "SELECT attempt_id, tenant_id, workflow_id, run_id, finished_at FROM outcome_queue ORDER BY 1"
+            ).fetchall() == waiting
+            assert conn.execute("SELECT count(*) FROM outcome_queue q JOIN attempts a ON a.id = q.attempt_id"
+                                " AND a.run_scheduled_for = q.run_scheduled_for").fetchone() == (len(waiting),)
             assert conn.execute("SELECT count(*) FROM attempts a JOIN runs r ON r.id = a.run_id"
                                 " AND r.scheduled_for = a.run_scheduled_for").fetchone() == (len(before["attempts"]),)
             steps = conn.execute("SELECT attempt_id, tenant_id, step, position, status, started_at, finished_at, log,"

@@ -51,7 +51,7 @@ def test_metrics_report_runs_alerts_lag_backlog_and_stalled_loops(db, clock):
                                                          audience="customer", now=now,
                                                          config={"url": "https://hooks.example/p"}).id
     with db.connection() as conn, conn.transaction():
-        conn.execute("UPDATE attempts SET processed_at = %s WHERE id <> %s", (now, attempt.id))
+        conn.execute("DELETE FROM outcome_queue WHERE attempt_id <> %s", (attempt.id,))
         conn.execute("INSERT INTO notification_outbox (tenant_id, event_id, alert_id, channel_id, status,"
                      " next_attempt_at, created_at) SELECT tenant_id, id, alert_id, %s, 'pending', %s, %s"
                      " FROM alert_events", (acme.channel_id, now, now))

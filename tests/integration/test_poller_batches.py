@@ -24,7 +24,9 @@ def finished(db, workflow, tick, at):
 
 def claimed_ids(db):
     with db.connection() as conn:
-        return {r[0] for r in conn.execute("SELECT id FROM attempts WHERE processed_at IS NOT NULL")}
+        return {r[0] for r in conn.execute(
+            "SELECT id FROM attempts a WHERE a.finished_at IS NOT NULL"
+            " AND NOT EXISTS (SELECT 1 FROM outcome_queue q WHERE q.attempt_id = a.id)")}
 
 
 def test_a_pass_after_a_full_batch_looks_past_it_and_the_next_short_pass_claims_what_committed_behind(db, clock):
@@ -110,4 +112,4 @@ def test_replicas_draining_a_backlog_while_outcomes_commit_behind_them_claim_eac
     assert not errors, errors
     assert sum(totals) == 300
     with db.connection() as conn:
-        assert conn.execute("SELECT count(*) FROM attempts WHERE processed_at IS NULL").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM outcome_queue").fetchone() == (0,)

@@ -160,8 +160,7 @@ SELECT min(next_fire_at) AS due FROM schedule_fires WHERE next_fire_at IS NOT NU
 SELECT min(queued_at) AS due FROM attempts WHERE status = 'queued';
 
 -- simulation_next_due_poller --
-SELECT min(finished_at) AS due FROM attempts
- WHERE processed_at IS NULL AND status IN ('succeeded', 'failed', 'lost', 'cancelled');
+SELECT min(finished_at) AS due FROM outcome_queue;
 
 -- simulation_next_due_deadlines --
 -- A schedule without a watermark, or edited since, is armed by the next pass: due now.

@@ -276,9 +276,9 @@ SELECT t.id AS tenant_id,
 SELECT severity, count(*) AS n FROM alerts WHERE status = 'open' GROUP BY severity;
 
 -- api_metrics_poll_lag --
--- The oldest finished attempt the outcome poller has not processed yet (partial index).
-SELECT min(finished_at) AS oldest FROM attempts
- WHERE processed_at IS NULL AND status IN ('succeeded', 'failed', 'lost', 'cancelled');
+-- The oldest finished attempt the outcome poller has not claimed yet (the head of
+-- outcome_queue_order_idx).
+SELECT min(finished_at) AS oldest FROM outcome_queue;
 
 -- api_metrics_outbox --
 -- Notifications waiting to be delivered, by status.

@@ -136,6 +136,7 @@ UPDATE attempts
 -- keeps. The list prunes when the statement is planned, which the server does afresh at
 -- each execution here: a generic plan cannot prune by an array parameter, and, holding
 -- every month, it costs several times a fresh plan.
+-- Each finished attempt is queued for the outcome poller (`outcome_queue`) in the same statement.
 WITH reported AS (
     SELECT *
       FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[], %(statuses)s::text[],
@@ -168,7 +169,11 @@ WITH reported AS (
        AND a.run_scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
        AND a.status = 'running' AND a.worker_id = %(worker_id)s
     RETURNING a.id, a.run_id, a.run_scheduled_for, a.number, a.status, a.retryable, a.error_category, a.error, a.failed_step,
-              a.finished_at, a.rows
+              a.finished_at, a.rows, a.tenant_id, a.workflow_id
+), queued AS (
+    -- the outcome waits for the poller (outcome_queue), committed with the outcome itself
+    INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at)
+    SELECT id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at FROM done
 ), decided AS (
     SELECT done.*,
            CASE WHEN done.status = 'succeeded' THEN 'succeeded'
@@ -239,7 +244,11 @@ WITH expired AS (
            error_category = 'lost', error = 'the worker stopped renewing its lease'
       FROM expired
      WHERE a.id = expired.id AND NOT expired.ahead
-    RETURNING a.id, a.run_id, a.number
+    RETURNING a.id, a.run_id, a.number, a.tenant_id, a.workflow_id, a.run_scheduled_for, a.finished_at
+), queued AS (
+    -- the loss waits for the poller (outcome_queue), as a reported outcome does
+    INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at)
+    SELECT id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at FROM done
 ), decided AS (
     SELECT done.*, free,
            CASE WHEN free OR done.number - r.lost_requeues <= r.retry_budget THEN 'pending_retry'
@@ -291,11 +300,11 @@ RETURNING *;
 
 -- ledger_cancel_run --
 -- An operator's cancel: a run with no verdict yet becomes cancelled with its actor,
--- and its queued or running attempt with it. The attempts are marked processed, so
--- the poller neither retries nor evaluates them (a cancel is no verdict on the
--- workflow: it neither breaks nor extends a failure streak). The worker still running
--- one finds its next lease renewal refused and abandons the attempt, and its late
--- outcome is refused by finish_attempts' compare-and-set on running.
+-- and its queued or running attempt with it. The attempts are not queued for the
+-- poller (`outcome_queue`), so it neither retries nor evaluates them (a cancel is no
+-- verdict on the workflow: it neither breaks nor extends a failure streak). The worker
+-- still running one finds its next lease renewal refused and abandons the attempt, and
+-- its late outcome is refused by finish_attempts' compare-and-set on running.
 WITH closed AS (
     UPDATE runs
        SET status = 'cancelled', finished_at = %(now)s, cancelled_by = %(actor)s,
@@ -304,7 +313,7 @@ WITH closed AS (
     RETURNING *
 ), stopped AS (
     UPDATE attempts a
-       SET status = 'cancelled', finished_at = %(now)s, lease_expires_at = NULL, processed_at = %(now)s
+       SET status = 'cancelled', finished_at = %(now)s, lease_expires_at = NULL
       FROM closed
      WHERE a.run_id = closed.id AND a.status IN ('queued', 'running')
     RETURNING a.id

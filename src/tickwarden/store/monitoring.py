@@ -128,7 +128,7 @@ def _transition(row: dict[str, Any]) -> Transition:
 
 class MonitoringRepository(StoreBase):
     def finished_attempts_waiting(self, now: datetime) -> bool:
-        """Whether any finished attempt is still unprocessed."""
+        """Whether any finished attempt waits for the poller (has an outcome_queue row)."""
         row = self._row("monitoring_finished_waiting", {"now": now})
         return bool(row and row["found"])
 
@@ -140,7 +140,7 @@ class MonitoringRepository(StoreBase):
     def claim_finished_attempts(
         self, now: datetime, limit: int, after: tuple[datetime, int] | None = None
     ) -> list[ClaimedAttempt]:
-        """Claim up to `limit` finished, unprocessed attempts, marking them processed.
+        """Claim up to `limit` finished attempts waiting for the poller, deleting their queue rows.
 
         With `after` (finished_at, attempt id) only attempts past that position are
         looked at: what lies before it waits for a claim without one.

@@ -1,37 +1,35 @@
 -- monitoring_claim_finished_attempts --
--- Claim a batch of finished, unprocessed attempts and mark them processed in the same
--- statement. SKIP LOCKED hands concurrent pollers disjoint batches; marking at claim
--- time means a later fault is logged once instead of reprocessed forever. The run's
--- status says what to do next (pending_retry: launch a retry; terminal: evaluate),
--- and alert_open whether a success has anything to resolve.
+-- Claim a batch of finished attempts waiting for the poller: delete their outcome_queue
+-- rows and return them, in one statement. SKIP LOCKED hands concurrent pollers disjoint
+-- batches; the row goes at claim time, so an outcome is claimed once, and a later fault
+-- is logged once instead of reprocessed forever. Nothing of the ledger is written. The
+-- run's status, read as it is now (it may have moved since the finish: a cancel, a
+-- missed deadline), says what to do next (pending_retry: launch a retry; terminal:
+-- evaluate), and alert_open whether a success has anything to resolve. A row whose run
+-- is gone (expired, erased) is deleted with the batch and returns nothing.
 --
--- `after` (finished_at, id) starts the walk of attempts_unprocessed_idx past a position
--- (NULL: from its start). The entries of attempts already claimed stay in the index, dead,
+-- `after` (finished_at, id) starts the walk of outcome_queue_order_idx past a position
+-- (NULL: from its start). The entries of rows already claimed stay in the index, dead,
 -- until vacuum, and while any older snapshot is open each costs the walk a heap visit: a
 -- walk from the start pays for every outcome claimed since the last vacuum, one that
 -- resumes after the previous batch only for what that batch left.
 WITH next AS (
-    SELECT id, run_scheduled_for
-      FROM attempts
-     WHERE processed_at IS NULL
-       AND status IN ('succeeded', 'failed', 'lost', 'cancelled')
-       AND finished_at <= %(now)s
-       AND (finished_at, id) > (coalesce(%(after_at)s::timestamptz, '-infinity'), coalesce(%(after_id)s::bigint, 0))
-     ORDER BY finished_at, id
+    SELECT attempt_id
+      FROM outcome_queue
+     WHERE finished_at <= %(now)s
+       AND (finished_at, attempt_id)
+           > (coalesce(%(after_at)s::timestamptz, '-infinity'), coalesce(%(after_id)s::bigint, 0))
+     ORDER BY finished_at, attempt_id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 ), claimed AS (
-    -- id = ANY(ARRAY(…)) and the lateral lookups below keep every lookup an
-    -- index probe; a join here tempts the planner into hashing the whole ledger.
-    -- The ledger is partitioned: the id probes each month's primary key, and the
-    -- run lookup names its month.
-    UPDATE attempts a
-       SET processed_at = %(now)s
-     WHERE a.id = ANY (ARRAY(SELECT id FROM next))
-       AND a.run_scheduled_for = ANY (ARRAY(SELECT run_scheduled_for FROM next))
-    RETURNING a.id, a.run_id, a.run_scheduled_for, a.workflow_id, a.finished_at
+    -- = ANY (ARRAY(…)) and the lateral lookups below keep every lookup an index probe;
+    -- a join here tempts the planner into hashing. The run lookup names its month.
+    DELETE FROM outcome_queue q
+     WHERE q.attempt_id = ANY (ARRAY(SELECT attempt_id FROM next))
+    RETURNING q.attempt_id, q.run_id, q.run_scheduled_for, q.workflow_id, q.finished_at
 )
-SELECT claimed.id AS attempt_id, claimed.run_id, claimed.workflow_id, claimed.finished_at,
+SELECT claimed.attempt_id, claimed.run_id, claimed.workflow_id, claimed.finished_at,
        r.status AS run_status, r.error_category AS run_error_category,
        EXISTS (SELECT 1 FROM alerts a WHERE a.workflow_id = claimed.workflow_id AND a.status = 'open') AS alert_open
   FROM claimed
@@ -353,7 +351,8 @@ SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
 -- tables, so neither needs to see the other's writes):
 --
 -- Give runs still waiting for an outcome past their deadline the verdict `missed`
--- (with its queued attempts cancelled). A run whose attempt is running
+-- (with its queued attempts cancelled, not queued for the poller: this pass
+-- evaluates the missed runs itself). A run whose attempt is running
 -- on an expired lease is left to the lease reaper, which fails that attempt so it
 -- is retried; a run whose worker still holds a live lease past the deadline is
 -- missed all the same (the watchdog should have stopped it). SKIP LOCKED and the
@@ -386,7 +385,7 @@ WITH overdue AS (
     RETURNING r.id, r.workflow_id
 ), cancelled AS (
     UPDATE attempts a
-       SET status = 'cancelled', finished_at = %(now)s, processed_at = %(now)s
+       SET status = 'cancelled', finished_at = %(now)s
       FROM closed
      WHERE a.run_id = closed.id AND a.status = 'queued'
 ), armed AS (
@@ -444,14 +443,9 @@ WITH missed AS (
 SELECT run_id, workflow_id, scheduled_for FROM missed ORDER BY scheduled_for, workflow_id;
 
 -- monitoring_finished_waiting --
--- The poller's idle check: is any finished attempt still unprocessed? (A probe of the
--- partial index attempts_unprocessed_idx.)
-SELECT EXISTS (
-    SELECT 1 FROM attempts
-     WHERE processed_at IS NULL
-       AND status IN ('succeeded', 'failed', 'lost', 'cancelled')
-       AND finished_at <= %(now)s
-) AS found;
+-- The poller's idle check: is any finished attempt waiting for it? (A probe of
+-- outcome_queue_order_idx.)
+SELECT EXISTS (SELECT 1 FROM outcome_queue WHERE finished_at <= %(now)s) AS found;
 
 -- monitoring_escalation_waiting --
 -- The escalation clock's idle check: the condition of monitoring_escalate_due, read only.

@@ -135,7 +135,8 @@ class RetentionRepository(StoreBase):
         foreign key's triggers live on the table it references too, and dropping the month
         with them would hold those tables (ACCESS EXCLUSIVE) through the drop's long commit.
         Here they are held as long as the ledger is, for a catalog change and a commit that
-        removes no file.
+        removes no file. The outcomes of the month's attempts that the poller has not
+        claimed yet leave its queue in the same transaction.
         """
         names = self._month_tables(month)
         if not self._is_partition(names[-1]):
@@ -152,6 +153,7 @@ class RetentionRepository(StoreBase):
         for row in self._rows("retention_outside_keys", {"tables": names}):
             self.conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
                 sql.Identifier(row["table_name"]), sql.Identifier(row["constraint_name"])))
+        self._execute("retention_forget_month_outcomes", {"lower": month.lower, "upper": month.upper})
         return True
 
     def detached_months(self) -> list[str]:

@@ -147,7 +147,8 @@ SELECT (SELECT count(*) FROM attempts_cleared) + (SELECT count(*) FROM steps_cle
 -- retention_expire_metadata --
 -- Delete the runs (and with them their attempts and steps) each due workflow
 -- scheduled before its horizon: min(now − the tenant's metadata retention, the
--- workflow's newest success). Runs still waiting for an outcome are never deleted.
+-- workflow's newest success). Runs still waiting for an outcome are never deleted; an
+-- attempt's outcome_queue row, if the poller has not claimed it yet, goes with the attempt.
 -- Counts the runs and attempts removed.
 WITH candidates AS (
     SELECT m.workflow_id, m.metadata_until AS since,
@@ -181,6 +182,8 @@ WITH candidates AS (
 ), attempts_gone AS (
     DELETE FROM attempts a USING batch b WHERE a.run_id = b.id AND a.run_scheduled_for = b.scheduled_for
     RETURNING a.id
+), outcomes_gone AS (
+    DELETE FROM outcome_queue q WHERE q.attempt_id IN (SELECT id FROM attempts_gone)
 ), deleted AS (
     DELETE FROM runs r USING batch b WHERE r.id = b.id AND r.scheduled_for = b.scheduled_for RETURNING r.id
 ), per_workflow AS (
@@ -307,6 +310,10 @@ SELECT set_config('lock_timeout', '2s', true),
 -- the month is detached on a later pass instead.
 SELECT set_config('lock_timeout', '500ms', true),
        pg_advisory_xact_lock(hashtextextended(current_schema() || '.ledger_partitions', 0));
+
+-- retention_forget_month_outcomes --
+-- The outcome_queue rows of a month taken out of the ledger: their attempts go with it.
+DELETE FROM outcome_queue WHERE run_scheduled_for >= %(lower)s AND run_scheduled_for < %(upper)s;
 
 -- retention_table_kind --
 -- Whether a table of this schema exists (no row: it does not) and is a partition.
