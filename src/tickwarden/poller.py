@@ -94,7 +94,7 @@ class OutcomePoller:
             pending = [c for c in claimed if c.run_status == "pending_retry"]
             outcome = retries.launch_retries(
                 store,
-                sorted({c.run_id for c in pending}),
+                sorted({(c.run_id, c.run_scheduled_for) for c in pending}),
                 now,
                 check_retryable=any(not is_retryable(c.run_error_category or "") for c in pending),
             )

@@ -40,19 +40,22 @@ class RetryOutcome:
     failed: list[tuple[int, int]] = field(default_factory=list)  # (run, workflow) failed for good
 
 
-def launch_retries(store: Store, run_ids: Sequence[int], now: datetime, *, check_retryable: bool = True) -> RetryOutcome:
-    """Queue the next attempt of every given run still pending a retry, in the caller's transaction.
+def launch_retries(
+    store: Store, runs: Sequence[tuple[int, datetime]], now: datetime, *, check_retryable: bool = True
+) -> RetryOutcome:
+    """Queue the next attempt of every given run (id, tick) still pending a retry, in the caller's transaction.
 
+    The tick names the run's month: the statements touch only those months' partitions.
     `check_retryable=False` skips the look for non-retryable categories when the
     caller already knows there is none (the poller reads each run's category at claim).
     """
     outcome = RetryOutcome()
-    if not run_ids:
+    if not runs:
         return outcome
     if check_retryable:
-        outcome.failed = store.monitoring.fail_unretryable(run_ids, sorted(NOT_RETRYABLE), now)
+        outcome.failed = store.monitoring.fail_unretryable(runs, sorted(NOT_RETRYABLE), now)
     failed = {run_id for run_id, _ in outcome.failed}
-    remaining = [r for r in run_ids if r not in failed]
+    remaining = [r for r in runs if r[0] not in failed]
     queued = store.ledger.queue_retries(remaining, now, sorted(PATIENT_CATEGORIES))
     outcome.launched = [a.run_id for a in queued]
     outcome.due = [a.queued_at for a in queued]

@@ -101,7 +101,7 @@ def test_a_killed_worker_loses_its_attempt_and_a_second_worker_runs_the_retry(db
     with db.transaction() as store:
         [attempt] = store.ledger.list_attempts(run.id)
         assert attempt.status == "lost" and store.ledger.get_run(run.id).status == "pending_retry"
-        store.ledger.queue_retries([run.id], wall.now())
+        store.ledger.queue_retries([(run.id, run.scheduled_for)], wall.now())
 
     second = spawn("--id", "second", "--lease", "2")
     wait_for(lambda: run_status(db, run.id) == "succeeded", what="the retry to succeed")

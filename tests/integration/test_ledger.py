@@ -76,8 +76,8 @@ def test_failure_with_budget_left_is_pending_retry_and_then_recovered(db, clock)
     assert finish(db, first, FAIL, clock.advance(10)).run_status == "pending_retry"
     with db.transaction() as store:
         assert store.ledger.get_run(run.id).status == "pending_retry"
-        retry = store.ledger.queue_retries([run.id], clock.now())
-        assert store.ledger.queue_retries([run.id], clock.now()) == []  # a second engine finds nothing to do
+        retry = store.ledger.queue_retries([(run.id, run.scheduled_for)], clock.now())
+        assert store.ledger.queue_retries([(run.id, run.scheduled_for)], clock.now()) == []  # a second engine finds nothing to do
     assert [a.number for a in retry] == [2]
     second = lease_one(db, clock.advance(1))
     assert second.id == retry[0].id
@@ -142,7 +142,7 @@ def test_an_expired_lease_is_lost_and_takes_the_failure_path(db, clock):
     # Losses are re-queued for free a bounded number of times, then spend the budget (1), then fail.
     for number in range(2, FREE_LOST_REQUEUES + 3):
         with db.transaction() as store:
-            store.ledger.queue_retries([run.id], clock.now())
+            store.ledger.queue_retries([(run.id, run.scheduled_for)], clock.now())
         again = lease_one(db, clock.now(), lease=30)
         with db.transaction() as store:
             reaped = store.ledger.expire_leases(clock.advance(60))

@@ -590,3 +590,46 @@ def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) 
                     " ON r.id = a.run_id AND r.scheduled_for = a.run_scheduled_for"
                     " WHERE a.run_scheduled_for = ANY (%s) ORDER BY a.run_scheduled_for", ticks) == [
         ("running", "w1", now, "running"), ("running", "w1", None, "running")]
+
+
+def test_a_retry_is_launched_in_its_runs_month_alone(db: Database) -> None:
+    """The poller hands the retry engine each run with its tick, so the statements that
+    fail an unretryable run and queue the next attempt plan that month's partitions alone,
+    however many months retention keeps; the retry is launched there."""
+    from tests.integration.pipeline import attempt_once, fail
+    from tickwarden.store.queries import queries
+
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    for index in (5, 70):  # January and March hold finished runs
+        run_tick(db, wf, YEAR_START + index * DAY, True)
+    tick = YEAR_START + 40 * DAY  # February
+    run = create_tick(db, wf, tick, tick)
+    attempt_once(db, run, fail("connection"), tick + timedelta(minutes=1))
+    now = tick + timedelta(minutes=2)
+    params = {"run_ids": [run.id], "run_scheduled_fors": [tick], "now": now, "patient": ["connection"],
+              "categories": ["config"]}
+
+    def planned(name: str) -> set[str]:
+        with db.transaction() as store:
+            plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()[name], params).fetchone()[0]
+        seen: set[str] = set()
+
+        def walk(node: dict) -> None:
+            if node.get("Relation Name", "").startswith(("runs_", "attempts_")):
+                seen.add(node["Relation Name"])
+            for child in node.get("Plans", []):
+                walk(child)
+
+        walk(plan[0]["Plan"])
+        return seen
+
+    assert len(months(db)) >= 3
+    assert planned("ledger_queue_retries") == {"runs_p202502", "attempts_p202502"}
+    assert planned("monitoring_fail_unretryable") == {"runs_p202502"}
+
+    result = OutcomePoller(db, "p1").poll(now)
+    assert result.retried == [run.id]  # (the January outcome is claimed beside it)
+    assert rows(db, "SELECT number, status FROM attempts_p202502 WHERE run_id = %s ORDER BY number", run.id) == [
+        (1, "failed"), (2, "queued")]
+    assert rows(db, "SELECT status, attempts_count FROM runs_p202502 WHERE id = %s", run.id) == [("queued", 2)]

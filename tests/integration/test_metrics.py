@@ -45,7 +45,7 @@ def test_metrics_report_runs_alerts_lag_backlog_and_stalled_loops(db, clock):
         attempt = lease(store, "w", now - timedelta(minutes=10), 60)[0]
         store.ledger.finish_attempt(attempt, "w", AttemptOutcome(status="failed", error_category="connection",
                                                              error="reset"), now - timedelta(seconds=90))
-        store.ledger.queue_retries([run.id], now - timedelta(seconds=80))
+        store.ledger.queue_retries([(run.id, run.scheduled_for)], now - timedelta(seconds=80))
     with db.transaction() as store:
         pager = store.outbox.upsert_notification_channel(tenant_id=acme.tenant_id, name="pager", kind="webhook",
                                                          audience="customer", now=now,

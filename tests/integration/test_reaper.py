@@ -43,7 +43,7 @@ def test_a_lost_attempt_is_queued_again_without_spending_the_budget(db, clock):
     lose_attempt(db, clock.now())
     with db.transaction() as store:
         assert store.ledger.get_run(run.id).status == "pending_retry"
-        store.ledger.queue_retries([run.id], clock.now() + timedelta(minutes=1))
+        store.ledger.queue_retries([(run.id, run.scheduled_for)], clock.now() + timedelta(minutes=1))
         [leased] = lease(store, "w2", clock.now() + timedelta(minutes=2), 30)
         failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
         finished = store.ledger.finish_attempt(leased, "w2", failure, clock.now() + timedelta(minutes=3))
@@ -56,7 +56,7 @@ def test_a_retry_after_a_lost_attempt_still_has_the_whole_budget(db, clock):
     run = create_run(db, wf, clock.now(), clock.now(), budget=1)
     lose_attempt(db, clock.now())
     with db.transaction() as store:
-        store.ledger.queue_retries([run.id], clock.now() + timedelta(minutes=1))
+        store.ledger.queue_retries([(run.id, run.scheduled_for)], clock.now() + timedelta(minutes=1))
         [leased] = lease(store, "w2", clock.now() + timedelta(minutes=2), 30)
         failure = AttemptOutcome(status="failed", error_category="step_error", error="boom", retryable=True)
         finished = store.ledger.finish_attempt(leased, "w2", failure, clock.now() + timedelta(minutes=3))

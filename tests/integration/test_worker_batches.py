@@ -88,7 +88,7 @@ def test_a_dead_workers_batch_is_requeued_free_by_the_reaper_and_each_attempt_ru
     dead.environments.close(clock.now())  # killed: no close(), the three leases it holds are never given back
     LeaseReaper(db).run_once(clock.now() + timedelta(seconds=31))
     with db.transaction() as store:
-        store.ledger.queue_retries([r.id for r in runs], clock.now() + timedelta(seconds=32))
+        store.ledger.queue_retries([(r.id, r.scheduled_for) for r in runs], clock.now() + timedelta(seconds=32))
     alive = Worker(db, "w2", clock=clock, secret_key=SECRET, batch=4)
     try:
         while alive.run_once(clock.now() + timedelta(seconds=33)) <= clock.now() + timedelta(seconds=33):

@@ -136,7 +136,7 @@ def test_a_dead_workers_prefetched_lease_is_requeued_free_by_the_reaper_and_runs
     dead.environments.close(clock.now())  # killed: no close(), its prefetched lease is never given back
     LeaseReaper(db).run_once(clock.now() + timedelta(seconds=31))
     with db.transaction() as store:
-        store.ledger.queue_retries([second.id], clock.now() + timedelta(seconds=32))
+        store.ledger.queue_retries([(second.id, second.scheduled_for)], clock.now() + timedelta(seconds=32))
     alive = Worker(db, "w2", clock=clock, secret_key=SECRET)
     try:
         alive.run_once(clock.now() + timedelta(seconds=33))

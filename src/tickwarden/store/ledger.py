@@ -213,11 +213,18 @@ class LedgerRepository(StoreBase):
             requeued=[r["attempt_id"] for r in rows if r["requeued"]],
         )
 
-    def queue_retries(self, run_ids: Sequence[int], now: datetime, patient: Sequence[str] = ()) -> list[Attempt]:
-        """Queue the next attempt of every run still pending a retry, after its backoff for `patient` categories."""
-        if not run_ids:
+    def queue_retries(
+        self, runs: Sequence[tuple[int, datetime]], now: datetime, patient: Sequence[str] = ()
+    ) -> list[Attempt]:
+        """Queue the next attempt of every run (id, tick) still pending a retry, after its backoff for `patient` categories.
+
+        The ticks name the runs' months, so the statement reads and writes only those partitions.
+        """
+        if not runs:
             return []
-        rows = self._rows("ledger_queue_retries", {"run_ids": list(run_ids), "now": now, "patient": list(patient)})
+        rows = self._rows("ledger_queue_retries", {"run_ids": [r for r, _ in runs],
+                                                   "run_scheduled_fors": sorted({t for _, t in runs}),
+                                                   "now": now, "patient": list(patient)})
         return [from_row(Attempt, row) for row in rows]
 
     def cancel_run(self, run_id: int, actor: str, now: datetime) -> Run | None:

@@ -20,6 +20,7 @@ from tickwarden.store.base import StoreBase
 class ClaimedAttempt:
     attempt_id: int
     run_id: int
+    run_scheduled_for: datetime  # the run's tick: names its month to the statements that write the run
     workflow_id: int
     finished_at: datetime
     run_status: str
@@ -149,12 +150,16 @@ class MonitoringRepository(StoreBase):
         return self._records("monitoring_claim_finished_attempts",
                              {"now": now, "limit": limit, "after_at": after_at, "after_id": after_id}, ClaimedAttempt)
 
-    def fail_unretryable(self, run_ids: Sequence[int], categories: Sequence[str], now: datetime) -> list[tuple[int, int]]:
-        """Fail runs pending a retry whose category never succeeds on retry; return (run, workflow)."""
-        if not run_ids:
+    def fail_unretryable(
+        self, runs: Sequence[tuple[int, datetime]], categories: Sequence[str], now: datetime
+    ) -> list[tuple[int, int]]:
+        """Fail runs (id, tick) pending a retry whose category never succeeds on retry; return (run, workflow)."""
+        if not runs:
             return []
         rows = self._rows(
-            "monitoring_fail_unretryable", {"run_ids": list(run_ids), "categories": list(categories), "now": now}
+            "monitoring_fail_unretryable",
+            {"run_ids": [r for r, _ in runs], "run_scheduled_fors": sorted({t for _, t in runs}),
+             "categories": list(categories), "now": now},
         )
         return [(r["id"], r["workflow_id"]) for r in rows]
 

@@ -29,7 +29,7 @@ WITH next AS (
      WHERE q.attempt_id = ANY (ARRAY(SELECT attempt_id FROM next))
     RETURNING q.attempt_id, q.run_id, q.run_scheduled_for, q.workflow_id, q.finished_at
 )
-SELECT claimed.attempt_id, claimed.run_id, claimed.workflow_id, claimed.finished_at,
+SELECT claimed.attempt_id, claimed.run_id, claimed.run_scheduled_for, claimed.workflow_id, claimed.finished_at,
        r.status AS run_status, r.error_category AS run_error_category,
        EXISTS (SELECT 1 FROM alerts a WHERE a.workflow_id = claimed.workflow_id AND a.status = 'open') AS alert_open
   FROM claimed
@@ -40,9 +40,12 @@ SELECT claimed.attempt_id, claimed.run_id, claimed.workflow_id, claimed.finished
 -- A run pending a retry whose error category can never succeed on retry (config,
 -- auth) gets its verdict now instead of another attempt. The worker normally
 -- writes these as failed already; this keeps the rule true whoever wrote the row.
+-- The runs' ticks name their months, so the plan holds only those months' partitions
+-- (see ledger_queue_retries).
 UPDATE runs
    SET status = 'failed', finished_at = %(now)s
  WHERE id = ANY(%(run_ids)b::bigint[])
+   AND scheduled_for = ANY(%(run_scheduled_fors)b::timestamptz[])
    AND status = 'pending_retry'
    AND error_category = ANY(%(categories)s::text[])
 RETURNING id, workflow_id;
