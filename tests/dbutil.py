@@ -83,6 +83,20 @@ class SchemaPool:
                     conn.execute(
                         sql.SQL("").join(sql.SQL("DELETE FROM {};").format(sql.Identifier(name, t)) for t in tables)
                     )
+                    # Statistics a test gathered (ANALYZE, VACUUM, CREATE INDEX) go with its rows: analyzed
+                    # now, in the transaction that deleted them, those tables count none, as migrated.
+                    stale = [
+                        row[0]
+                        for row in conn.execute(
+                            "SELECT c.relname FROM pg_class c WHERE c.relnamespace = %s::regnamespace"
+                            " AND c.relkind IN ('r', 'p') AND c.reltuples > 0",
+                            (name,),
+                        )
+                    ]
+                    if stale:
+                        conn.execute(
+                            sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(sql.Identifier(name, t) for t in stale))
+                        )
                     conn.execute(
                         "SELECT setval(format('%%I.%%I', schemaname, sequencename)::regclass, start_value, false)"
                         " FROM pg_sequences WHERE schemaname = %s",
