@@ -59,3 +59,27 @@ def test_a_schema_migrated_after_a_changed_one_was_dropped_is_reused_too() -> No
         assert len(pool._idle) == 1
     finally:
         pool.close()
+
+
+def _reltuples(schema: str) -> dict[str, float]:
+    with psycopg.connect(TEST_URL) as conn:
+        rows = conn.execute("SELECT c.relname, c.reltuples FROM pg_class c WHERE c.relnamespace = %s::regnamespace"
+                            " AND c.relname IN ('tenants', 'runs')", (schema,)).fetchall()
+    return dict(rows)
+
+
+def test_a_schema_goes_back_without_the_statistics_its_test_gathered() -> None:
+    pool = SchemaPool()
+    try:
+        first = pool.acquire(_migrate)
+        with psycopg.connect(TEST_URL, options=f"-c search_path={first}") as conn:
+            conn.execute("INSERT INTO tenants (name, display_name, created_at)"
+                         " SELECT 't' || g, 't', %s FROM generate_series(1, 300) g", (datetime(2026, 1, 1, tzinfo=UTC),))
+            conn.execute("ANALYZE tenants")
+        assert _reltuples(first)["tenants"] == 300
+        pool.release(first)
+        second = pool.acquire(lambda name: (_ for _ in ()).throw(AssertionError("migrated again")))
+        assert all(n <= 0 for n in _reltuples(second).values()), "no table counts rows a test left"
+        pool.release(second)
+    finally:
+        pool.close()
