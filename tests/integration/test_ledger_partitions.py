@@ -28,6 +28,21 @@ def rows(db: Database, query: str, *params: object) -> list[tuple]:
         return store.conn.execute(query, params).fetchall()
 
 
+def ledger_tables(plan: list[dict], *, executed: bool = False) -> set[str]:
+    """The ledger's partitions a JSON plan holds (with `executed`: those its execution opened)."""
+    seen: set[str] = set()
+
+    def walk(node: dict) -> None:
+        if node.get("Relation Name", "").startswith(("runs_", "attempts_", "attempt_steps_")) \
+                and (not executed or node.get("Actual Loops", 0) > 0):
+            seen.add(node["Relation Name"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return seen
+
+
 def months(db: Database) -> list[str]:
     return [r[0] for r in rows(db, "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
                                    " WHERE i.inhparent = 'runs'::regclass AND c.relname <> 'runs_default'"
@@ -455,17 +470,7 @@ def test_a_run_shown_by_id_reads_its_attempts_and_steps_in_its_month_alone(db: D
     def opened(name: str, params: dict[str, object]) -> set[str]:
         with db.transaction() as store:
             plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()[name], params).fetchone()[0]
-        seen: set[str] = set()
-
-        def walk(node: dict) -> None:
-            if node.get("Relation Name", "").startswith(("runs_", "attempts_", "attempt_steps_")) \
-                    and node.get("Actual Loops", 0) > 0:
-                seen.add(node["Relation Name"])
-            for child in node.get("Plans", []):
-                walk(child)
-
-        walk(plan[0]["Plan"])
-        return seen
+        return ledger_tables(plan, executed=True)
 
     in_month = {"run_id": run_id, "scheduled_for": tick}
     assert opened("ledger_get_run_in_month", in_month) == {"runs_p202502"}
@@ -509,16 +514,7 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
     def opened(name: str, params: dict[str, object]) -> set[str]:
         with db.transaction() as store:
             plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()[name], params).fetchone()[0]
-        seen: set[str] = set()
-
-        def walk(node: dict) -> None:
-            if node.get("Relation Name", "").startswith(("runs_", "attempts_", "attempt_steps_")):
-                seen.add(node["Relation Name"])
-            for child in node.get("Plans", []):
-                walk(child)
-
-        walk(plan[0]["Plan"])
-        return seen
+        return ledger_tables(plan)
 
     def key(attempt: Attempt) -> dict[str, object]:
         return {"attempt_id": attempt.id, "run_scheduled_for": attempt.run_scheduled_for, "worker_id": "w1",
@@ -560,18 +556,6 @@ def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) 
         create_tick(db, wf, tick, tick)
     now = ticks[-1] + timedelta(minutes=1)
 
-    def planned(plan: list[dict]) -> set[str]:
-        seen: set[str] = set()
-
-        def walk(node: dict) -> None:
-            if node.get("Relation Name", "").startswith(("runs_", "attempts_", "attempt_steps_")):
-                seen.add(node["Relation Name"])
-            for child in node.get("Plans", []):
-                walk(child)
-
-        walk(plan[0]["Plan"])
-        return seen
-
     with db.transaction() as store:
         params = lease_params("w1", now, 600, 2, start=1)
         queued = store.conn.execute(queries()["ledger_lease_queue"], params).fetchall()
@@ -580,10 +564,10 @@ def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) 
                              queued=[{"id": i, "run_id": r, "run_scheduled_for": t} for i, r, t, _ in queued])
         plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()["ledger_lease_attempts"],
                                   bound).fetchone()[0]
-        assert planned(plan) == {"attempts_p202502", "runs_p202502"}
+        assert ledger_tables(plan) == {"attempts_p202502", "runs_p202502"}
         contexts = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()["execution_contexts"],
                                       {"workflow_ids": [wf.id]}).fetchone()[0]
-        assert planned(contexts) == set()
+        assert ledger_tables(contexts) == set()
 
     # The writes leased what the scan locked: the first started now, the other leased ahead.
     assert rows(db, "SELECT a.status, a.worker_id, a.started_at, r.status FROM attempts a JOIN runs r"
@@ -612,17 +596,7 @@ def test_a_retry_is_launched_in_its_runs_month_alone(db: Database) -> None:
 
     def planned(name: str) -> set[str]:
         with db.transaction() as store:
-            plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()[name], params).fetchone()[0]
-        seen: set[str] = set()
-
-        def walk(node: dict) -> None:
-            if node.get("Relation Name", "").startswith(("runs_", "attempts_")):
-                seen.add(node["Relation Name"])
-            for child in node.get("Plans", []):
-                walk(child)
-
-        walk(plan[0]["Plan"])
-        return seen
+            return ledger_tables(store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()[name], params).fetchone()[0])
 
     assert len(months(db)) >= 3
     assert planned("ledger_queue_retries") == {"runs_p202502", "attempts_p202502"}

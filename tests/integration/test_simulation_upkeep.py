@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -22,6 +25,26 @@ def dedicated(schema):
     database = DedicatedDatabase(TEST_URL, schema=schema)
     yield database
     database.close()
+
+
+@contextlib.contextmanager
+def traced(dedicated, path: Path) -> Iterator[None]:
+    """What the dedicated connection sends while the block runs, in libpq's trace at `path`."""
+    with path.open("w") as sink:
+        with dedicated.probe() as store:  # a probe sends nothing until it reads
+            store.conn.pgconn.trace(sink.fileno())
+            store.conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+        try:
+            yield
+        finally:
+            with dedicated.probe() as store:
+                store.conn.pgconn.untrace()
+
+
+def waits(sent: str) -> list[str]:
+    """The messages of a trace after which the client waits for the server: its round trips."""
+    return [line.split("\t")[2] for line in sent.splitlines()
+            if line.startswith("F\t") and line.split("\t")[2] in ("Flush", "Sync", "Query")]
 
 
 def reltuples(db, table: str) -> float:
@@ -179,19 +202,13 @@ def test_every_borrow_of_the_dedicated_connection_is_a_transaction_of_one_kept_p
 
 def test_a_commit_and_an_unread_wake_up_cost_the_dedicated_connection_no_round_trip(dedicated, tmp_path):
     trace = tmp_path / "trace"
-    with trace.open("w") as sink:
-        with dedicated.probe() as store:
-            store.conn.pgconn.trace(sink.fileno())
-            store.conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+    with traced(dedicated, trace):
         with dedicated.transaction() as store:
             store.catalog.upsert_tenant("acme", NOW)  # read: the one wait of this transaction
             store.trigger.notify_wake("ticker")  # nobody reads it
         with dedicated.probe() as store:  # the COMMIT and the wake-up go out with this read
             assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (1,)
-            store.conn.pgconn.untrace()
-    waits = [line.split("\t")[2] for line in trace.read_text(errors="replace").splitlines()
-             if line.startswith("F\t") and line.split("\t")[2] in ("Flush", "Sync", "Query")]
-    assert waits == ["Flush", "Flush"]
+    assert waits(trace.read_text(errors="replace")) == ["Flush", "Flush"]
 
 
 def test_autovacuum_names_a_partitioned_table_once_and_analyzes_its_partitions_through_it(db, clock, dedicated):
@@ -260,21 +277,15 @@ def test_autovacuum_leaves_out_a_table_no_row_ever_reached(db, clock, dedicated)
 
 def test_a_savepoint_inside_a_dedicated_transaction_costs_no_round_trip_of_its_own(dedicated, tmp_path):
     trace = tmp_path / "trace"
-    with trace.open("w") as sink:
-        with dedicated.probe() as store:
-            store.conn.pgconn.trace(sink.fileno())
-            store.conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+    with traced(dedicated, trace):
         with dedicated.transaction() as store:
             store.catalog.upsert_tenant("acme", NOW)  # read: BEGIN goes with it
             with store.conn.transaction():  # SAVEPOINT goes with the next read, RELEASE with the one after
                 store.catalog.upsert_tenant("inner", NOW)
         with dedicated.probe() as store:
             assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (2,)
-            store.conn.pgconn.untrace()
     sent = trace.read_text(errors="replace")
-    waits = [line.split("\t")[2] for line in sent.splitlines()
-             if line.startswith("F\t") and line.split("\t")[2] in ("Flush", "Sync", "Query")]
-    assert waits == ["Flush", "Flush", "Flush"]
+    assert waits(sent) == ["Flush", "Flush", "Flush"]
     assert "SAVEPOINT" in sent and "RELEASE" in sent
 
 
