@@ -33,7 +33,11 @@ def tidy(url: str, *, full: bool = False) -> list[str]:
 
     `full` compacts those past BLOATED_BYTES (rewrites their files, briefly locking out
     catalog readers; each gives up after LOCK_TIMEOUT rather than wait) and plainly
-    vacuums the others: for a start, when little else runs.
+    vacuums the others, but only while no other client is connected to the database:
+    a compaction rebuilding a catalog's indexes waits for any transaction that is
+    creating tables in it, while holding the lock that transaction needs next, and the
+    server then breaks the deadlock by failing one of the two. With company (another
+    test run, a benchmark, a service), every catalog gets the plain vacuum instead.
     A plain vacuum only makes dead rows' space reusable and runs beside anything.
     """
     done: list[str] = []
@@ -45,7 +49,7 @@ def tidy(url: str, *, full: bool = False) -> list[str]:
                                   " WHERE relnamespace = 'pg_catalog'::regnamespace AND relname = ANY(%s)",
                                   (list(CHURNED),)).fetchall())
         for name in CHURNED:
-            compact = full and sizes.get(name, 0) > BLOATED_BYTES
+            compact = full and sizes.get(name, 0) > BLOATED_BYTES and alone(conn)
             statement = sql.SQL("VACUUM (FULL) pg_catalog.{}") if compact else sql.SQL("VACUUM pg_catalog.{}")
             try:
                 conn.execute(statement.format(sql.Identifier(name)))
@@ -53,6 +57,19 @@ def tidy(url: str, *, full: bool = False) -> list[str]:
                 continue
             done.append(name)
     return done
+
+
+def alone(conn: psycopg.Connection) -> bool:
+    """Whether `conn` is the only client session connected to its database just now.
+
+    Checked right before each compaction; a client that connects during one waits for
+    its lock at most as long as the compaction of one catalog takes.
+    """
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    ).fetchone()
+    return row is not None and row[0] == 0
 
 
 class Upkeep:
