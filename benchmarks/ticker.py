@@ -1,6 +1,10 @@
 """Ticker benchmark: passes over 100,000 active schedules.
 
-    python -m benchmarks.ticker [--schedules 100000] [--repeat 3] [--batch 20000] [--json]
+    python -m benchmarks.ticker [--schedules 100000] [--repeat 3] [--batch 20000] [--months 16] [--json]
+
+Every schema's ledger has the month partitions a deployment keeps (`--months`, as the
+worker benchmark's), the runs' month among them: the floor and the passes write the same
+partitions.
 
 0. The floor, measured first in the same run: a bare `INSERT … SELECT` of the same runs
    and first attempts into the same tables (the DESIGN.md target is 1.5× of it).
@@ -22,16 +26,23 @@ import time
 from datetime import datetime, timedelta
 
 from benchmarks import common
-from benchmarks.common import BENCH_URL, EPOCH, Figure, Target, bench_schema, finish, progress, report
+from benchmarks.common import BENCH_URL, EPOCH, Figure, Target, bench_schema, finish, ledger_months, progress, report
 from tickwarden.db import Database
 from tickwarden.ticker import Ticker
 
 START = EPOCH.replace(hour=12)
 
 
-def fill(schema: str, count: int, mixed: bool) -> None:
-    """Insert one tenant, `count` workflows with due schedules, set-based."""
-    with Database(BENCH_URL, schema=schema, max_size=1) as db, db.connection() as conn:
+def fill(schema: str, count: int, mixed: bool, months: int = 0) -> None:
+    """Insert one tenant, `count` workflows with due schedules, set-based, into a ledger of `months` months."""
+    with Database(BENCH_URL, schema=schema, max_size=1) as db:
+        ledger_months(db, START, months)
+        fill_schedules(db, count, mixed)
+
+
+def fill_schedules(db: Database, count: int, mixed: bool) -> None:
+    """Insert one tenant and `count` workflows, each with one schedule due at START (or, mixed, soon after)."""
+    with db.connection() as conn:
         conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('bench', 'bench', %s)", (EPOCH,))
         conn.execute(
             "INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
@@ -76,7 +87,7 @@ def timed_pass(ticker: Ticker, now: datetime, split: dict[str, float] | None = N
     return (time.perf_counter() - wall0) * 1000, (time.process_time() - cpu0) * 1000, passes
 
 
-def insert_floor(count: int, repeat: int) -> float:
+def insert_floor(count: int, repeat: int, months: int) -> float:
     """Median ms of a bare `INSERT … SELECT` of `count` runs and their first attempts, in one statement.
 
     The floor of a top-of-the-hour pass: the same rows into the same tables, indexes and
@@ -85,7 +96,7 @@ def insert_floor(count: int, repeat: int) -> float:
     """
     samples = []
     with bench_schema("bench_floor") as schema:
-        fill(schema, count, mixed=False)
+        fill(schema, count, mixed=False, months=months)
         with Database(BENCH_URL, schema=schema, max_size=1) as db, db.connection() as conn:
             for minute in range(repeat):
                 tick = START + timedelta(minutes=minute)
@@ -114,17 +125,19 @@ def main() -> None:
     parser.add_argument("--schedules", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--batch", type=int, default=20_000)
+    parser.add_argument("--months", type=int, default=16,
+                        help="month partitions of the ledger besides DEFAULT (retention keeps 16 by default)")
     args = parser.parse_args()
     n = args.schedules
     rows: list[tuple[str, str]] = []
     figures: list[Figure] = []
     within = Target("<=", 1.5, of_floor=True)
-    progress(f"floor: bare INSERT … SELECT of {n:,} runs and attempts, {args.repeat} minutes")
-    floor = insert_floor(n, args.repeat)
+    progress(f"floor: bare INSERT … SELECT of {n:,} runs and attempts, {args.repeat} minutes, {args.months} months")
+    floor = insert_floor(n, args.repeat, args.months)
     rows.append((f"floor: bare INSERT … SELECT of {n:,} runs + attempts", f"median {floor:,.0f} ms"))
     with bench_schema("bench_ticker") as schema, Database(BENCH_URL, schema=schema, max_size=2) as db:
         progress(f"filling {n:,} schedules, all due every minute")
-        fill(schema, n, mixed=False)
+        fill(schema, n, mixed=False, months=args.months)
         minutes = 0
         for label, batch in (("one pass (batch = fleet)", n), (f"batched passes (batch {args.batch})", args.batch)):
             progress(f"{n:,} due: {label}, {args.repeat} minutes")
@@ -164,7 +177,7 @@ def main() -> None:
                 conn.execute("VACUUM ANALYZE schedules, schedule_fires")
     with bench_schema("bench_ticker") as schema, Database(BENCH_URL, schema=schema, max_size=2) as db:
         progress(f"filling {n:,} schedules for a pass with no dead row versions")
-        fill(schema, n, mixed=False)   # every schedule next fires at 12:00: nothing is due at 11:59
+        fill(schema, n, mixed=False, months=args.months)   # every schedule next fires at 12:00: nothing is due at 11:59
         fresh = Ticker(db)
         samples = [timed_pass(fresh, START - timedelta(seconds=60 - i)) for i in range(20)]
         idle = statistics.median(s[0] for s in samples)
@@ -172,7 +185,7 @@ def main() -> None:
         figures.append(Figure(f"idle pass, {n:,} active, no dead row versions", idle, "ms", target=Target("<", 1)))
     with bench_schema("bench_ticker") as schema, Database(BENCH_URL, schema=schema, max_size=2) as db:
         progress(f"filling {n:,} schedules of mixed cadence")
-        fill(schema, n, mixed=True)
+        fill(schema, n, mixed=True, months=args.months)
         ticker = Ticker(db, batch=args.batch)
         for minute in range(5):   # 12:00 … 12:04 untimed, so that 12:05 is an ordinary minute
             timed_pass(ticker, START + timedelta(minutes=minute, seconds=1))

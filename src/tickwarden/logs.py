@@ -21,13 +21,13 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TextIO
-
-import structlog
-from structlog.typing import EventDict, WrappedLogger
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tickwarden.errors import InvalidInput
 from tickwarden.sanitize import redact
+
+if TYPE_CHECKING:
+    from structlog.typing import EventDict, WrappedLogger
 
 LEVEL_ENV = "TICKWARDEN_LOG_LEVEL"
 FORMAT_ENV = "TICKWARDEN_LOG_FORMAT"
@@ -53,7 +53,7 @@ def configure(environ: Mapping[str, str] | None = None, stream: TextIO | None = 
         raise InvalidInput(f"{FORMAT_ENV} must be json or text, not {fmt!r}.")
     handler = logging.StreamHandler(stream)
     handler.set_name(HANDLER_NAME)
-    handler.setFormatter(formatter(fmt))
+    handler.setFormatter(_Deferred(fmt))
     root = logging.getLogger()
     # Ours from an earlier call, and a plain basicConfig handler: either would print every line twice.
     for old in [h for h in root.handlers
@@ -83,12 +83,16 @@ def default_level(level: int) -> None:
 @contextmanager
 def bind(**ids: Any) -> Iterator[None]:
     """Add these ids to every line logged in this block (this thread or task only)."""
+    import structlog
+
     with structlog.contextvars.bound_contextvars(**ids):
         yield
 
 
 def formatter(fmt: str) -> logging.Formatter:
     """Return the formatter of one output format, `json` or `text`."""
+    import structlog
+
     chain = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -105,6 +109,20 @@ def formatter(fmt: str) -> logging.Formatter:
         foreign_pre_chain=chain,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tail],
     )
+
+
+class _Deferred(logging.Formatter):
+    """`formatter(fmt)`, built when the first record is formatted: a command that logs nothing loads no structlog."""
+
+    def __init__(self, fmt: str):
+        super().__init__()
+        self.fmt = fmt
+        self.built: logging.Formatter | None = None
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self.built is None:
+            self.built = formatter(self.fmt)
+        return self.built.format(record)
 
 
 def _timestamp(logger: WrappedLogger, name: str, event: EventDict) -> EventDict:

@@ -54,7 +54,7 @@ from tickwarden import __version__
 from tickwarden.clock import Clock
 from tickwarden.db import Database
 from tickwarden.models import Heartbeat
-from tickwarden.retention import CLASSES as RETENTION_CLASSES
+from tickwarden.retention_days import CLASSES as RETENTION_CLASSES
 from tickwarden.store.api import OperationsSnapshot
 from tickwarden.store.outbox import CHANNEL_KINDS
 

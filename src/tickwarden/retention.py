@@ -59,16 +59,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tickwarden.db import Database
 from tickwarden.models import RetentionPolicy
+from tickwarden.retention_days import CLASSES, DEFAULT_DAYS, MAX_DAYS, MIN_DAYS
 from tickwarden.store import Store
 
 log = logging.getLogger(__name__)
-
-CLASSES = ("metadata", "logs", "payloads", "outbox", "alerts")
-DEFAULT_DAYS = {"metadata": 400, "logs": 30, "payloads": 7, "outbox": 30, "alerts": 400}
-# Metadata and alert history never go below a week: the deadline detector looks back
-# a day, and must never find a tick whose run was already removed.
-MIN_DAYS = {"metadata": 7, "logs": 1, "payloads": 1, "outbox": 1, "alerts": 7}
-MAX_DAYS = 36500
 
 INTERVAL = timedelta(minutes=10)
 # Month partitions of the ledger exist this far ahead of the current month.

@@ -26,9 +26,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from tickwarden.categories import NOT_RETRYABLE
-from tickwarden.store import Store
+
+if TYPE_CHECKING:
+    from tickwarden.store import Store
 
 PATIENT_CATEGORIES = frozenset({"connection", "environment", "lost", "timeout", "internal"})
 

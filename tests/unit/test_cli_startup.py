@@ -5,6 +5,12 @@ the templates and the metrics exporter are imported by the commands that use the
 those commands, so that `tickwarden --help` and a simple command do not pay seconds of
 imports each time they run. A module-level import of one of them in a command module
 brings that cost back to every command, and is caught here.
+
+The same holds for the database layer, the simulator and the log formatter: a command
+that reads the database imports them inside itself, the formatter is built when a first
+line is logged, and a constant the help shows (the retention days' bound, the policies'
+names, the warm environments kept) lives in a light module that the help and the heavy
+module both import.
 """
 
 from __future__ import annotations
@@ -14,6 +20,12 @@ import subprocess
 import sys
 
 HEAVY = ("fastapi", "starlette", "uvicorn", "kubernetes", "slack_sdk", "httpx", "jinja2", "prometheus_client")
+LOADED_ON_USE = ("psycopg", "psycopg_pool", "tickwarden.db", "tickwarden.store", "tickwarden.models",
+                 "tickwarden.retention", "tickwarden.simulate.engine", "tickwarden.simulate.scenario",
+                 "tickwarden.environments.pool", "tickwarden.triggers.kubernetes_tick", "structlog")
+HELP = ("from tickwarden.cli import main\n"
+        "sys.argv = ['tickwarden', {args}]\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n")
 
 PROBE = """
 import json, sys
@@ -22,8 +34,8 @@ print("\\n" + json.dumps(sorted(name for name in {heavy!r} if name in sys.module
 """
 
 
-def imported_after(run: str) -> list[str]:
-    result = subprocess.run([sys.executable, "-c", PROBE.format(run=run, heavy=HEAVY)],
+def imported_after(run: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    result = subprocess.run([sys.executable, "-c", PROBE.format(run=run, heavy=heavy)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -34,12 +46,21 @@ def test_importing_the_cli_leaves_the_server_stack_unimported():
 
 
 def test_help_leaves_the_server_stack_unimported():
-    run = ("from tickwarden.cli import main\n"
-           "sys.argv = ['tickwarden', '--help']\n"
-           "try:\n    main()\nexcept SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n")
-    assert imported_after(run) == []
+    assert imported_after(HELP.format(args="'--help'")) == []
+
+
+def test_importing_the_cli_leaves_the_database_layer_the_simulator_and_the_log_formatter_unimported():
+    assert imported_after("import tickwarden.cli", LOADED_ON_USE) == []
+
+
+def test_help_and_a_command_without_the_database_leave_them_unimported():
+    assert imported_after(HELP.format(args="'--help'"), LOADED_ON_USE) == []
+    assert imported_after(HELP.format(args="'profile', '0 2 * * *'"), LOADED_ON_USE) == []
+    assert imported_after(HELP.format(args="'simulate', '--help'"), LOADED_ON_USE) == []
 
 
 def test_a_probe_sees_a_heavy_import():
     """The probe itself reports what a command module would drag in (so an empty list means something)."""
     assert "fastapi" in imported_after("import tickwarden.api.deps")
+    assert {"psycopg", "tickwarden.store", "tickwarden.simulate.engine"} <= set(
+        imported_after("import tickwarden.simulate; tickwarden.simulate.Simulation", LOADED_ON_USE))

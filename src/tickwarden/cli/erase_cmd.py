@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import getpass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,7 +11,9 @@ from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock
 from tickwarden.errors import InvalidInput, UsageError
-from tickwarden.store import Store
+
+if TYPE_CHECKING:
+    from tickwarden.store import Store
 
 
 def _usage(message: str) -> None:

@@ -5,18 +5,17 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
-from tickwarden import retention
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock
 from tickwarden.errors import NotFound, UsageError
+from tickwarden.retention_days import CLASSES, MAX_DAYS
 
 retention_app = typer.Typer(help="How long each class of data is kept, per tenant.", no_args_is_help=True)
 app.add_typer(retention_app, name="retention")
 
-Days = Annotated[int | None, typer.Option(min=1, max=retention.MAX_DAYS)]
+Days = Annotated[int | None, typer.Option(min=1, max=MAX_DAYS)]
 
 
 def _show(tenant: str, days: dict[str, int], overrides: dict[str, int | None], as_json: bool) -> None:
@@ -26,7 +25,7 @@ def _show(tenant: str, days: dict[str, int], overrides: dict[str, int | None], a
         print_json({"tenant": tenant, "days": days, "overrides": overrides})
         return
     table = Table("class", "days", "source")
-    for klass in retention.CLASSES:
+    for klass in CLASSES:
         table.add_row(klass, str(days[klass]), "tenant" if overrides.get(klass) else "default")
     console.print(table)
 
@@ -34,6 +33,7 @@ def _show(tenant: str, days: dict[str, int], overrides: dict[str, int | None], a
 @retention_app.command("show")
 def show_command(tenant: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Print the days each class is kept for a tenant, and where each figure comes from."""
+    from tickwarden import retention
     from tickwarden.db import Database
 
     with Database(max_size=1) as db, db.transaction() as store:
@@ -42,7 +42,7 @@ def show_command(tenant: str, as_json: Annotated[bool, typer.Option("--json")] =
         if found is None:
             raise NotFound(f"No tenant named {tenant!r}.")
         policy = store.retention.get_policy(found.id)
-    overrides = {k: getattr(policy, f"{k}_days") for k in retention.CLASSES} if policy else {}
+    overrides = {k: getattr(policy, f"{k}_days") for k in CLASSES} if policy else {}
     _show(tenant, retention.effective_days(policy), overrides, as_json)
 
 
@@ -57,6 +57,9 @@ def set_command(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Replace a tenant's overrides; a class not given returns to the platform default."""
+    from pydantic import ValidationError
+
+    from tickwarden import retention
     from tickwarden.db import Database
 
     try:

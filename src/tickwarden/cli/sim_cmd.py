@@ -12,7 +12,7 @@ from rich.text import Text
 from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.errors import InvalidInput
-from tickwarden.simulate import POLICIES
+from tickwarden.simulate.policies import POLICIES
 
 DEMO_SCENARIOS = ("seed-transient-fault.yaml", "seed-genuine-defect.yaml")
 

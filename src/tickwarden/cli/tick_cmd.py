@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,12 +12,9 @@ from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock, isoformat_z, parse_utc
 from tickwarden.errors import InvalidInput
-from tickwarden.triggers.kubernetes_tick import (
-    TickOutcome,
-    record_tick,
-    run_attempt,
-    run_tick,
-)
+
+if TYPE_CHECKING:
+    from tickwarden.triggers.kubernetes_tick import TickOutcome
 
 
 def _usage(message: str) -> SystemExit:
@@ -45,6 +42,7 @@ def tick_command(
     from tickwarden.db import Database
     from tickwarden.loops import replica_id
     from tickwarden.triggers.kubernetes import tick_from_job_name
+    from tickwarden.triggers.kubernetes_tick import record_tick, run_attempt, run_tick
 
     if lease < 1:
         raise _usage("--lease must be at least 1.")

@@ -14,7 +14,7 @@ from tickwarden.cli import app
 from tickwarden.cli.output import console, print_json
 from tickwarden.clock import WallClock, ensure_utc
 from tickwarden.errors import UsageError
-from tickwarden.environments.pool import MAX_LIVE
+from tickwarden.environments import MAX_LIVE
 
 if TYPE_CHECKING:
     from tickwarden.worker import Worker

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from tickwarden.db import Database
-from tickwarden.environments import sandbox
+from tickwarden.environments import MAX_LIVE, sandbox
 from tickwarden.environments.process import EnvironmentFailed, EnvironmentProcess
 from tickwarden.errors import TickwardenError
 from tickwarden.models import Environment
@@ -29,9 +29,6 @@ if TYPE_CHECKING:
     from tickwarden.environments.pod_control import PodEnvironments, RemoteEnvironment
 
 log = logging.getLogger(__name__)
-
-
-MAX_LIVE = 16
 
 
 class IsolationError(Exception):

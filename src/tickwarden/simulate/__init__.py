@@ -1,16 +1,42 @@
-"""Simulation: the service's passes on a virtual clock, over a scenario or recorded history."""
+"""Simulation: the service's passes on a virtual clock, over a scenario or recorded history.
+
+The package's names load with the module that defines them, on first use: the policies
+(which the command line's help lists) without the engine and its database layer.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from tickwarden.simulate.engine import Simulation, SimulationOutcome
-from tickwarden.simulate.policies import POLICIES, apply_message_rule, get_policy
-from tickwarden.simulate.scenario import Scenario, load_scenario, parse_scenario
+if TYPE_CHECKING:
+    from tickwarden.simulate.engine import Simulation, SimulationOutcome
+    from tickwarden.simulate.policies import POLICIES, get_policy
+    from tickwarden.simulate.scenario import Scenario, load_scenario, parse_scenario
+
+_HOMES = {
+    "POLICIES": "policies",
+    "Scenario": "scenario",
+    "Simulation": "engine",
+    "SimulationOutcome": "engine",
+    "get_policy": "policies",
+    "load_scenario": "scenario",
+    "parse_scenario": "scenario",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
 
 
 def run_policy(scenario: Scenario, policy_name: str = "tickwarden", **kwargs: Any) -> SimulationOutcome:
     """Simulate `scenario` under a named policy and apply that policy's message rule."""
+    from tickwarden.simulate.engine import Simulation
+    from tickwarden.simulate.policies import apply_message_rule, get_policy
+
     policy = get_policy(policy_name)
     if policy.overrides:
         kwargs.setdefault("overrides", policy.overrides)

@@ -19,9 +19,10 @@ platform's, as tickwarden does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tickwarden.simulate.engine import SimulationOutcome
+if TYPE_CHECKING:
+    from tickwarden.simulate.engine import SimulationOutcome
 
 FIXED_RETRIES = 2
 FIXED_RETRY_DELAY = 300  # Airflow's default retry_delay
@@ -73,6 +74,8 @@ def apply_message_rule(outcome: SimulationOutcome, policy: Policy) -> Simulation
     A per-failed-run policy has no alert state: each failed or missed run is its own
     "alert", opened when the run's verdict was written, with one message per channel.
     """
+    from tickwarden.simulate.engine import SimulationOutcome
+
     if not policy.per_failed_run:
         return outcome
     alerts: list[dict[str, Any]] = []

@@ -12,6 +12,7 @@ from tickwarden.api import schemas as s
 from tickwarden.api.deps import NAME_PATTERN, Scope, Scoped
 from tickwarden.api.problems import Problem
 from tickwarden.models import RetentionPolicy
+from tickwarden.retention_days import CLASSES
 
 router = APIRouter(tags=["retention"], responses=s.PROBLEMS)
 
@@ -34,7 +35,7 @@ def _tenant_id(scope: Scope, tenant: str) -> int:
 
 
 def _out(tenant: str, policy: RetentionPolicy | None) -> RetentionOut:
-    overrides = {k: getattr(policy, f"{k}_days") if policy else None for k in retention.CLASSES}
+    overrides = {k: getattr(policy, f"{k}_days") if policy else None for k in CLASSES}
     return RetentionOut(tenant=tenant, days=retention.effective_days(policy), overrides=overrides)
 
 
