@@ -4,9 +4,10 @@ One pass (`run_once`) at time `now`, on one pooled connection held for the pass
 (`Database.hold`: the pool's check of a lent connection is paid once, not per borrow):
 
 1. Stop environments idle past their timeout (the janitor).
-2. Take the next attempt leased ahead (below), or lease up to `batch` queued attempts
-   and load their contexts in one exchange (`FOR UPDATE SKIP LOCKED`); none: come back
-   after the poll interval.
+2. Take the next attempt leased ahead (below), or, when a read-only look finds one due
+   (an idle poll is that one round trip), lease up to `batch` queued attempts and load
+   their contexts in one exchange (`FOR UPDATE SKIP LOCKED`); none: come back after the
+   poll interval.
 3. Renew the lease from a heartbeat thread every lease/3; when a renewal finds the
    lease gone (reaped as lost), stop the step and abandon the result.
 4. Load the workflow; a malformed stored recipe is a `config` failure.
@@ -297,10 +298,15 @@ class Worker:
         return self.clock.now()
 
     def _lease(self, now: datetime) -> _Leased | None:
-        # The leases and their contexts are one exchange. It waits for the disk: it starts
-        # the first attempt, which this worker then runs; a start lost in a crash would put
-        # the attempt back in the queue while it runs here, for another worker to run again.
+        # A worker with nothing leased is idle, or was: it looks first, read only (one round trip,
+        # where the lease's locking scan is two), and leases only when something is due. A busy
+        # worker's leases ride with its outcomes and never come here. The lease and the contexts
+        # are one exchange. It waits for the disk: it starts the first attempt, which this worker
+        # then runs; a start lost in a crash would put the attempt back in the queue while it
+        # runs here, for another worker to run again.
         with self.db.autocommit() as store:
+            if not store.execution.queue_waiting(now):
+                return None
             exchanged = store.execution.exchange(self.worker_id, now, self.lease_seconds, lease=self.batch)
         self._enqueue(exchanged, now)
         return self._take_next(now)

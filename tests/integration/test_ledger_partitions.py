@@ -576,6 +576,43 @@ def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) 
         ("running", "w1", now, "running"), ("running", "w1", None, "running")]
 
 
+def test_a_reaper_pass_writes_only_the_months_of_the_leases_it_locked(db: Database) -> None:
+    """The reaper's look for expired leases alone scans every month; its writes (a started
+    attempt lost, one leased ahead given back, their runs moved) are planned with the locked
+    attempts' ticks bound, so their plan holds those months' partitions alone."""
+    from tickwarden.reaper import LeaseReaper
+    from tickwarden.store.ledger import expire_params
+    from tickwarden.store.queries import queries
+
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    for index in (5, 70):  # January and March hold finished runs
+        run_tick(db, wf, YEAR_START + index * DAY, True)
+    ticks = [YEAR_START + index * DAY for index in (40, 41)]  # February
+    for tick in ticks:
+        create_tick(db, wf, tick, tick)
+    leased_at = ticks[-1] + timedelta(minutes=1)
+    with db.autocommit() as store:
+        started, ahead = [a for a, _, _ in store.execution.exchange("w1", leased_at, 60, lease=2).leased]
+    assert started.started_at == leased_at and ahead.started_at is None
+    now = leased_at + timedelta(minutes=5)
+
+    with db.transaction() as store:
+        expired = store.conn.execute(queries()["ledger_lock_expired_leases"], {"now": now, "limit": 10}).fetchall()
+        assert sorted((i, a) for i, _, a in expired) == [(started.id, False), (ahead.id, True)]
+        bound = expire_params(now, [{"id": i, "run_scheduled_for": t, "ahead": a} for i, t, a in expired])
+        plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()["ledger_expire_leases"], bound).fetchone()[0]
+        assert ledger_tables(plan) == {"attempts_p202502", "runs_p202502"}
+
+    reaper = LeaseReaper(db)
+    reaper.run_once(now)
+    assert [r.attempt_id for r in reaper.last_reaped] == [started.id] and reaper.last_requeued == [ahead.id]
+    assert rows(db, "SELECT a.id, a.status, r.status FROM attempts a JOIN runs r"
+                    " ON r.id = a.run_id AND r.scheduled_for = a.run_scheduled_for"
+                    " WHERE a.run_scheduled_for = ANY (%s) ORDER BY a.id", ticks) == [
+        (started.id, "lost", "pending_retry"), (ahead.id, "queued", "queued")]
+
+
 def test_a_retry_is_launched_in_its_runs_month_alone(db: Database) -> None:
     """The poller hands the retry engine each run with its tick, so the statements that
     fail an unretryable run and queue the next attempt plan that month's partitions alone,

@@ -109,6 +109,28 @@ def test_a_batch_of_warm_attempts_pays_the_busy_mark_once_per_batch(db, clock, t
         ["succeeded"]] * 16
 
 
+def test_an_idle_poll_is_one_round_trip_that_opens_no_transaction_and_a_due_attempt_is_then_leased(
+        db, clock, traced):
+    traced_db, tracer = traced
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    worker = Worker(traced_db, "w1", clock=clock, secret_key=SECRET)
+    try:
+        for _ in range(6):  # let psycopg prepare the look (at its 5th use, a round trip once)
+            assert worker.run_once(clock.now()) > clock.now()
+        tracer.reset()
+        for _ in range(3):
+            assert worker.run_once(clock.now()) > clock.now()
+        sent = tracer.sent()
+        # one Sync per poll: no BEGIN, no COMMIT, no lock (2 before: the locking scan in a transaction, then
+        # its COMMIT)
+        assert [kind for kind, _ in sent] == ["Sync"] * 3, sent
+        run = queue_run(db, wf, clock.now() - timedelta(minutes=1), clock.now(), budget=0)
+        assert worker.run_once(clock.now()) <= clock.now()
+    finally:
+        worker.close(clock.now())
+    assert statuses(db, [run.id]) == [[("succeeded", "w1")]]
+
+
 def test_a_stopping_worker_gives_its_prefetched_lease_back_and_another_runs_it_once(db, clock):
     wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
     first, second = (queue_run(db, wf, clock.now() - timedelta(minutes=2 - i), clock.now()) for i in range(2))

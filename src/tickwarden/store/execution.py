@@ -142,6 +142,11 @@ class ExecutionRepository(StoreBase):
         return Exchanged(finished_from_rows(finished, results[begun])[0] if finished else None, leased, contexts,
                          started=start is not None and bool(results[started_at]))
 
+    def queue_waiting(self, now: datetime) -> bool:
+        """Whether an attempt is queued and due at `now` (a hint: a lease may still find it taken)."""
+        row = self._row("execution_queue_waiting", {"now": now})
+        return bool(row and row["found"])
+
     def start_attempt(self, attempt: Attempt, worker_id: str, now: datetime, lease_seconds: float) -> bool:
         """Start an attempt this worker leased ahead, on a full lease from `now`.
 

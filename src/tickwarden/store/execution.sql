@@ -118,6 +118,12 @@ SELECT i.*, t.name AS tenant, e.name AS environment, e.python, e.idle_timeout_se
  ORDER BY (i.status IN ('starting', 'warm', 'busy')) DESC, i.started_at DESC, i.id DESC
  LIMIT %(limit)s;
 
+-- execution_queue_waiting --
+-- An idle worker's poll, read only and in one round trip: is an attempt queued and due?
+-- It locks nothing and opens no transaction; a worker that finds one leases with
+-- `ledger_lease_queue` (SKIP LOCKED), which may find it taken by then, as any poll may.
+SELECT EXISTS (SELECT 1 FROM attempts WHERE status = 'queued' AND queued_at <= %(now)s) AS found;
+
 -- execution_contexts --
 -- Everything a worker needs to run attempts of the given workflows (sent right behind a
 -- lease, with the workflows of the attempts it locked, so a batch of leases costs no

@@ -206,7 +206,10 @@ class LedgerRepository(StoreBase):
         its budget. An attempt leased ahead and never started goes back to the queue as
         it was, its run untouched but for running → queued, nothing spent.
         """
-        rows = self._rows("ledger_expire_leases", {"now": now, "limit": limit, "free_requeues": FREE_LOST_REQUEUES})
+        expired = self._rows("ledger_lock_expired_leases", {"now": now, "limit": limit})
+        if not expired:
+            return ReapedLeases(lost=[], requeued=[])
+        rows = self._rows("ledger_expire_leases", expire_params(now, expired))
         return ReapedLeases(
             lost=[FinishedAttempt(applied=True, attempt_id=r["attempt_id"], run_id=r["run_id"], number=r["number"],
                                   run_status=r["run_status"]) for r in rows if not r["requeued"]],
@@ -292,6 +295,12 @@ def lease_params(worker_id: str, now: datetime, lease_seconds: float, limit: int
             "limit": limit, "start": limit if start is None else start,
             "attempt_ids": [q["id"] for q in queued], "run_ids": [q["run_id"] for q in queued],
             "run_scheduled_fors": [q["run_scheduled_for"] for q in queued]}
+
+
+def expire_params(now: datetime, expired: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The parameters of `expire_leases`, with the rows `lock_expired_leases` locked."""
+    return {"now": now, "free_requeues": FREE_LOST_REQUEUES, "attempt_ids": [e["id"] for e in expired],
+            "run_scheduled_fors": [e["run_scheduled_for"] for e in expired], "aheads": [e["ahead"] for e in expired]}
 
 
 def leased_from_rows(rows: list[dict[str, Any]]) -> list[tuple[Attempt, datetime, bool]]:

@@ -207,9 +207,23 @@ SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS
  CROSS JOIN (SELECT count(*) FROM woken) w
  ORDER BY decided.id;
 
+-- ledger_lock_expired_leases --
+-- Lock the attempts whose lease ran out, the first half of a reaper pass: SKIP LOCKED
+-- (replicas of the reaper may pass at once) hands each to one pass, and the locks hold
+-- until the pass's transaction ends, so `ledger_expire_leases` (sent with these rows, in
+-- the same transaction) acts on rows nobody else can change meanwhile. Only this read
+-- scans every month retention keeps (which leases ran out is not known ahead); the writes
+-- after it are told the months, so their plans hold only those.
+SELECT id, run_scheduled_for, started_at IS NULL AS ahead FROM attempts
+ WHERE status = 'running' AND lease_expires_at <= %(now)s
+ ORDER BY lease_expires_at
+ LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED;
+
 -- ledger_expire_leases --
--- Act on attempts whose lease ran out, each once (SKIP LOCKED, compare-and-set on
--- `running`: replicas of the reaper may pass at once).
+-- Act on the attempts `ledger_lock_expired_leases` locked in this transaction (ids, ticks
+-- and whether each was leased ahead, index for index), each once: the status guard is the
+-- lock's, a row this transaction locked running is still running.
 -- An attempt leased ahead and never started (`started_at` NULL: its worker never ran
 -- a step of it) goes back to the queue exactly as `execution_release_attempts` gives
 -- it back: queued, no worker, its run queued again; no `lost` row, nothing counted
@@ -220,30 +234,33 @@ SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS
 -- times per run the attempt is queued again without spending the tick's budget
 -- (counted in lost_requeues); past that, the loss takes the failure path like any
 -- failed attempt, so a workflow that kills its worker every time still ends failed
--- (category lost, owner engineering). Rows: the lost ones (requeued false), then the
--- ones given back (requeued true, run_status queued).
+-- (category lost, owner engineering). Every read and write names the attempts' ticks,
+-- the ledger's partition key, as a join key and as the list of their months, so the plan
+-- holds only those months' partitions (planned afresh at each execution, as
+-- ledger_finish_attempts). Rows: the lost ones (requeued false), then the ones given back
+-- (requeued true, run_status queued).
 WITH expired AS (
-    SELECT id, started_at IS NULL AS ahead FROM attempts
-     WHERE status = 'running' AND lease_expires_at <= %(now)s
-     ORDER BY lease_expires_at
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
+    SELECT * FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[], %(aheads)s::boolean[])
+                  AS e (id, run_scheduled_for, ahead)
 ), given_back AS (
     UPDATE attempts a
        SET status = 'queued', worker_id = NULL, lease_expires_at = NULL, started_at = NULL, heartbeat_at = NULL
       FROM expired
-     WHERE a.id = expired.id AND expired.ahead
-    RETURNING a.id, a.run_id, a.number
+     WHERE a.id = expired.id AND a.run_scheduled_for = expired.run_scheduled_for AND expired.ahead
+       AND a.run_scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[]) AND a.status = 'running'
+    RETURNING a.id, a.run_id, a.run_scheduled_for, a.number
 ), requeued AS (
     UPDATE runs r SET status = 'queued'
       FROM given_back
-     WHERE r.id = given_back.run_id AND r.status = 'running'
+     WHERE r.id = given_back.run_id AND r.scheduled_for = given_back.run_scheduled_for
+       AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[]) AND r.status = 'running'
 ), done AS (
     UPDATE attempts a
        SET status = 'lost', finished_at = %(now)s, lease_expires_at = NULL, retryable = true,
            error_category = 'lost', error = 'the worker stopped renewing its lease'
       FROM expired
-     WHERE a.id = expired.id AND NOT expired.ahead
+     WHERE a.id = expired.id AND a.run_scheduled_for = expired.run_scheduled_for AND NOT expired.ahead
+       AND a.run_scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[]) AND a.status = 'running'
     RETURNING a.id, a.run_id, a.number, a.tenant_id, a.workflow_id, a.run_scheduled_for, a.finished_at
 ), queued AS (
     -- the loss waits for the poller (outcome_queue), as a reported outcome does
@@ -253,7 +270,9 @@ WITH expired AS (
     SELECT done.*, free,
            CASE WHEN free OR done.number - r.lost_requeues <= r.retry_budget THEN 'pending_retry'
                 ELSE 'failed' END AS run_status
-      FROM done JOIN runs r ON r.id = done.run_id,
+      FROM done
+      JOIN runs r ON r.id = done.run_id AND r.scheduled_for = done.run_scheduled_for
+                 AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[]),
            LATERAL (SELECT r.lost_requeues < %(free_requeues)s AND %(now)s < r.deadline_at AS free) f
 ), moved AS (
     UPDATE runs r
@@ -262,7 +281,8 @@ WITH expired AS (
            finished_at = CASE WHEN decided.run_status = 'failed' THEN %(now)s END,
            error_category = 'lost', error = 'the worker stopped renewing its lease', failed_step = NULL
       FROM decided
-     WHERE r.id = decided.run_id AND r.status = 'running'
+     WHERE r.id = decided.run_id AND r.scheduled_for = decided.run_scheduled_for
+       AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[]) AND r.status = 'running'
     RETURNING r.id, r.status
 ), woken AS (
     SELECT pg_notify('tickwarden_wake', 'poller') FROM (SELECT 1 FROM done LIMIT 1) one
