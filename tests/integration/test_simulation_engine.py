@@ -58,3 +58,45 @@ def test_an_outcome_is_judged_at_once_because_finishing_it_wakes_the_poller():
     # the poller's own passes are at 15 s + k·30 s; the finish wakes it between them
     assert (opened - (START + timedelta(seconds=15))).total_seconds() % 30 != 0
     assert opened in [a["finished_at"] for a in failed]
+
+def test_a_renewal_is_written_only_for_a_lease_reader_that_would_find_the_lease_run_out(monkeypatch):
+    # 200-second attempts, heartbeats every 20 s on 60-second leases, and a workflow finishing
+    # every minute beside them, which the poller judges: the ledger's lease is read only by the
+    # reaper and the deadline detector, and only where it has run out.
+    from tickwarden.simulate import engine
+    from tickwarden.simulate.simulation import SimulationRepository
+
+    raw = scenario(duration=200)
+    raw["workflows"].append({"tenant": "acme", "name": "minutely", "cron": "* * * * *", "duration": 10})
+    reading: list[tuple[str, datetime, dict[int, datetime]]] = []  # the pass, its instant, the leases written
+    renewals: list[tuple[str, datetime, dict[int, datetime], dict]] = []
+    finishes: list[dict] = []
+    flush_for, worker_writes = engine.SimulatedWorker.flush_for, SimulationRepository.worker_writes
+
+    def read(self, reader, now):
+        reading.append((reader, now, dict(self.written_lease)))
+        try:
+            flush_for(self, reader, now)
+        finally:
+            reading.pop()
+
+    def recorded(self, statements):
+        for name, params in statements:
+            if name == "simulation_renew_leases":
+                renewals.append((*reading[-1], params) if reading else ("world", None, {}, params))
+            elif name == "ledger_finish_attempts":
+                finishes.append(params)
+        return worker_writes(self, statements)
+
+    monkeypatch.setattr(engine.SimulatedWorker, "flush_for", read)
+    monkeypatch.setattr(SimulationRepository, "worker_writes", recorded)
+    outcome = run(raw)
+    long = [a for a in outcome.attempts if a["workflow"] == "sync" and a["finished_at"] is not None]
+    assert len(long) >= 3 and {a["status"] for a in outcome.attempts if a["finished_at"]} == {"succeeded"}
+    assert renewals, "the deadline detector reads the long attempts' run-out leases"
+    for reader, now, leases, params in renewals:
+        assert reader in ("deadlines", "lease-reaper", "world"), reader
+        for attempt_id in params["attempt_ids"]:
+            assert now is None or leases[attempt_id] <= now, "the lease it replaces runs past the pass"
+    # The simulator wakes the poller itself: the outcomes notify nobody.
+    assert finishes and not any(params["wake"] for params in finishes)

@@ -65,6 +65,9 @@ ORDER = {
 # queued attempts (which outcomes and renewals never create), the escalation clock reads alerts, and the notifier reads alert events and
 # the attempts of runs the poller already judged (so written).
 SEES_WORKER = frozenset({"poller", "deadlines"})
+# Passes that read attempts' leases, and only where one has run out (`lease_expires_at <= now`):
+# a renewal is written for them alone (see SimulatedWorker.flush).
+READS_LEASES = frozenset({"deadlines", "lease-reaper"})
 WORKER_ID = "simulated-worker"
 # Rows an undisturbed attempt of a workflow that expects rows reports: the simulator
 # models whether records arrived, not how many (a `mode: empty` fault reports zero).
@@ -292,12 +295,12 @@ class SimulatedWorker:
     between, so every pass sees what it would have seen had each write gone out at
     once; the simulation just makes fewer round trips:
 
-    - the poller, the deadline detector and a manual run see every write;
+    - the poller, the deadline detector and a manual run see every outcome;
     - the lease reaper acts only on expired leases, so it needs the writes only when
       an attempt shows a lease in the ledger that has run out by now (otherwise
-      neither what the ledger shows nor what is pending makes it act). Each flush
-      writes every attempt's newest renewal, so a live attempt's lease in the ledger
-      outlasts the next poller pass and the reaper rarely needs one of its own;
+      neither what the ledger shows nor what is pending makes it act);
+    - a renewal is written only for a pass that reads leases (`READS_LEASES`), and only
+      once the lease it replaces has run out by then: the only leases they read;
     - the other passes read neither attempts nor runs;
     - of several renewals of one attempt only the newest is written (it overwrites
       everything an earlier one set), and all of them in one statement;
@@ -327,26 +330,42 @@ class SimulatedWorker:
         if reader in SEES_WORKER or (
             reader == "lease-reaper" and any(expiry <= now for expiry in self.written_lease.values())
         ):
-            self.flush(now)
+            self.flush(now, leases=reader in READS_LEASES)
 
-    def flush(self, now: datetime) -> None:
-        """Write every renewal and outcome not yet written."""
+    def flush(self, now: datetime, *, leases: bool = True) -> None:
+        """Write every outcome not yet written, and (`leases`) every renewal a lease reader could tell apart.
+
+        A lease is read only where it has run out (`lease_expires_at <= now`: the reaper,
+        the deadline detector's overdue runs), so a lease the ledger shows running past
+        `now` reads as a renewed one would, and a pass that reads no lease reads no
+        renewal: a renewal waits for the first flush for a lease reader that finds the
+        lease it would replace run out. An outcome clears the lease, so the renewals of a
+        finished attempt are never written (its `heartbeat_at` is nobody's read).
+        """
         statements: list[tuple[str, dict[str, Any]]] = []
-        if self.renewed:
-            statements.append(("simulation_renew_leases", renew_params(self.renewed, WORKER_ID, LEASE_SECONDS)))
-            for attempt_id, at in self.renewed.items():
+        for attempt, _, _ in self.finished:
+            self.renewed.pop(attempt.id, None)
+        due = {attempt_id: at for attempt_id, at in self.renewed.items()
+               if leases and (attempt_id not in self.written_lease or self.written_lease[attempt_id] <= now)}
+        if due:
+            statements.append(("simulation_renew_leases", renew_params(due, WORKER_ID, LEASE_SECONDS)))
+            for attempt_id, at in due.items():
                 self.written_lease[attempt_id] = at + timedelta(seconds=LEASE_SECONDS)
-            self.renewed = {}
+                del self.renewed[attempt_id]
         if self.finished:
             # An attempt is renewed only while it runs, so its renewals precede its outcome, and
             # distinct attempts' writes touch distinct rows (a batch never holds two attempts of
             # one run: a retry is queued only once the poller has seen the earlier outcome).
-            statements.append(("ledger_finish_attempts", finish_params(WORKER_ID, self.finished)))
+            # No notification: nothing listens on a simulation's connection, and the simulator wakes
+            # the poller itself (`on_finished`). A notifying commit takes the server's one
+            # notification lock, which every notifying commit of the cluster holds through its WAL flush.
+            statements.append(("ledger_finish_attempts", finish_params(WORKER_ID, self.finished, wake=False)))
             for attempt, _, _ in self.finished:
                 self.written_lease.pop(attempt.id, None)
             self.finished = []
-        # A crashed attempt whose last lease has run out is the reaper's now: forget it.
-        for attempt_id in [a for a, expiry in self.written_lease.items() if expiry <= now and a not in self.in_flight]:
+        # A crashed attempt whose last lease (written) has run out is the reaper's now: forget it.
+        for attempt_id in [a for a, expiry in self.written_lease.items()
+                           if expiry <= now and a not in self.in_flight and a not in self.renewed]:
             del self.written_lease[attempt_id]
         if statements:
             with self.db.autocommit() as store:
