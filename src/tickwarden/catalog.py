@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -265,42 +266,74 @@ def publish(store: Store, pub: Publication, now: datetime, *, actor: str, report
     nothing; without `archived` it restores it). The trigger is woken at commit, which only
     makes its next pass come sooner.
     """
-    existing = store.catalog.lock_workflow(pub.tenant_id, pub.name)
-    current = store.catalog.get_schedule_for_workflow(existing.id) if existing else None
-    if pub.archived and existing is not None and existing.archived_at is not None:
-        published = Published(Applied("workflow", existing.id, "unchanged", existing),
-                              Applied("schedule", current.id if current else 0, "unchanged", current))
-        _report(report, published, label, with_schedule=current is not None)
-        return published
-    if report is not None and current is not None and current.status == "paused" and pub.status == "active":
-        # The content says active: publishing it resumes a schedule someone paused by hand.
-        report.warnings.append(f"{label} is paused; this file resumes it (set schedule.status: paused "
-                               "to keep it paused).")
-    workflow = store.catalog.apply_workflow(
-        pub.tenant_id, pub.name, now, description=pub.description,
-        environment_id=pub.environment_id, publisher_id=pub.publisher_id,
-        recipe=pub.recipe, timeout_seconds=pub.timeout_seconds, monitoring_enabled=pub.monitoring_enabled,
-        policy_overrides=pub.policy_overrides, shadow=pub.shadow, expect_rows=pub.expect_rows, kind=pub.kind,
-        keep_outputs=pub.keep_outputs,
-    )
-    if pub.maintenance is not None and maintenance.replace_file_windows(store, pub.tenant_id, workflow.id,
-                                                                       pub.maintenance, now):
-        if report is not None:
-            report.changes.append({"kind": "maintenance", "name": label, "change": "updated"})
-    if pub.archived and _archive(store, workflow.id, actor, now) is not None:
-        workflow = Applied(workflow.kind, workflow.id, "created" if workflow.change == "created" else "updated",
-                           workflow.row)
-    schedule = store.catalog.apply_schedule(
-        tenant_id=pub.tenant_id, workflow_id=workflow.id, cron=pub.cron, timezone=pub.timezone, status=pub.status,
-        cadence_seconds=pub.cadence_seconds, starting_deadline_seconds=pub.starting_deadline_seconds, now=now,
-    )
-    published = Published(workflow, schedule)
-    if published.change != "unchanged":
+    return publish_all(store, [pub], now, actor=actor, report=report, labels=[label])[0]
+
+
+def publish_all(store: Store, pubs: Sequence[Publication], now: datetime, *, actor: str,
+                report: ApplyReport | None = None, labels: Sequence[str] | None = None) -> list[Published]:
+    """Publish several workflows as `publish` does each, their statements sent in a few batches.
+
+    Each stage sends one statement per publication before reading any of their rows (the
+    locks, the stored schedules of those that exist, the workflows, the schedules), so on
+    a connection in pipeline mode a stage is one round trip, not one per workflow; outside
+    it every statement is its own round trip, as before. The publications are distinct
+    workflows: a stage never depends on another publication's earlier stage, and the rows
+    are written in the order given, as one `publish` after the other would write them.
+    """
+    names = list(labels) if labels is not None else [""] * len(pubs)
+    locks = [store.catalog.send_lock_workflow(pub.tenant_id, pub.name) for pub in pubs]
+    found = [read() for read in locks]
+    schedule_reads = [store.catalog.send_get_schedule_for_workflow(existing.id) if existing else None
+                      for existing in found]
+    currents = [read() if read else None for read in schedule_reads]
+    results: list[Published | None] = [None] * len(pubs)
+    workflow_reads: dict[int, Callable[[], Applied]] = {}
+    for i, (pub, existing, current) in enumerate(zip(pubs, found, currents, strict=True)):
+        if pub.archived and existing is not None and existing.archived_at is not None:
+            results[i] = Published(Applied("workflow", existing.id, "unchanged", existing),
+                                   Applied("schedule", current.id if current else 0, "unchanged", current))
+            continue
+        if report is not None and current is not None and current.status == "paused" and pub.status == "active":
+            # The content says active: publishing it resumes a schedule someone paused by hand.
+            report.warnings.append(f"{names[i]} is paused; this file resumes it (set schedule.status: paused "
+                                   "to keep it paused).")
+        workflow_reads[i] = store.catalog.send_apply_workflow(
+            pub.tenant_id, pub.name, now, description=pub.description,
+            environment_id=pub.environment_id, publisher_id=pub.publisher_id,
+            recipe=pub.recipe, timeout_seconds=pub.timeout_seconds, monitoring_enabled=pub.monitoring_enabled,
+            policy_overrides=pub.policy_overrides, shadow=pub.shadow, expect_rows=pub.expect_rows, kind=pub.kind,
+            keep_outputs=pub.keep_outputs,
+        )
+    workflows = {i: read() for i, read in workflow_reads.items()}
+    schedule_writes: dict[int, Callable[[], Applied]] = {}
+    for i, workflow in workflows.items():
+        pub = pubs[i]
+        if pub.maintenance is not None and maintenance.replace_file_windows(store, pub.tenant_id, workflow.id,
+                                                                           pub.maintenance, now):
+            if report is not None:
+                report.changes.append({"kind": "maintenance", "name": names[i], "change": "updated"})
+        if pub.archived and _archive(store, workflow.id, actor, now) is not None:
+            workflows[i] = workflow = Applied(
+                workflow.kind, workflow.id, "created" if workflow.change == "created" else "updated", workflow.row)
+        schedule_writes[i] = store.catalog.send_apply_schedule(
+            tenant_id=pub.tenant_id, workflow_id=workflow.id, cron=pub.cron, timezone=pub.timezone,
+            status=pub.status, cadence_seconds=pub.cadence_seconds,
+            starting_deadline_seconds=pub.starting_deadline_seconds, now=now,
+        )
+    for i, read in schedule_writes.items():
+        results[i] = Published(workflows[i], read())
+    published_all = [published for published in results if published is not None]
+    if any(published.change != "unchanged" for published in published_all):
         _wake_trigger(store)
-    if current is not None and current.status == "active" and pub.status == "paused" and not pub.archived:
-        alerts.note_paused(store, workflow.id, actor, now)
-    _report(report, published, label, with_schedule=True)
-    return published
+    for i, published in enumerate(results):
+        assert published is not None
+        if i in schedule_writes:
+            current = currents[i]
+            if current is not None and current.status == "active" and pubs[i].status == "paused" \
+                    and not pubs[i].archived:
+                alerts.note_paused(store, published.workflow.id, actor, now)
+        _report(report, published, names[i], with_schedule=i in schedule_writes or currents[i] is not None)
+    return published_all
 
 
 def _report(report: ApplyReport | None, published: Published, label: str, *, with_schedule: bool) -> None:

@@ -315,3 +315,21 @@ def test_a_dedicated_savepoint_keeps_psycopgs_rollback_and_force_rollback(dedica
         with pytest.raises(psycopg.Rollback), store.conn.transaction():
             raise psycopg.Rollback(psycopg.Transaction(store.conn, "elsewhere"))  # aimed at another block
     assert tenants(dedicated) == ["acme"]
+
+
+def test_a_simulations_catalog_is_published_in_round_trips_that_do_not_grow_with_its_workflows(dedicated, tmp_path):
+    from tickwarden.simulate import Simulation, parse_scenario
+
+    workflows = [{"tenant": "acme", "name": f"sync-{i}", "cron": f"{i} * * * *"} for i in range(40)]
+    scenario = parse_scenario({"start": "2026-11-30T00:00:00Z", "end": "2026-11-30T01:00:00Z", "tenants": ["acme"],
+                               "workflows": workflows}, source="test")
+    trace = tmp_path / "trace"
+    with traced(dedicated, trace):
+        setup = Simulation(scenario, url=TEST_URL)._set_up(dedicated)
+    assert len(setup.workflow_ids) == 40
+    with dedicated.probe() as store:
+        assert store.conn.execute("SELECT count(*) FROM schedule_fires WHERE next_fire_at IS NOT NULL").fetchone() \
+            == (40,)
+    # the two channels and the tenant, then one round trip each for the workflows' locks, the
+    # workflows and their schedules (not three per workflow), then the ANALYZE
+    assert len(waits(trace.read_text(errors="replace"))) == 7

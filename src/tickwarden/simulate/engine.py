@@ -30,7 +30,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tickwarden import maintenance
 from tickwarden.cadence import cadence_of, parse_schedule
-from tickwarden.catalog import Publication, publish
+from tickwarden.catalog import Publication, publish_all
 from tickwarden.categories import categorize
 from tickwarden.clock import VirtualClock
 from tickwarden.db import Database, DedicatedDatabase
@@ -563,21 +563,24 @@ class Simulation:
                 tenant = store.catalog.upsert_tenant(name, now)
                 tenants[name] = tenant
                 SimulationRepository(store.conn).create_channel(tenant.id, name, "customer", now)
+            publications = []
             for spec in self.scenario.workflows:
                 interval = cadence_of(parse_schedule(spec.cron, spec.timezone), now).interval_seconds
                 policy = dict(self.overrides) if self.replace_policy else {**spec.policy, **self.overrides}
                 derive_profile(interval, policy)  # validated before anything runs
-                timeout = default_timeout_seconds(interval)
-                # The same write as apply and the API (no environment or publisher: simulated steps run nothing).
-                published = publish(store, Publication(
+                timeouts[spec.key] = default_timeout_seconds(interval)
+                publications.append(Publication(
                     tenant_id=tenants[spec.tenant].id, name=spec.name, description="", environment_id=None,
-                    publisher_id=None, recipe={"steps": []}, timeout_seconds=timeout, monitoring_enabled=True,
-                    policy_overrides=policy, shadow=False, expect_rows=spec.expect_rows, archived=False,
-                    cron=spec.cron, timezone=spec.timezone, status="active", cadence_seconds=interval,
-                    starting_deadline_seconds=300, kind=spec.kind,
-                ), now, actor="simulator")
-                ids[spec.key] = published.workflow.id
-                timeouts[spec.key] = timeout
+                    publisher_id=None, recipe={"steps": []}, timeout_seconds=timeouts[spec.key],
+                    monitoring_enabled=True, policy_overrides=policy, shadow=False, expect_rows=spec.expect_rows,
+                    archived=False, cron=spec.cron, timezone=spec.timezone, status="active",
+                    cadence_seconds=interval, starting_deadline_seconds=300, kind=spec.kind,
+                ))
+            # The same write as apply and the API (no environment or publisher: simulated steps
+            # run nothing), its statements sent in batches: a few round trips for the whole catalog.
+            published = publish_all(store, publications, now, actor="simulator")
+            for spec, one in zip(self.scenario.workflows, published, strict=True):
+                ids[spec.key] = one.workflow.id
             for window in self.scenario.maintenance:  # the same write path as the CLI and the API
                 covered = window.workflow.partition("/")[2] if window.workflow else None
                 maintenance.add_window(store, window.tenant, covered, window.spec, "scenario", now)

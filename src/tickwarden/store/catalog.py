@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -51,6 +52,10 @@ class WorkflowSummary:
     last_status: str | None
 
 
+def _one(model: type, rows: list[dict[str, Any]]) -> Any:
+    return from_row(model, rows[0]) if rows else None
+
+
 class CatalogRepository(StoreBase):
     def upsert_tenant(self, name: str, now: datetime, *, display_name: str | None = None, shadow: bool = False) -> Tenant:
         """Create or update a tenant (the same statement `apply` uses)."""
@@ -78,8 +83,16 @@ class CatalogRepository(StoreBase):
 
     def lock_workflow(self, tenant_id: int, name: str) -> Workflow | None:
         """A tenant's workflow by name, locked until the transaction ends (see `catalog.publish`)."""
-        row = self._row("catalog_lock_workflow", {"tenant_id": tenant_id, "name": name})
-        return from_row(Workflow, row) if row else None
+        return self.send_lock_workflow(tenant_id, name)()
+
+    def send_lock_workflow(self, tenant_id: int, name: str) -> Callable[[], Workflow | None]:
+        """Send the lock of a tenant's workflow by name (held until the transaction ends); the reader of its row.
+
+        Sent now, read later (see `StoreBase._submit_text`): `catalog.publish_all` sends
+        the locks of all it publishes before reading any, one round trip in pipeline mode.
+        """
+        read = self._submit("catalog_lock_workflow", {"tenant_id": tenant_id, "name": name})
+        return lambda: _one(Workflow, read())
 
     def list_workflows(self, tenant_id: int) -> list[Workflow]:
         return [from_row(Workflow, row) for row in self._rows("catalog_list_workflows", {"tenant_id": tenant_id})]
@@ -87,6 +100,11 @@ class CatalogRepository(StoreBase):
     def get_schedule_for_workflow(self, workflow_id: int) -> Schedule | None:
         row = self._row("catalog_get_schedule_for_workflow", {"workflow_id": workflow_id})
         return from_row(Schedule, row) if row else None
+
+    def send_get_schedule_for_workflow(self, workflow_id: int) -> Callable[[], Schedule | None]:
+        """`get_schedule_for_workflow`, sent now and read later (see `send_lock_workflow`)."""
+        read = self._submit("catalog_get_schedule_for_workflow", {"workflow_id": workflow_id})
+        return lambda: _one(Schedule, read())
 
     def archive_workflow(self, workflow_id: int, now: datetime) -> Workflow | None:
         """Archive a workflow; None when it already was."""
@@ -96,10 +114,18 @@ class CatalogRepository(StoreBase):
     # Workflow files: upserts that say whether they created, updated or left a row alone.
 
     def _applied(self, kind: str, model: type | None, name: str, params: dict[str, Any]) -> Applied:
-        row = self._row(name, params)
-        assert row is not None
-        change = row.pop("change")
-        return Applied(kind=kind, id=row["id"], change=change, row=from_row(model, row) if model else None)
+        return self._send_applied(kind, model, name, params)()
+
+    def _send_applied(self, kind: str, model: type | None, name: str,
+                      params: dict[str, Any]) -> Callable[[], Applied]:
+        read = self._submit(name, params)
+
+        def applied() -> Applied:
+            row = read()[0]
+            change = row.pop("change")
+            return Applied(kind=kind, id=row["id"], change=change, row=from_row(model, row) if model else None)
+
+        return applied
 
     def apply_tenant(self, name: str, display_name: str, shadow: bool, now: datetime) -> Applied:
         return self._applied(
@@ -144,7 +170,11 @@ class CatalogRepository(StoreBase):
              "severities": severities, "events": events},
         )
 
-    def apply_workflow(
+    def apply_workflow(self, *args: Any, **kwargs: Any) -> Applied:
+        """Upsert a workflow (`send_apply_workflow`'s arguments) and say what it did."""
+        return self.send_apply_workflow(*args, **kwargs)()
+
+    def send_apply_workflow(
         self,
         tenant_id: int,
         name: str,
@@ -161,8 +191,9 @@ class CatalogRepository(StoreBase):
         expect_rows: bool = False,
         kind: str = "managed",
         keep_outputs: bool = False,
-    ) -> Applied:
-        return self._applied(
+    ) -> Callable[[], Applied]:
+        """Send the upsert of a workflow; the reader of what it did (sent now, read later: see `send_lock_workflow`)."""
+        return self._send_applied(
             "workflow", Workflow, "catalog_apply_workflow",
             {"tenant_id": tenant_id, "name": name, "description": description, "environment_id": environment_id,
              "publisher_id": publisher_id, "recipe": Jsonb(recipe), "timeout_seconds": timeout_seconds,
@@ -171,7 +202,11 @@ class CatalogRepository(StoreBase):
              "now": now},
         )
 
-    def apply_schedule(
+    def apply_schedule(self, **kwargs: Any) -> Applied:
+        """Upsert a schedule (`send_apply_schedule`'s arguments) and say what it did."""
+        return self.send_apply_schedule(**kwargs)()
+
+    def send_apply_schedule(
         self,
         *,
         tenant_id: int,
@@ -182,8 +217,9 @@ class CatalogRepository(StoreBase):
         cadence_seconds: int,
         starting_deadline_seconds: int,
         now: datetime,
-    ) -> Applied:
-        return self._applied(
+    ) -> Callable[[], Applied]:
+        """Send the upsert of a schedule; the reader of what it did (sent now, read later: see `send_lock_workflow`)."""
+        return self._send_applied(
             "schedule", Schedule, "catalog_apply_schedule",
             {"tenant_id": tenant_id, "workflow_id": workflow_id, "cron": cron, "timezone": timezone,
              "status": status, "cadence_seconds": cadence_seconds,
