@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 
@@ -206,3 +208,31 @@ def test_a_profile_change_is_refused_for_an_archived_workflow(db, clock, tmp_pat
         catalog.set_policy(db, "acme", "filed", PolicyOverrides(retries=1), clock.now())
     with db.transaction() as store:
         assert store.catalog.get_workflow_by_name("acme", "filed").archived_at is not None
+
+
+def test_publishing_several_at_once_does_for_each_what_publishing_it_alone_does(db, clock, tmp_path):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FILE)
+    catalog.apply_file(db, path, clock.now())
+    catalog.pause(db, "acme", "filed", clock.now())
+    with db.transaction() as store:
+        found, schedule = catalog.find_schedule(store, "acme", "filed")
+        resumed = replace(catalog.Publication.stored(found, schedule), status="active")
+        publications = [resumed, replace(resumed, name="fresh"), replace(resumed, name="gone", archived=True)]
+        labels = ["acme/filed", "acme/fresh", "acme/gone"]
+        report = catalog.ApplyReport("test")
+        published = catalog.publish_all(store, publications, clock.now(), actor="test", report=report, labels=labels)
+    assert [p.change for p in published] == ["updated", "created", "created"]
+    assert [p.schedule.change for p in published] == ["updated", "created", "created"]
+    assert report.warnings == ["acme/filed is paused; this file resumes it (set schedule.status: paused "
+                               "to keep it paused)."]
+    assert report.counts["workflow"] == {"created": 2, "updated": 0, "unchanged": 1}
+    with db.transaction() as store:
+        assert store.catalog.get_workflow_by_name("acme", "gone").archived_at is not None
+        assert store.catalog.get_workflow_by_name("acme", "fresh").archived_at is None
+        assert published[1].workflow.id > published[0].workflow.id
+        assert published[2].workflow.id > published[1].workflow.id  # written in the order given
+    assert stored(db, "fresh")[1][SCHEDULE_COLUMNS.index("f.next_fire_at")] is not None
+    with db.transaction() as store:  # the same again: an archived workflow re-archived, the rest identical
+        again = catalog.publish_all(store, publications, clock.now(), actor="test", labels=labels)
+    assert [p.change for p in again] == ["unchanged"] * 3
