@@ -79,13 +79,20 @@ def more_workflows(db: Database, wf, clock: WallClock, count: int) -> list:
 
 
 def queue(db: Database, wf, clock: WallClock, count: int) -> None:
-    """Queue `count` runs of `wf` (a workflow, or a list of them, the runs dealt out in turn)."""
+    """Queue `count` runs of `wf` (a workflow, or a list of them, the runs dealt out in turn).
+
+    The runs are due at distinct microseconds from the start of the current UTC month, so they
+    land in this month's partitions as a deployment's do (not in the DEFAULT ones), and are due
+    at once (a benchmark queues a few thousand: a few milliseconds past the month's start).
+    """
     now = clock.now()
+    month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     ticks = []
     wfs = wf if isinstance(wf, list) else [wf]
     for i in range(count):
         _offset[0] += 1
-        at = now - timedelta(days=3650) + timedelta(minutes=_offset[0])
+        at = month + timedelta(microseconds=_offset[0])
+        assert at <= now, "a queued run is not due yet: the month began a moment ago"
         w = wfs[i % len(wfs)]
         ticks.append(TickRequest(w.tenant_id, w.id, at, 0, at + timedelta(days=7000)))
     with db.transaction() as store:

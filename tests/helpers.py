@@ -80,12 +80,3 @@ def create_run(db: Database, workflow: Workflow, scheduled_for: datetime, now: d
         return run
 
 
-def record_steps(store: Store, attempt: Attempt, worker_id: str, steps: list[dict[str, Any]]) -> int:
-    """Write the step rows of an attempt `worker_id` has finished, with the worker's own statement."""
-    from psycopg.types.json import Jsonb
-
-    written = store.execution._execute("execution_record_finished_steps", {
-        "attempt_id": attempt.id, "run_scheduled_for": attempt.run_scheduled_for, "tenant_id": attempt.tenant_id,
-        "worker_id": worker_id, "steps": Jsonb(steps)})
-    assert written == len(steps), f"{written} of {len(steps)} step rows written: was the attempt finished?"
-    return written

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from psycopg import sql
 
-from tests.helpers import lease, record_steps
+from tests.helpers import lease
 from tests.dbutil import TEST_URL
 from tests.integration.pipeline import DAILY, create_tick, workflow
 from tickwarden import alerts, erasure, secrets
@@ -81,8 +81,7 @@ def populate(db: Database, now: datetime) -> dict[str, int]:
             failed = AttemptOutcome(status="failed", error_category="step_error", retryable=False,
                                     error=f"no access for {EMAIL}", failed_step="load",
                                     log_tail=f"{NAME} <{EMAIL}> denied", outputs={"owner": EMAIL.upper()})
-            store.ledger.finish_attempt(leased, "w1", failed, now + timedelta(minutes=1))
-            record_steps(store, leased, "w1", [
+            store.ledger.finish_attempt(leased, "w1", failed, now + timedelta(minutes=1), steps=[
                 {"step": "load", "position": 0, "status": "failed", "log": f"user {NAME} lacks rights",
                  "output": {"rows": [{"email": EMAIL, "other": OTHER}]}, "error": f"denied: {EMAIL}"}])
     OutcomePoller(db, "p1").run_once(now + timedelta(minutes=2))

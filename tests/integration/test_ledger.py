@@ -286,3 +286,19 @@ def test_a_lease_carries_each_attempts_tick_in_queue_order(db, clock):
     assert [scheduled_for for _, scheduled_for in leased] == ticks  # queued in creation order
     assert all(runs[attempt.run_id] == scheduled_for for attempt, scheduled_for in leased)
     assert {attempt.status for attempt, _ in leased} == {"running"}
+
+
+def test_an_outcomes_step_rows_are_written_once_and_never_by_a_worker_that_lost_the_lease(db, clock):
+    workflow = make_workflow(db, clock.now())
+    runs = [create_run(db, workflow, clock.now() - timedelta(minutes=i), clock.now()) for i in (2, 1)]
+    step = {"step": "load", "position": 0, "status": "succeeded", "log": "loaded", "output": None, "error": None}
+    mine = lease_one(db, clock.now())
+    theirs = lease_one(db, clock.now(), worker="w2")
+    with db.transaction() as store:
+        assert store.ledger.finish_attempt(mine, "w1", OK, clock.now(), steps=[step]).applied
+        assert not store.ledger.finish_attempt(mine, "w1", OK, clock.now(), steps=[step]).applied
+        assert not store.ledger.finish_attempt(theirs, "w1", OK, clock.now(), steps=[step]).applied
+        written = store.conn.execute(
+            "SELECT a.run_id, s.step, s.log FROM attempt_steps s JOIN attempts a ON a.id = s.attempt_id").fetchall()
+    assert {mine.run_id, theirs.run_id} == {r.id for r in runs}
+    assert [tuple(row) for row in written] == [(mine.run_id, "load", "loaded")]

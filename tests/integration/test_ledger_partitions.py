@@ -494,7 +494,6 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
     """Every statement a worker sends per attempt (renew, start, finish, steps, give back) names
     the run's tick beside the attempt's id, so its plan holds that month's partitions alone,
     however many months retention keeps."""
-    from psycopg.types.json import Jsonb
 
     from tickwarden.store.queries import queries
 
@@ -523,11 +522,10 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
     february = {"attempts_p202502", "runs_p202502"}
     assert opened("ledger_renew_lease", key(running)) == {"attempts_p202502"}
     assert opened("execution_start_attempt", key(ahead)) == {"attempts_p202502"}
+    step = {"attempt_id": running.id, "step": "load", "position": 0, "status": "succeeded", "log": "",
+            "output": None, "error": None}
     assert opened("ledger_finish_attempts", finish_params(
-        "w1", [(running, AttemptOutcome(status="succeeded"), now)], wake=False)) == february
-    step = {"step": "load", "position": 0, "status": "succeeded", "log": "", "output": None, "error": None}
-    assert opened("execution_record_finished_steps", {
-        **key(running), "tenant_id": wf.tenant_id, "steps": Jsonb([step])}) == {"attempts_p202502"}
+        "w1", [(running, AttemptOutcome(status="succeeded"), now)], wake=False, steps=[step])) == february
     assert opened("execution_release_attempts", {
         "attempt_ids": [spare.id], "run_scheduled_fors": [spare.run_scheduled_for], "worker_id": "w1"}) == february
 

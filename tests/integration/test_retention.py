@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from tests.helpers import lease, record_steps, streak
+from tests.helpers import lease, streak
 from tests.integration.pipeline import DAILY, create_tick, workflow
 from tickwarden import retention
 from tickwarden.db import Database
@@ -33,8 +33,7 @@ def run_tick(db: Database, wf: Workflow, day: datetime, ok: bool) -> None:
     with db.transaction() as store:
         leased = lease(store, "w1", day, 600, limit=1)
         assert [a.run_id for a in leased] == [run.id]
-        store.ledger.finish_attempt(leased[0], "w1", outcome, done)
-        record_steps(store, leased[0], "w1", [
+        store.ledger.finish_attempt(leased[0], "w1", outcome, done, steps=[
             {"step": "load", "position": 0, "status": "succeeded" if ok else "failed", "log": "step log line",
              "output": {"customer": "payload"}, "error": None if ok else "boom"}])
 

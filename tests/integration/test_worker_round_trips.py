@@ -33,6 +33,12 @@ class Traced:
         self.file.flush()
         self.path.write_text("")
 
+    def statements(self) -> int:
+        """Statements executed: each extended-protocol `Bind` (prepared or not) and each simple `Query`."""
+        self.file.flush()
+        return sum(1 for line in self.path.read_text(errors="replace").splitlines()
+                   if line.split("\t")[0] == "F" and line.split("\t")[2:3] in (["Bind"], ["Query"]))
+
     def sent(self) -> list[tuple[str, str]]:
         """(message, text) of each Query or Sync: each one a round trip."""
         self.file.flush()
@@ -107,6 +113,31 @@ def test_a_batch_of_warm_attempts_pays_the_busy_mark_once_per_batch(db, clock, t
     assert len(sent) == 8 * 1 + 2 + 2, sent
     assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])] == [
         ["succeeded"]] * 16
+
+
+def test_a_warm_attempts_step_rows_are_written_by_its_outcomes_statement(db, clock, traced):
+    traced_db, tracer = traced
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0) for i in range(16)]
+    worker = Worker(traced_db, "w1", clock=clock, secret_key=SECRET, batch=4)
+    try:
+        for _ in range(8):  # wake the environment, prepare the statements, end a batch
+            worker.run_once(clock.now())
+        tracer.reset()
+        for _ in range(8):
+            assert worker.run_once(clock.now()) <= clock.now()
+        statements = tracer.statements()
+    finally:
+        worker.close(clock.now())
+    # per attempt: BEGIN, the outcome with its step rows, the next attempt's start, COMMIT and the poller's
+    # wake; besides them the batches' environment marks and leases (60 before: the step rows had a statement
+    # of their own, one more per attempt)
+    assert statements == 52, statements
+    with db.transaction() as store:
+        written = store.conn.execute(
+            "SELECT a.run_id, s.step, s.status FROM attempt_steps s JOIN attempts a ON a.id = s.attempt_id "
+            "ORDER BY a.run_id").fetchall()
+    assert [tuple(row) for row in written] == [(r.id, "noop", "succeeded") for r in runs]
 
 
 def test_an_idle_poll_is_one_round_trip_that_opens_no_transaction_and_a_due_attempt_is_then_leased(

@@ -10,7 +10,6 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.types.json import Jsonb
 
 from tickwarden.models import (
     Attempt, AttemptOutcome, Environment, EnvironmentInstance, FinishedAttempt, User, Workflow, from_row,
@@ -80,7 +79,7 @@ class ExecutionRepository(StoreBase):
         One round trip, two with a lease. Only on a connection in autocommit
         (`Database.autocommit`). In order: record the `outcome` of `attempt`, finished at
         `finished_at` (default `now`; `ledger_finish_attempts`, the compare-and-set that
-        applies a result once), and its `steps` rows; move the environment `instance` (id,
+        applies a result once), with its `steps` rows in the same statement; move the environment `instance` (id,
         status, runs served); start the attempt leased ahead `start` on a full lease from
         `now` (a compare-and-set: `started` says whether this worker still held it); lock up
         to `lease` queued attempts, then (the second round trip) lease them, the first
@@ -100,12 +99,8 @@ class ExecutionRepository(StoreBase):
         begun = 1 if finished or lease else 0
         statements: list[tuple[str, dict[str, Any]]] = [("execution_begin", {})] * begun
         if attempt is not None and finished:
-            statements.append(("ledger_finish_attempts", finish_params(worker_id, finished, wake=False)))
-            if steps:
-                statements.append(("execution_record_finished_steps", {
-                    "attempt_id": attempt.id, "run_scheduled_for": attempt.run_scheduled_for,
-                    "tenant_id": attempt.tenant_id, "worker_id": worker_id,
-                    "steps": Jsonb(list(steps))}))
+            statements.append(("ledger_finish_attempts", finish_params(
+                worker_id, finished, wake=False, steps=[{**step, "attempt_id": attempt.id} for step in steps])))
         if instance is not None:
             instance_id, status, served = instance
             statements.append(("execution_update_environment_instance", {

@@ -46,23 +46,6 @@ UPDATE attempts
    AND status = 'running' AND worker_id = %(worker_id)s AND started_at IS NULL
 RETURNING id;
 
--- execution_record_finished_steps --
--- The per-step rows of an attempt this worker has just finished, sent in the same
--- implicit transaction as ledger_finish_attempts without waiting for its answer:
--- written only when the attempt ended under this worker (the finish applied, or a
--- second delivery, which ON CONFLICT turns into nothing); a lease reaped as lost
--- or taken by another worker writes none. The attempt's tick names its month.
-INSERT INTO attempt_steps (attempt_id, run_scheduled_for, tenant_id, step, position, status, started_at,
-                           finished_at, log, output, error)
-SELECT a.id, a.run_scheduled_for, %(tenant_id)s, s.step, s.position, s.status, s.started_at, s.finished_at,
-       coalesce(s.log, ''), s.output, s.error
-  FROM attempts a,
-       jsonb_to_recordset(%(steps)s) AS s(step text, position integer, status text, started_at timestamptz,
-                                           finished_at timestamptz, log text, output jsonb, error text)
- WHERE a.id = %(attempt_id)s AND a.run_scheduled_for = %(run_scheduled_for)s
-   AND a.status IN ('succeeded', 'failed') AND a.worker_id = %(worker_id)s
-    ON CONFLICT (attempt_id, step, run_scheduled_for) DO NOTHING;
-
 -- execution_start_environment_instance --
 -- Record a new process of an environment on this worker. A restart within the same
 -- instant of the clock (a virtual clock stands still) starts one microsecond later,

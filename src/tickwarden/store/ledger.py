@@ -182,17 +182,22 @@ class LedgerRepository(StoreBase):
             == 1
         )
 
-    def finish_attempt(self, attempt: Attempt, worker_id: str, outcome: AttemptOutcome, now: datetime) -> FinishedAttempt:
-        """Record an attempt's outcome and move its run; applied once however often delivered."""
-        return self.finish_attempts(worker_id, [(attempt, outcome, now)])[0]
+    def finish_attempt(self, attempt: Attempt, worker_id: str, outcome: AttemptOutcome, now: datetime, *,
+                       steps: Sequence[dict[str, Any]] = ()) -> FinishedAttempt:
+        """Record an attempt's outcome and its `steps` rows and move its run; applied once however often
+        delivered."""
+        return self.finish_attempts(worker_id, [(attempt, outcome, now)],
+                                    steps=[{**step, "attempt_id": attempt.id} for step in steps])[0]
 
     def finish_attempts(
-        self, worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]]
+        self, worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]], *,
+        steps: Sequence[dict[str, Any]] = (),
     ) -> list[FinishedAttempt]:
         """Record the outcomes of several attempts of distinct runs in one statement, in order given."""
         if not finished:
             return []
-        return finished_from_rows(finished, self._rows("ledger_finish_attempts", finish_params(worker_id, finished)))
+        return finished_from_rows(finished, self._rows("ledger_finish_attempts",
+                                                       finish_params(worker_id, finished, steps=steps)))
 
     def expire_leases(self, now: datetime, limit: int = 500) -> list[FinishedAttempt]:
         """Act on up to `limit` expired leases (`reap_leases`); return the attempts marked lost."""
@@ -324,11 +329,12 @@ def finished_from_rows(finished: Sequence[tuple[Attempt, AttemptOutcome, datetim
 
 
 def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]], *,
-                  wake: bool = True) -> dict[str, Any]:
+                  wake: bool = True, steps: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The parameters of the `finish_attempts` statement: one array per column, each attempt with its run's tick.
 
     `wake`: the statement notifies the poller as it commits; False only for a caller that
     sends the wake itself once the outcome has committed (the worker's exchange).
+    `steps`: the rows of `attempt_steps` to write with the outcomes, each naming its `attempt_id`.
     """
     for _, outcome, _ in finished:
         if outcome.status not in ("succeeded", "failed"):
@@ -347,4 +353,5 @@ def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutco
         "outputs": [Jsonb(outcome.outputs) for _, outcome, _ in finished],
         "rows": [outcome.rows for _, outcome, _ in finished],
         "wake": wake,
+        "steps": Jsonb(list(steps)),
     }

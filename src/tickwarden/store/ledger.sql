@@ -136,7 +136,10 @@ UPDATE attempts
 -- keeps. The list prunes when the statement is planned, which the server does afresh at
 -- each execution here: a generic plan cannot prune by an array parameter, and, holding
 -- every month, it costs several times a fresh plan.
--- Each finished attempt is queued for the outcome poller (`outcome_queue`) in the same statement.
+-- Each finished attempt is queued for the outcome poller (`outcome_queue`) in the same statement,
+-- and its steps' rows (`steps`: one object per step, each naming its attempt) are written
+-- with it: only for an attempt that ends here under this worker, so a second delivery, or
+-- a result after the lease was reaped, writes none.
 WITH reported AS (
     SELECT *
       FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[], %(statuses)s::text[],
@@ -174,6 +177,15 @@ WITH reported AS (
     -- the outcome waits for the poller (outcome_queue), committed with the outcome itself
     INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at)
     SELECT id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at FROM done
+), stepped AS (
+    INSERT INTO attempt_steps (attempt_id, run_scheduled_for, tenant_id, step, position, status, started_at,
+                               finished_at, log, output, error)
+    SELECT done.id, done.run_scheduled_for, done.tenant_id, s.step, s.position, s.status, s.started_at,
+           s.finished_at, coalesce(s.log, ''), s.output, s.error
+      FROM done
+      JOIN jsonb_to_recordset(%(steps)s::jsonb)
+           AS s(attempt_id bigint, step text, position integer, status text, started_at timestamptz,
+                finished_at timestamptz, log text, output jsonb, error text) ON s.attempt_id = done.id
 ), decided AS (
     SELECT done.*,
            CASE WHEN done.status = 'succeeded' THEN 'succeeded'
