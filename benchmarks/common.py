@@ -22,11 +22,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import sql
 
 from tickwarden.migrate import upgrade
+from tickwarden.retention import AHEAD_MONTHS
+
+if TYPE_CHECKING:
+    from tickwarden.db import Database
 
 BENCH_URL = os.environ.get(
     "TICKWARDEN_BENCH_DATABASE_URL",
@@ -47,6 +52,17 @@ def bench_schema(prefix: str = "bench") -> Iterator[str]:
     finally:
         with psycopg.connect(BENCH_URL, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def ledger_months(db: Database, now: datetime, months: int) -> datetime | None:
+    """Create `months` month partitions of the ledger, the newest AHEAD_MONTHS ahead of `now`, as retention's
+    upkeep does; return the first month's start (None for none)."""
+    first = now.year * 12 + now.month - 1 - (months - 1 - AHEAD_MONTHS)
+    starts = [datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC) for index in range(first, first + months)]
+    for at in starts:
+        with db.transaction() as store:
+            store.retention.ensure_partition(at)
+    return starts[0] if starts else None
 
 
 def connect(schema: str, **kwargs: object) -> psycopg.Connection:

@@ -38,18 +38,17 @@ import statistics
 import subprocess
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from psycopg.pq import Trace
 
 from benchmarks import common, peers
-from benchmarks.common import BENCH_URL, Figure, Target, bench_schema, finish, progress, report
+from benchmarks.common import BENCH_URL, Figure, Target, bench_schema, finish, ledger_months, progress, report
 from tests.helpers import publish
 from tickwarden.cli.worker_cmd import default_batch
 from tickwarden.clock import WallClock
 from tickwarden.db import Database
-from tickwarden.retention import AHEAD_MONTHS
 from tickwarden.store import TickRequest
 from tickwarden.worker import Worker
 
@@ -65,15 +64,6 @@ def setup(db: Database, clock: WallClock):
         env = store.catalog.apply_environment(tenant.id, "main", None, 600, now).row
         return publish(store, tenant.id, "noop", now, environment_id=env.id, publisher_id=user.id, recipe=NOOP,
                        timeout_seconds=60, cron="* * * * *", cadence_seconds=60)
-
-
-def ledger_months(db: Database, clock: WallClock, months: int) -> None:
-    """Create `months` month partitions of the ledger, the newest AHEAD_MONTHS ahead, as retention's upkeep does."""
-    now = clock.now()
-    first = now.year * 12 + now.month - 1 - (months - 1 - AHEAD_MONTHS)
-    for index in range(first, first + months):
-        with db.transaction() as store:
-            store.retention.ensure_partition(datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC))
 
 
 _offset = [0]
@@ -185,7 +175,7 @@ def main() -> None:
     figures: list[Figure] = []
     with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12) as db:
         wf = setup(db, clock)
-        ledger_months(db, clock, args.months)
+        ledger_months(db, clock.now(), args.months)
         worker = Worker(db, "bench-1", clock=clock, secret_key=KEY, batch=args.batch or default_batch(1))
 
         cold = []
