@@ -60,9 +60,12 @@ SELECT count(pg_advisory_xact_lock(7301, (s.id %% 2147483647)::integer)) AS lock
 -- monitoring_evaluation_inputs --
 -- Everything the evaluator needs for a set of workflows, in one statement: the
 -- workflow's settings and cadence, the consecutive confirmed failures since the
--- newest success (the success is workflow_successes' row; the walk of the streak
--- reads only the month partitions from its tick on), the newest failure of the
--- streak, the newest success, and the open alert. The workflows are probed by id
+-- newest success, the newest failure of the streak, the newest success, and the open
+-- alert. The streak is workflow_streaks' row, exact when it counts from the newest
+-- success (workflow_successes' row) or counts nothing: one probe of the row and one of
+-- the newest failure's run by id and tick. A row that names an older success (a success
+-- that committed beside a workflow's first failure) is walked in the ledger instead, over
+-- the month partitions from the success's tick on. The workflows are probed by id
 -- (= ANY, not a join with the unnest, which the planner answers with a hash of every
 -- workflow of the fleet), in id order.
 SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_overrides::text AS policy_overrides,
@@ -78,16 +81,25 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
   JOIN tenants t ON t.id = w.tenant_id
   LEFT JOIN schedules s ON s.workflow_id = w.id
   LEFT JOIN workflow_successes ok ON ok.workflow_id = w.id
-  -- the newest failure of the streak, with the streak's length and start (window
-  -- aggregates see every row of the streak before LIMIT keeps the newest)
+  LEFT JOIN workflow_streaks st ON st.workflow_id = w.id
+  -- the newest failure of the streak, with the streak's length and start: as kept, or
+  -- else walked (window aggregates see every row of the streak before LIMIT keeps the
+  -- newest); each branch's condition on the row is checked once, before any scan
   LEFT JOIN LATERAL (
         SELECT r.id, r.finished_at, r.error_category, r.error, r.failed_step,
-               count(*) OVER () AS failures, min(r.finished_at) OVER () AS first_failure_at
+               st.failures::bigint AS failures, st.first_failure_at
           FROM runs r
-         WHERE r.workflow_id = w.id AND r.status IN ('failed', 'missed')
-           AND r.scheduled_for > coalesce(ok.scheduled_for, '-infinity'::timestamptz)
-         ORDER BY r.scheduled_for DESC, r.id DESC
-         LIMIT 1) lf ON true
+         WHERE st.since IS NOT DISTINCT FROM ok.scheduled_for
+           AND r.id = st.last_run_id AND r.scheduled_for = st.last_scheduled_for
+        UNION ALL
+        (SELECT r.id, r.finished_at, r.error_category, r.error, r.failed_step,
+                count(*) OVER () AS failures, min(r.finished_at) OVER () AS first_failure_at
+           FROM runs r
+          WHERE st.failures > 0 AND st.since IS DISTINCT FROM ok.scheduled_for
+            AND r.workflow_id = w.id AND r.status IN ('failed', 'missed')
+            AND r.scheduled_for > coalesce(ok.scheduled_for, '-infinity'::timestamptz)
+          ORDER BY r.scheduled_for DESC, r.id DESC
+          LIMIT 1)) lf ON true
   LEFT JOIN alerts a ON a.workflow_id = w.id AND a.status = 'open'
  WHERE w.id = ANY(%(workflow_ids)b::bigint[])
  ORDER BY w.id;
