@@ -232,16 +232,15 @@ def test_the_consecutive_failure_count_walks_only_the_streak_through_the_indexes
         from tickwarden.store.queries import queries
 
         plan = "\n".join(row[0] for row in store.conn.execute(
-            "EXPLAIN " + queries()["monitoring_walk_streaks"], {"workflow_ids": [workflow.id]}))
+            "EXPLAIN " + queries()["monitoring_evaluation_inputs"], {"workflow_ids": [workflow.id]}))
         # The ledger is partitioned: a plan names each partition's copy of the parent index.
         copies = dict(store.conn.execute(
             "SELECT parent.relname, array_agg(child.relname::text) FROM pg_inherits i"
             "  JOIN pg_class parent ON parent.oid = i.inhparent JOIN pg_class child ON child.oid = i.inhrelid"
             " WHERE parent.relname IN ('runs_workflow_success_idx', 'runs_workflow_recent_idx')"
             "   AND parent.relnamespace = to_regnamespace(current_schema()) GROUP BY parent.relname").fetchall())
-    # the walk of a streak (for a kept row naming an older success): the newest success is
-    # workflow_successes' row (no probe of every month's success index), then only the streak,
-    # through the recent-runs index
+    # the evaluation's own statement: the newest success is workflow_successes' row (no probe of
+    # every month's success index), then only the streak, through the recent-runs index
     assert "workflow_successes" in plan
     assert not any(name in plan for name in copies["runs_workflow_success_idx"])
     assert any(name in plan for name in copies["runs_workflow_recent_idx"])

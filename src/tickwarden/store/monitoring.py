@@ -8,7 +8,7 @@ the returned event ids to `enqueue_notifications` in the same transaction.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -175,12 +175,7 @@ class MonitoringRepository(StoreBase):
     def evaluation_inputs(self, workflow_ids: Sequence[int]) -> list[EvaluationInput]:
         if not workflow_ids:
             return []
-        inputs = self._records("monitoring_evaluation_inputs", {"workflow_ids": list(workflow_ids)}, EvaluationInput)
-        stale = [i.workflow_id for i in inputs if i.failures is None]  # a streak row naming an older success
-        if not stale:
-            return inputs
-        walked = {r.pop("workflow_id"): r for r in self._rows("monitoring_walk_streaks", {"workflow_ids": stale})}
-        return [replace(i, **walked[i.workflow_id]) if i.failures is None else i for i in inputs]
+        return self._records("monitoring_evaluation_inputs", {"workflow_ids": list(workflow_ids)}, EvaluationInput)
 
     def open_alerts(self, wanted: Sequence[OpenAlert], now: datetime) -> list[Transition]:
         if not wanted:

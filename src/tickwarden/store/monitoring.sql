@@ -60,20 +60,15 @@ SELECT count(pg_advisory_xact_lock(7301, (s.id %% 2147483647)::integer)) AS lock
 -- monitoring_evaluation_inputs --
 -- Everything the evaluator needs for a set of workflows, in one statement: the
 -- workflow's settings and cadence, the consecutive confirmed failures since the
--- newest success, the newest failure of the streak, the newest success, and the open
--- alert. The streak is workflow_streaks' row, exact when it counts from the newest
--- success (workflow_successes' row) or counts nothing: one probe of the row and one of
--- the newest failure's run by id and tick. A row that names an older success (a success
--- that committed beside a workflow's first failure) returns failures NULL, to be walked
--- (monitoring_walk_streaks); the walk is not a branch of this statement, whose plan would
--- then hold every month twice. The workflows are probed by id (= ANY, not a join with the
--- unnest, which the planner answers with a hash of every workflow of the fleet), in id order.
+-- newest success (the success is workflow_successes' row; the walk of the streak
+-- reads only the month partitions from its tick on), the newest failure of the
+-- streak, the newest success, and the open alert. The workflows are probed by id
+-- (= ANY, not a join with the unnest, which the planner answers with a hash of every
+-- workflow of the fleet), in id order.
 SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_overrides::text AS policy_overrides,
        (w.shadow OR t.shadow) AS shadow,
        s.cadence_seconds,
-       CASE WHEN st.failures > 0 AND st.since IS DISTINCT FROM ok.scheduled_for THEN NULL
-            ELSE coalesce(st.failures, 0) END AS failures,
-       st.first_failure_at,
+       coalesce(lf.failures, 0) AS failures, lf.first_failure_at,
        lf.id AS last_failure_run_id, lf.finished_at AS last_failure_at,
        lf.error_category AS last_error_category, lf.error AS last_error, lf.failed_step AS last_failed_step,
        ok.run_id AS success_run_id, ok.finished_at AS success_at,
@@ -83,34 +78,19 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
   JOIN tenants t ON t.id = w.tenant_id
   LEFT JOIN schedules s ON s.workflow_id = w.id
   LEFT JOIN workflow_successes ok ON ok.workflow_id = w.id
-  LEFT JOIN workflow_streaks st ON st.workflow_id = w.id
-  -- the newest failure of the streak, by id and tick (its month's partition alone)
-  LEFT JOIN LATERAL (
-        SELECT r.id, r.finished_at, r.error_category, r.error, r.failed_step
-          FROM runs r
-         WHERE r.id = st.last_run_id AND r.scheduled_for = st.last_scheduled_for) lf ON true
-  LEFT JOIN alerts a ON a.workflow_id = w.id AND a.status = 'open'
- WHERE w.id = ANY(%(workflow_ids)b::bigint[])
- ORDER BY w.id;
-
--- monitoring_walk_streaks --
--- The streak of each listed workflow walked in the ledger, for a workflow_streaks row that
--- names an older success than workflow_successes: the failures since the newest success,
--- newest first, through the recent-runs index of the month partitions from the success's
--- tick on (window aggregates see every row of the streak before LIMIT keeps the newest).
-SELECT u.id AS workflow_id, coalesce(lf.failures, 0) AS failures, lf.first_failure_at,
-       lf.id AS last_failure_run_id, lf.finished_at AS last_failure_at,
-       lf.error_category AS last_error_category, lf.error AS last_error, lf.failed_step AS last_failed_step
-  FROM unnest(%(workflow_ids)b::bigint[]) AS u (id)
-  LEFT JOIN workflow_successes ok ON ok.workflow_id = u.id
+  -- the newest failure of the streak, with the streak's length and start (window
+  -- aggregates see every row of the streak before LIMIT keeps the newest)
   LEFT JOIN LATERAL (
         SELECT r.id, r.finished_at, r.error_category, r.error, r.failed_step,
                count(*) OVER () AS failures, min(r.finished_at) OVER () AS first_failure_at
           FROM runs r
-         WHERE r.workflow_id = u.id AND r.status IN ('failed', 'missed')
+         WHERE r.workflow_id = w.id AND r.status IN ('failed', 'missed')
            AND r.scheduled_for > coalesce(ok.scheduled_for, '-infinity'::timestamptz)
          ORDER BY r.scheduled_for DESC, r.id DESC
-         LIMIT 1) lf ON true;
+         LIMIT 1) lf ON true
+  LEFT JOIN alerts a ON a.workflow_id = w.id AND a.status = 'open'
+ WHERE w.id = ANY(%(workflow_ids)b::bigint[])
+ ORDER BY w.id;
 
 -- monitoring_failure_rates --
 -- The failure-rate rule recounts, per workflow, the failures among its newest N
