@@ -1,7 +1,14 @@
 """Outcome pipeline benchmark: claim → retry/verdict → evaluate → alert state, 1 and 2 replicas.
 
-    python -m benchmarks.pipeline [--workflows 10000] [--history 100] [--outcomes 20]
+    python -m benchmarks.pipeline [--workflows 10000] [--history 100] [--outcomes 20] [--months 16]
                                   [--batch 500] [--latency-seconds 20] [--interval 2] [--json]
+
+The ledger has the month partitions a deployment keeps (`--months`, as the worker benchmark:
+retention's upkeep creates this month's and the next two, and keeps 400 days of runs by
+default, so 16 of them besides the DEFAULT partitions), and each workflow's ticks are spaced
+evenly from the oldest month to the present, as a deployment's history has runs of every
+workflow in every month it keeps. With `--months 0` the ledger has the DEFAULT partitions
+alone and the ticks follow each workflow's cadence from 2026-01-01.
 
 1. Bulk-load (generate_series) a ledger of workflows × history finished runs:
    1,000,000 runs by default, mixed cadences (5 min, hourly, daily). Their
@@ -33,14 +40,43 @@ from __future__ import annotations
 import multiprocessing as mp
 import statistics
 import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from benchmarks import common
-from benchmarks.common import BENCH_URL, EPOCH, Figure, Target, bench_schema, connect, finish, progress, report
+from benchmarks.common import (BENCH_URL, EPOCH, Figure, Target, bench_schema, connect, finish, ledger_months,
+                               progress, report)
+
+if TYPE_CHECKING:
+    from tickwarden.db import Database
 
 CADENCE_SQL = "(ARRAY[300, 3600, 86400])[1 + w %% 3]"  # %% : every statement has parameters
+# the k-th tick of workflow w: from the origin, a step of the ledger's spacing or else of the cadence
+TICK_SQL = "%(e)s::timestamptz + {k} * coalesce(%(step)s::float8, (ARRAY[300, 3600, 86400])[1 + {w} %% 3]) * interval '1 second'"
 
 
-def load_ledger(schema: str, workflows: int, history: int) -> float:
+@dataclass(frozen=True)
+class Ticks:
+    """Where the ledger's ticks lie: workflow w's k-th at `origin + k × step` (step None: w's cadence)."""
+
+    origin: datetime = EPOCH
+    step: float | None = None
+
+    def params(self) -> dict[str, object]:
+        return {"e": self.origin, "step": self.step}
+
+
+def spread_ticks(db: Database, now: datetime, months: int, ticks: int) -> Ticks:
+    """Create the ledger's `months` month partitions, and space `ticks` ticks of each workflow evenly
+    from the oldest month's start to a day before `now`."""
+    first = ledger_months(db, now, months)
+    if first is None:
+        return Ticks()
+    return Ticks(first, (now - timedelta(days=1) - first).total_seconds() / ticks)
+
+
+def load_ledger(schema: str, workflows: int, history: int, ticks: Ticks = Ticks()) -> float:
     """Load tenants, workflows, schedules and `workflows × history` finished runs; return seconds."""
     t0 = time.perf_counter()
     with connect(schema) as conn:
@@ -60,24 +96,23 @@ def load_ledger(schema: str, workflows: int, history: int) -> float:
                SELECT 1, w, t, s, 0, 1, t, t, t, t + interval '1 minute',
                       CASE WHEN s = 'failed' THEN 'step_error' END, CASE WHEN s = 'failed' THEN 'boom' END
                  FROM generate_series(1, %(n)s) w, generate_series(1, %(h)s) k,
-                      LATERAL (SELECT %(e)s::timestamptz + k * {CADENCE_SQL} * interval '1 second' AS t,
+                      LATERAL (SELECT {TICK_SQL.format(k="k", w="w")} AS t,
                                       CASE WHEN k < %(h)s AND (w * 7 + k) %% 13 = 0 THEN 'failed'
                                            ELSE 'succeeded' END AS s) x""",
-            {"e": EPOCH, "n": workflows, "h": history})
+            {**ticks.params(), "n": workflows, "h": history})
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE tenants, workflows, schedules, runs, attempts")
     return time.perf_counter() - t0
 
 
-def load_outcomes(schema: str, workflows: int, history: int, outcomes: int) -> int:
+def load_outcomes(schema: str, workflows: int, history: int, outcomes: int, ticks: Ticks = Ticks()) -> int:
     """(Re)create the unprocessed outcomes: `outcomes` new runs per workflow with a finished attempt."""
+    after_history = TICK_SQL.format(k="%(h)s", w="workflow_id")
     with connect(schema) as conn:
         conn.execute("DELETE FROM notification_outbox")
         conn.execute("DELETE FROM alerts")
-        conn.execute("DELETE FROM runs WHERE scheduled_for > %(e)s::timestamptz + %(h)s * "
-                     "(ARRAY[300, 3600, 86400])[1 + workflow_id %% 3] * interval '1 second'",
-                     {"e": EPOCH, "h": history})
+        conn.execute(f"DELETE FROM runs WHERE scheduled_for > {after_history}", {**ticks.params(), "h": history})
         conn.execute(
             f"""INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
                                  deadline_at, created_at, started_at, finished_at, error_category, error)
@@ -85,27 +120,26 @@ def load_outcomes(schema: str, workflows: int, history: int, outcomes: int) -> i
                       CASE WHEN s <> 'pending_retry' THEN t + interval '1 minute' END,
                       CASE WHEN s <> 'succeeded' THEN c END, CASE WHEN s <> 'succeeded' THEN 'boom' END
                  FROM generate_series(1, %(n)s) w, generate_series(1, %(o)s) j,
-                      LATERAL (SELECT %(e)s::timestamptz + (%(h)s + j) * {CADENCE_SQL} * interval '1 second' AS t,
+                      LATERAL (SELECT {TICK_SQL.format(k="(%(h)s + j)", w="w")} AS t,
                                       CASE WHEN w %% 10 = 0 THEN 'failed'
                                            WHEN (w * 31 + j * 17) %% 10 IN (1, 2) THEN 'failed'
                                            WHEN (w * 31 + j * 17) %% 10 = 3 THEN 'pending_retry'
                                            ELSE 'succeeded' END AS s,
                                       (ARRAY['step_error', 'connection', 'timeout'])[1 + (w + j) %% 3] AS c) x""",
-            {"e": EPOCH, "n": workflows, "h": history, "o": outcomes})
+            {**ticks.params(), "n": workflows, "h": history, "o": outcomes})
         conn.execute("DELETE FROM outcome_queue")
         inserted = conn.execute(
-            """WITH a AS (
+            f"""WITH a AS (
                INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at,
                                      started_at, finished_at, retryable, error_category, error)
                SELECT tenant_id, workflow_id, id, scheduled_for, 1, CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END,
                       created_at, started_at, coalesce(finished_at, started_at + interval '1 minute'), true,
                       error_category, error
-                 FROM runs WHERE scheduled_for > %(e)s::timestamptz + %(h)s * """
-            """(ARRAY[300, 3600, 86400])[1 + workflow_id %% 3] * interval '1 second'
+                 FROM runs WHERE scheduled_for > {after_history}
                RETURNING *)
                INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at)
                SELECT id, tenant_id, workflow_id, run_id, run_scheduled_for, finished_at FROM a""",
-            {"e": EPOCH, "h": history}).rowcount
+            {**ticks.params(), "h": history}).rowcount
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE runs, attempts, outcome_queue, alerts")
@@ -195,7 +229,6 @@ def _produce(args: tuple[str, float, int, int, mp.Event]) -> None:
 
 def _serve(args: tuple[str, int, float, mp.Event, mp.Queue, mp.Queue]) -> None:
     schema, replica, interval, stop, out, ready = args
-    from datetime import datetime
 
     from tickwarden.clock import WallClock
     from tickwarden.db import Database
@@ -264,6 +297,8 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, default=10_000)
     parser.add_argument("--history", type=int, default=100)
     parser.add_argument("--outcomes", type=int, default=20)
+    parser.add_argument("--months", type=int, default=16,
+                        help="month partitions of the ledger besides DEFAULT (retention keeps 16 by default)")
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--latency-seconds", type=float, default=20)
     parser.add_argument("--latency-rate", type=int, default=500)
@@ -276,14 +311,20 @@ def main() -> None:
     progress(f"floor: raw SKIP LOCKED claims of {args.batch} rows per transaction, 1 and 2 clients")
     raw = common.raw_claims([(1, args.batch), (2, args.batch)], 4.0, args.workflows * args.outcomes)
     with bench_schema("benchpipe") as schema:
-        progress(f"loading a ledger of {args.workflows * args.history:,} runs")
-        load = load_ledger(schema, args.workflows, args.history)
-        rows = [("ledger", f"{args.workflows * args.history:,} runs, {args.workflows:,} workflows (loaded in {load:.0f} s)")]
+        from tickwarden.clock import WallClock
+        from tickwarden.db import Database
+
+        with Database(BENCH_URL, schema=schema, min_size=1, max_size=1) as db:
+            ticks = spread_ticks(db, WallClock().now(), args.months, args.history + args.outcomes)
+        progress(f"loading a ledger of {args.workflows * args.history:,} runs over {args.months} month partitions")
+        load = load_ledger(schema, args.workflows, args.history, ticks)
+        rows = [("ledger", f"{args.workflows * args.history:,} runs, {args.workflows:,} workflows, "
+                           f"{args.months} month partitions (loaded in {load:.0f} s)")]
         for replicas in (1, 2):
             rates, cpu_per_outcome, cpu_share = [], [], []
             for run in range(args.repeat):
                 progress(f"{replicas} replica(s), run {run + 1} of {args.repeat}: loading outcomes, then draining")
-                n = load_outcomes(schema, args.workflows, args.history, args.outcomes)
+                n = load_outcomes(schema, args.workflows, args.history, args.outcomes, ticks)
                 rate, claimed, opened, events, cpu = throughput(schema, replicas, args.batch)
                 assert claimed == n, (claimed, n)
                 rates.append(rate)
