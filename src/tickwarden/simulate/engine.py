@@ -76,7 +76,6 @@ SIMULATED_ROWS = 1
 # are not in lockstep with the round times faults are usually written at.
 CONTROL_PLANE_OFFSET = timedelta(seconds=15)
 LEASE_SECONDS = 60
-# The declared schema's table definitions, which a simulation creates unlogged (its rows are scratch).
 WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
 LEASE_LIMIT = 10_000  # attempts the simulated worker leases at once
 
