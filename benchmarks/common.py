@@ -118,14 +118,18 @@ class Figure:
         return self.value / self.floor if self.floor else None
 
     def as_json(self) -> dict[str, object]:
+        """The figure as published; `met` is judged on the published value and ratio, so that a
+        program checking `ratio <= bound` on the document agrees with it at the bound too."""
+        value = round(self.value, 4)
+        ratio = None if self.ratio is None else round(self.ratio, 4)
         return {
             "name": self.name,
-            "value": round(self.value, 4),
+            "value": value,
             "unit": self.unit,
             "floor": None if self.floor is None else round(self.floor, 4),
-            "ratio": None if self.ratio is None else round(self.ratio, 4),
+            "ratio": ratio,
             "target": None if self.target is None else self.target.describe(self.unit),
-            "met": None if self.target is None else self.target.met(self.value, self.ratio),
+            "met": None if self.target is None else self.target.met(value, ratio),
         }
 
 

@@ -14,6 +14,14 @@ def test_it_compares_a_relative_target_with_the_ratio_to_the_floor():
     assert Figure("pass", 9_300, "ms", 2_400, within).as_json()["met"] is False
 
 
+def test_it_judges_the_target_on_the_figures_as_published():
+    # 1.500003× the floor is published as a ratio of 1.5: a reader of the document checking
+    # `ratio <= 1.5` must find the same verdict as the document's own `met`
+    published = Figure("pass", 1_500.003, "ms", 1_000, Target("<=", 1.5, of_floor=True)).as_json()
+    assert published["ratio"] == 1.5 and published["met"] is True
+    assert Figure("pass", 1_500.06, "ms", 1_000, Target("<=", 1.5, of_floor=True)).as_json()["met"] is False
+
+
 def test_it_compares_an_absolute_target_with_the_value():
     assert Figure("throughput", 1_200, "attempts/s", 800, Target(">=", 1000)).as_json()["met"] is True
     assert Figure("throughput", 438, "attempts/s", 800, Target(">=", 1000)).as_json()["met"] is False
