@@ -15,7 +15,7 @@ from tests.integration.test_retention import YEAR_START, run_tick
 from tests.helpers import streak
 from tickwarden import migrate
 from tickwarden.db import Database
-from tickwarden.models import Attempt, AttemptOutcome
+from tickwarden.models import Attempt, AttemptOutcome, Workflow
 from tickwarden.poller import OutcomePoller
 from tickwarden.retention import RetentionSpec, RetentionSweeper, month_starts, set_tenant_retention
 from tickwarden.store.ledger import TickRequest, finish_params
@@ -538,6 +538,20 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
     assert rows(db, "SELECT started_at FROM attempts WHERE id = %s", ahead.id) == [(now,)]
 
 
+def queued_in_february(db: Database) -> tuple[Workflow, list[datetime]]:
+    """A daily workflow with every month's partitions: finished runs in January and March, two
+    ticks queued in February (returned), so a plan that holds February's partitions alone was
+    told its months."""
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    for index in (5, 70):
+        run_tick(db, wf, YEAR_START + index * DAY, True)
+    ticks = [YEAR_START + index * DAY for index in (40, 41)]
+    for tick in ticks:
+        create_tick(db, wf, tick, tick)
+    return wf, ticks
+
+
 def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) -> None:
     """The lease's queue scan alone looks at every month; its writes are planned with the locked
     attempts' ticks bound, so their plan holds those months' partitions alone, and the contexts
@@ -545,13 +559,7 @@ def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) 
     from tickwarden.store.ledger import lease_params
     from tickwarden.store.queries import queries
 
-    wf = workflow(db, YEAR_START, cadence=DAILY)
-    RetentionSweeper(db).create_months(YEAR_START)
-    for index in (5, 70):  # January and March hold finished runs
-        run_tick(db, wf, YEAR_START + index * DAY, True)
-    ticks = [YEAR_START + index * DAY for index in (40, 41)]  # February
-    for tick in ticks:
-        create_tick(db, wf, tick, tick)
+    wf, ticks = queued_in_february(db)
     now = ticks[-1] + timedelta(minutes=1)
 
     with db.transaction() as store:
@@ -582,13 +590,7 @@ def test_a_reaper_pass_writes_only_the_months_of_the_leases_it_locked(db: Databa
     from tickwarden.store.ledger import expire_params
     from tickwarden.store.queries import queries
 
-    wf = workflow(db, YEAR_START, cadence=DAILY)
-    RetentionSweeper(db).create_months(YEAR_START)
-    for index in (5, 70):  # January and March hold finished runs
-        run_tick(db, wf, YEAR_START + index * DAY, True)
-    ticks = [YEAR_START + index * DAY for index in (40, 41)]  # February
-    for tick in ticks:
-        create_tick(db, wf, tick, tick)
+    wf, ticks = queued_in_february(db)
     leased_at = ticks[-1] + timedelta(minutes=1)
     with db.autocommit() as store:
         started, ahead = [a for a, _, _ in store.execution.exchange("w1", leased_at, 60, lease=2).leased]

@@ -94,20 +94,29 @@ def test_a_warm_attempt_pays_no_connection_check_and_one_commit_and_leases_the_n
         ["queued"]]
 
 
-def test_a_batch_of_warm_attempts_pays_the_busy_mark_once_per_batch(db, clock, traced):
+def warm_batches(db, clock, traced):
+    """Sixteen no-op attempts run by one worker leasing 4 at a time; the tracer holds what the
+    second eight sent (the first eight woke the environment, prepared the statements and ended a
+    batch). Returns the runs, and the round trips and statements of those eight, counted before
+    the worker stops (stopping gives back the attempt leased ahead)."""
     traced_db, tracer = traced
     wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
     runs = [queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0) for i in range(16)]
     worker = Worker(traced_db, "w1", clock=clock, secret_key=SECRET, batch=4)
     try:
-        for _ in range(8):  # wake the environment, prepare the statements, end a batch
+        for _ in range(8):
             worker.run_once(clock.now())
         tracer.reset()
         for _ in range(8):
             assert worker.run_once(clock.now()) <= clock.now()
-        sent = tracer.sent()
+        sent, statements = tracer.sent(), tracer.statements()
     finally:
         worker.close(clock.now())
+    return runs, sent, statements
+
+
+def test_a_batch_of_warm_attempts_pays_the_busy_mark_once_per_batch(db, clock, traced):
+    runs, sent, _ = warm_batches(db, clock, traced)
     # per attempt the outcome's exchange (the connection's check sends nothing); per batch of 4, one busy mark
     # for its first attempt and the lease's second round trip (8 * 1 + 2 before, the lease in one)
     assert len(sent) == 8 * 1 + 2 + 2, sent
@@ -116,19 +125,7 @@ def test_a_batch_of_warm_attempts_pays_the_busy_mark_once_per_batch(db, clock, t
 
 
 def test_a_warm_attempts_step_rows_are_written_by_its_outcomes_statement(db, clock, traced):
-    traced_db, tracer = traced
-    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
-    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0) for i in range(16)]
-    worker = Worker(traced_db, "w1", clock=clock, secret_key=SECRET, batch=4)
-    try:
-        for _ in range(8):  # wake the environment, prepare the statements, end a batch
-            worker.run_once(clock.now())
-        tracer.reset()
-        for _ in range(8):
-            assert worker.run_once(clock.now()) <= clock.now()
-        statements = tracer.statements()
-    finally:
-        worker.close(clock.now())
+    runs, _, statements = warm_batches(db, clock, traced)
     # per attempt: BEGIN, the outcome with its step rows, the next attempt's start, COMMIT and the poller's
     # wake; besides them the batches' environment marks and leases (60 before: the step rows had a statement
     # of their own, one more per attempt)

@@ -9,8 +9,9 @@ line reads `MAX_LIVE` for its help without loading the pool and its database lay
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tickwarden.lazy import attributes
 
 if TYPE_CHECKING:
     from tickwarden.environments.pool import EnvironmentPool, Instance, IsolationError
@@ -29,12 +30,7 @@ _HOMES = {
     "WatchdogTimeout": "process",
 }
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+__getattr__ = attributes(__name__, _HOMES)
 
 
 __all__ = [

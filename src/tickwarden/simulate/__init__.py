@@ -6,8 +6,9 @@ The package's names load with the module that defines them, on first use: the po
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from tickwarden.lazy import attributes
 
 if TYPE_CHECKING:
     from tickwarden.simulate.engine import Simulation, SimulationOutcome
@@ -24,12 +25,7 @@ _HOMES = {
     "parse_scenario": "scenario",
 }
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+__getattr__ = attributes(__name__, _HOMES)
 
 
 def run_policy(scenario: Scenario, policy_name: str = "tickwarden", **kwargs: Any) -> SimulationOutcome:
