@@ -66,7 +66,9 @@ class LeaseReaper:
             self.last_reaped, self.last_requeued = [], []
             return now + self.interval
         hold = self._hold_until
-        if started is not None and started <= now < started + self.resume_grace:
+        # A server that started after `now` counts too: a pass that began during the outage
+        # can get its connection only once the server is back, with `now` from before it.
+        if started is not None and now < started + self.resume_grace:
             hold = max(hold or now, started + self.resume_grace)
         if hold is not None and now < hold:
             self.last_reaped, self.last_requeued = [], []

@@ -197,6 +197,33 @@ def test_the_reaper_leaves_leases_that_ran_out_while_the_server_was_down_to_thei
     assert [r.attempt_id for r in reaper.last_reaped] == [attempt.id]  # past the grace, a silent worker is lost
 
 
+def test_a_reaper_pass_that_began_before_the_server_came_back_leaves_the_leases_alone(private, private_db):
+    """A pass takes `now` first and its connection after: one that began while the server was
+    down gets it only once the server is back, with a `now` from before the server's start.
+    The leases that ran out by then ran out in the outage too."""
+
+    from tests.helpers import create_run, make_workflow
+    from tickwarden.clock import WallClock
+    from tickwarden.reaper import LeaseReaper
+
+    now = WallClock().now()
+    workflow = make_workflow(private_db, now)
+    create_run(private_db, workflow, now - timedelta(seconds=10), now - timedelta(seconds=10), budget=0)
+    with private_db.transaction() as store:
+        [attempt] = lease(store, "w1", now - timedelta(seconds=10), 5)  # ran out 5 s before `now`
+    private.restart("immediate")
+    reaper = LeaseReaper(private_db, resume_grace_seconds=30, server_restarts=True)
+    for _ in range(50):  # the first borrow after the restart may find the old connection gone
+        try:
+            wake = reaper.run_once(now)  # the pass's clock was read before the server started
+            break
+        except DatabaseUnavailable:
+            time.sleep(0.2)
+    assert reaper.last_reaped == [] and wake > now
+    with private_db.transaction() as store:
+        assert store.ledger.renew_lease(attempt, "w1", WallClock().now(), 5)  # its worker renews in time
+
+
 def test_a_worker_pass_during_an_outage_comes_back_later_without_a_traceback(private, private_db, caplog):
 
     clock = VirtualClock(START)
