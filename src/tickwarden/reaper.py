@@ -15,11 +15,33 @@ After the database was away (this replica could not reach it, or the server
 restarted, when `server_restarts` is on), leases ran out because nobody could renew them, not because their
 workers died: expired leases are then left alone for `resume_grace_seconds`, time
 for live workers to renew them or record the results they hold.
+
+A network outage need not show as either: the server keeps running, and a pass that
+began during it waits for its answer instead of failing, or the outage fits between two
+passes. On the wall clock (`monotonic` given, as `server_restarts` gives it) the reaper
+therefore also judges from its own looks, one per pass, each known to have reached the
+server between the pass's `now` and its answer (`now` plus the wait `monotonic` measured).
+The invariant: a pass reaps only leases expired for `LATE_SECONDS`, and only when, over
+the last `resume_grace_seconds`, no two of its consecutive looks were more than
+`blind_seconds` apart (from the start of one to the answer of the next); a reaper's
+first look holds too, it saw nothing before it. Why that spares live workers: a worker
+renews on a fixed beat every third of its lease (the first a third after it took the
+lease at full length), each renewal landing within `LATE_SECONDS` of its beat, so a live
+worker's lease expired that long means its last three beats failed: an outage spanning
+two thirds of the lease (20 s for the default 30 s). A span without a look that long is
+a gap above `blind_seconds` (18 s; passes are 15 s apart), after which the reaper holds
+until `resume_grace_seconds` (30 s, more than the third of a lease to the worker's next
+beat) past the look that ended it, and by then every live worker has renewed. Each
+replica judges from its own looks, and an outage of the server is a gap in all of them.
+A partition that cuts off some workers while the reaper still reaches the server is,
+to the reaper, indistinguishable from those workers dying: their started attempts are lost.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from tickwarden import metrics
@@ -32,36 +54,52 @@ log = logging.getLogger(__name__)
 INTERVAL_SECONDS = 15
 BATCH = 500
 RESUME_GRACE_SECONDS = 30  # a worker renews every lease/3 (10 s by default) and records within a second
+BLIND_SECONDS = 18  # under two thirds of the default 30 s lease, above the 15 s between passes
+LATE_SECONDS = 2  # how late a live worker's renewal may land after its beat
 
 
 class LeaseReaper:
     name = "lease-reaper"
 
     def __init__(self, db: Database, *, interval_seconds: float = INTERVAL_SECONDS, batch: int = BATCH,
-                 resume_grace_seconds: float = RESUME_GRACE_SECONDS, server_restarts: bool = False):
+                 resume_grace_seconds: float = RESUME_GRACE_SECONDS, server_restarts: bool = False,
+                 blind_seconds: float = BLIND_SECONDS, monotonic: Callable[[], float] | None = None):
         self.db = db
         self.interval = timedelta(seconds=interval_seconds)
         self.batch = batch
         self.resume_grace = timedelta(seconds=resume_grace_seconds)
-        # Compare the server's real start time with `now`: only on the wall clock (the service),
-        # never on the simulator's virtual one.
+        # Compare the server's real start time with `now`, and time the reaper's own looks:
+        # only on the wall clock (the service), never on the simulator's virtual one, whose
+        # passes are far apart by design and whose database never goes away.
         self.server_restarts = server_restarts
+        self.monotonic = monotonic if monotonic is not None else time.monotonic if server_restarts else None
+        self.blind = timedelta(seconds=blind_seconds)
+        self.late = timedelta(seconds=LATE_SECONDS if self.monotonic is not None else 0)
         self.last_reaped: list[FinishedAttempt] = []  # marked lost by the last pass
         self.last_requeued: list[int] = []  # leased ahead, never started, given back by the last pass
         self._unreachable = False  # the previous pass could not reach the database
         self._hold_until: datetime | None = None
+        self._looked: datetime | None = None  # the `now` of the last look that reached the database
 
     def run_once(self, now: datetime) -> datetime:
         """Reap expired leases at `now`; come back at once while a full batch was found."""
+        began = self.monotonic() if self.monotonic is not None else 0.0
+        cutoff = now - self.late
         try:
             with self.db.probe() as store:
-                waiting = store.execution.reaper_waiting(now)
+                waiting = store.execution.reaper_waiting(cutoff)
                 started = store.execution.reaper_server_started() if waiting and self.server_restarts else None
         except DatabaseUnavailable:
             self._unreachable = True
             raise
         if self._unreachable:
-            self._unreachable, self._hold_until = False, now + self.resume_grace
+            self._unreachable = False
+            self._hold(now + self.resume_grace)
+        if self.monotonic is not None:
+            answered = now + timedelta(seconds=self.monotonic() - began)
+            if self._looked is None or answered - self._looked > self.blind:
+                self._hold(answered + self.resume_grace)
+            self._looked = now
         if not waiting:  # the usual pass: one read-only statement
             self.last_reaped, self.last_requeued = [], []
             return now + self.interval
@@ -74,8 +112,8 @@ class LeaseReaper:
             self.last_reaped, self.last_requeued = [], []
             return min(hold, now + self.interval)
         with self.db.transaction() as store:
-            reaped = store.ledger.reap_leases(now, limit=self.batch)
-            store.execution.abandon_environment_instances(now)
+            reaped = store.ledger.reap_leases(cutoff, limit=self.batch)
+            store.execution.abandon_environment_instances(cutoff)
         self.last_reaped = reaped.lost
         self.last_requeued = reaped.requeued
         metrics.current().leases_expired(reaped.lost)
@@ -86,3 +124,8 @@ class LeaseReaper:
             log.info("%s attempts leased ahead and never started went back to the queue: %s", len(reaped.requeued),
                      reaped.requeued)
         return now if len(reaped) >= self.batch else now + self.interval
+
+    def _hold(self, until: datetime) -> None:
+        """Leave expired leases alone until `until` at least (a hold is only ever lengthened)."""
+        if self._hold_until is None or until > self._hold_until:
+            self._hold_until = until
