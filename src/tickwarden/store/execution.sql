@@ -80,15 +80,20 @@ RETURNING *;
 -- execution_abandon_environment_instances --
 -- Instances still listed live long after their idle timeout belong to a worker that
 -- died without stopping them (their processes exit with it): mark them dead. A busy
--- one is abandoned only when its worker holds no running attempt any more.
+-- one is abandoned only when its worker holds no running attempt any more. The CASE
+-- orders the tests (its columns are all NOT NULL): the look at every month's running
+-- attempts is made only for a busy instance already past its timeout, so a pass that
+-- finds none reads the live instances' index and nothing of the ledger.
 UPDATE environment_instances i
    SET status = 'dead', stopped_at = %(now)s
   FROM environments e
  WHERE e.id = i.environment_id
    AND i.status IN ('starting', 'warm', 'busy')
-   AND i.last_used_at + make_interval(secs => e.idle_timeout_seconds + %(grace_seconds)s) <= %(now)s
-   AND (i.status <> 'busy' OR NOT EXISTS (
-           SELECT 1 FROM attempts a WHERE a.status = 'running' AND a.worker_id = i.worker_id))
+   AND CASE WHEN i.last_used_at + make_interval(secs => e.idle_timeout_seconds + %(grace_seconds)s) > %(now)s
+            THEN false
+            WHEN i.status <> 'busy' THEN true
+            ELSE NOT EXISTS (SELECT 1 FROM attempts a WHERE a.status = 'running' AND a.worker_id = i.worker_id)
+       END
 RETURNING i.id;
 
 -- execution_list_environment_instances --
@@ -151,13 +156,18 @@ SELECT pg_postmaster_start_time() AS started;
 -- execution_reaper_waiting --
 -- The lease reaper's idle check, read only: has a running attempt's lease expired
 -- (expire_leases), or is an instance left listed live (abandon_environment_instances)?
+-- The instances' test is that statement's, ordered the same way: every month's running
+-- attempts are looked at only for a busy instance past its timeout, so the usual idle
+-- look reads one page of each month's index of running leases and the live instances.
 SELECT EXISTS (SELECT 1 FROM attempts WHERE status = 'running' AND lease_expires_at <= %(now)s)
     OR EXISTS (
     SELECT 1
       FROM environment_instances i
       JOIN environments e ON e.id = i.environment_id
      WHERE i.status IN ('starting', 'warm', 'busy')
-       AND i.last_used_at + make_interval(secs => e.idle_timeout_seconds + %(grace_seconds)s) <= %(now)s
-       AND (i.status <> 'busy' OR NOT EXISTS (
-               SELECT 1 FROM attempts a WHERE a.status = 'running' AND a.worker_id = i.worker_id))
+       AND CASE WHEN i.last_used_at + make_interval(secs => e.idle_timeout_seconds + %(grace_seconds)s) > %(now)s
+                THEN false
+                WHEN i.status <> 'busy' THEN true
+                ELSE NOT EXISTS (SELECT 1 FROM attempts a WHERE a.status = 'running' AND a.worker_id = i.worker_id)
+           END
 ) AS found;
