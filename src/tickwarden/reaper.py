@@ -31,7 +31,9 @@ worker's lease expired that long means its last three beats failed: an outage sp
 two thirds of the lease (20 s for the default 30 s). A span without a look that long is
 a gap above `blind_seconds` (18 s; passes are 15 s apart), after which the reaper holds
 until `resume_grace_seconds` (30 s, more than the third of a lease to the worker's next
-beat) past the look that ended it, and by then every live worker has renewed. Each
+beat) past the look that ended it, and by then every live worker has renewed. That holds
+for leases of 27 s and more (`blind_seconds` at most two thirds of the lease); a shorter
+lease needs a smaller `blind_seconds` and passes closer together than it. Each
 replica judges from its own looks, and an outage of the server is a gap in all of them.
 A partition that cuts off some workers while the reaper still reaches the server is,
 to the reaper, indistinguishable from those workers dying: their started attempts are lost.
