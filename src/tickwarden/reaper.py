@@ -86,6 +86,8 @@ class LeaseReaper:
     def run_once(self, now: datetime) -> datetime:
         """Reap expired leases at `now`; come back at once while a full batch was found."""
         began = self.monotonic() if self.monotonic is not None else 0.0
+        # The pass judges, and stamps what it reaps, as a pass begun `late` earlier would
+        # (any pass may run late): a lease counts as expired only once its renewal is overdue.
         cutoff = now - self.late
         try:
             with self.db.probe() as store:
