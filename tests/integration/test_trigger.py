@@ -305,6 +305,35 @@ def test_a_pass_meeting_a_tick_that_already_has_its_run_fires_again_passing_over
     assert ticks(db) == ticks(db, "second") == [minute(12, 1), minute(12, 2)]
 
 
+def test_moving_a_fleet_on_writes_each_fire_rows_new_version_on_its_own_page(db, tmp_path):
+    apply(db, tmp_path, T0)
+    with db.connection() as conn:
+        conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                     " SELECT t.id, 'fleet-' || g, %(t)s, %(t)s FROM tenants t, generate_series(1, 600) g", {"t": T0})
+        conn.execute("INSERT INTO schedules (tenant_id, workflow_id, cron, timezone, status, cadence_seconds, version,"
+                     " created_at, updated_at) SELECT tenant_id, id, '* * * * *', 'UTC', 'active', 60, 1, %(t)s, %(t)s"
+                     " FROM workflows WHERE name LIKE 'fleet-%%'", {"t": T0})
+        conn.execute("INSERT INTO schedule_fires (schedule_id, tenant_id, workflow_id, next_fire_at)"
+                     " SELECT s.id, s.tenant_id, s.workflow_id, %(next)s FROM schedules s"
+                     " WHERE NOT EXISTS (SELECT FROM schedule_fires f WHERE f.schedule_id = s.id)", {"next": minute(12, 1)})
+        conn.commit()
+
+        def pages() -> dict[int, int]:
+            rows = conn.execute("SELECT schedule_id, (ctid::text::point)[0]::int FROM schedule_fires").fetchall()
+            conn.commit()
+            return dict(rows)
+
+        before = pages()
+        assert len(set(before.values())) > 2   # several pages, each filled as far as the table lets inserts fill it
+        ticker = Ticker(db)
+        ticker.run_once(minute(12, 1))
+        assert ticker.last_pass is not None and ticker.last_pass.created == 601
+        assert pages() == before   # room was left for every row's next version beside it
+        moved = conn.execute("SELECT DISTINCT next_fire_at, last_fired_at FROM schedule_fires f JOIN workflows w"
+                             " ON w.id = f.workflow_id WHERE w.name LIKE 'fleet-%%'").fetchall()
+        assert moved == [(minute(12, 2), minute(12, 1))]
+
+
 def add_workflows(db, specs: list[tuple[str, str, str]], *, deadline: int = 300, cadence: int = 60) -> dict[str, int]:
     """Add workflows of tenant acme, each (name, cron, zone) with an active schedule; return their ids."""
     ids = {}
