@@ -20,10 +20,16 @@ not a wake-up arrived. One pass at `now`, in one transaction:
    outage): they are treated exactly like ticks the trigger never saw. Only then
    are a group's members read one by one.
 4. Insert one run per remaining tick and move every claimed schedule to its first
-   fire time after `now`, in one statement (`create_tick_groups`; `ON CONFLICT DO
-   NOTHING` on (workflow, tick): a tick fired twice, by two replicas or after an
-   edit, is still one run), each run with its retry budget and backoffs (the
-   profile's when monitoring is on, else none) and its deadline (`profile.run_deadline`).
+   fire time after `now`, in one statement (`submit_tick_groups`), each run with its
+   retry budget and backoffs (the profile's when monitoring is on, else none) and its
+   deadline (`profile.run_deadline`). The locked fire rows make this pass the only
+   writer of their ticks (another replica skips them, and sees them moved on once this
+   one commits), so the runs go in with a plain insert; the unique index on (workflow,
+   tick) stays the last line of defence. A tick that already has its run (recorded by
+   another trigger, or made due again by a publish whose clock was behind) fails the
+   insert, and the pass, rolled back whole, is fired again with `ON CONFLICT DO
+   NOTHING`, which an external workflow's ticks always get (a check-in may record
+   its tick before the ticker does).
 
 The next wake-up is the earliest `next_fire_at` of all schedules, read after the
 pass's own writes (or, when the claim found nothing, beside it, in its round trip), but no later than `max_sleep` ahead (so schedules written by
@@ -52,6 +58,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from psycopg.errors import UniqueViolation
 
 from tickwarden.cadence import CronSchedule
 from tickwarden.catalog import budget_for
@@ -116,7 +124,6 @@ class Ticker:
 
     def run_once(self, now: datetime) -> datetime:
         """Fire every due tick of up to one batch of schedules at `now`; return the next wake-up."""
-        windows: dict[tuple[str, str, datetime, int], FireWindow] = {}
         t0 = time.perf_counter()
         if self._expects_nothing_due(now):
             with self.db.probe() as look:
@@ -124,21 +131,49 @@ class Ticker:
             if earliest is None or earliest > now:  # an idle pass: nothing to claim
                 self.last_pass = PassStats(0, 0, 0, (time.perf_counter() - t0) * 1000, 0.0, 0.0, earliest)
                 return now + self.max_sleep if earliest is None else min(earliest, now + self.max_sleep)
+        try:
+            earliest, claimed, created = self._claim_and_fire(now, t0, exclusive=True)
+        except UniqueViolation:
+            # A claimed tick already had its run (recorded by another trigger, or fired before
+            # a publish whose clock was behind this one's set it due again): the pass was
+            # rolled back whole, and is fired again passing over such runs.
+            log.warning("ticker: a due tick already had its run at %s; firing the pass again", now.isoformat())
+            earliest, claimed, created = self._claim_and_fire(now, time.perf_counter(), exclusive=False)
+        if created:
+            log.info("ticker: %d run(s) created for %d due schedule(s)", created, claimed)
+        if earliest is None:
+            return now + self.max_sleep
+        if earliest <= now:
+            # Still due after this pass's writes: more than a batch (ours to take now), or
+            # held by another replica or a publish in flight (look again shortly).
+            return now if claimed >= self.batch else now + RETRY_SOON
+        # Nothing is due any more, even after a full batch: a pass now would find nothing.
+        return min(earliest, now + self.max_sleep)
+
+    def _claim_and_fire(self, now: datetime, t0: float, *, exclusive: bool) -> tuple[datetime | None, int, int]:
+        """Claim, fire and advance up to one batch in one transaction; return the earliest fire time, claimed and created.
+
+        `exclusive`: insert the runs plainly, as the only writer of their ticks, unless a
+        claimed workflow is external (a check-in may record its tick first). The counters
+        move only once the transaction has committed, so a pass fired again counts once.
+        """
+        windows: dict[tuple[str, str, datetime, int], FireWindow] = {}
         with self.db.transaction(pipelined=True) as store:  # BEGIN rides with the claim, COMMIT with the end
             due, earliest = store.trigger.claim_due_and_earliest(now, self.batch)
             groups: list[TickGroup] = []
             advances: list[Advance] = []
-            claimed = fired = 0
+            claimed = fired = stale = 0
             for entry in due:
                 window = self._window(windows, entry, now)
                 claimed += entry.members
-                self.stale += window.stale * entry.members
+                stale += window.stale * entry.members
                 if not window.fire:
                     advances.append(Advance(entry.schedule_ids, window.next_fire_at, None))
                     continue
                 # An external workflow's tick cannot be retried by tickwarden: no retry budget,
                 # and its deadline is what its job can do (checkins.py, profile.external_run_deadline).
                 external = entry.kind == "external"
+                exclusive = exclusive and not external
                 budget = budget_for(entry.cadence_seconds, entry.policy_overrides,
                                     entry.monitoring_enabled and not external, entry.timeout_seconds)
                 ticks = tuple((tick, budget.external_deadline(tick) if external else budget.deadline(tick))
@@ -153,27 +188,19 @@ class Ticker:
             t1 = time.perf_counter()
             # The earliest fire time is read after the pass's own writes (beside the claim when
             # it found nothing), sent with them: one round trip in the pipelined transaction.
-            counted = store.ledger.submit_tick_groups(groups, now, advances)
+            counted = store.ledger.submit_tick_groups(groups, now, advances, exclusive=exclusive)
             after_writes = store.trigger.submit_earliest_fire() if due else None
             created = counted()
             t2 = time.perf_counter()
             if after_writes is not None:
                 earliest = after_writes()
         t3 = time.perf_counter()
+        self.stale += stale
         self.fired += fired
         self.created += created
         self.last_pass = PassStats(claimed, fired, created, (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000,
                                    earliest)
-        if created:
-            log.info("ticker: %d run(s) created for %d due schedule(s)", created, claimed)
-        if earliest is None:
-            return now + self.max_sleep
-        if earliest <= now:
-            # Still due after this pass's writes: more than a batch (ours to take now), or
-            # held by another replica or a publish in flight (look again shortly).
-            return now if claimed >= self.batch else now + RETRY_SOON
-        # Nothing is due any more, even after a full batch: a pass now would find nothing.
-        return min(earliest, now + self.max_sleep)
+        return earliest, claimed, created
 
     def _expects_nothing_due(self, now: datetime) -> bool:
         """Whether this ticker's last pass left nothing due by `now`: then a look comes before any claim.

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from itertools import takewhile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
+import pytest
+
 from tickwarden import catalog
 from tickwarden.cadence import CronSchedule
-from tickwarden.store.ledger import TickGroup
+from tickwarden.store.ledger import TickGroup, TickRequest
 from tickwarden.store.trigger import Advance, parse_int_array
 from tickwarden.ticker import Ticker
 
@@ -258,6 +262,76 @@ def test_an_edit_waits_for_a_pass_holding_its_fire_row_and_its_fire_time_wins(db
     # the tick the pass fired stays; the edit's next fire time replaces the pass's
     assert ticks(db) == [minute(12, 1)]
     assert next_fire_times(db)["every-minute"] == minute(12, 5)
+
+
+def test_the_claimed_ticks_insert_is_exclusive_and_a_run_already_there_fails_it_whole(db, tmp_path):
+    apply(db, tmp_path, T0)
+    with db.transaction() as store:
+        workflow = store.catalog.get_workflow_by_name("acme", "every-minute")
+        assert workflow is not None
+        store.ledger.create_tick_run(TickRequest(workflow.tenant_id, workflow.id, minute(12, 1), 0, minute(12, 11)), T0)
+    with pytest.raises(psycopg.errors.UniqueViolation), db.transaction() as store:
+        held = store.trigger.claim_due(minute(12, 1), 10)
+        assert [e.cron for e in held] == ["* * * * *"]
+        store.ledger.submit_tick_groups([TickGroup(held[0].workflow_ids, held[0].tenant_ids,
+                                                   ((minute(12, 1), minute(12, 11)),), 0)],
+                                        minute(12, 1), [Advance(held[0].schedule_ids, minute(12, 2), minute(12, 1))],
+                                        exclusive=True)()
+    # rolled back whole: the fire row has not moved
+    assert next_fire_times(db)["every-minute"] == minute(12, 1)
+
+
+def test_a_pass_meeting_a_tick_that_already_has_its_run_fires_again_passing_over_it(db, tmp_path, caplog):
+    apply(db, tmp_path, T0)
+    add_workflows(db, [("second", "* * * * *", "UTC")])
+    with db.transaction() as store:
+        workflow = store.catalog.get_workflow_by_name("acme", "every-minute")
+        assert workflow is not None
+        # another trigger recorded the 12:01 tick first
+        store.ledger.create_tick_run(TickRequest(workflow.tenant_id, workflow.id, minute(12, 1), 0, minute(12, 11)), T0)
+    ticker = Ticker(db)
+    with caplog.at_level(logging.WARNING, logger="tickwarden.ticker"):
+        assert ticker.run_once(minute(12, 1) + timedelta(seconds=1)) == minute(12, 2)
+    assert "already had its run" in caplog.text
+    assert ticker.last_pass is not None and (ticker.last_pass.fired, ticker.last_pass.created) == (2, 1)
+    assert ticker.created == 1 and ticker.fired == 2
+    assert ticks(db) == ticks(db, "second") == [minute(12, 1)]
+    assert next_fire_times(db)["every-minute"] == next_fire_times(db)["second"] == minute(12, 2)
+    # the next minute is an ordinary exclusive pass again
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tickwarden.ticker"):
+        ticker.run_once(minute(12, 2) + timedelta(seconds=1))
+    assert "already had its run" not in caplog.text
+    assert ticks(db) == ticks(db, "second") == [minute(12, 1), minute(12, 2)]
+
+
+def test_moving_a_fleet_on_writes_each_fire_rows_new_version_on_its_own_page(db, tmp_path):
+    apply(db, tmp_path, T0)
+    with db.connection() as conn:
+        conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                     " SELECT t.id, 'fleet-' || g, %(t)s, %(t)s FROM tenants t, generate_series(1, 600) g", {"t": T0})
+        conn.execute("INSERT INTO schedules (tenant_id, workflow_id, cron, timezone, status, cadence_seconds, version,"
+                     " created_at, updated_at) SELECT tenant_id, id, '* * * * *', 'UTC', 'active', 60, 1, %(t)s, %(t)s"
+                     " FROM workflows WHERE name LIKE 'fleet-%%'", {"t": T0})
+        conn.execute("INSERT INTO schedule_fires (schedule_id, tenant_id, workflow_id, next_fire_at)"
+                     " SELECT s.id, s.tenant_id, s.workflow_id, %(next)s FROM schedules s"
+                     " WHERE NOT EXISTS (SELECT FROM schedule_fires f WHERE f.schedule_id = s.id)", {"next": minute(12, 1)})
+        conn.commit()
+
+        def pages() -> dict[int, int]:
+            rows = conn.execute("SELECT schedule_id, (ctid::text::point)[0]::int FROM schedule_fires").fetchall()
+            conn.commit()
+            return dict(rows)
+
+        before = pages()
+        assert len(set(before.values())) > 2   # several pages, each filled as far as the table lets inserts fill it
+        ticker = Ticker(db)
+        ticker.run_once(minute(12, 1))
+        assert ticker.last_pass is not None and ticker.last_pass.created == 601
+        assert pages() == before   # room was left for every row's next version beside it
+        moved = conn.execute("SELECT DISTINCT next_fire_at, last_fired_at FROM schedule_fires f JOIN workflows w"
+                             " ON w.id = f.workflow_id WHERE w.name LIKE 'fleet-%%'").fetchall()
+        assert moved == [(minute(12, 2), minute(12, 1))]
 
 
 def add_workflows(db, specs: list[tuple[str, str, str]], *, deadline: int = 300, cadence: int = 60) -> dict[str, int]:

@@ -66,10 +66,16 @@ DETAILED = ("*", "SELECT run.* FROM run ORDER BY run.scheduled_for, run.workflow
 COUNTED = ("id, tenant_id, workflow_id, scheduled_for, attempts_count", "SELECT count(*) AS created FROM run")
 
 
+# How the insert meets a run its tick already has: nothing, for a caller that may race
+# another writer of the tick; an error, for the one writer of its ticks (`exclusive`).
+TOLERANT = "ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING"
+
+
 @functools.cache
-def _create_tick_runs(shape: tuple[str, str]) -> str:
+def _create_tick_runs(shape: tuple[str, str], exclusive: bool = False) -> str:
     returning, result = shape
-    return queries()["ledger_create_tick_runs"].replace("{returning}", returning).replace("{result}", result)
+    return (queries()["ledger_create_tick_runs"].replace("{returning}", returning).replace("{result}", result)
+            .replace("{on_conflict}", "" if exclusive else TOLERANT))
 
 
 @dataclass(frozen=True)
@@ -101,12 +107,18 @@ class LedgerRepository(StoreBase):
         return self.submit_tick_groups(groups, now, advances)()
 
     def submit_tick_groups(
-        self, groups: Sequence[TickGroup], now: datetime, advances: Sequence[Advance] = ()
+        self, groups: Sequence[TickGroup], now: datetime, advances: Sequence[Advance] = (), *, exclusive: bool = False
     ) -> Callable[[], int]:
-        """`create_tick_groups` sent now; the returned reader says how many runs it created (`StoreBase._submit`)."""
+        """`create_tick_groups` sent now; the returned reader says how many runs it created (`StoreBase._submit`).
+
+        `exclusive`: the caller holds the fire rows of the schedules whose ticks these are,
+        and no other writer records them, so a plain insert suffices; a run already there
+        then fails the statement with `UniqueViolation` (the transaction is lost, nothing
+        is written twice) instead of being passed over.
+        """
         if not groups and not advances:
             return lambda: 0
-        read = self._submit_text(_create_tick_runs(COUNTED), tick_params(groups, now, advances))
+        read = self._submit_text(_create_tick_runs(COUNTED, exclusive), tick_params(groups, now, advances))
         return lambda: int(read()[0]["created"])
 
     def create_tick_run(self, tick: TickRequest, now: datetime) -> Run | None:

@@ -3,7 +3,12 @@
 -- schedules the ticker claimed to their next fire time (their `schedule_fires` rows), in
 -- one statement: a tick is recorded exactly when its schedule moves past it. Racing
 -- triggers insert the same ticks; the unique index turns all but the first into
--- nothing. Callers that only record ticks (a CronJob's report) pass no schedules to
+-- nothing (`{on_conflict}` is ON CONFLICT DO NOTHING). A caller that holds the fire
+-- rows of every schedule whose ticks it records (the ticker, for workflows no check-in
+-- records) is the only writer of those ticks: its insert is a plain one, without a
+-- speculative insertion's probe and confirmation per run, and the unique index stays the
+-- last line of defence (a duplicate fails the statement; `LedgerRepository.submit_tick_groups`).
+-- Callers that only record ticks (a CronJob's report) pass no schedules to
 -- advance. A tick of an external workflow gets no attempt (no worker runs it): its run
 -- waits for check-ins, and the deadline detector misses it when none comes.
 -- Ticks arrive in groups: each group's members (workflow and tenant ids as array text,
@@ -32,7 +37,7 @@ WITH grp AS (
       FROM grp g
       JOIN tick t ON t.no = g.no
      CROSS JOIN LATERAL unnest(g.workflow_ids, g.tenant_ids) AS m (workflow_id, tenant_id)
-        ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
+    {on_conflict}
     RETURNING {returning}
 ), attempt AS (
     INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)
