@@ -553,9 +553,9 @@ def queued_in_february(db: Database) -> tuple[Workflow, list[datetime]]:
 
 
 def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) -> None:
-    """The lease's queue scan alone looks at every month; its writes are planned with the locked
-    attempts' ticks bound, so their plan holds those months' partitions alone, and the contexts
-    behind them read no month at all."""
+    """The lease's queue scan and the idle poll read the queue (attempt_queue), no month of the
+    ledger; the writes are planned with the locked attempts' ticks bound, so their plan holds
+    those months' partitions alone, and the contexts behind them read no month at all."""
     from tickwarden.store.ledger import lease_params
     from tickwarden.store.queries import queries
 
@@ -564,6 +564,9 @@ def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) 
 
     with db.transaction() as store:
         params = lease_params("w1", now, 600, 2, start=1)
+        for name in ("ledger_lease_queue", "execution_queue_waiting"):
+            plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()[name], params).fetchone()[0]
+            assert ledger_tables(plan) == set()
         queued = store.conn.execute(queries()["ledger_lease_queue"], params).fetchall()
         assert [tick for _, _, tick, _ in queued] == ticks
         bound = lease_params("w1", now, 600, 2, start=1,

@@ -298,7 +298,7 @@ def lease_params(worker_id: str, now: datetime, lease_seconds: float, limit: int
     """
     return {"worker_id": worker_id, "now": now, "lease_expires_at": now + timedelta(seconds=lease_seconds),
             "limit": limit, "start": limit if start is None else start,
-            "attempt_ids": [q["id"] for q in queued], "run_ids": [q["run_id"] for q in queued],
+            "attempt_ids": [q["id"] for q in queued],
             "run_scheduled_fors": [q["run_scheduled_for"] for q in queued]}
 
 

@@ -67,20 +67,23 @@ SELECT run.* FROM run;
 -- Lock the oldest queued attempts for a lease, the first half of it: SKIP LOCKED hands
 -- concurrent workers disjoint rows without waiting, and the locks hold until the
 -- lease's transaction ends, so `ledger_lease_attempts` (sent with these rows, in the
--- same transaction) writes rows nobody else can take meanwhile. Only this read scans
--- every month retention keeps (where the queue is not known ahead); the writes after
--- it are told the months, so their plans hold only those.
-SELECT a.id, a.run_id, a.run_scheduled_for, a.workflow_id
-  FROM attempts a
- WHERE a.status = 'queued' AND a.queued_at <= %(now)s
- ORDER BY a.queued_at, a.id
+-- same transaction) leases attempts nobody else can lease meanwhile. The read is of the
+-- queue (`attempt_queue`, migration 0031), one unpartitioned table: which months hold
+-- queued attempts is not known ahead, and a read of the attempts would be planned over
+-- every month retention keeps; the writes after it are told the months, so their plans
+-- hold only those.
+SELECT q.attempt_id AS id, q.run_id, q.run_scheduled_for, q.workflow_id
+  FROM attempt_queue q
+ WHERE q.queued_at <= %(now)s
+ ORDER BY q.queued_at, q.attempt_id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
 -- ledger_lease_attempts --
--- Lease the attempts `ledger_lease_queue` locked in this transaction (ids, run ids and
--- ticks index for index, oldest first); the runs move to running in the same
--- statement. The first %(start)s of them start now (`started_at`); the others are
+-- Lease the attempts whose queue rows `ledger_lease_queue` locked in this transaction
+-- (ids, run ids and ticks index for index, oldest first); the runs move to running in
+-- the same statement, and the attempts leave the queue (its trigger, as they stop being
+-- queued). The first %(start)s of them start now (`started_at`); the others are
 -- leased ahead: `started_at` stays NULL until their worker starts them with the
 -- compare-and-set `execution_start_attempt`, and a lease that runs out before that
 -- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row also
@@ -88,24 +91,35 @@ SELECT a.id, a.run_id, a.run_scheduled_for, a.workflow_id
 -- second look is needed. The ticks arrive as a bound array: the statement is planned
 -- afresh at each execution, with them, so its plan holds only their months'
 -- partitions (planning every month's partitions for these writes cost several times
--- the writes themselves). The status guard is the lock's: a row this transaction
--- locked queued is still queued. Its commit waits for the WAL flush, as every commit
--- that starts an attempt does: a start lost in a crash would hand a running attempt
--- back to the queue.
-WITH leased AS (
+-- the writes themselves). The attempts are locked SKIP LOCKED too: a writer that
+-- changes a queued attempt (a cancel, a Kubernetes lease) locks the attempt first and
+-- its queue row after, so a lease that waited for the attempt while holding the queue
+-- row could deadlock with it; skipped, such an attempt is that writer's to move, and the
+-- status guard leaves out any that stopped being queued before the queue row was locked.
+-- Its commit waits for the WAL flush, as every commit that starts an attempt does: a
+-- start lost in a crash would hand a running attempt back to the queue.
+WITH locked AS (
+    SELECT a.id, a.run_scheduled_for
+      FROM attempts a
+     WHERE a.id = ANY (%(attempt_ids)s::bigint[])
+       AND a.run_scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
+       AND a.status = 'queued'
+       FOR UPDATE SKIP LOCKED
+), leased AS (
     UPDATE attempts a
        SET status = 'running', worker_id = %(worker_id)s,
            started_at = CASE WHEN a.id = ANY ((%(attempt_ids)s::bigint[])[1:%(start)s])
                              THEN %(now)s::timestamptz END,
            heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
-     WHERE a.id = ANY (%(attempt_ids)s::bigint[])
+      FROM locked
+     WHERE a.id = locked.id AND a.run_scheduled_for = locked.run_scheduled_for
        AND a.run_scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
-       AND a.status = 'queued'
     RETURNING a.*
 ), started AS (
     UPDATE runs r
        SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
-     WHERE r.id = ANY (%(run_ids)s::bigint[])
+      FROM leased
+     WHERE r.id = leased.run_id AND r.scheduled_for = leased.run_scheduled_for
        AND r.scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
        AND r.status IN ('queued', 'pending_retry')
 )
