@@ -43,6 +43,20 @@ def ledger_tables(plan: list[dict], *, executed: bool = False) -> set[str]:
     return seen
 
 
+def relation_nodes(plan: list[dict]) -> list[str]:
+    """The ledger's partitions a JSON plan names, once per node that reads or writes one."""
+    found: list[str] = []
+
+    def walk(node: dict) -> None:
+        if node.get("Relation Name", "").startswith(("runs_", "attempts_", "attempt_steps_")):
+            found.append(node["Relation Name"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return found
+
+
 def months(db: Database) -> list[str]:
     return [r[0] for r in rows(db, "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
                                    " WHERE i.inhparent = 'runs'::regclass AND c.relname <> 'runs_default'"
@@ -524,8 +538,13 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
     assert opened("execution_start_attempt", key(ahead)) == {"attempts_p202502"}
     step = {"attempt_id": running.id, "step": "load", "position": 0, "status": "succeeded", "log": "",
             "output": None, "error": None}
-    assert opened("ledger_finish_attempts", finish_params(
-        "w1", [(running, AttemptOutcome(status="succeeded"), now)], wake=False, steps=[step])) == february
+    finish = finish_params("w1", [(running, AttemptOutcome(status="succeeded"), now)], wake=False, steps=[step])
+    assert opened("ledger_finish_attempts", finish) == february
+    # Each of the month's tables is touched once: the attempt's update, the run's (its verdict
+    # decided there), and neither read again beside its write.
+    with db.transaction() as store:
+        plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()["ledger_finish_attempts"], finish).fetchone()[0]
+    assert sorted(relation_nodes(plan)) == ["attempts_p202502", "runs_p202502"]
     assert opened("execution_release_attempts", {
         "attempt_ids": [spare.id], "run_scheduled_fors": [spare.run_scheduled_for], "worker_id": "w1"}) == february
 

@@ -343,6 +343,7 @@ def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutco
         "worker_id": worker_id,
         "attempt_ids": [attempt.id for attempt, _, _ in finished],
         "run_scheduled_fors": [attempt.run_scheduled_for for attempt, _, _ in finished],
+        "workflow_ids": [attempt.workflow_id for attempt, _, _ in finished],
         "statuses": [outcome.status for _, outcome, _ in finished],
         "finished_ats": [at for _, _, at in finished],
         "error_categories": [outcome.error_category for _, outcome, _ in finished],

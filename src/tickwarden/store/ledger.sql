@@ -149,31 +149,34 @@ UPDATE attempts
 -- so the plan holds only those months' partitions instead of every month retention
 -- keeps. The list prunes when the statement is planned, which the server does afresh at
 -- each execution here: a generic plan cannot prune by an array parameter, and, holding
--- every month, it costs several times a fresh plan.
+-- every month, it costs several times a fresh plan. For the same reason the ledger is
+-- touched twice only, each table once: the attempt's workflow comes with it (its
+-- `workflow_id`, as leased), so judging an empty result reads the workflow and not the
+-- attempt, and the run's verdict is decided inside the update that records it, from the
+-- run's own budget columns (a run not running, cancelled meanwhile, is not moved; its
+-- attempt's row still comes back, with no run status).
 -- Each finished attempt is queued for the outcome poller (`outcome_queue`) in the same statement,
 -- and its steps' rows (`steps`: one object per step, each naming its attempt) are written
 -- with it: only for an attempt that ends here under this worker, so a second delivery, or
 -- a result after the lease was reaped, writes none.
 WITH reported AS (
     SELECT *
-      FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[], %(statuses)s::text[],
-                  %(finished_ats)b::timestamptz[], %(error_categories)s::text[], %(errors)s::text[],
-                  %(failed_steps)s::text[], %(retryables)s::boolean[], %(log_tails)s::text[], %(outputs)b::jsonb[],
-                  %(rows)s::bigint[])
-           AS o (attempt_id, run_scheduled_for, status, finished_at, error_category, error, failed_step, retryable,
-                 log_tail, outputs, rows)
+      FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[], %(workflow_ids)s::bigint[],
+                  %(statuses)s::text[], %(finished_ats)b::timestamptz[], %(error_categories)s::text[],
+                  %(errors)s::text[], %(failed_steps)s::text[], %(retryables)s::boolean[], %(log_tails)s::text[],
+                  %(outputs)b::jsonb[], %(rows)s::bigint[])
+           AS o (attempt_id, run_scheduled_for, workflow_id, status, finished_at, error_category, error, failed_step,
+                 retryable, log_tail, outputs, rows)
 ), outcome AS (
     -- A workflow that expects rows fails a success that reported none (empty_result,
     -- retryable: the data may be late); judged here so every writer of outcomes agrees.
-    SELECT o.attempt_id, o.run_scheduled_for, e.status, o.finished_at, o.log_tail, o.outputs, o.rows,
+    SELECT o.attempt_id, o.run_scheduled_for, o.workflow_id, e.status, o.finished_at, o.log_tail, o.outputs, o.rows,
            CASE WHEN e.empty THEN 'empty_result' ELSE o.error_category END AS error_category,
            CASE WHEN e.empty THEN 'the workflow expects rows and its steps reported none' ELSE o.error END AS error,
            CASE WHEN e.empty THEN NULL ELSE o.failed_step END AS failed_step,
            CASE WHEN e.empty THEN true ELSE o.retryable END AS retryable
       FROM reported o
-      JOIN attempts a ON a.id = o.attempt_id AND a.run_scheduled_for = o.run_scheduled_for
-                     AND a.run_scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
-      JOIN workflows w ON w.id = a.workflow_id,
+      JOIN workflows w ON w.id = o.workflow_id,
            LATERAL (SELECT o.status = 'succeeded' AND w.expect_rows AND coalesce(o.rows, 0) = 0 AS empty) x,
            LATERAL (SELECT CASE WHEN x.empty THEN 'failed' ELSE o.status END AS status, x.empty) e
 ), done AS (
@@ -182,7 +185,7 @@ WITH reported AS (
            error_category = o.error_category, error = o.error, failed_step = o.failed_step,
            retryable = o.retryable, log_tail = o.log_tail, outputs = o.outputs, rows = o.rows
       FROM outcome o
-     WHERE a.id = o.attempt_id AND a.run_scheduled_for = o.run_scheduled_for
+     WHERE a.id = o.attempt_id AND a.run_scheduled_for = o.run_scheduled_for AND a.workflow_id = o.workflow_id
        AND a.run_scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
        AND a.status = 'running' AND a.worker_id = %(worker_id)s
     RETURNING a.id, a.run_id, a.run_scheduled_for, a.number, a.status, a.retryable, a.error_category, a.error, a.failed_step,
@@ -200,25 +203,23 @@ WITH reported AS (
       JOIN jsonb_to_recordset(%(steps)s::jsonb)
            AS s(attempt_id bigint, step text, position integer, status text, started_at timestamptz,
                 finished_at timestamptz, log text, output jsonb, error text) ON s.attempt_id = done.id
-), decided AS (
-    SELECT done.*,
-           CASE WHEN done.status = 'succeeded' THEN 'succeeded'
-                WHEN done.retryable AND done.number - r.lost_requeues <= r.retry_budget THEN 'pending_retry'
-                ELSE 'failed' END AS run_status
-      FROM done
-      JOIN runs r ON r.id = done.run_id AND r.scheduled_for = done.run_scheduled_for
-                 AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
 ), moved AS (
+    -- the verdict: succeeded, pending_retry while the tick's budget lasts, else failed (the
+    -- budget's test is written out twice: an update's FROM cannot see the row it updates)
     UPDATE runs r
-       SET status = decided.run_status,
-           recovered = (decided.run_status = 'succeeded' AND decided.number > 1),
-           finished_at = CASE WHEN decided.run_status <> 'pending_retry' THEN decided.finished_at END,
-           error_category = CASE WHEN decided.run_status <> 'succeeded' THEN decided.error_category END,
-           error = CASE WHEN decided.run_status <> 'succeeded' THEN decided.error END,
-           failed_step = CASE WHEN decided.run_status <> 'succeeded' THEN decided.failed_step END,
-           rows = decided.rows
-      FROM decided
-     WHERE r.id = decided.run_id AND r.scheduled_for = decided.run_scheduled_for
+       SET status = CASE WHEN done.status = 'succeeded' THEN 'succeeded'
+                         WHEN done.retryable AND done.number - r.lost_requeues <= r.retry_budget THEN 'pending_retry'
+                         ELSE 'failed' END,
+           recovered = (done.status = 'succeeded' AND done.number > 1),
+           finished_at = CASE WHEN done.status = 'succeeded'
+                                   OR (done.retryable AND done.number - r.lost_requeues <= r.retry_budget) IS NOT TRUE
+                              THEN done.finished_at END,
+           error_category = CASE WHEN done.status <> 'succeeded' THEN done.error_category END,
+           error = CASE WHEN done.status <> 'succeeded' THEN done.error END,
+           failed_step = CASE WHEN done.status <> 'succeeded' THEN done.failed_step END,
+           rows = done.rows
+      FROM done
+     WHERE r.id = done.run_id AND r.scheduled_for = done.run_scheduled_for
        AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[]) AND r.status = 'running'
     RETURNING r.id, r.status
 ), woken AS (
@@ -228,10 +229,10 @@ WITH reported AS (
     -- server's one notification lock through its WAL flush, serialising every worker's outcome
     SELECT pg_notify('tickwarden_wake', 'poller') FROM (SELECT 1 FROM done LIMIT 1) one WHERE %(wake)s
 )
-SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS run_status
-  FROM decided LEFT JOIN moved ON moved.id = decided.run_id
+SELECT done.id AS attempt_id, done.run_id, done.number, moved.status AS run_status
+  FROM done LEFT JOIN moved ON moved.id = done.run_id
  CROSS JOIN (SELECT count(*) FROM woken) w
- ORDER BY decided.id;
+ ORDER BY done.id;
 
 -- ledger_lock_expired_leases --
 -- Lock the attempts whose lease ran out, the first half of a reaper pass: SKIP LOCKED
