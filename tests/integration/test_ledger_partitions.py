@@ -43,6 +43,20 @@ def ledger_tables(plan: list[dict], *, executed: bool = False) -> set[str]:
     return seen
 
 
+def relation_nodes(plan: list[dict]) -> list[str]:
+    """The ledger's partitions a JSON plan names, once per node that reads or writes one."""
+    found: list[str] = []
+
+    def walk(node: dict) -> None:
+        if node.get("Relation Name", "").startswith(("runs_", "attempts_", "attempt_steps_")):
+            found.append(node["Relation Name"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return found
+
+
 def months(db: Database) -> list[str]:
     return [r[0] for r in rows(db, "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
                                    " WHERE i.inhparent = 'runs'::regclass AND c.relname <> 'runs_default'"
@@ -524,8 +538,13 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
     assert opened("execution_start_attempt", key(ahead)) == {"attempts_p202502"}
     step = {"attempt_id": running.id, "step": "load", "position": 0, "status": "succeeded", "log": "",
             "output": None, "error": None}
-    assert opened("ledger_finish_attempts", finish_params(
-        "w1", [(running, AttemptOutcome(status="succeeded"), now)], wake=False, steps=[step])) == february
+    finish = finish_params("w1", [(running, AttemptOutcome(status="succeeded"), now)], wake=False, steps=[step])
+    assert opened("ledger_finish_attempts", finish) == february
+    # Each of the month's tables is touched once: the attempt's update, the run's (its verdict
+    # decided there), and neither read again beside its write.
+    with db.transaction() as store:
+        plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()["ledger_finish_attempts"], finish).fetchone()[0]
+    assert sorted(relation_nodes(plan)) == ["attempts_p202502", "runs_p202502"]
     assert opened("execution_release_attempts", {
         "attempt_ids": [spare.id], "run_scheduled_fors": [spare.run_scheduled_for], "worker_id": "w1"}) == february
 
@@ -553,9 +572,9 @@ def queued_in_february(db: Database) -> tuple[Workflow, list[datetime]]:
 
 
 def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) -> None:
-    """The lease's queue scan alone looks at every month; its writes are planned with the locked
-    attempts' ticks bound, so their plan holds those months' partitions alone, and the contexts
-    behind them read no month at all."""
+    """The lease's queue scan and the idle poll read the queue (attempt_queue), no month of the
+    ledger; the writes are planned with the locked attempts' ticks bound, so their plan holds
+    those months' partitions alone, and the contexts behind them read no month at all."""
     from tickwarden.store.ledger import lease_params
     from tickwarden.store.queries import queries
 
@@ -564,6 +583,9 @@ def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) 
 
     with db.transaction() as store:
         params = lease_params("w1", now, 600, 2, start=1)
+        for name in ("ledger_lease_queue", "execution_queue_waiting"):
+            plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()[name], params).fetchone()[0]
+            assert ledger_tables(plan) == set()
         queued = store.conn.execute(queries()["ledger_lease_queue"], params).fetchall()
         assert [tick for _, _, tick, _ in queued] == ticks
         bound = lease_params("w1", now, 600, 2, start=1,

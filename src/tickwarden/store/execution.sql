@@ -110,7 +110,8 @@ SELECT i.*, t.name AS tenant, e.name AS environment, e.python, e.idle_timeout_se
 -- An idle worker's poll, read only and in one round trip: is an attempt queued and due?
 -- It locks nothing and opens no transaction; a worker that finds one leases with
 -- `ledger_lease_queue` (SKIP LOCKED), which may find it taken by then, as any poll may.
-SELECT EXISTS (SELECT 1 FROM attempts WHERE status = 'queued' AND queued_at <= %(now)s) AS found;
+-- It reads the queue (`attempt_queue`), one table, not every month's attempts.
+SELECT EXISTS (SELECT 1 FROM attempt_queue WHERE queued_at <= %(now)s) AS found;
 
 -- execution_contexts --
 -- Everything a worker needs to run attempts of the given workflows (sent right behind a

@@ -310,7 +310,7 @@ def lease_params(worker_id: str, now: datetime, lease_seconds: float, limit: int
     """
     return {"worker_id": worker_id, "now": now, "lease_expires_at": now + timedelta(seconds=lease_seconds),
             "limit": limit, "start": limit if start is None else start,
-            "attempt_ids": [q["id"] for q in queued], "run_ids": [q["run_id"] for q in queued],
+            "attempt_ids": [q["id"] for q in queued],
             "run_scheduled_fors": [q["run_scheduled_for"] for q in queued]}
 
 
@@ -355,6 +355,7 @@ def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutco
         "worker_id": worker_id,
         "attempt_ids": [attempt.id for attempt, _, _ in finished],
         "run_scheduled_fors": [attempt.run_scheduled_for for attempt, _, _ in finished],
+        "workflow_ids": [attempt.workflow_id for attempt, _, _ in finished],
         "statuses": [outcome.status for _, outcome, _ in finished],
         "finished_ats": [at for _, _, at in finished],
         "error_categories": [outcome.error_category for _, outcome, _ in finished],

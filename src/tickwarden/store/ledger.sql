@@ -72,20 +72,23 @@ SELECT run.* FROM run;
 -- Lock the oldest queued attempts for a lease, the first half of it: SKIP LOCKED hands
 -- concurrent workers disjoint rows without waiting, and the locks hold until the
 -- lease's transaction ends, so `ledger_lease_attempts` (sent with these rows, in the
--- same transaction) writes rows nobody else can take meanwhile. Only this read scans
--- every month retention keeps (where the queue is not known ahead); the writes after
--- it are told the months, so their plans hold only those.
-SELECT a.id, a.run_id, a.run_scheduled_for, a.workflow_id
-  FROM attempts a
- WHERE a.status = 'queued' AND a.queued_at <= %(now)s
- ORDER BY a.queued_at, a.id
+-- same transaction) leases attempts nobody else can lease meanwhile. The read is of the
+-- queue (`attempt_queue`, migration 0031), one unpartitioned table: which months hold
+-- queued attempts is not known ahead, and a read of the attempts would be planned over
+-- every month retention keeps; the writes after it are told the months, so their plans
+-- hold only those.
+SELECT q.attempt_id AS id, q.run_id, q.run_scheduled_for, q.workflow_id
+  FROM attempt_queue q
+ WHERE q.queued_at <= %(now)s
+ ORDER BY q.queued_at, q.attempt_id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
 -- ledger_lease_attempts --
--- Lease the attempts `ledger_lease_queue` locked in this transaction (ids, run ids and
--- ticks index for index, oldest first); the runs move to running in the same
--- statement. The first %(start)s of them start now (`started_at`); the others are
+-- Lease the attempts whose queue rows `ledger_lease_queue` locked in this transaction
+-- (ids, run ids and ticks index for index, oldest first); the runs move to running in
+-- the same statement, and the attempts leave the queue (its trigger, as they stop being
+-- queued). The first %(start)s of them start now (`started_at`); the others are
 -- leased ahead: `started_at` stays NULL until their worker starts them with the
 -- compare-and-set `execution_start_attempt`, and a lease that runs out before that
 -- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row also
@@ -93,24 +96,35 @@ SELECT a.id, a.run_id, a.run_scheduled_for, a.workflow_id
 -- second look is needed. The ticks arrive as a bound array: the statement is planned
 -- afresh at each execution, with them, so its plan holds only their months'
 -- partitions (planning every month's partitions for these writes cost several times
--- the writes themselves). The status guard is the lock's: a row this transaction
--- locked queued is still queued. Its commit waits for the WAL flush, as every commit
--- that starts an attempt does: a start lost in a crash would hand a running attempt
--- back to the queue.
-WITH leased AS (
+-- the writes themselves). The attempts are locked SKIP LOCKED too: a writer that
+-- changes a queued attempt (a cancel, a Kubernetes lease) locks the attempt first and
+-- its queue row after, so a lease that waited for the attempt while holding the queue
+-- row could deadlock with it; skipped, such an attempt is that writer's to move, and the
+-- status guard leaves out any that stopped being queued before the queue row was locked.
+-- Its commit waits for the WAL flush, as every commit that starts an attempt does: a
+-- start lost in a crash would hand a running attempt back to the queue.
+WITH locked AS (
+    SELECT a.id, a.run_scheduled_for
+      FROM attempts a
+     WHERE a.id = ANY (%(attempt_ids)s::bigint[])
+       AND a.run_scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
+       AND a.status = 'queued'
+       FOR UPDATE SKIP LOCKED
+), leased AS (
     UPDATE attempts a
        SET status = 'running', worker_id = %(worker_id)s,
            started_at = CASE WHEN a.id = ANY ((%(attempt_ids)s::bigint[])[1:%(start)s])
                              THEN %(now)s::timestamptz END,
            heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
-     WHERE a.id = ANY (%(attempt_ids)s::bigint[])
+      FROM locked
+     WHERE a.id = locked.id AND a.run_scheduled_for = locked.run_scheduled_for
        AND a.run_scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
-       AND a.status = 'queued'
     RETURNING a.*
 ), started AS (
     UPDATE runs r
        SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
-     WHERE r.id = ANY (%(run_ids)s::bigint[])
+      FROM leased
+     WHERE r.id = leased.run_id AND r.scheduled_for = leased.run_scheduled_for
        AND r.scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
        AND r.status IN ('queued', 'pending_retry')
 )
@@ -140,31 +154,34 @@ UPDATE attempts
 -- so the plan holds only those months' partitions instead of every month retention
 -- keeps. The list prunes when the statement is planned, which the server does afresh at
 -- each execution here: a generic plan cannot prune by an array parameter, and, holding
--- every month, it costs several times a fresh plan.
+-- every month, it costs several times a fresh plan. For the same reason the ledger is
+-- touched twice only, each table once: the attempt's workflow comes with it (its
+-- `workflow_id`, as leased), so judging an empty result reads the workflow and not the
+-- attempt, and the run's verdict is decided inside the update that records it, from the
+-- run's own budget columns (a run not running, cancelled meanwhile, is not moved; its
+-- attempt's row still comes back, with no run status).
 -- Each finished attempt is queued for the outcome poller (`outcome_queue`) in the same statement,
 -- and its steps' rows (`steps`: one object per step, each naming its attempt) are written
 -- with it: only for an attempt that ends here under this worker, so a second delivery, or
 -- a result after the lease was reaped, writes none.
 WITH reported AS (
     SELECT *
-      FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[], %(statuses)s::text[],
-                  %(finished_ats)b::timestamptz[], %(error_categories)s::text[], %(errors)s::text[],
-                  %(failed_steps)s::text[], %(retryables)s::boolean[], %(log_tails)s::text[], %(outputs)b::jsonb[],
-                  %(rows)s::bigint[])
-           AS o (attempt_id, run_scheduled_for, status, finished_at, error_category, error, failed_step, retryable,
-                 log_tail, outputs, rows)
+      FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[], %(workflow_ids)s::bigint[],
+                  %(statuses)s::text[], %(finished_ats)b::timestamptz[], %(error_categories)s::text[],
+                  %(errors)s::text[], %(failed_steps)s::text[], %(retryables)s::boolean[], %(log_tails)s::text[],
+                  %(outputs)b::jsonb[], %(rows)s::bigint[])
+           AS o (attempt_id, run_scheduled_for, workflow_id, status, finished_at, error_category, error, failed_step,
+                 retryable, log_tail, outputs, rows)
 ), outcome AS (
     -- A workflow that expects rows fails a success that reported none (empty_result,
     -- retryable: the data may be late); judged here so every writer of outcomes agrees.
-    SELECT o.attempt_id, o.run_scheduled_for, e.status, o.finished_at, o.log_tail, o.outputs, o.rows,
+    SELECT o.attempt_id, o.run_scheduled_for, o.workflow_id, e.status, o.finished_at, o.log_tail, o.outputs, o.rows,
            CASE WHEN e.empty THEN 'empty_result' ELSE o.error_category END AS error_category,
            CASE WHEN e.empty THEN 'the workflow expects rows and its steps reported none' ELSE o.error END AS error,
            CASE WHEN e.empty THEN NULL ELSE o.failed_step END AS failed_step,
            CASE WHEN e.empty THEN true ELSE o.retryable END AS retryable
       FROM reported o
-      JOIN attempts a ON a.id = o.attempt_id AND a.run_scheduled_for = o.run_scheduled_for
-                     AND a.run_scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
-      JOIN workflows w ON w.id = a.workflow_id,
+      JOIN workflows w ON w.id = o.workflow_id,
            LATERAL (SELECT o.status = 'succeeded' AND w.expect_rows AND coalesce(o.rows, 0) = 0 AS empty) x,
            LATERAL (SELECT CASE WHEN x.empty THEN 'failed' ELSE o.status END AS status, x.empty) e
 ), done AS (
@@ -173,7 +190,7 @@ WITH reported AS (
            error_category = o.error_category, error = o.error, failed_step = o.failed_step,
            retryable = o.retryable, log_tail = o.log_tail, outputs = o.outputs, rows = o.rows
       FROM outcome o
-     WHERE a.id = o.attempt_id AND a.run_scheduled_for = o.run_scheduled_for
+     WHERE a.id = o.attempt_id AND a.run_scheduled_for = o.run_scheduled_for AND a.workflow_id = o.workflow_id
        AND a.run_scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
        AND a.status = 'running' AND a.worker_id = %(worker_id)s
     RETURNING a.id, a.run_id, a.run_scheduled_for, a.number, a.status, a.retryable, a.error_category, a.error, a.failed_step,
@@ -191,25 +208,23 @@ WITH reported AS (
       JOIN jsonb_to_recordset(%(steps)s::jsonb)
            AS s(attempt_id bigint, step text, position integer, status text, started_at timestamptz,
                 finished_at timestamptz, log text, output jsonb, error text) ON s.attempt_id = done.id
-), decided AS (
-    SELECT done.*,
-           CASE WHEN done.status = 'succeeded' THEN 'succeeded'
-                WHEN done.retryable AND done.number - r.lost_requeues <= r.retry_budget THEN 'pending_retry'
-                ELSE 'failed' END AS run_status
-      FROM done
-      JOIN runs r ON r.id = done.run_id AND r.scheduled_for = done.run_scheduled_for
-                 AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
 ), moved AS (
+    -- the verdict: succeeded, pending_retry while the tick's budget lasts, else failed (the
+    -- budget's test is written out twice: an update's FROM cannot see the row it updates)
     UPDATE runs r
-       SET status = decided.run_status,
-           recovered = (decided.run_status = 'succeeded' AND decided.number > 1),
-           finished_at = CASE WHEN decided.run_status <> 'pending_retry' THEN decided.finished_at END,
-           error_category = CASE WHEN decided.run_status <> 'succeeded' THEN decided.error_category END,
-           error = CASE WHEN decided.run_status <> 'succeeded' THEN decided.error END,
-           failed_step = CASE WHEN decided.run_status <> 'succeeded' THEN decided.failed_step END,
-           rows = decided.rows
-      FROM decided
-     WHERE r.id = decided.run_id AND r.scheduled_for = decided.run_scheduled_for
+       SET status = CASE WHEN done.status = 'succeeded' THEN 'succeeded'
+                         WHEN done.retryable AND done.number - r.lost_requeues <= r.retry_budget THEN 'pending_retry'
+                         ELSE 'failed' END,
+           recovered = (done.status = 'succeeded' AND done.number > 1),
+           finished_at = CASE WHEN done.status = 'succeeded'
+                                   OR (done.retryable AND done.number - r.lost_requeues <= r.retry_budget) IS NOT TRUE
+                              THEN done.finished_at END,
+           error_category = CASE WHEN done.status <> 'succeeded' THEN done.error_category END,
+           error = CASE WHEN done.status <> 'succeeded' THEN done.error END,
+           failed_step = CASE WHEN done.status <> 'succeeded' THEN done.failed_step END,
+           rows = done.rows
+      FROM done
+     WHERE r.id = done.run_id AND r.scheduled_for = done.run_scheduled_for
        AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[]) AND r.status = 'running'
     RETURNING r.id, r.status
 ), woken AS (
@@ -219,10 +234,10 @@ WITH reported AS (
     -- server's one notification lock through its WAL flush, serialising every worker's outcome
     SELECT pg_notify('tickwarden_wake', 'poller') FROM (SELECT 1 FROM done LIMIT 1) one WHERE %(wake)s
 )
-SELECT decided.id AS attempt_id, decided.run_id, decided.number, moved.status AS run_status
-  FROM decided LEFT JOIN moved ON moved.id = decided.run_id
+SELECT done.id AS attempt_id, done.run_id, done.number, moved.status AS run_status
+  FROM done LEFT JOIN moved ON moved.id = done.run_id
  CROSS JOIN (SELECT count(*) FROM woken) w
- ORDER BY decided.id;
+ ORDER BY done.id;
 
 -- ledger_lock_expired_leases --
 -- Lock the attempts whose lease ran out, the first half of a reaper pass: SKIP LOCKED
