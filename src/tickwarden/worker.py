@@ -53,6 +53,7 @@ its own.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import threading
@@ -71,7 +72,7 @@ from tickwarden.db import Database
 from tickwarden.environments import pods
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.errors import DatabaseUnavailable
-from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
+from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, Workflow
 from tickwarden.store.execution import Exchanged, ExecutionContext
 from tickwarden.profile import timeout_for
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
@@ -90,6 +91,8 @@ RECORD_RETRY_LONGEST = 1.0  # the reaper holds off for 30 s after an outage
 # Seconds attempts leased ahead may wait, from their lease, while another attempt of their worker
 # runs, before its heartbeat gives them back to the queue.
 PREFETCH_WAIT = 1.0
+# Workflows whose parsed recipe a worker keeps (all are forgotten when more come).
+MAX_RECIPES = 4096
 
 
 @dataclass
@@ -281,6 +284,8 @@ class Worker:
         self._owed: dict[int, Attempt] = {}
         self._queue_lock = threading.Lock()
         self._heartbeat = LeaseRenewer(self)
+        # Each workflow's recipe as last parsed, with the stored recipe and `updated_at` it came from.
+        self._recipes: dict[int, tuple[datetime, dict[str, Any], Recipe]] = {}
 
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then execute one attempt (leased ahead, or leased now); return the next wake-up."""
@@ -516,7 +521,7 @@ class Worker:
             return _failed(("config", "the workflow or its environment no longer exists", None), [], notes)
         workflow, publisher, environment = context.workflow, context.publisher, context.environment
         try:
-            recipe = parse_recipe(workflow.recipe)
+            recipe = self._recipe(workflow)
         except RecipeError as exc:
             return _failed(("config", f"the stored recipe cannot run: {exc}", None), [], notes)
         try:
@@ -561,6 +566,21 @@ class Worker:
         outputs = _bounded_outputs(steps)
         return Result(AttemptOutcome(status="succeeded", retryable=True, log_tail=_log_tail(steps, notes),
                                      outputs=outputs, rows=reported_rows(steps)), steps)
+
+    def _recipe(self, workflow: Workflow) -> Recipe:
+        """The workflow's recipe parsed, again only when the stored one changed (RecipeError: it cannot run).
+
+        A republished recipe is seen at the next attempt: the stored recipe itself is compared,
+        not only the workflow's `updated_at`.
+        """
+        known = self._recipes.get(workflow.id)
+        if known is not None and known[0] == workflow.updated_at and known[1] == workflow.recipe:
+            return known[2]
+        recipe = parse_recipe(workflow.recipe)
+        if len(self._recipes) >= MAX_RECIPES:
+            self._recipes.clear()
+        self._recipes[workflow.id] = (workflow.updated_at, copy.deepcopy(workflow.recipe), recipe)
+        return recipe
 
     def _run_steps(self, attempt: Attempt, recipe: Recipe, instance: Instance, deadline: float, timeout: int,
                    heartbeat: Watch, handoff: secrets.Handoff) -> tuple[list[StepRecord], _Failure | None, bool]:
@@ -743,6 +763,8 @@ def _all_skipped(recipe: Recipe) -> list[StepRecord]:
 
 
 def _step_log(text: str, secret_values: list[str]) -> str:
+    if not text:  # most steps log nothing: no need to scan for secrets
+        return ""
     return sanitize_log_tail(secrets.scrub(text, secret_values), lines=STEP_LOG_LINES, limit=STEP_LOG_CHARS)
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from tests.dbutil import TEST_URL
 from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
+from tests.helpers import republish
+from tickwarden import worker as worker_module
 from tickwarden.db import DedicatedDatabase
 from tickwarden.worker import Worker
 
@@ -55,3 +57,32 @@ def test_a_statement_that_failed_is_not_answered_by_its_cursor_again(db, dedicat
     finally:
         if dedicated:
             database.close()
+
+
+def test_a_recipe_is_parsed_once_and_a_republished_one_is_run_by_the_attempts_leased_after_it(db, clock, monkeypatch):
+    wf = make_runnable(db, clock.now(), [python_step("first", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0) for i in range(4)]
+    parsed = []
+    real_parse = worker_module.parse_recipe
+
+    def parse(raw):
+        parsed.append([step["name"] for step in raw["steps"]])
+        return real_parse(raw)
+
+    monkeypatch.setattr(worker_module, "parse_recipe", parse)
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET)
+    try:
+        for _ in range(2):
+            assert worker.run_once(clock.now()) <= clock.now()
+        # Republished at the same instant: its `updated_at` is the one the worker saw.
+        with db.transaction() as store:
+            republish(store, wf, clock.now(), recipe={"steps": [python_step("second", "fail")]})
+        for _ in range(2):
+            assert worker.run_once(clock.now()) <= clock.now()
+    finally:
+        worker.close(clock.now())
+    assert parsed == [["first"], ["second"]]
+    with db.transaction() as store:
+        steps = [[s.step for s in store.api.list_run_steps(run.id)] for run in runs]
+    # The third was leased, with its workflow as it was then, by the second one's outcome.
+    assert steps == [["first"], ["first"], ["first"], ["second"]]
