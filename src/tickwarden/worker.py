@@ -146,13 +146,18 @@ class Watch:
         self.give_back = give_back
         self.lost = threading.Event()
 
+    @property
+    def due(self) -> float:
+        """When (monotonic) the heartbeat next has something to do for this attempt."""
+        return self.beat if self.give_back is None else min(self.beat, self.give_back)
+
 
 class LeaseRenewer:
     """Renew the running attempt's lease every lease/3 seconds from one thread per worker.
 
     The thread outlives attempts (starting one per attempt cost more than the no-op
-    attempt it watched) and exits after `IDLE_SECONDS` without an attempt; `watching`
-    starts it again. Invariant, as with a thread per attempt: once `watching` returns,
+    attempt it watched) and exits after `IDLE_SECONDS` without an attempt (counted from when
+    it notices the last one ended: within `IDLE_SECONDS`); `watching` starts it again. Invariant, as with a thread per attempt: once `watching` returns,
     nothing is done for that attempt any more. It waits for a renewal or give-back in
     flight, so the worker's next steps never race one of this attempt's.
     """
@@ -165,6 +170,9 @@ class LeaseRenewer:
         self._watch: Watch | None = None
         self._acting: Watch | None = None  # the watch the thread is renewing or giving back for
         self._thread: threading.Thread | None = None
+        # When (monotonic) the thread next looks at the watch by itself; 0 while it is acting (it looks
+        # again before it waits). A new watch wakes it only when it is due before that.
+        self._looks_at = 0.0
 
     @contextlib.contextmanager
     def watching(self, attempt: Attempt) -> Iterator[Watch]:
@@ -181,13 +189,15 @@ class LeaseRenewer:
                 self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{self.worker.worker_id}",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
+            elif watch.due < self._looks_at:
+                # Waking the thread for every attempt cost more than a short attempt's own client work:
+                # it is woken only when it would otherwise look too late.
+                self._cond.notify_all()
         try:
             yield watch
         finally:
             with self._cond:
-                self._watch = None
-                self._cond.notify_all()
+                self._watch = None  # the thread finds it gone when it next looks
                 while self._acting is watch:
                     self._cond.wait()
 
@@ -197,15 +207,18 @@ class LeaseRenewer:
                 while True:
                     watch = self._watch
                     if watch is None:
+                        self._looks_at = time.monotonic() + self.IDLE_SECONDS
                         if not self._cond.wait(self.IDLE_SECONDS) and self._watch is None:
                             self._thread = None  # under the lock: `watching` starts a new one
                             return
                         continue
-                    due = watch.beat if watch.give_back is None else min(watch.beat, watch.give_back)
-                    delay = due - time.monotonic()
-                    if delay <= 0:
+                    now = time.monotonic()
+                    if watch.due <= now:
                         break
-                    self._cond.wait(delay)
+                    # At most IDLE_SECONDS: a watch that ended is not announced, and is noticed then.
+                    self._looks_at = min(watch.due, now + self.IDLE_SECONDS)
+                    self._cond.wait(self._looks_at - now)
+                self._looks_at = 0.0
                 self._acting = watch
                 giving_back = watch.give_back is not None and time.monotonic() >= watch.give_back
                 if giving_back:

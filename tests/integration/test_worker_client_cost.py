@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import psycopg
@@ -86,3 +87,28 @@ def test_a_recipe_is_parsed_once_and_a_republished_one_is_run_by_the_attempts_le
         steps = [[s.step for s in store.api.list_run_steps(run.id)] for run in runs]
     # The third was leased, with its workflow as it was then, by the second one's outcome.
     assert steps == [["first"], ["first"], ["first"], ["second"]]
+
+
+def test_short_attempts_do_not_wake_the_heartbeat_thread(db, clock):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    for i in range(6):
+        queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0)
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET)
+
+    class Counted(threading.Condition):
+        notified = 0
+
+        def notify_all(self) -> None:
+            Counted.notified += 1
+            super().notify_all()
+
+    worker._heartbeat._cond = Counted()
+    try:
+        for _ in range(6):
+            assert worker.run_once(clock.now()) <= clock.now()
+        thread = worker._heartbeat._thread
+    finally:
+        worker.close(clock.now())
+    # Each lease is renewed only a third of its length after its attempt starts: none of these came near.
+    assert Counted.notified == 0
+    assert thread is not None and thread.is_alive()
