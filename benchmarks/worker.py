@@ -1,7 +1,7 @@
 """Worker benchmark: per-attempt overhead warm vs cold, and attempts per second.
 
     python -m benchmarks.worker [--attempts 200] [--repeat 60] [--cold 8] [--seconds 4] [--workflows 16]
-                                [--months 16] [--no-peers] [--json]
+                                [--months 16] [--no-peers] [--warm-only] [--json]
 
 The ledger has the month partitions a deployment keeps (`--months`: retention's upkeep
 creates this month's and the next two, and keeps 400 days of runs by default, so 16 of
@@ -24,6 +24,10 @@ every one of them.
    workflows, each finishing one run per tick, so they meet that lock only by chance.
    The one-workflow figures stay beside them: the contended worst case (a backlog of
    one workflow's runs after an outage drains at that rate).
+With `--warm-only`, only the warm attempt (with the worker process's own CPU per warm
+attempt beside it), its round trips and the spread throughput of 1 and 4 worker threads
+are measured: a quick before/after comparison of the worker's own work.
+
 4. Beside them, in the same run: a raw `SKIP LOCKED` claim of one row per transaction
    (the floor of any lease), and Procrastinate's and PgQueuer's no-op job throughput
    when they are installed (`pip install -e '.[bench]'`; see benchmarks/peers.py) and
@@ -172,9 +176,14 @@ def main() -> None:
     parser.add_argument("--months", type=int, default=16,
                         help="month partitions of the ledger besides DEFAULT (retention keeps 16 by default)")
     parser.add_argument("--no-peers", action="store_true", help="leave out Procrastinate and PgQueuer")
+    parser.add_argument("--warm-only", action="store_true",
+                        help="only the warm attempt, its client CPU and round trips, and 1 and 4 threads, spread")
     args = parser.parse_args()
     if not 2 <= args.workflows <= 10_000:
         parser.error("--workflows must be between 2 and 10000")
+    if args.warm_only:
+        warm_only(args)
+        return
     clock = WallClock()
     progress("floor: raw SKIP LOCKED claims of one row per transaction, 1 and 4 clients")
     raw = common.raw_claims([(1, 1), (4, 1)], args.seconds, 1_000_000)
@@ -191,10 +200,7 @@ def main() -> None:
             worker.environments.close(clock.now())
             cold.append(timed_attempt(worker, clock))
 
-        queue(db, wf, clock, args.repeat + 5)
-        for _ in range(5):  # warm up caches and prepared plans
-            timed_attempt(worker, clock)
-        warm = [timed_attempt(worker, clock) for _ in range(args.repeat)]
+        warm, _ = warm_attempts(db, worker, wf, clock, args.repeat)
         [instance] = worker.environments.live()
         request = {"op": "run", "tenant_id": wf.tenant_id, "step": {"name": "noop", "kind": "python",
                                                                     "call": "tests.steps:noop"}, "inputs": {}}
@@ -243,6 +249,46 @@ def main() -> None:
                                      "Procrastinate and PgQueuer not installed (pip install -e '.[bench]')")]))
     finish("worker figures (floor: a raw SKIP LOCKED claim of one row per txn, as many clients; or a peer)",
            figures, args.json)
+
+
+def warm_attempts(db: Database, worker: Worker, wf, clock: WallClock, repeat: int) -> tuple[list[float], float]:
+    """`repeat` timed warm attempts of `wf` (ms each), and this process's CPU per attempt (ms), its threads' all."""
+    queue(db, wf, clock, repeat + 5)
+    for _ in range(5):  # warm up caches and prepared plans
+        timed_attempt(worker, clock)
+    cpu = time.process_time()
+    warm = [timed_attempt(worker, clock) for _ in range(repeat)]
+    return warm, (time.process_time() - cpu) * 1000 / repeat
+
+
+def warm_only(args) -> None:
+    """The warm attempt, its client CPU and round trips, and the spread throughput of 1 and 4 threads."""
+    clock = WallClock()
+    batch = args.batch or default_batch(1)
+    with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12) as db:
+        wf = setup(db, clock)
+        ledger_months(db, clock.now(), args.months)
+        spread = more_workflows(db, wf, clock, args.workflows)
+        worker = Worker(db, "bench-1", clock=clock, secret_key=KEY, batch=batch)
+        warm, cpu = warm_attempts(db, worker, wf, clock, args.repeat)
+        worker.close(clock.now())
+        db_trips, commits = round_trips(wf, clock, schema, batch)
+        rates = {n: through_threads(db, spread, clock, n, args.attempts, args.batch, tag="s") for n in (1, 4)}
+    report("worker: warm attempts only (no-op recipe)", [
+        ("warm attempt, no-op step (median)", f"{statistics.median(warm):.1f} ms  (p90 {sorted(warm)[int(len(warm) * .9)]:.1f} ms)"),
+        ("worker process CPU per warm attempt", f"{cpu:.2f} ms"),
+        ("database round trips per warm attempt", f"{db_trips:.1f} ({commits:.1f} explicit COMMIT)"),
+        *((f"throughput, {n} worker{'s' if n > 1 else ''}, spread over {args.workflows} workflows",
+           f"{rate:.0f} attempts/s") for n, rate in rates.items()),
+    ])
+    finish("worker figures, warm attempts only", [
+        Figure("warm attempt overhead, no-op step (median)", statistics.median(warm), "ms", None, Target("<", 5)),
+        Figure("worker process CPU per warm attempt", cpu, "ms"),
+        Figure("database round trips per warm attempt", db_trips, "round trips"),
+        *(Figure(f"throughput, {n} worker{'s' if n > 1 else ''} (threads of one process), spread over "
+                 f"{args.workflows} workflows", rate, "attempts/s", None, Target(">=", 1000) if n == 4 else None)
+          for n, rate in rates.items()),
+    ], args.json)
 
 
 def through_threads(db: Database, backlog, clock: WallClock, n: int, attempts: int, batch: int, *,

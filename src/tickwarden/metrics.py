@@ -270,6 +270,12 @@ class ProcessMetrics:
             self.attempts.labels(status, replica)
         self.retries.labels(replica)
         self.schedule_lag.labels(replica)
+        # The worker's series, looked up once: a label look-up takes a lock and costs several
+        # times the increment it leads to, and the worker makes four an attempt.
+        self._attempts_by_status = {status: self.attempts.labels(status, replica) for status in ATTEMPT_STATUSES}
+        self._runs_by_status = {status: self.runs.labels(status, replica) for status in TERMINAL}
+        self._run_duration_by_status = {status: self.run_duration.labels(status, replica) for status in TERMINAL}
+        self._schedule_lag = self.schedule_lag.labels(replica)
         self._ticks: OrderedDict[int, datetime] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -281,7 +287,7 @@ class ProcessMetrics:
         with self._lock:
             for attempt, tick in leased:
                 if attempt.number == 1:
-                    self.schedule_lag.labels(self.replica).observe(max(0.0, (now - tick).total_seconds()))
+                    self._schedule_lag.observe(max(0.0, (now - tick).total_seconds()))
                 self._ticks[attempt.id] = tick
                 while len(self._ticks) > MAX_REMEMBERED:
                     self._ticks.popitem(last=False)
@@ -294,12 +300,11 @@ class ProcessMetrics:
             tick = self._ticks.pop(attempt.id, None)
         if not finished.applied:  # recorded before (a second delivery): counted then
             return
-        self.attempts.labels(status, self.replica).inc()
+        self._attempts_by_status[status].inc()
         if finished.run_status in TERMINAL:
-            self.runs.labels(finished.run_status, self.replica).inc()
+            self._runs_by_status[finished.run_status].inc()
             if tick is not None:
-                self.run_duration.labels(finished.run_status, self.replica).observe(
-                    max(0.0, (now - tick).total_seconds()))
+                self._run_duration_by_status[finished.run_status].observe(max(0.0, (now - tick).total_seconds()))
 
     # -- the control plane's loops ------------------------------------------------
 

@@ -53,6 +53,7 @@ its own.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import threading
@@ -71,7 +72,7 @@ from tickwarden.db import Database
 from tickwarden.environments import pods
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.errors import DatabaseUnavailable
-from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt
+from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, Workflow
 from tickwarden.store.execution import Exchanged, ExecutionContext
 from tickwarden.profile import timeout_for
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
@@ -90,6 +91,8 @@ RECORD_RETRY_LONGEST = 1.0  # the reaper holds off for 30 s after an outage
 # Seconds attempts leased ahead may wait, from their lease, while another attempt of their worker
 # runs, before its heartbeat gives them back to the queue.
 PREFETCH_WAIT = 1.0
+# Workflows whose parsed recipe a worker keeps (all are forgotten when more come).
+MAX_RECIPES = 4096
 
 
 @dataclass
@@ -143,13 +146,18 @@ class Watch:
         self.give_back = give_back
         self.lost = threading.Event()
 
+    @property
+    def due(self) -> float:
+        """When (monotonic) the heartbeat next has something to do for this attempt."""
+        return self.beat if self.give_back is None else min(self.beat, self.give_back)
+
 
 class LeaseRenewer:
     """Renew the running attempt's lease every lease/3 seconds from one thread per worker.
 
     The thread outlives attempts (starting one per attempt cost more than the no-op
-    attempt it watched) and exits after `IDLE_SECONDS` without an attempt; `watching`
-    starts it again. Invariant, as with a thread per attempt: once `watching` returns,
+    attempt it watched) and exits after `IDLE_SECONDS` without an attempt (counted from when
+    it notices the last one ended: within `IDLE_SECONDS`); `watching` starts it again. Invariant, as with a thread per attempt: once `watching` returns,
     nothing is done for that attempt any more. It waits for a renewal or give-back in
     flight, so the worker's next steps never race one of this attempt's.
     """
@@ -162,6 +170,9 @@ class LeaseRenewer:
         self._watch: Watch | None = None
         self._acting: Watch | None = None  # the watch the thread is renewing or giving back for
         self._thread: threading.Thread | None = None
+        # When (monotonic) the thread next looks at the watch by itself; 0 while it is acting (it looks
+        # again before it waits). A new watch wakes it only when it is due before that.
+        self._looks_at = 0.0
 
     @contextlib.contextmanager
     def watching(self, attempt: Attempt) -> Iterator[Watch]:
@@ -178,13 +189,15 @@ class LeaseRenewer:
                 self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{self.worker.worker_id}",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
+            elif watch.due < self._looks_at:
+                # Waking the thread for every attempt cost more than a short attempt's own client work:
+                # it is woken only when it would otherwise look too late.
+                self._cond.notify_all()
         try:
             yield watch
         finally:
             with self._cond:
-                self._watch = None
-                self._cond.notify_all()
+                self._watch = None  # the thread finds it gone when it next looks
                 while self._acting is watch:
                     self._cond.wait()
 
@@ -194,15 +207,18 @@ class LeaseRenewer:
                 while True:
                     watch = self._watch
                     if watch is None:
+                        self._looks_at = time.monotonic() + self.IDLE_SECONDS
                         if not self._cond.wait(self.IDLE_SECONDS) and self._watch is None:
                             self._thread = None  # under the lock: `watching` starts a new one
                             return
                         continue
-                    due = watch.beat if watch.give_back is None else min(watch.beat, watch.give_back)
-                    delay = due - time.monotonic()
-                    if delay <= 0:
+                    now = time.monotonic()
+                    if watch.due <= now:
                         break
-                    self._cond.wait(delay)
+                    # At most IDLE_SECONDS: a watch that ended is not announced, and is noticed then.
+                    self._looks_at = min(watch.due, now + self.IDLE_SECONDS)
+                    self._cond.wait(self._looks_at - now)
+                self._looks_at = 0.0
                 self._acting = watch
                 giving_back = watch.give_back is not None and time.monotonic() >= watch.give_back
                 if giving_back:
@@ -281,6 +297,8 @@ class Worker:
         self._owed: dict[int, Attempt] = {}
         self._queue_lock = threading.Lock()
         self._heartbeat = LeaseRenewer(self)
+        # Each workflow's recipe as last parsed, with the stored recipe and `updated_at` it came from.
+        self._recipes: dict[int, tuple[datetime, dict[str, Any], Recipe]] = {}
 
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then execute one attempt (leased ahead, or leased now); return the next wake-up."""
@@ -516,7 +534,7 @@ class Worker:
             return _failed(("config", "the workflow or its environment no longer exists", None), [], notes)
         workflow, publisher, environment = context.workflow, context.publisher, context.environment
         try:
-            recipe = parse_recipe(workflow.recipe)
+            recipe = self._recipe(workflow)
         except RecipeError as exc:
             return _failed(("config", f"the stored recipe cannot run: {exc}", None), [], notes)
         try:
@@ -561,6 +579,21 @@ class Worker:
         outputs = _bounded_outputs(steps)
         return Result(AttemptOutcome(status="succeeded", retryable=True, log_tail=_log_tail(steps, notes),
                                      outputs=outputs, rows=reported_rows(steps)), steps)
+
+    def _recipe(self, workflow: Workflow) -> Recipe:
+        """The workflow's recipe parsed, again only when the stored one changed (RecipeError: it cannot run).
+
+        A republished recipe is seen at the next attempt: the stored recipe itself is compared,
+        not only the workflow's `updated_at`.
+        """
+        known = self._recipes.get(workflow.id)
+        if known is not None and known[0] == workflow.updated_at and known[1] == workflow.recipe:
+            return known[2]
+        recipe = parse_recipe(workflow.recipe)
+        if len(self._recipes) >= MAX_RECIPES:
+            self._recipes.clear()
+        self._recipes[workflow.id] = (workflow.updated_at, copy.deepcopy(workflow.recipe), recipe)
+        return recipe
 
     def _run_steps(self, attempt: Attempt, recipe: Recipe, instance: Instance, deadline: float, timeout: int,
                    heartbeat: Watch, handoff: secrets.Handoff) -> tuple[list[StepRecord], _Failure | None, bool]:
@@ -743,6 +776,8 @@ def _all_skipped(recipe: Recipe) -> list[StepRecord]:
 
 
 def _step_log(text: str, secret_values: list[str]) -> str:
+    if not text:  # most steps log nothing: no need to scan for secrets
+        return ""
     return sanitize_log_tail(secrets.scrub(text, secret_values), lines=STEP_LOG_LINES, limit=STEP_LOG_CHARS)
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any, TypeVar, get_type_hints
@@ -19,6 +20,10 @@ TUPLES_OK = ExecStatus.TUPLES_OK
 COMMAND_OK = ExecStatus.COMMAND_OK
 R = TypeVar("R")
 _CHECKED: set[tuple[str, type]] = set()  # (query, dataclass) pairs whose columns `_records` checked
+# Cursors kept on their connection (an attribute of its own, so they go with it), one per statement
+# text and use (see `_take`).
+_KEPT = "_tickwarden_kept_cursors"
+KEEP_ROWS = 64  # a cursor that read more rows is closed rather than kept: a kept one holds its last result
 SQL_TYPES = {int: "bigint", str: "text", bool: "boolean", float: "double precision", datetime: "timestamptz"}
 
 
@@ -61,6 +66,30 @@ def _read(cur: psycopg.Cursor[Row]) -> list[Row] | None:
     return cur.fetchall() if result is not None and result.status == TUPLES_OK else None
 
 
+def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.Cursor[Any]:
+    """The cursor kept for `key` (statement text, row shape, occurrence), taken out while it runs; or a new one.
+
+    psycopg keeps a cursor's adapters only while the cursor runs the same query object
+    again: a fresh cursor chooses the dumper of every parameter anew (for an array, by
+    walking it) and the loader of every column, which cost the worker's outcome statement
+    as much as the rest of its client work. A cursor goes back (`_keep`) only once its
+    rows are read, so an error, or a statement run again before its rows are read, never
+    shares one.
+    """
+    kept: dict[tuple[str, str, int], psycopg.Cursor[Any]] | None = conn.__dict__.get(_KEPT)
+    cur = kept.pop(key, None) if kept else None
+    if cur is None:
+        return conn.cursor(row_factory=dict_row) if key[1] == "dict" else conn.cursor()
+    return cur
+
+
+def _keep(conn: psycopg.Connection[Any], key: tuple[str, str, int], cur: psycopg.Cursor[Any], rows: int) -> None:
+    if rows > KEEP_ROWS:
+        cur.close()
+    else:
+        conn.__dict__.setdefault(_KEPT, {})[key] = cur
+
+
 class StoreBase:
     """Runs named queries on one connection (inside the caller's transaction)."""
 
@@ -83,8 +112,11 @@ class StoreBase:
         work; the statement's columns are checked once against the dataclass's fields, in
         order, so a column added to one and not the other fails at its first run.
         """
-        with self.conn.cursor() as cur:
-            cur.execute(queries()[name], params)
+        text = queries()[name]
+        key = (text, "tuple", 0)
+        cur = _take(self.conn, key)
+        with _closed_on_error(cur):
+            cur.execute(text, params)
             rows = _read(cur) or []
             if (name, cls) not in _CHECKED:
                 columns = [c.name for c in cur.description or ()]
@@ -92,12 +124,17 @@ class StoreBase:
                 if columns != expected:
                     raise AssertionError(f"{name} returns {columns}, {cls.__name__} has {expected}")
                 _CHECKED.add((name, cls))
+        _keep(self.conn, key, cur, len(rows))
         return [cls(*row) for row in rows]
 
     def _fetch(self, text: str, params: dict[str, Any] | None) -> list[dict[str, Any]]:
-        with self.conn.cursor(row_factory=dict_row) as cur:
+        key = (text, "dict", 0)
+        cur = _take(self.conn, key)
+        with _closed_on_error(cur):
             cur.execute(text, params or {})
-            return _read(cur) or []
+            rows: list[dict[str, Any]] = _read(cur) or []
+        _keep(self.conn, key, cur, len(rows))
+        return rows
 
     def _submit(self, name: str, params: dict[str, Any] | None = None) -> Callable[[], list[dict[str, Any]]]:
         """Send query `name` now and return what reads its rows (see `_submit_text`)."""
@@ -138,17 +175,26 @@ class StoreBase:
         the implicit transaction of one pipeline sync, committed together when it is reached or,
         when one fails, rolled back together (and the error raised).
         """
-        cursors = []
-        with self.conn.pipeline():
-            for name, params in statements:
-                cur = self.conn.cursor(row_factory=dict_row)
-                cur.execute(queries()[name], params)
-                cursors.append(cur)
+        taken: list[tuple[tuple[str, str, int], psycopg.Cursor[Any]]] = []
+        try:
+            with self.conn.pipeline():
+                for name, params in statements:
+                    text = queries()[name]
+                    # A statement sent twice in one exchange needs a cursor for each of its results.
+                    key = (text, "dict", sum(1 for (t, _, _), _ in taken if t is text))
+                    cur = _take(self.conn, key)
+                    taken.append((key, cur))
+                    cur.execute(text, params)
+        except BaseException:
+            for _, cur in taken:
+                cur.close()
+            raise
         results = []
-        for cur in cursors:
+        for key, cur in taken:
             result = cur.pgresult
-            results.append(cur.fetchall() if result is not None and result.status == TUPLES_OK else [])
-            cur.close()
+            rows = cur.fetchall() if result is not None and result.status == TUPLES_OK else []
+            results.append(rows)
+            _keep(self.conn, key, cur, len(rows))
         return results
 
     def _row(self, name: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -156,7 +202,22 @@ class StoreBase:
         return rows[0] if rows else None
 
     def _execute(self, name: str, params: dict[str, Any] | None = None) -> int:
-        with self.conn.cursor() as cur:
-            cur.execute(queries()[name], params or {})
-            _read(cur)  # in pipeline mode the row count, like the rows, arrives when asked for
-            return cur.rowcount
+        text = queries()[name]
+        key = (text, "tuple", 0)
+        cur = _take(self.conn, key)
+        with _closed_on_error(cur):
+            cur.execute(text, params or {})
+            rows = _read(cur)  # in pipeline mode the row count, like the rows, arrives when asked for
+            count = cur.rowcount
+        _keep(self.conn, key, cur, len(rows or ()))
+        return count
+
+
+@contextlib.contextmanager
+def _closed_on_error(cur: psycopg.Cursor[Any]) -> Iterator[None]:
+    """Close `cur` when the block fails: a result may still be owed to it, so it is not kept."""
+    try:
+        yield
+    except BaseException:
+        cur.close()
+        raise

@@ -8,6 +8,10 @@ choose, psycopg sends them as text, formatting element by element, several times
 slower on the loops' hottest statements (the values are aware UTC datetimes, which
 binary carries exactly). The outcome poller's id arrays go in binary too: a list of 150
 integers dumps in about a third of the time as text, and each batch sends several.
+
+A block's text is kept without its comments and indentation (`compact`): psycopg caches
+the parsing of a statement's placeholders only for texts of at most 4,096 bytes, and the
+worker's outcome statement, with its comments, was parsed anew at every attempt.
 """
 
 from __future__ import annotations
@@ -17,6 +21,28 @@ import re
 from importlib import resources
 
 HEADER = re.compile(r"^--\s*([a-z_][a-z0-9_]*)\s*--\s*$")
+# What `compact` reads: a literal or a quoted identifier (kept whole, line breaks and all), or a
+# run of blanks and comments.
+_TOKEN = re.compile(r"""('[^']*'|"[^"]*")|((?:\s|--[^\n]*)+)""")
+_DOLLAR_QUOTE = re.compile(r"\$[A-Za-z_]*\$")
+
+
+def compact(text: str) -> str:
+    """Return `text` with each run of blanks and comments outside quotes one space, or one line break.
+
+    A doubled quote inside a literal reads as two literals side by side, kept as they are. A
+    dollar-quoted body (a function's) is left as written: its own quoting rules are not read here.
+    """
+    if _DOLLAR_QUOTE.search(text):
+        return text
+
+    def token(match: re.Match[str]) -> str:
+        quoted = match.group(1)
+        if quoted is not None:
+            return quoted
+        return "\n" if "\n" in match.group(2) else " "
+
+    return _TOKEN.sub(token, text).strip()
 
 
 def parse_blocks(text: str, source: str = "<sql>") -> dict[str, str]:
@@ -48,5 +74,5 @@ def queries() -> dict[str, str]:
                 raise ValueError(f"{entry.name}: query {name!r} is not named <area>_<verb>")
             if name in found:
                 raise ValueError(f"{entry.name}: query {name!r} is declared in another file too")
-            found[name] = text
+            found[name] = compact(text)
     return found

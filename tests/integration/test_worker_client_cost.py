@@ -1,0 +1,114 @@
+"""The worker's own work per warm attempt: what it keeps between attempts, and what it must still see anew."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from tests.dbutil import TEST_URL
+from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
+from tests.helpers import republish
+from tickwarden import worker as worker_module
+from tickwarden.db import DedicatedDatabase
+from tickwarden.worker import Worker
+
+
+def test_a_warm_attempt_sends_its_statements_on_cursors_kept_from_the_attempts_before(db, clock, monkeypatch):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    for i in range(10):
+        queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0)
+    # One attempt a lease: each outcome leases the next attempt, and each attempt marks its process busy.
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET)
+    created = []
+    real_cursor = psycopg.Connection.cursor
+
+    def cursor(self, *args, **kwargs):
+        created.append(1)
+        return real_cursor(self, *args, **kwargs)
+
+    try:
+        for _ in range(3):  # wakes the environment
+            assert worker.run_once(clock.now()) <= clock.now()
+        monkeypatch.setattr(psycopg.Connection, "cursor", cursor)
+        for _ in range(3):
+            assert worker.run_once(clock.now()) <= clock.now()
+    finally:
+        monkeypatch.undo()
+        worker.close(clock.now())
+    # A fresh cursor would choose every parameter's adapter again: the outcome's arrays cost more than its SQL.
+    assert created == []
+    with db.transaction() as store:
+        assert store.conn.execute("SELECT count(*) FROM runs WHERE status = 'succeeded'").fetchone()[0] == 6
+
+
+@pytest.mark.parametrize("dedicated", [False, True])
+def test_a_statement_that_failed_is_not_answered_by_its_cursor_again(db, dedicated):
+    text = "SELECT 10 / %(d)s AS x"
+    database = DedicatedDatabase(TEST_URL, schema=db.schema) if dedicated else db
+    try:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            with database.transaction() as store:
+                store.ledger._fetch(text, {"d": 0})
+        for d in (5, 2):
+            with database.transaction() as store:
+                assert store.ledger._fetch(text, {"d": d}) == [{"x": 10 // d}]
+    finally:
+        if dedicated:
+            database.close()
+
+
+def test_a_recipe_is_parsed_once_and_a_republished_one_is_run_by_the_attempts_leased_after_it(db, clock, monkeypatch):
+    wf = make_runnable(db, clock.now(), [python_step("first", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0) for i in range(4)]
+    parsed = []
+    real_parse = worker_module.parse_recipe
+
+    def parse(raw):
+        parsed.append([step["name"] for step in raw["steps"]])
+        return real_parse(raw)
+
+    monkeypatch.setattr(worker_module, "parse_recipe", parse)
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET)
+    try:
+        for _ in range(2):
+            assert worker.run_once(clock.now()) <= clock.now()
+        # Republished at the same instant: its `updated_at` is the one the worker saw.
+        with db.transaction() as store:
+            republish(store, wf, clock.now(), recipe={"steps": [python_step("second", "fail")]})
+        for _ in range(2):
+            assert worker.run_once(clock.now()) <= clock.now()
+    finally:
+        worker.close(clock.now())
+    assert parsed == [["first"], ["second"]]
+    with db.transaction() as store:
+        steps = [[s.step for s in store.api.list_run_steps(run.id)] for run in runs]
+    # The third was leased, with its workflow as it was then, by the second one's outcome.
+    assert steps == [["first"], ["first"], ["first"], ["second"]]
+
+
+def test_short_attempts_do_not_wake_the_heartbeat_thread(db, clock):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    for i in range(6):
+        queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0)
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET)
+
+    class Counted(threading.Condition):
+        notified = 0
+
+        def notify_all(self) -> None:
+            Counted.notified += 1
+            super().notify_all()
+
+    worker._heartbeat._cond = Counted()
+    try:
+        for _ in range(6):
+            assert worker.run_once(clock.now()) <= clock.now()
+        thread = worker._heartbeat._thread
+    finally:
+        worker.close(clock.now())
+    # Each lease is renewed only a third of its length after its attempt starts: none of these came near.
+    assert Counted.notified == 0
+    assert thread is not None and thread.is_alive()
