@@ -333,3 +333,29 @@ def test_a_simulations_catalog_is_published_in_round_trips_that_do_not_grow_with
     # the two channels and the tenant, then one round trip each for the workflows' locks, the
     # workflows and their schedules (not three per workflow), then the ANALYZE
     assert len(waits(trace.read_text(errors="replace"))) == 7
+
+
+def test_a_notifier_pass_sends_its_unread_statements_with_the_next_read(db, dedicated, tmp_path):
+    """On the dedicated connection a pass waits only where it reads: the release of expired
+    claims goes out with the holds' look, and a first message's thread and its transaction's
+    relaxed commit with the record's compare-and-set."""
+    from tests.integration.notify_builders import add_channel, open_alert, outbox
+    from tickwarden.notifier import Notifier
+    from tickwarden.transports.recording import RecordingTransport
+
+    add_channel(db, NOW, tenant="acme", name="rec", kind="recording", audience="customer")
+    open_alert(db, NOW)
+    recorder = RecordingTransport()
+    # one round: the message is recorded in a transaction of its own, after the send
+    notifier = Notifier(dedicated, "n1", {"recording": recorder}, rounds=1)
+    trace = tmp_path / "trace"
+    with traced(dedicated, trace):
+        notifier.run_once(NOW + timedelta(seconds=1))
+    assert len(recorder.messages) == 1 and notifier.last_pass.sent == 1
+    [row] = outbox(db)
+    assert row["status"] == "sent"
+    with dedicated.probe() as store:
+        assert store.conn.execute("SELECT count(*) FROM notification_threads").fetchone() == (1,)
+    # the look; the holds (with the release), the claim, its context and the tick facts; the
+    # record (with the thread and the relaxed commit); the look for the next wake-up
+    assert len(waits(trace.read_text(errors="replace"))) == 7
