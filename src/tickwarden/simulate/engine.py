@@ -446,9 +446,12 @@ class SimulatedAutovacuum:
     sequential scan of `runs` under every foreign-key check and lease). So the
     simulator does what autovacuum would have done by each virtual minute: once the
     ledger has grown by autovacuum's own rule (50 rows plus 10 % of what it held at the
-    last pass), one `VACUUM (ANALYZE)` of the schema. The trigger is the count of
-    runs the simulation created, not the server's statistics, so the passes fall at
-    the same virtual times on every run of the same scenario.
+    last pass), one `VACUUM (ANALYZE)` of the schema's tables and partitions that hold
+    rows. Not of its partitioned tables, which autovacuum never processes: a deployment's
+    planner keeps what they held when first analyzed, and analyzing one would sample its
+    partitions' rows a second time. The trigger is the count of runs the simulation
+    created, not the server's statistics, so the passes fall at the same virtual times
+    on every run of the same scenario.
     """
 
     name = "autovacuum"
