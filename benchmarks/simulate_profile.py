@@ -129,6 +129,8 @@ class Profile:
 
         engine.SimulationRepository.next_due = attributed(  # type: ignore[method-assign]
             engine.SimulationRepository.next_due, lambda loop, *rest: f"look: {loop}")
+        engine.SimulationRepository.submit_next_due = attributed(  # type: ignore[method-assign]
+            engine.SimulationRepository.submit_next_due, lambda loop, *rest: f"look: {loop}")
         engine.SimulatedWorker.flush = attributed(engine.SimulatedWorker.flush, "worker's writes")  # type: ignore[method-assign]
         collect = engine.Simulation._collect
 

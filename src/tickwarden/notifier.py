@@ -170,12 +170,14 @@ class Notifier:
                 if unrecorded is not None:  # durable, unlike a record alone: the claim must reach disk first
                     recorded = self._record(store, *unrecorded, now)
                 if round_ == 0:
-                    released = store.outbox.release_expired_outbox(now)
+                    # read after the holds' first statement, with which it goes out on a pipelined connection
+                    release = store.outbox.release_expired_outbox(now)
+                    # deliveries held by a maintenance window that has ended: one per alert and channel
+                    holds.release_due(store, now)
+                    released = release()
                     if released:
                         log.warning("released %d notification(s) whose sender stopped before confirming",
                                     len(released))
-                    # deliveries held by a maintenance window that has ended: one per alert and channel
-                    holds.release_due(store, now)
                 claimed = store.outbox.claim_outbox(self.replica_id, now, now + self.lease, self.batch, kinds)
                 contexts = store.outbox.delivery_context(claimed) if claimed else []
                 facts = store.alert_content.tick_facts(sorted({c.alert_id for c in contexts}))

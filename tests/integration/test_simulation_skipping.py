@@ -111,3 +111,26 @@ def test_the_simulators_own_writes_make_the_worker_poller_and_reaper_dues_exact(
     assert {name: simulation.idle.looks[name] for name in ("worker", "poller", "lease-reaper")} == {
         "worker": 0, "poller": 0, "lease-reaper": 0}
     assert any(a["number"] > 1 for a in outcome.attempts), "retries are queued for later"
+
+
+def test_the_escalation_clocks_and_the_notifiers_looks_are_sent_ahead_and_cost_no_wait_of_their_own(monkeypatch):
+    """Their looks go out unread when something leaves them stale and are read when they wake."""
+    from tickwarden.simulate import engine
+
+    waited: list[str] = []
+    original = engine.SimulationRepository.next_due
+
+    def read_at_once(self, loop, now, kinds):
+        waited.append(loop)
+        return original(self, loop, now, kinds)
+
+    monkeypatch.setattr(engine.SimulationRepository, "next_due", read_at_once)
+    raw, _, _ = build(40, 1, 7)
+    raw["end"] = isoformat_z(START + timedelta(hours=14))
+    raw["manual_runs"] = [m for m in raw["manual_runs"] if m["at"] <= raw["end"]]  # each touches every loop
+    simulation = Simulation(parse_scenario(raw, source="test"), url=TEST_URL)
+    outcome = simulation.run()
+    assert outcome.notifications, "the fleet must exercise alerting"
+    assert simulation.idle is not None
+    assert simulation.idle.looks["escalation"] > 0 and simulation.idle.looks["notifier"] > 0
+    assert not {"escalation", "notifier"} & set(waited), waited

@@ -60,10 +60,10 @@ def test_autovacuum_analyzes_once_the_ledger_grew_by_autovacuums_rule(db, clock)
         create_run(db, wf, clock.now() + timedelta(minutes=minute), clock.now())
     rows["count"] = 40  # under 50 rows: nothing yet
     assert upkeep.run_once(NOW) == NOW + timedelta(minutes=1)
-    assert upkeep.passes == 0 and reltuples(db, "runs") <= 0
+    assert upkeep.passes == 0 and reltuples(db, "runs_default") <= 0
     rows["count"] = 60
     upkeep.run_once(NOW + timedelta(minutes=1))
-    assert upkeep.passes == 1 and reltuples(db, "runs") == 60
+    assert upkeep.passes == 1 and reltuples(db, "runs_default") == 60
     rows["count"] = 60 + 50 + 6  # 50 plus 10 % of the 60 analyzed last time: not more
     upkeep.run_once(NOW + timedelta(minutes=2))
     assert upkeep.passes == 1
@@ -211,21 +211,22 @@ def test_a_commit_and_an_unread_wake_up_cost_the_dedicated_connection_no_round_t
     assert waits(trace.read_text(errors="replace")) == ["Flush", "Flush"]
 
 
-def test_autovacuum_names_a_partitioned_table_once_and_analyzes_its_partitions_through_it(db, clock, dedicated):
+def test_autovacuum_processes_partitions_and_never_their_partitioned_table(db, clock, dedicated):
     wf = make_workflow(db, clock.now())
     for minute in range(3):
         create_run(db, wf, clock.now() + timedelta(minutes=minute), clock.now())
     with dedicated.maintenance() as store:
         repository = SimulationRepository(store.conn)
-        tables = {row["tablename"] for row in repository._rows("simulation_tables")}
-        partitions = {row[0] for row in store.conn.execute(
-            "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relispartition"
-            " AND relkind = 'r'").fetchall()}
+        repository.analyze()  # the catalog's statistics, as a simulation's set-up takes them
+        written = {row["tablename"] for row in repository._rows("simulation_tables_written")}
+        for minute in range(3, 5):
+            create_run(db, wf, clock.now() + timedelta(minutes=minute), clock.now())
         repository.vacuum_analyze()
-    # VACUUM and ANALYZE of `runs` do its partitions' work: naming them too would do it twice
-    assert {"runs", "attempts", "tenants", "schedule_fires"} <= tables
-    assert "runs_default" in partitions and not tables & partitions
-    assert reltuples(db, "runs_default") == 3 and reltuples(db, "runs") == 3
+    # as autovacuum: the partitions that hold rows, never the partitioned table (analyzing it
+    # would sample its partitions' rows a second time)
+    assert {"runs_default", "attempts_default", "tenants", "schedule_fires"} <= written
+    assert not written & {"runs", "attempts"}
+    assert reltuples(db, "runs_default") == 5 and reltuples(db, "runs") == 3
 
 
 def test_a_simulations_session_commits_without_waiting_for_the_wal_flush_and_keeps_generic_plans():
@@ -268,7 +269,7 @@ def test_autovacuum_leaves_out_a_table_no_row_ever_reached(db, clock, dedicated)
                 " AND relnamespace = current_schema()::regnamespace ORDER BY relname").fetchall()
         finally:
             store.conn.execute("DROP TABLE probe_empty, probe_emptied")
-    assert {"runs", "attempts", "workflows", "tenants", "probe_emptied"} <= written
+    assert {"runs_default", "workflows", "tenants", "probe_emptied"} <= written
     assert "probe_empty" not in written
     # -1: never vacuumed nor analyzed; 0: the pass went over the emptied table
     assert never == [("probe_emptied", 0.0), ("probe_empty", -1.0)]
@@ -332,4 +333,30 @@ def test_a_simulations_catalog_is_published_in_round_trips_that_do_not_grow_with
             == (40,)
     # the two channels and the tenant, then one round trip each for the workflows' locks, the
     # workflows and their schedules (not three per workflow), then the ANALYZE
+    assert len(waits(trace.read_text(errors="replace"))) == 7
+
+
+def test_a_notifier_pass_sends_its_unread_statements_with_the_next_read(db, dedicated, tmp_path):
+    """On the dedicated connection a pass waits only where it reads: the release of expired
+    claims goes out with the holds' look, and a first message's thread and its transaction's
+    relaxed commit with the record's compare-and-set."""
+    from tests.integration.notify_builders import add_channel, open_alert, outbox
+    from tickwarden.notifier import Notifier
+    from tickwarden.transports.recording import RecordingTransport
+
+    add_channel(db, NOW, tenant="acme", name="rec", kind="recording", audience="customer")
+    open_alert(db, NOW)
+    recorder = RecordingTransport()
+    # one round: the message is recorded in a transaction of its own, after the send
+    notifier = Notifier(dedicated, "n1", {"recording": recorder}, rounds=1)
+    trace = tmp_path / "trace"
+    with traced(dedicated, trace):
+        notifier.run_once(NOW + timedelta(seconds=1))
+    assert len(recorder.messages) == 1 and notifier.last_pass.sent == 1
+    [row] = outbox(db)
+    assert row["status"] == "sent"
+    with dedicated.probe() as store:
+        assert store.conn.execute("SELECT count(*) FROM notification_threads").fetchone() == (1,)
+    # the look; the holds (with the release), the claim, its context and the tick facts; the
+    # record (with the thread and the relaxed commit); the look for the next wake-up
     assert len(waits(trace.read_text(errors="replace"))) == 7

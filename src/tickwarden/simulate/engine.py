@@ -69,6 +69,14 @@ SEES_WORKER = frozenset({"poller", "deadlines"})
 # a renewal is written for them alone (see SimulatedWorker.flush).
 READS_LEASES = frozenset({"deadlines", "lease-reaper"})
 WORKER_ID = "simulated-worker"
+# Loops whose look is sent as soon as something leaves them stale, unread, so that it goes
+# out with the next statement read and is answered by the time the loop wakes (their looks
+# are most of the simulator's: each pass of theirs, and each alert the poller opens or
+# counts a failure on, leaves one stale). The look then reads the ledger as it was when the
+# loop went stale, not when it wakes: any write in between that could bring its work
+# forward touches the loop (`IdlePasses.touch`) and voids the look, and any other write
+# can only push its work back, so the earlier answer is a lower bound all the same.
+EARLY_LOOKS = ("escalation", "notifier")
 # Rows an undisturbed attempt of a workflow that expects rows reports: the simulator
 # models whether records arrived, not how many (a `mode: empty` fault reports zero).
 SIMULATED_ROWS = 1
@@ -112,6 +120,9 @@ class IdlePasses:
         self.due: dict[str, datetime] = {name: start for name in loops}  # every loop's first pass runs
         self.cap: dict[str, datetime] = {}
         self._stale: set[str] = set()
+        # name -> how many times something may have changed its work: a look sent ahead of
+        # time (`submit_look`) answers for the ledger only while this has not moved
+        self.changes: collections.Counter[str] = collections.Counter()
         # name -> (the idle pass it jumped from, where it jumped to, the cap of its chain)
         self.jumped: dict[str, tuple[datetime, datetime, datetime | None]] = {}
         self.looks: collections.Counter[str] = collections.Counter()  # loop name -> looks at the ledger
@@ -120,6 +131,10 @@ class IdlePasses:
     def must_look(self, name: str, now: datetime) -> bool:
         """Whether the ledger must be read to decide: the bound is not past and something unknown was written."""
         return self.due[name] > now and name in self._stale
+
+    def stale(self, name: str) -> bool:
+        """Whether the loop's next decision needs a look (unless its bound is past by then)."""
+        return name in self._stale
 
     def looked(self, name: str, due: datetime | None, cap: datetime | None, *, counted: bool = True) -> None:
         """What the look read (`counted=False`: what a real pass read with the look's own query)."""
@@ -130,6 +145,7 @@ class IdlePasses:
 
     def passed(self, name: str, due: datetime | None = None) -> None:
         """A real pass consumed the loop's own work: what is left is due at `due`, or must be read."""
+        self.changes[name] += 1
         if due is None:
             self.due[name] = self.never
             self._stale.add(name)
@@ -154,6 +170,7 @@ class IdlePasses:
 
         Returns where to pull the loop's pushed-ahead wake-up back to, if anywhere.
         """
+        self.changes[name] += 1
         if due is None:
             self._stale.add(name)
         else:
@@ -446,9 +463,12 @@ class SimulatedAutovacuum:
     sequential scan of `runs` under every foreign-key check and lease). So the
     simulator does what autovacuum would have done by each virtual minute: once the
     ledger has grown by autovacuum's own rule (50 rows plus 10 % of what it held at the
-    last pass), one `VACUUM (ANALYZE)` of the schema. The trigger is the count of
-    runs the simulation created, not the server's statistics, so the passes fall at
-    the same virtual times on every run of the same scenario.
+    last pass), one `VACUUM (ANALYZE)` of the schema's tables and partitions that hold
+    rows. Not of its partitioned tables, which autovacuum never processes: a deployment's
+    planner keeps what they held when first analyzed, and analyzing one would sample its
+    partitions' rows a second time. The trigger is the count of runs the simulation
+    created, not the server's statistics, so the passes fall at the same virtual times
+    on every run of the same scenario.
     """
 
     name = "autovacuum"
@@ -663,6 +683,19 @@ class Simulation:
         self.idle = idle
         kinds = list(by_name["notifier"].transports)
         current = {"order": 0}  # the order of the event being processed (for IdlePasses.touch)
+        # loop -> (IdlePasses.changes when its look was sent, the look's reader): see EARLY_LOOKS
+        early: dict[str, tuple[int, Callable[[], tuple[datetime | None, datetime | None]]]] = {}
+
+        def send_looks(now: datetime) -> None:
+            """Send the look of every loop of EARLY_LOOKS left stale by what just happened, unless sent already."""
+            if idle is None:
+                return
+            for name in EARLY_LOOKS:
+                sent = early.get(name)
+                if idle.stale(name) and (sent is None or sent[0] != idle.changes[name]):
+                    with db.probe() as store:
+                        early[name] = (idle.changes[name],
+                                       SimulationRepository(store.conn).submit_next_due(name, now, kinds))
         retries_due: list[datetime] = []  # a heap: when each retry the poller queued may be leased
         drained = {"resumed": False}  # whether the poller's next claim resumes its walk after a full batch
 
@@ -744,8 +777,12 @@ class Simulation:
                     # Every lease in the ledger is the simulated worker's: it knows when the first runs out.
                     idle.looked(name, worker.next_expiry(), None, counted=False)
                 elif idle.must_look(name, now):
-                    with db.probe() as store:
-                        idle.looked(name, *SimulationRepository(store.conn).next_due(name, now, kinds))
+                    sent = early.pop(name, None)
+                    if sent is not None and sent[0] == idle.changes[name]:
+                        idle.looked(name, *sent[1]())
+                    else:
+                        with db.probe() as store:
+                            idle.looked(name, *SimulationRepository(store.conn).next_due(name, now, kinds))
                 if idle.due[name] > now:
                     # This pass would find nothing: the loop wakes where its chain of idle
                     # passes first reaches the instant its work could be due.
@@ -800,6 +837,7 @@ class Simulation:
             self.clock.set(event.at)
             current["order"] = event.order
             event.action(event.at)
+            send_looks(event.at)
         worker.flush(self.clock.now())
 
     def _heartbeat(self, worker: SimulatedWorker) -> Callable[[datetime], None]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -84,13 +84,26 @@ class SimulationRepository(StoreBase):
         at the latest: the ticker's earliest fire time, the notifier's earliest claimable
         delivery (None for the other loops, which return `now + interval`).
         """
-        row = self._row(f"simulation_next_due_{loop.replace('-', '_')}",
-                        {"now": now, "kinds": list(kinds)})
-        assert row is not None
-        if loop == "notifier":
-            present = [v for v in (row["due"], row["stale"]) if v is not None]
-            return (min(present) if present else None), row["due"]
-        return row["due"], (row["due"] if loop == "ticker" else None)
+        return self.submit_next_due(loop, now, kinds)()
+
+    def submit_next_due(
+        self, loop: str, now: datetime, kinds: Sequence[str]
+    ) -> Callable[[], tuple[datetime | None, datetime | None]]:
+        """Send `next_due`'s look now; the returned reader gives its answer.
+
+        On the pipelined connection the look goes out with the next statement anybody
+        reads, so a reader called after that costs no round trip.
+        """
+        read = self._submit(f"simulation_next_due_{loop.replace('-', '_')}", {"now": now, "kinds": list(kinds)})
+
+        def answer() -> tuple[datetime | None, datetime | None]:
+            [row] = read()
+            if loop == "notifier":
+                present = [v for v in (row["due"], row["stale"]) if v is not None]
+                return (min(present) if present else None), row["due"]
+            return row["due"], (row["due"] if loop == "ticker" else None)
+
+        return answer
 
     def history(self) -> list[dict[str, Any]]:
         return self._rows("simulation_history")

@@ -87,15 +87,17 @@ SELECT c.relname AS tablename
  ORDER BY c.relname;
 
 -- simulation_tables_written --
--- The tables of simulation_tables that a row ever reached: a table without a single page
--- has had none since the catalog was loaded and analyzed (an insert extends the heap at
--- once; only a vacuum that found every row dead gives pages back), so vacuuming or
--- analyzing it again would find what the last pass found: nothing. A partitioned table
--- has no pages of its own and is always named.
+-- The tables autovacuum would visit that a row ever reached: every plain table and every
+-- partition, never a partitioned table (autovacuum does not process those: a deployment's
+-- planner never has their statistics refreshed after they were first analyzed, and
+-- analyzing one samples its partitions' rows a second time). A table without a single
+-- page has had no row since the catalog was loaded and analyzed (an insert extends the
+-- heap at once; only a vacuum that found every row dead gives pages back), so vacuuming
+-- or analyzing it again would find what the last pass found: nothing.
 SELECT c.relname AS tablename
   FROM pg_class c
- WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
-   AND (c.relkind = 'p' OR pg_relation_size(c.oid) > 0)
+ WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+   AND pg_relation_size(c.oid) > 0
  ORDER BY c.relname;
 
 -- simulation_unlog_tables --

@@ -10,7 +10,7 @@ A delivery row moves like this (`notifier.py` drives it):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -156,8 +156,14 @@ class OutboxRepository(StoreBase):
 
     # deliveries
 
-    def release_expired_outbox(self, now: datetime) -> list[int]:
-        return [r["id"] for r in self._rows("outbox_release_expired_outbox", {"now": now})]
+    def release_expired_outbox(self, now: datetime) -> Callable[[], list[int]]:
+        """Send the release of expired claims now; the returned reader gives the ids released.
+
+        On a pipelined connection the statement goes out with the next one read (the
+        claim that follows it in a pass), so the release costs no round trip of its own.
+        """
+        read = self._submit("outbox_release_expired_outbox", {"now": now})
+        return lambda: [r["id"] for r in read()]
 
     def claim_outbox(
         self, replica_id: str, now: datetime, locked_until: datetime, batch: int, kinds: Sequence[str]
@@ -177,7 +183,9 @@ class OutboxRepository(StoreBase):
     def insert_notification_thread(
         self, *, alert_id: int, channel_id: int, tenant_id: int, thread_key: str, parent_ref: str | None, now: datetime
     ) -> None:
-        self._execute(
+        # Nobody reads its result: on a pipelined connection it goes out with the next statement
+        # read (the record's compare-and-set), and an error it raised fails the transaction there.
+        self._send(
             "outbox_insert_notification_thread",
             {"alert_id": alert_id, "channel_id": channel_id, "tenant_id": tenant_id,
              "thread_key": thread_key, "parent_ref": parent_ref, "now": now},
@@ -186,9 +194,10 @@ class OutboxRepository(StoreBase):
     def relax_transaction_commit(self) -> None:
         """Do not wait for the WAL flush when this transaction commits (see outbox_relaxed_commit).
 
-        Only this transaction's (`SET LOCAL`): the pooled connection goes back durable.
+        Only this transaction's (`SET LOCAL`): the pooled connection goes back durable. Its
+        result is nobody's read: on a pipelined connection it rides with the next statement.
         """
-        self._execute("outbox_relaxed_commit")
+        self._send("outbox_relaxed_commit")
 
     def mark_outbox_sent(self, outbox_id: int, replica_id: str, now: datetime) -> bool:
         return self._execute("outbox_mark_outbox_sent", {"id": outbox_id, "replica_id": replica_id, "now": now}) == 1
