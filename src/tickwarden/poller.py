@@ -28,10 +28,10 @@ One pass:
    when a notification is lost.
 
 The transaction of a pass with work runs in pipeline mode (`Database.transaction(pipelined=True)`):
-its BEGIN goes out with the claim; the retry launch, the evaluation's savepoint and workflow
-lock with its inputs; and the savepoint's release with the COMMIT, so the client waits for the
-server only where it reads a result (a pass with a retry and a verdict: four waits instead of
-nine). The statements still run one after the other in the order sent, as before.
+its BEGIN goes out with the claim, the evaluation's savepoint and workflow lock with its
+inputs, and the savepoint's release with the COMMIT, so the client waits for the server only
+where it reads a result (a pass with a retry and a verdict: five waits instead of nine). The
+statements still run one after the other in the order sent, as before.
 
 A pass right after a full batch resumes the claim's walk of the queue's index
 after that batch's last attempt, instead of from the start over the dead entries
@@ -98,7 +98,7 @@ class OutcomePoller:
             result.claimed = len(claimed)
             result.finished_at = [c.finished_at for c in claimed]
             pending = [c for c in claimed if c.run_status == "pending_retry"]
-            launch, launched = retries.send_retries(
+            launch = retries.send_retries(
                 store,
                 sorted({(c.run_id, c.run_scheduled_for) for c in pending}),
                 now,
@@ -111,13 +111,13 @@ class OutcomePoller:
                 for c in claimed
                 if c.run_status in FAILURES or (c.run_status == "succeeded" and c.alert_open)
             }
-            workflows |= {workflow_id for _, workflow_id in launch.failed}
+            workflows |= {workflow_id for _, workflow_id in launch.outcome.failed}
             # The launch was sent before the evaluation's savepoint and is read after it: the
             # evaluation's inputs go out with it in one round trip, and a rolled-back
             # evaluation leaves the launch in place. The evaluation reads no run a launch moves
             # (pending_retry to queued is no verdict), so the order of the reads changes nothing.
             result.evaluation, redo = alerts.evaluate_batch(store, workflows, now)
-            outcome = launched()
+            outcome = launch.collect()
             result.retried = outcome.launched
             result.retry_due = outcome.due
         # Only a committed claim moves the position: a rolled-back batch is walked again.

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from tickwarden.categories import NOT_RETRYABLE
 
 if TYPE_CHECKING:
+    from tickwarden.models import Attempt
     from tickwarden.store import Store
 
 PATIENT_CATEGORIES = frozenset({"connection", "environment", "lost", "timeout", "internal"})
@@ -43,6 +44,20 @@ class RetryOutcome:
     failed: list[tuple[int, int]] = field(default_factory=list)  # (run, workflow) failed for good
 
 
+@dataclass
+class PendingRetries:
+    """A retry launch sent and not yet read: the runs failed for good are known, the launched ones at `collect`."""
+
+    outcome: RetryOutcome
+    read: Callable[[], list[Attempt]]
+
+    def collect(self) -> RetryOutcome:
+        queued = self.read()
+        self.outcome.launched = [a.run_id for a in queued]
+        self.outcome.due = [a.queued_at for a in queued]
+        return self.outcome
+
+
 def launch_retries(
     store: Store, runs: Sequence[tuple[int, datetime]], now: datetime, *, check_retryable: bool = True
 ) -> RetryOutcome:
@@ -52,32 +67,23 @@ def launch_retries(
     `check_retryable=False` skips the look for non-retryable categories when the
     caller already knows there is none (the poller reads each run's category at claim).
     """
-    return send_retries(store, runs, now, check_retryable=check_retryable)[1]()
+    return send_retries(store, runs, now, check_retryable=check_retryable).collect()
 
 
 def send_retries(
     store: Store, runs: Sequence[tuple[int, datetime]], now: datetime, *, check_retryable: bool = True
-) -> tuple[RetryOutcome, Callable[[], RetryOutcome]]:
-    """`launch_retries` with the launch sent now and read by the returned reader: on a pipelined
-    connection the statements the caller sends in between travel with it (the poller's evaluation
-    inputs), in one round trip.
+) -> PendingRetries:
+    """`launch_retries`, with the launch sent and read at `collect`: on a pipelined connection the statements
+    the caller sends in between travel with it (the poller's evaluation inputs), in one round trip.
 
-    The outcome returned at once already names the runs failed for good (read before the launch
-    is sent: they join the evaluation); the reader fills in the launched ones and returns it.
+    The runs failed for good are read before the launch is sent (they join the evaluation);
+    the launch's compare-and-set on pending_retry would skip them anyway.
     """
     outcome = RetryOutcome()
     if not runs:
-        return outcome, lambda: outcome
+        return PendingRetries(outcome, list)
     if check_retryable:
         outcome.failed = store.monitoring.fail_unretryable(runs, sorted(NOT_RETRYABLE), now)
     failed = {run_id for run_id, _ in outcome.failed}
     remaining = [r for r in runs if r[0] not in failed]
-    read = store.ledger.submit_queue_retries(remaining, now, sorted(PATIENT_CATEGORIES))
-
-    def launched() -> RetryOutcome:
-        queued = read()
-        outcome.launched = [a.run_id for a in queued]
-        outcome.due = [a.queued_at for a in queued]
-        return outcome
-
-    return outcome, launched
+    return PendingRetries(outcome, store.ledger.submit_queue_retries(remaining, now, sorted(PATIENT_CATEGORIES)))
