@@ -98,12 +98,14 @@ class OutcomePoller:
             result.claimed = len(claimed)
             result.finished_at = [c.finished_at for c in claimed]
             pending = [c for c in claimed if c.run_status == "pending_retry"]
-            launch = retries.send_retries(
+            outcome = retries.launch_retries(
                 store,
                 sorted({(c.run_id, c.run_scheduled_for) for c in pending}),
                 now,
                 check_retryable=any(not is_retryable(c.run_error_category or "") for c in pending),
             )
+            result.retried = outcome.launched
+            result.retry_due = outcome.due
             # A failure always needs a decision; a success only when it may resolve an open
             # alert (with no alert open, a success cannot open one: failures since it are none).
             workflows = {
@@ -111,15 +113,8 @@ class OutcomePoller:
                 for c in claimed
                 if c.run_status in FAILURES or (c.run_status == "succeeded" and c.alert_open)
             }
-            workflows |= {workflow_id for _, workflow_id in launch.outcome.failed}
-            # The launch was sent before the evaluation's savepoint and is read after it: the
-            # evaluation's inputs go out with it in one round trip, and a rolled-back
-            # evaluation leaves the launch in place. The evaluation reads no run a launch moves
-            # (pending_retry to queued is no verdict), so the order of the reads changes nothing.
+            workflows |= {workflow_id for _, workflow_id in outcome.failed}
             result.evaluation, redo = alerts.evaluate_batch(store, workflows, now)
-            outcome = launch.collect()
-            result.retried = outcome.launched
-            result.retry_due = outcome.due
         # Only a committed claim moves the position: a rolled-back batch is walked again.
         full = len(claimed) >= self.batch_size
         self._resume = max((c.finished_at, c.attempt_id) for c in claimed) if full else None

@@ -23,7 +23,7 @@ The error's category chooses between patience and speed:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 from tickwarden.categories import NOT_RETRYABLE
 
 if TYPE_CHECKING:
-    from tickwarden.models import Attempt
     from tickwarden.store import Store
 
 PATIENT_CATEGORIES = frozenset({"connection", "environment", "lost", "timeout", "internal"})
@@ -44,20 +43,6 @@ class RetryOutcome:
     failed: list[tuple[int, int]] = field(default_factory=list)  # (run, workflow) failed for good
 
 
-@dataclass
-class PendingRetries:
-    """A retry launch sent and not yet read: the runs failed for good are known, the launched ones at `collect`."""
-
-    outcome: RetryOutcome
-    read: Callable[[], list[Attempt]]
-
-    def collect(self) -> RetryOutcome:
-        queued = self.read()
-        self.outcome.launched = [a.run_id for a in queued]
-        self.outcome.due = [a.queued_at for a in queued]
-        return self.outcome
-
-
 def launch_retries(
     store: Store, runs: Sequence[tuple[int, datetime]], now: datetime, *, check_retryable: bool = True
 ) -> RetryOutcome:
@@ -67,23 +52,14 @@ def launch_retries(
     `check_retryable=False` skips the look for non-retryable categories when the
     caller already knows there is none (the poller reads each run's category at claim).
     """
-    return send_retries(store, runs, now, check_retryable=check_retryable).collect()
-
-
-def send_retries(
-    store: Store, runs: Sequence[tuple[int, datetime]], now: datetime, *, check_retryable: bool = True
-) -> PendingRetries:
-    """`launch_retries`, with the launch sent and read at `collect`: on a pipelined connection the statements
-    the caller sends in between travel with it (the poller's evaluation inputs), in one round trip.
-
-    The runs failed for good are read before the launch is sent (they join the evaluation);
-    the launch's compare-and-set on pending_retry would skip them anyway.
-    """
     outcome = RetryOutcome()
     if not runs:
-        return PendingRetries(outcome, list)
+        return outcome
     if check_retryable:
         outcome.failed = store.monitoring.fail_unretryable(runs, sorted(NOT_RETRYABLE), now)
     failed = {run_id for run_id, _ in outcome.failed}
     remaining = [r for r in runs if r[0] not in failed]
-    return PendingRetries(outcome, store.ledger.submit_queue_retries(remaining, now, sorted(PATIENT_CATEGORIES)))
+    queued = store.ledger.queue_retries(remaining, now, sorted(PATIENT_CATEGORIES))
+    outcome.launched = [a.run_id for a in queued]
+    outcome.due = [a.queued_at for a in queued]
+    return outcome

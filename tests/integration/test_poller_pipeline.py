@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psycopg
-import pytest
 from psycopg.pq import Trace
 
 from tests.dbutil import TEST_URL
 from tests.integration.pipeline import FIVE_MIN, alerts_of, attempt_once, create_tick, fail, workflow
 from tickwarden.db import Database
 from tickwarden.poller import OutcomePoller
-from tickwarden.store.ledger import LedgerRepository
 from tickwarden.store.monitoring import MonitoringRepository
 
 
@@ -23,9 +20,9 @@ def round_trips(path: Path) -> list[str]:
             and line.split("\t")[2] in ("Sync", "Flush", "Query")]
 
 
-def test_a_pass_with_a_retry_and_a_verdict_waits_for_the_server_four_times(db, clock, tmp_path):
-    """BEGIN goes with the claim; the retry launch, the savepoint and the evaluation's lock with
-    its inputs; the savepoint's release with the commit."""
+def test_a_pass_with_a_retry_and_a_verdict_waits_for_the_server_five_times(db, clock, tmp_path):
+    """BEGIN goes with the claim, the savepoint and the evaluation's lock with its inputs, and the
+    savepoint's release with the commit."""
     wf = workflow(db, clock.now(), cadence=FIVE_MIN, policy={"alert_after": 100})
     other = workflow(db, clock.now(), cadence=FIVE_MIN, name="other", policy={"alert_after": 100, "retries": 2})
     verdict = create_tick(db, wf, clock.now(), clock.now())
@@ -45,9 +42,9 @@ def test_a_pass_with_a_retry_and_a_verdict_waits_for_the_server_four_times(db, c
             trace_file.flush()
     assert result.claimed == 2 and result.retried == [retried.id]
     assert result.evaluation.evaluated == 1
-    # claim; retry launch with the evaluation inputs; failure rate: a flush each; then the
-    # commit's sync and the flush that reads its results (one wait). Sent one at a time: nine.
-    assert round_trips(path) == ["Flush"] * 3 + ["Sync", "Flush"], round_trips(path)
+    # claim, retry launch, evaluation inputs, failure rate: a flush each; then the commit's
+    # sync and the flush that reads its results (one wait). Sent one at a time: nine.
+    assert round_trips(path) == ["Flush"] * 4 + ["Sync", "Flush"], round_trips(path)
     with db.transaction() as store:
         assert store.ledger.get_run(retried.id).status == "queued"
         assert store.ledger.get_run(verdict.id).status == "failed"
@@ -81,30 +78,3 @@ def test_a_database_error_in_the_batch_evaluation_keeps_the_claim_and_the_retrie
         assert store.ledger.get_run(retried.id).status == "queued"
         assert not store.monitoring.finished_attempts_waiting(clock.now())
     assert [a.workflow_id for a in alerts_of(db, wf)] == [wf.id]
-
-
-def test_a_failed_retry_launch_fails_the_whole_pass_and_the_next_pass_does_it(db, clock, monkeypatch):
-    """The launch is read after the evaluation's statements went out with it: its error still
-    rolls back the pass (claim included), so nothing is lost, and the next pass launches it."""
-    wf = workflow(db, clock.now(), cadence=FIVE_MIN, policy={"alert_after": 1})
-    other = workflow(db, clock.now(), cadence=FIVE_MIN, name="other", policy={"alert_after": 100, "retries": 2})
-    verdict = create_tick(db, wf, clock.now(), clock.now())
-    retried = create_tick(db, other, clock.now(), clock.now())
-    attempt_once(db, verdict, fail(retryable=False), clock.advance(60))
-    attempt_once(db, retried, fail(), clock.advance(1))
-    real = LedgerRepository.submit_queue_retries
-
-    def broken(self, runs, now, patient=()):
-        return self._submit_text("SELECT 1 / 0 AS x", {})
-
-    monkeypatch.setattr(LedgerRepository, "submit_queue_retries", broken)
-    poller = OutcomePoller(db, "p1")
-    with pytest.raises(psycopg.Error):  # the pass fails (its savepoint was never set: the launch's error came first)
-        poller.poll(clock.advance(5))
-    with db.transaction() as store:
-        assert store.ledger.get_run(retried.id).status == "pending_retry"
-        assert store.monitoring.finished_attempts_waiting(clock.now())
-    assert alerts_of(db, wf) == []
-    monkeypatch.setattr(LedgerRepository, "submit_queue_retries", real)
-    result = poller.poll(clock.advance(5))
-    assert result.claimed == 2 and result.retried == [retried.id] and len(result.evaluation.opened) == 1
