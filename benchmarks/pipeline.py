@@ -22,7 +22,9 @@ alone and the ticks follow each workflow's cadence from 2026-01-01.
    The outcomes are reset between the two runs (same ledger). Beside it, the pollers'
    own CPU time (Python and the client library, each process's first-use costs
    included, the database server's not) per outcome and as a share of the drain's wall time × replicas: the database server
-   runs on the same cores, so what the pollers spend is taken from it.
+   runs on the same cores, so what the pollers spend is taken from it. And the CPU time of
+   the pollers' database backends per outcome (from /proc: the server is local), which
+   the machine's other load disturbs far less than the wall time.
 4. Latency: a producer process finishes attempts on the wall clock at a steady
    rate, each batch committed with the `NOTIFY tickwarden_wake, 'poller'` the worker's
    outcome statement sends, while 2 processes run the poller as `tickwarden serve` does
@@ -146,6 +148,28 @@ def load_outcomes(schema: str, workflows: int, history: int, outcomes: int, tick
     return inserted
 
 
+def backend_cpu(db: Database) -> float:
+    """CPU seconds the database server's backends of `db` (its application_name) have used.
+
+    Read from /proc: the server runs on this machine. The time the database spends on the
+    pollers' statements, less sensitive to the machine's other load than wall time.
+    """
+    import os
+
+    with db.connection() as conn:
+        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name ="
+                                           " current_setting('application_name')")]
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # not on this machine, or gone
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def _drain(args: tuple[str, int, int, mp.synchronize.Barrier, mp.Queue]) -> None:
     schema, replica, batch, barrier, out = args
     from tickwarden.clock import WallClock
@@ -153,8 +177,9 @@ def _drain(args: tuple[str, int, int, mp.synchronize.Barrier, mp.Queue]) -> None
     from tickwarden.poller import OutcomePoller
 
     clock = WallClock()
-    db = Database(BENCH_URL, schema=schema, min_size=1, max_size=2)
+    db = Database(BENCH_URL, schema=schema, min_size=2, max_size=2, application_name=f"bench-drain-{replica}")
     poller = OutcomePoller(db, f"bench-{replica}", batch_size=batch)
+    server0 = backend_cpu(db)
     barrier.wait()
     t0, cpu0 = time.perf_counter(), time.process_time()
     claimed = opened = events = 0
@@ -165,13 +190,14 @@ def _drain(args: tuple[str, int, int, mp.synchronize.Barrier, mp.Queue]) -> None
         claimed += result.claimed
         opened += len(result.evaluation.opened)
         events += len(result.evaluation.event_ids)
-    out.put((t0, time.perf_counter(), claimed, opened, events, time.process_time() - cpu0))
+    t1, cpu1 = time.perf_counter(), time.process_time()
+    out.put((t0, t1, claimed, opened, events, cpu1 - cpu0, backend_cpu(db) - server0))
     db.close()
 
 
-def throughput(schema: str, replicas: int, batch: int) -> tuple[float, int, int, int, float]:
+def throughput(schema: str, replicas: int, batch: int) -> tuple[float, int, int, int, float, float]:
     """Drain the outcomes with `replicas` pollers; return outcomes/s, outcomes, alerts opened,
-    alert events and the pollers' CPU seconds (all of them together)."""
+    alert events, the pollers' CPU seconds and their database backends' (all of them together)."""
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(replicas), ctx.Queue()
     procs = [ctx.Process(target=_drain, args=((schema, r, batch, barrier, out),)) for r in range(replicas)]
@@ -182,8 +208,8 @@ def throughput(schema: str, replicas: int, batch: int) -> tuple[float, int, int,
         p.join()
     start, end = min(r[0] for r in results), max(r[1] for r in results)
     claimed = sum(r[2] for r in results)
-    cpu = sum(r[5] for r in results)
-    return claimed / (end - start), claimed, sum(r[3] for r in results), sum(r[4] for r in results), cpu
+    cpu, server = sum(r[5] for r in results), sum(r[6] for r in results)
+    return claimed / (end - start), claimed, sum(r[3] for r in results), sum(r[4] for r in results), cpu, server
 
 
 def _produce(args: tuple[str, float, int, int, mp.Event]) -> None:
@@ -321,14 +347,15 @@ def main() -> None:
         rows = [("ledger", f"{args.workflows * args.history:,} runs, {args.workflows:,} workflows, "
                            f"{args.months} month partitions (loaded in {load:.0f} s)")]
         for replicas in (1, 2):
-            rates, cpu_per_outcome, cpu_share = [], [], []
+            rates, cpu_per_outcome, cpu_share, server_per_outcome = [], [], [], []
             for run in range(args.repeat):
                 progress(f"{replicas} replica(s), run {run + 1} of {args.repeat}: loading outcomes, then draining")
                 n = load_outcomes(schema, args.workflows, args.history, args.outcomes, ticks)
-                rate, claimed, opened, events, cpu = throughput(schema, replicas, args.batch)
+                rate, claimed, opened, events, cpu, server = throughput(schema, replicas, args.batch)
                 assert claimed == n, (claimed, n)
                 rates.append(rate)
                 cpu_per_outcome.append(cpu / claimed * 1e6)
+                server_per_outcome.append(server / claimed * 1e6)
                 cpu_share.append(cpu / (claimed / rate * replicas) * 100)
             rows.append((f"{replicas} replica(s), batch {args.batch}",
                          f"{statistics.median(rates):,.0f} outcomes/s median of {args.repeat} "
@@ -337,11 +364,16 @@ def main() -> None:
             rows.append((f"{replicas} replica(s), pollers' own CPU",
                          f"{statistics.median(cpu_per_outcome):.1f} µs per outcome, "
                          f"{statistics.median(cpu_share):.0f} % of wall time × replicas (medians)"))
+            rows.append((f"{replicas} replica(s), their database backends' CPU",
+                         f"{statistics.median(server_per_outcome):.1f} µs per outcome, median of "
+                         f"{', '.join(f'{v:.1f}' for v in server_per_outcome)}"))
             figures.append(Figure(f"{replicas} replica(s), batch {args.batch}, median of {args.repeat} runs",
                                   statistics.median(rates), "outcomes/s", raw[(replicas, args.batch)],
                                   Target(">=", 50_000) if replicas == 2 and full else None))
             figures.append(Figure(f"{replicas} replica(s), pollers' own CPU per outcome, median of {args.repeat} runs",
                                   statistics.median(cpu_per_outcome), "µs"))
+            figures.append(Figure(f"{replicas} replica(s), their backends' CPU per outcome, median of {args.repeat} runs",
+                                  statistics.median(server_per_outcome), "µs"))
             if replicas == 2:
                 # steady: every run within 20 % of each other (DESIGN.md); reported as the spread
                 figures.append(Figure(f"{replicas} replicas, spread of {args.repeat} runs (max/min - 1)",

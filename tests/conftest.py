@@ -84,9 +84,9 @@ def counted(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     real = db.transaction
 
     @contextlib.contextmanager
-    def transaction():  # type: ignore[no-untyped-def]
+    def transaction(*args, **kwargs):  # type: ignore[no-untyped-def]
         opened.append(1)
-        with real() as store:
+        with real(*args, **kwargs) as store:
             yield store
 
     monkeypatch.setattr(db, "transaction", transaction)

@@ -666,7 +666,13 @@ def _pipelined_transaction(conn: psycopg.Connection) -> Iterator[None]:
     try:
         with conn.pipeline():
             conn.execute(BEGIN)
-            yield
+            if isinstance(conn, PipelinedConnection):
+                conn.in_block = True  # a savepoint inside joins the pipeline (see PipelinedConnection)
+            try:
+                yield
+            finally:
+                if isinstance(conn, PipelinedConnection):
+                    conn.in_block = False
             conn.execute(COMMIT)
     except BaseException:
         # Leaving the pipeline (a sync) ended the server's skipping after an error; whatever

@@ -27,6 +27,12 @@ One pass:
    so a retry or a verdict waits for no poll; the interval only bounds the delay
    when a notification is lost.
 
+The transaction of a pass with work runs in pipeline mode (`Database.transaction(pipelined=True)`):
+its BEGIN goes out with the claim, the evaluation's savepoint and workflow lock with its
+inputs, and the savepoint's release with the COMMIT, so the client waits for the server only
+where it reads a result (a pass with a retry and a verdict: five waits instead of nine). The
+statements still run one after the other in the order sent, as before.
+
 A pass right after a full batch resumes the claim's walk of the queue's index
 after that batch's last attempt, instead of from the start over the dead entries
 of every outcome claimed since the last vacuum. The position is only where to look, never
@@ -86,7 +92,7 @@ class OutcomePoller:
                 if not store.monitoring.finished_attempts_waiting(now):
                     return result  # the usual idle pass: one read-only statement
         after = self._resume if self._resumed < RESUME_LIMIT else None
-        with self.db.transaction() as store:
+        with self.db.transaction(pipelined=True) as store:  # BEGIN rides with the claim, COMMIT with the end
             claimed = store.monitoring.claim_finished_attempts(now, self.batch_size, after)
             self._busy = bool(claimed)
             result.claimed = len(claimed)

@@ -68,5 +68,7 @@ def test_the_pipeline_benchmark_reports_the_pollers_own_cpu_beside_their_through
     for replicas in (1, 2):
         cpu = figures[f"{replicas} replica(s), pollers' own CPU per outcome, median of 1 runs"]
         assert cpu["unit"] == "µs" and cpu["value"] > 0
+        server = figures[f"{replicas} replica(s), their backends' CPU per outcome, median of 1 runs"]
+        assert server["unit"] == "µs" and server["value"] > 0
         assert figures[f"{replicas} replica(s), batch 500, median of 1 runs"]["value"] > 0
     assert "pollers' own CPU" in done.stdout and "% of wall time × replicas" in done.stdout

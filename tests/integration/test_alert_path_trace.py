@@ -29,6 +29,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from tests.conftest import TEST_URL
 from tests.integration.fake_servers import SlackFake
@@ -52,6 +53,9 @@ workflows:
     policy: {retries: 0, alert_after: 1}
     steps: [{name: load, kind: python, call: "tests.steps:fail"}]
 """
+
+
+SAVEPOINTS = ("SAVEPOINT", "RELEASE", "ROLLBACK")  # the statements of a savepoint block
 
 
 class Trace:
@@ -90,6 +94,8 @@ class Trace:
                 explicit.add(id(cur.connection))
             elif kind in (COMMIT, ROLLBACK):
                 explicit.discard(id(cur.connection))
+            elif isinstance(query, sql.Composed) and query.as_string(cur.connection).split()[0] in SAVEPOINTS:
+                pass  # a savepoint sent in a pipeline: no statement, as psycopg's own savepoint block is none
             elif query != "":  # an empty query (the pool's full liveness check): no statement, no transaction
                 if id(cur.connection) not in explicit:
                     trace._begins(cur.connection)

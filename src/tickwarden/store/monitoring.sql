@@ -88,7 +88,13 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
            AND r.scheduled_for > coalesce(ok.scheduled_for, '-infinity'::timestamptz)
          ORDER BY r.scheduled_for DESC, r.id DESC
          LIMIT 1) lf ON true
-  LEFT JOIN alerts a ON a.workflow_id = w.id AND a.status = 'open'
+  -- the open alert: one probe of alerts_one_open_idx per workflow (LIMIT 1 keeps it a
+  -- lateral: as a plain join, the generic plan the server caches for this prepared
+  -- statement reads every open alert of the fleet and compares each with each workflow)
+  LEFT JOIN LATERAL (
+        SELECT o.id, o.failure_count, o.reason FROM alerts o
+         WHERE o.workflow_id = w.id AND o.status = 'open'
+         LIMIT 1) a ON true
  WHERE w.id = ANY(%(workflow_ids)b::bigint[])
  ORDER BY w.id;
 

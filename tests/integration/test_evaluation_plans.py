@@ -1,0 +1,64 @@
+"""The evaluation's statements under the plans the server caches for them.
+
+psycopg prepares a statement from its fifth execution on, and the server then runs the
+generic plan it caches whenever that plan's estimate is no worse than a custom one's:
+what the poller runs on a busy ledger is the generic plan, so that is the plan checked.
+"""
+
+import re
+from datetime import datetime
+
+from psycopg import sql
+
+from tickwarden.db import Database
+from tickwarden.store.queries import queries
+
+OPEN_ALERTS = 300
+
+
+def _scans_of(plan: dict, relation: str) -> list[dict]:
+    found = [plan] if plan.get("Relation Name") == relation else []
+    for child in plan.get("Plans", []):
+        found += _scans_of(child, relation)
+    return found
+
+
+def _generic_plan(conn, name: str, types: dict[str, str], args: dict[str, object]) -> dict:
+    names: list[str] = []
+
+    def number(match: re.Match) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)[sb]", number, queries()[name]).replace("%%", "%")
+    conn.execute(f"PREPARE checked ({', '.join(types[n] for n in names)}) AS {text}")
+    conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+    # EXECUTE takes no bound parameters: its arguments are literals
+    arguments = sql.SQL(", ").join(sql.SQL("{}::{}").format(sql.Literal(args[n]), sql.SQL(types[n])) for n in names)
+    explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE checked ({})").format(arguments)
+    return conn.execute(explain).fetchone()[0][0]["Plan"]
+
+
+def test_the_evaluation_reads_only_the_open_alerts_of_the_workflows_it_evaluates(db: Database) -> None:
+    """Its generic plan probes each evaluated workflow's open alert: a fleet's open alerts are
+    not each compared with each workflow of the batch."""
+    at = datetime(2026, 3, 1)
+    with db.connection() as conn:
+        conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'acme', %s)", (at,))
+        conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                     " SELECT 1, 'wf-' || w, %s, %s FROM generate_series(1, %s) w", (at, at, OPEN_ALERTS))
+        conn.execute(
+            """INSERT INTO alerts (tenant_id, workflow_id, status, first_severity, severity, owner, failure_count,
+                                   cadence_seconds, escalation_multiplier, escalate_after, escalate_at,
+                                   first_failure_at, last_failure_at, opened_at)
+               SELECT 1, id, 'open', 'warning', 'warning', 'customer', 3, 3600, 3, 6, %(at)s, %(at)s, %(at)s, %(at)s
+                 FROM workflows""", {"at": at})
+        conn.execute("ANALYZE workflows, alerts, schedules, workflow_successes")
+        evaluated = [5, 50, 150, 250]
+        plan = _generic_plan(conn, "monitoring_evaluation_inputs", {"workflow_ids": "bigint[]"},
+                             {"workflow_ids": evaluated})
+        scans = _scans_of(plan, "alerts")
+        assert scans
+        read = sum(s["Actual Rows"] * s["Actual Loops"] for s in scans)
+        assert read == len(evaluated), plan

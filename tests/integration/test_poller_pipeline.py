@@ -1,0 +1,80 @@
+"""The poller's pass with work, in round trips: its statements travel together where none waits on another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from psycopg.pq import Trace
+
+from tests.dbutil import TEST_URL
+from tests.integration.pipeline import FIVE_MIN, alerts_of, attempt_once, create_tick, fail, workflow
+from tickwarden.db import Database
+from tickwarden.poller import OutcomePoller
+from tickwarden.store.monitoring import MonitoringRepository
+
+
+def round_trips(path: Path) -> list[str]:
+    """The messages after which the client waits for the server: Sync, Flush, a simple Query."""
+    return [line.split("\t")[2] for line in path.read_text(errors="replace").splitlines()
+            if len(line.split("\t")) >= 3 and line.split("\t")[0] == "F"
+            and line.split("\t")[2] in ("Sync", "Flush", "Query")]
+
+
+def test_a_pass_with_a_retry_and_a_verdict_waits_for_the_server_five_times(db, clock, tmp_path):
+    """BEGIN goes with the claim, the savepoint and the evaluation's lock with its inputs, and the
+    savepoint's release with the commit."""
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, policy={"alert_after": 100})
+    other = workflow(db, clock.now(), cadence=FIVE_MIN, name="other", policy={"alert_after": 100, "retries": 2})
+    verdict = create_tick(db, wf, clock.now(), clock.now())
+    retried = create_tick(db, other, clock.now(), clock.now())
+    attempt_once(db, verdict, fail(retryable=False), clock.advance(60))
+    attempt_once(db, retried, fail(), clock.advance(1))
+    path = tmp_path / "trace"
+    with path.open("w") as trace_file:
+        def configure(conn) -> None:
+            conn.pgconn.trace(trace_file.fileno())
+            conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+
+        with Database(TEST_URL, schema=db.schema, min_size=1, max_size=1, configure=configure) as traced:
+            poller = OutcomePoller(traced, "p1")
+            poller._busy = True  # the pass after a busy one: no look before the claim
+            result = poller.poll(clock.advance(5))
+            trace_file.flush()
+    assert result.claimed == 2 and result.retried == [retried.id]
+    assert result.evaluation.evaluated == 1
+    # claim, retry launch, evaluation inputs, failure rate: a flush each; then the commit's
+    # sync and the flush that reads its results (one wait). Sent one at a time: nine.
+    assert round_trips(path) == ["Flush"] * 4 + ["Sync", "Flush"], round_trips(path)
+    with db.transaction() as store:
+        assert store.ledger.get_run(retried.id).status == "queued"
+        assert store.ledger.get_run(verdict.id).status == "failed"
+
+
+def test_a_database_error_in_the_batch_evaluation_keeps_the_claim_and_the_retries_and_evaluates_one_by_one(
+        db, clock, monkeypatch):
+    """The evaluation's savepoint is rolled back inside the pipelined transaction: the claim and
+    the retry launch before it commit, and each workflow is then evaluated on its own."""
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, policy={"alert_after": 1})
+    other = workflow(db, clock.now(), cadence=FIVE_MIN, name="other", policy={"alert_after": 100, "retries": 2})
+    verdict = create_tick(db, wf, clock.now(), clock.now())
+    retried = create_tick(db, other, clock.now(), clock.now())
+    attempt_once(db, verdict, fail(retryable=False), clock.advance(60))
+    attempt_once(db, retried, fail(), clock.advance(1))
+    real = MonitoringRepository.evaluation_inputs
+    faults: list[int] = []
+
+    def faulty(self, workflow_ids):
+        if not faults:  # the batch's statement fails at the server; the one-by-one ones do not
+            faults.append(1)
+            self.conn.execute("SELECT 1 / 0")
+        return real(self, workflow_ids)
+
+    monkeypatch.setattr(MonitoringRepository, "evaluation_inputs", faulty)
+    result = OutcomePoller(db, "p1").poll(clock.advance(5))
+    assert faults == [1]
+    assert result.claimed == 2 and result.retried == [retried.id]
+    assert len(result.evaluation.opened) == 1 and result.evaluation.failed_workflows == []
+    with db.transaction() as store:
+        assert store.ledger.get_run(retried.id).status == "queued"
+        assert not store.monitoring.finished_attempts_waiting(clock.now())
+    assert [a.workflow_id for a in alerts_of(db, wf)] == [wf.id]
