@@ -207,3 +207,18 @@ def test_a_month_with_a_run_awaiting_an_outcome_is_never_detached(db: Database) 
         assert not store.retention.detach_month(month)
     assert "runs_p202501" in tables(db, "partition")
     assert rows(db, "SELECT status FROM runs WHERE id = %s", stuck.id) == [("queued",)]
+
+
+def test_a_detached_month_takes_its_attempts_queue_rows_with_it(db: Database) -> None:
+    # A queued attempt whose run no longer counts as open (closed by hand here) is the one
+    # way a month could be detached with a queue row: a detach fires no trigger, and a row
+    # left without its attempt would head every lease's and idle poll's queue.
+    wfs = ledger(db)
+    month = january(db)
+    orphan = create_tick(db, wfs[0], YEAR_START + 10 * DAY + timedelta(hours=1), YEAR_START)
+    later = create_tick(db, wfs[1], LATER, LATER)
+    with db.transaction() as store:
+        store.conn.execute("UPDATE runs SET status = 'failed', finished_at = scheduled_for WHERE id = %s", (orphan.id,))
+    assert [r[0] for r in rows(db, "SELECT run_id FROM attempt_queue ORDER BY queued_at")] == [orphan.id, later.id]
+    detach_only(db, month)
+    assert rows(db, "SELECT run_id FROM attempt_queue") == [(later.id,)]

@@ -136,7 +136,8 @@ class RetentionRepository(StoreBase):
         with them would hold those tables (ACCESS EXCLUSIVE) through the drop's long commit.
         Here they are held as long as the ledger is, for a catalog change and a commit that
         removes no file. The outcomes of the month's attempts that the poller has not
-        claimed yet leave its queue in the same transaction.
+        claimed yet leave its queue in the same transaction, and so would any queue row of
+        an attempt of the month (none is queued in a month without open runs).
         """
         names = self._month_tables(month)
         if not self._is_partition(names[-1]):

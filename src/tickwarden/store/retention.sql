@@ -312,7 +312,14 @@ SELECT set_config('lock_timeout', '500ms', true),
        pg_advisory_xact_lock(hashtextextended(current_schema() || '.ledger_partitions', 0));
 
 -- retention_forget_month_outcomes --
--- The outcome_queue rows of a month taken out of the ledger: their attempts go with it.
+-- The queue rows of a month taken out of the ledger: their attempts go with it. The
+-- outcome_queue's are the month's unclaimed outcomes. A month is detached only with no
+-- open run, so it holds no queued attempt; its attempt_queue rows are dropped all the
+-- same, as a detach fires no trigger: a row left without its attempt would be offered to
+-- every lease and idle poll ahead of the live queue.
+WITH queued AS (
+    DELETE FROM attempt_queue WHERE run_scheduled_for >= %(lower)s AND run_scheduled_for < %(upper)s
+)
 DELETE FROM outcome_queue WHERE run_scheduled_for >= %(lower)s AND run_scheduled_for < %(upper)s;
 
 -- retention_table_kind --
