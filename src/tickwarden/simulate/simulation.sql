@@ -159,7 +159,7 @@ SELECT id FROM runs
 SELECT min(next_fire_at) AS due FROM schedule_fires WHERE next_fire_at IS NOT NULL;
 
 -- simulation_next_due_worker --
-SELECT min(queued_at) AS due FROM attempts WHERE status = 'queued';
+SELECT min(queued_at) AS due FROM attempt_queue;
 
 -- simulation_next_due_poller --
 SELECT min(finished_at) AS due FROM outcome_queue;
