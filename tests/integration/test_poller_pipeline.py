@@ -20,15 +20,22 @@ def round_trips(path: Path) -> list[str]:
             and line.split("\t")[2] in ("Sync", "Flush", "Query")]
 
 
-def test_a_pass_with_a_retry_and_a_verdict_waits_for_the_server_five_times(db, clock, tmp_path):
-    """BEGIN goes with the claim, the savepoint and the evaluation's lock with its inputs, and the
-    savepoint's release with the commit."""
-    wf = workflow(db, clock.now(), cadence=FIVE_MIN, policy={"alert_after": 100})
+def a_verdict_and_a_retry(db, clock, *, alert_after: int):
+    """Two failed attempts waiting for the poller: one unretryable (a verdict for the workflow
+    returned, alerting after `alert_after` failures), one with retries left."""
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, policy={"alert_after": alert_after})
     other = workflow(db, clock.now(), cadence=FIVE_MIN, name="other", policy={"alert_after": 100, "retries": 2})
     verdict = create_tick(db, wf, clock.now(), clock.now())
     retried = create_tick(db, other, clock.now(), clock.now())
     attempt_once(db, verdict, fail(retryable=False), clock.advance(60))
     attempt_once(db, retried, fail(), clock.advance(1))
+    return wf, verdict, retried
+
+
+def test_a_pass_with_a_retry_and_a_verdict_waits_for_the_server_five_times(db, clock, tmp_path):
+    """BEGIN goes with the claim, the savepoint and the evaluation's lock with its inputs, and the
+    savepoint's release with the commit."""
+    _, verdict, retried = a_verdict_and_a_retry(db, clock, alert_after=100)
     path = tmp_path / "trace"
     with path.open("w") as trace_file:
         def configure(conn) -> None:
@@ -54,12 +61,7 @@ def test_a_database_error_in_the_batch_evaluation_keeps_the_claim_and_the_retrie
         db, clock, monkeypatch):
     """The evaluation's savepoint is rolled back inside the pipelined transaction: the claim and
     the retry launch before it commit, and each workflow is then evaluated on its own."""
-    wf = workflow(db, clock.now(), cadence=FIVE_MIN, policy={"alert_after": 1})
-    other = workflow(db, clock.now(), cadence=FIVE_MIN, name="other", policy={"alert_after": 100, "retries": 2})
-    verdict = create_tick(db, wf, clock.now(), clock.now())
-    retried = create_tick(db, other, clock.now(), clock.now())
-    attempt_once(db, verdict, fail(retryable=False), clock.advance(60))
-    attempt_once(db, retried, fail(), clock.advance(1))
+    wf, verdict, retried = a_verdict_and_a_retry(db, clock, alert_after=1)
     real = MonitoringRepository.evaluation_inputs
     faults: list[int] = []
 

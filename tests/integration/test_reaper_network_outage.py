@@ -7,6 +7,7 @@ each test times them with an injected monotonic clock.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from datetime import datetime, timedelta
@@ -65,19 +66,15 @@ class Cut:
                 threading.Thread(target=self._carry, args=(source, sink), daemon=True).start()
 
     def _carry(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
+        with contextlib.suppress(OSError):  # either end closed: the relay of this direction is over
             while data := source.recv(65536):
                 if not self.flowing.is_set():
                     self.waiting.release()
                     self.flowing.wait()
                 sink.sendall(data)
-        except OSError:
-            pass
         for end in (source, sink):
-            try:
+            with contextlib.suppress(OSError):  # already shut down by the other direction
                 end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def close(self) -> None:
         self.flowing.set()
