@@ -106,3 +106,52 @@ def test_a_pods_server_follows_its_mounted_credential_when_it_changes(tmp_path):
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
+
+
+def _threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+
+
+def test_one_watchdog_thread_watches_every_request_in_turn(process):
+    # A thread started per request cost more than a no-op step: the server keeps one.
+    request = {"op": "run", "tenant_id": 1, "inputs": {},
+               "step": {"name": "s", "kind": "python", "call": "tests.steps:noop", "params": {}}}
+    process.call(request, 5)
+    settled = _threads(process.pid)
+    for _ in range(30):
+        assert process.call(request, 5)["ok"]
+        assert _threads(process.pid) == settled
+    # Still watching, after those: a later request past its own deadline stops the process group.
+    hang = {**request, "step": {**request["step"], "call": "tests.steps:hang"}, "watchdog_ms": 300}
+    sock = _raw(process)
+    buffer = bytearray()
+    challenge = json.loads(read_line(sock, time.monotonic() + 5, buffer))["challenge"]
+    started = time.monotonic()
+    sock.sendall(envelope(process.client.credential, "request", challenge, hang))
+    assert b"watchdog" in read_line(sock, time.monotonic() + 10, buffer) and time.monotonic() - started < 2
+    sock.close()
+    deadline = time.monotonic() + 5
+    while process.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process.alive()
+
+
+def test_a_caller_hanging_up_after_its_answer_stops_nothing_and_a_later_hang_up_is_seen(process):
+    for _ in range(5):
+        sock = _raw(process)
+        buffer = bytearray()
+        challenge = json.loads(read_line(sock, time.monotonic() + 5, buffer))["challenge"]
+        sock.sendall(envelope(process.client.credential, "request", challenge, {"op": "ping"}))
+        assert b'"body"' in read_line(sock, time.monotonic() + 5, buffer)
+        sock.close()  # at once, while the watchdog may still be looking at this connection
+    time.sleep(0.5)
+    assert process.alive() and process.call({"op": "ping"}, 5)["ok"]
+    request = {"op": "run", "tenant_id": 1, "inputs": {},
+               "step": {"name": "s", "kind": "python", "call": "tests.steps:hang", "params": {}}}
+    with pytest.raises(Aborted):
+        process.client.call(request, 30, lambda: True)
+    deadline = time.monotonic() + 5
+    while process.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process.alive()

@@ -300,38 +300,105 @@ def handle(tenant_id: int, request: dict, secrets_dir: str | None = None) -> dic
     return {"ok": False, "phase": "protocol", "error_type": "ProtocolError", "error": f"unknown op {op!r}"}
 
 
-class _Watchdog(threading.Thread):
-    """Stop the whole process group when the request runs past its limit or its caller hangs up."""
+class _Watched:
+    """One request under the watchdog: its connection, its deadline (monotonic; None: none) and how to answer it."""
+
+    __slots__ = ("conn", "deadline", "answer", "done", "watching")
 
     def __init__(self, conn: socket.socket, seconds: float | None, answer):
-        super().__init__(daemon=True)
         self.conn = conn
         self.deadline = None if seconds is None else time.monotonic() + seconds
         self.answer = answer
-        self.done = threading.Event()
+        self.done = False  # set (under the watchdog's lock) before the request's answer is sent
+        self.watching = True  # False after stray bytes: the deadline only is kept
 
-    def run(self) -> None:
-        watching = True
-        while not self.done.is_set():
-            left = 0.2 if self.deadline is None else min(0.2, self.deadline - time.monotonic())
-            if left <= 0:
-                # Answer first (best effort), so the caller learns it was the watchdog, not a crash.
-                self.answer({"ok": False, "phase": "watchdog", "error_type": "WatchdogTimeout",
-                             "error": "the request ran past its time limit"})
-                _exit_with_group(4)
-            if not watching:
-                time.sleep(left)
+
+class _Watchdog:
+    """Stop the whole process group when a request runs past its limit or its caller hangs up.
+
+    One thread for the server's life, watching the request being served (requests are served
+    one at a time): a thread started per request cost more than a no-op step. Between
+    requests it sleeps on a pipe; `watching` wakes it through that pipe for each new request,
+    so a request is watched from its start, as a thread of its own would. Invariant: a request
+    marked done (before its answer is sent) is never acted on, so a caller that hangs up after
+    its answer, or a connection closed after it, stops nothing.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current: _Watched | None = None
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def watching(self, conn: socket.socket, seconds: float | None, answer):
+        """Watch the request on `conn` until the block ends (it ends before the answer is sent)."""
+        watched = _Watched(conn, seconds, answer)
+        with self._lock:
+            self._current = watched
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+        else:
+            with contextlib.suppress(BlockingIOError):  # a wake-up already pending is enough
+                os.write(self._wake_write, b"w")
+        try:
+            yield
+        finally:
+            with self._lock:
+                watched.done = True
+                if self._current is watched:
+                    self._current = None
+
+    def _drain(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_read, 4096):
+                pass
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                watched = self._current
+            if watched is None or watched.done:
+                select.select([self._wake_read], [], [])  # until the next request
+                self._drain()
                 continue
-            ready: list[socket.socket] = []
-            try:
-                ready, _, _ = select.select([self.conn], [], [], left)
-                gone = bool(ready) and not self.conn.recv(1, socket.MSG_PEEK)
-            except OSError:
-                gone = True
-            if ready and not gone:
-                watching = False  # stray bytes after the request: keep the deadline only
-            if gone and not self.done.is_set():
-                _exit_with_group(5)  # the caller gave up on the request: nothing may outlive it
+            self._look(watched)
+
+    def _look(self, watched: _Watched) -> None:
+        """One look at the request: at most 0.2 s, less when it ends, a new one starts or its deadline comes."""
+        left = 0.2 if watched.deadline is None else min(0.2, watched.deadline - time.monotonic())
+        if left <= 0:
+            with self._lock:
+                if watched.done:
+                    return
+            # Answer first (best effort), so the caller learns it was the watchdog, not a crash.
+            watched.answer({"ok": False, "phase": "watchdog", "error_type": "WatchdogTimeout",
+                            "error": "the request ran past its time limit"})
+            _exit_with_group(4)
+        waiting: list = [self._wake_read, watched.conn] if watched.watching else [self._wake_read]
+        try:
+            ready, _, _ = select.select(waiting, [], [], left)
+        except (OSError, ValueError):  # the connection was closed: its request ended
+            ready = [self._wake_read]
+        if self._wake_read in ready:
+            self._drain()
+            return
+        if not ready:
+            return
+        try:
+            gone = not watched.conn.recv(1, socket.MSG_PEEK)
+        except (OSError, ValueError):
+            gone = True
+        with self._lock:
+            if watched.done:
+                return
+            if not gone:
+                watched.watching = False  # stray bytes after the request: keep the deadline only
+                return
+        _exit_with_group(5)  # the caller gave up on the request: nothing may outlive it
 
 
 class Server:
@@ -344,6 +411,7 @@ class Server:
         self.credential = credential
         self.secrets_dir = secrets_dir
         self.credential_file = credential_file
+        self.watchdog = _Watchdog()
 
     def _verified(self, challenge: str, line: bytes) -> dict:
         """The request of `line`; with a mounted credential, read it again once before refusing.
@@ -394,12 +462,8 @@ class Server:
             return None
         limit = request.get("watchdog_ms")
         seconds = limit / 1000 if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0 else None
-        watchdog = _Watchdog(conn, seconds, answer)
-        watchdog.start()
-        try:
+        with self.watchdog.watching(conn, seconds, answer):
             result = handle(self.tenant_id, request, self.secrets_dir)
-        finally:
-            watchdog.done.set()
         answer(result)
         return "shutdown" if request.get("op") == "shutdown" else None
 
