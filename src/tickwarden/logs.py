@@ -112,25 +112,66 @@ def formatter(fmt: str) -> logging.Formatter:
 
 
 class _Deferred(logging.Formatter):
-    """`formatter(fmt)`, built when the first record is formatted: a command that logs nothing loads no structlog."""
+    """`formatter(fmt)`, built when the first record is formatted: a command that logs nothing loads no structlog.
+
+    A record without a traceback or stack (nearly all: the deployed worker logs one line an
+    attempt) is formatted by `_Plain`, the same processors' output without structlog's
+    per-record machinery; one with either goes through `formatter(fmt)`.
+    """
 
     def __init__(self, fmt: str):
         super().__init__()
         self.fmt = fmt
         self.built: logging.Formatter | None = None
+        self.plain: _Plain | None = None
 
     def format(self, record: logging.LogRecord) -> str:
-        if self.built is None:
+        if self.built is None or self.plain is None:
             self.built = formatter(self.fmt)
-        return self.built.format(record)
+            self.plain = _Plain(self.fmt)
+        if record.exc_info or record.stack_info:
+            return self.built.format(record)
+        return self.plain.format(record)
+
+
+class _Plain:
+    """What `formatter(fmt)` writes for a record without traceback or stack, field for field and in
+    the same order, at a fraction of its cost.
+
+    The event dict is built as structlog's `ProcessorFormatter` builds a foreign record's (the
+    message, the ids bound with `bind`, level, logger, the record's extras, the time first),
+    the message is redacted by `_redact`, and the line is rendered by the same renderer
+    (JSON with structlog's fallback for values JSON does not know, or `_text`).
+    `test_logs` compares both paths' lines.
+    """
+
+    def __init__(self, fmt: str):
+        import structlog
+
+        self._merge = structlog.contextvars.merge_contextvars
+        self._level = structlog.stdlib.add_log_level
+        self._render: Any = structlog.processors.JSONRenderer(sort_keys=False) if fmt == "json" else _text
+
+    def format(self, record: logging.LogRecord) -> str:
+        event: EventDict = {"event": record.getMessage()}
+        method = record.levelname.lower()
+        event = self._level(None, method, self._merge(None, method, event))
+        event["logger"] = record.name
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRIBUTES and key not in event:
+                event[key] = value
+        event = _redact(None, method, {"timestamp": _stamp(record.created), **event})
+        return str(self._render(None, method, event))
+
+
+def _stamp(created: float) -> str:
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _timestamp(logger: WrappedLogger, name: str, event: EventDict) -> EventDict:
     # The record's own creation time: no second reading of the clock, and lines from threads stay ordered.
     record = event.get("_record")
-    created = record.created if record is not None else 0.0
-    stamp = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return {"timestamp": stamp, **event}
+    return {"timestamp": _stamp(record.created if record is not None else 0.0), **event}
 
 
 def _extra(logger: WrappedLogger, name: str, event: EventDict) -> EventDict:

@@ -119,3 +119,56 @@ def test_a_bad_setting_is_one_clear_line_and_a_usage_error(setting):
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("tickwarden: TICKWARDEN_LOG_") and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_line_without_traceback_is_written_as_structlogs_formatter_writes_it(fmt):
+    # The plain path skips structlog's per-record machinery: its lines must not differ in a field or an order.
+    class Opaque:
+        def __repr__(self) -> str:
+            return "<opaque>"
+
+    full = logs.formatter(fmt)
+    out = io.StringIO()
+    logs.configure({logs.FORMAT_ENV: fmt, logs.LEVEL_ENV: "debug"}, out)
+    expected = []
+    capture = logging.Handler()
+    # Formatted at once, as the line is: the ids bound for a block are there only inside it.
+    capture.emit = lambda record: expected.append((record.exc_info, full.format(record)))  # type: ignore[method-assign]
+    logging.getLogger().addHandler(capture)
+    try:
+        log = logging.getLogger("tickwarden.worker")
+        with logs.bind(alert_id=41, run_id=9):
+            log.info("attempt %s (run %s, workflow %s): %s", 12, 34, "nightly", "succeeded",
+                     extra={"attempt_id": 12, "run_id": 34, "workflow_id": 5, "at": datetime(2026, 1, 2),
+                            "thing": Opaque()})
+        log.warning("connect to postgres://app:hunter2@db.internal/sales failed, token=s3cr3t-value; mail a@b.test")
+        log.error("plain %d%%", 5)
+        logging.getLogger("elsewhere").critical("ünïcode \"quoted value\" and 'ident'")
+    finally:
+        logging.getLogger().removeHandler(capture)
+    assert len(expected) == 4 and not any(exc_info for exc_info, _ in expected)
+    assert out.getvalue().splitlines() == [line for _, line in expected]
+    assert "hunter2" not in out.getvalue() and "s3cr3t-value" not in out.getvalue()
+    assert "alert_id" in expected[0][1] and "alert_id" not in expected[1][1]
+
+
+def test_only_a_line_with_a_traceback_goes_through_structlogs_formatter(monkeypatch):
+    import structlog
+
+    calls = []
+    real = structlog.stdlib.ProcessorFormatter.format
+    monkeypatch.setattr(structlog.stdlib.ProcessorFormatter, "format",
+                        lambda self, record: calls.append(record.getMessage()) or real(self, record))
+    out = io.StringIO()
+    logs.configure({logs.FORMAT_ENV: "json"}, out)
+    log = logging.getLogger("tickwarden.worker")
+    log.warning("attempt %s: succeeded", 1, extra={"attempt_id": 1})
+    try:
+        raise RuntimeError("password=hunter2")
+    except RuntimeError:
+        log.exception("the step failed")
+    assert calls == ["the step failed"]
+    plain, failed = lines(out)
+    assert plain["event"] == "attempt 1: succeeded" and plain["attempt_id"] == 1
+    assert failed["exception"].startswith("Traceback") and "hunter2" not in out.getvalue()
