@@ -63,7 +63,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from tickwarden import auth, metrics, secrets
 from tickwarden.categories import categorize, is_retryable
@@ -72,8 +72,8 @@ from tickwarden.db import Database
 from tickwarden.environments import pods
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.errors import DatabaseUnavailable
-from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, Workflow
-from tickwarden.store.execution import Exchanged, ExecutionContext
+from tickwarden.models import Attempt, AttemptOutcome, Environment, FinishedAttempt, Workflow
+from tickwarden.store.execution import Exchanged, ExecutionContext, InstanceMark
 from tickwarden.profile import timeout_for
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
 from tickwarden.sanitize import redact_value, sanitize_error, sanitize_log_tail
@@ -299,6 +299,9 @@ class Worker:
         self._heartbeat = LeaseRenewer(self)
         # Each workflow's recipe as last parsed, with the stored recipe and `updated_at` it came from.
         self._recipes: dict[int, tuple[datetime, dict[str, Any], Recipe]] = {}
+        # Each workflow's environment as last leased: what the outcome that leases the next attempt
+        # judges it by, to keep the process busy for it (`_marked_by_lease`).
+        self._environments: dict[int, Environment] = {}
 
     def run_once(self, now: datetime) -> datetime:
         """Stop idle environments, then execute one attempt (leased ahead, or leased now); return the next wake-up."""
@@ -331,6 +334,11 @@ class Worker:
 
     def _enqueue(self, exchanged: Exchanged, now: datetime) -> None:
         metrics.current().attempts_leased([(attempt, tick) for attempt, tick, _ in exchanged.leased], now)
+        if len(self._environments) >= MAX_RECIPES:
+            self._environments.clear()
+        for workflow_id, context in exchanged.contexts.items():
+            if context.environment is not None:
+                self._environments[workflow_id] = context.environment
         stamp = time.monotonic()
         with self._queue_lock:
             self._queue.extend(_Ahead(_leased(found, exchanged.contexts), now, stamp, found[0].started_at is not None)
@@ -492,6 +500,9 @@ class Worker:
             following = self._queue[0].leased[1] if self._queue and lease_next else None
         mark = self.environments.released(warm, finished_at,
                                           next_environment=following.environment if following else None)
+        marking: InstanceMark | Callable[[list[dict[str, Any]]], InstanceMark | None] | None = mark
+        if following is None and lease_next and warm is not None and mark is not None:
+            marking = self._marked_by_lease(warm, mark)
         pause = RECORD_RETRY_FIRST
         while True:
             # A start and a lease count from when they are written, not from when the attempt
@@ -505,7 +516,7 @@ class Worker:
                 with self.db.autocommit() as store:
                     exchanged = store.execution.exchange(self.worker_id, now, self.lease_seconds, attempt=attempt,
                                                          outcome=result.outcome, steps=[s.row() for s in result.steps],
-                                                         instance=mark, start=start, lease=lease,
+                                                         instance=marking, start=start, lease=lease,
                                                          finished_at=finished_at)
                 break
             except DatabaseUnavailable:
@@ -523,8 +534,29 @@ class Worker:
                         self._queue.popleft()
                         log.info("attempt %s: the lease taken ahead is no longer this worker's; skipped", start.id)
         self._enqueue(exchanged, now)
+        if warm is not None and warm.marked == "busy":
+            with self._queue_lock:
+                upcoming = self._queue[0].leased[1] if self._queue else None
+            # Kept busy for an attempt that is not the one coming next: idle until then.
+            self.environments.settle(warm, upcoming.environment if upcoming else None, self.clock.now())
         metrics.current().attempt_finished(attempt, result.outcome.status, finished, finished_at)
         return finished
+
+    def _marked_by_lease(self, instance: Instance, mark: InstanceMark) -> Callable[[list[dict[str, Any]]], InstanceMark]:
+        """The mark of the process that served an outcome whose exchange leases the next attempts.
+
+        Decided once the lease has locked them (`ExecutionRepository.exchange`): busy when the
+        first, the one this worker runs next, is of a workflow last leased with an environment this
+        process serves, so its `acquire` writes nothing (a round trip of its own at every lease
+        otherwise, every attempt at a batch of 1); else warm. A guess from an environment since
+        changed is corrected by `EnvironmentPool.settle` once the context is read.
+        """
+        def decide(queued: list[dict[str, Any]]) -> InstanceMark:
+            environment = self._environments.get(queued[0]["workflow_id"]) if queued else None
+            instance.marked = "busy" if self.environments.serves(instance, environment) else "warm"
+            return mark[0], instance.marked, mark[2]
+
+        return decide
 
     # -- execution -------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
+from tests.helpers import republish
 from tickwarden import worker as worker_module
 from tickwarden.reaper import LeaseReaper
 from tickwarden.worker import Worker
@@ -218,3 +219,28 @@ def test_the_environment_stays_busy_between_attempts_that_use_it_and_goes_warm_w
     with db.transaction() as store:
         [instance] = store.execution.list_environment_instances(include_stopped=True)
     assert instance.status == "stopped" and instance.runs_served == 2
+
+
+def test_at_a_batch_of_one_the_process_stays_busy_for_the_attempt_its_outcome_leased_and_a_wrong_guess_is_undone(
+        db, clock):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now()) for i in range(3)]
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=1)
+    try:
+        worker.run_once(clock.now())
+        # The outcome leased the next attempt, of a workflow last seen with this environment: kept busy for it,
+        # so its acquire writes nothing.
+        assert instance_statuses(db) == ["busy"]
+        with db.transaction() as store:
+            other = store.catalog.apply_environment(wf.tenant_id, "other", None, 600, clock.now()).row
+            republish(store, wf, clock.now(), environment_id=other.id)
+        worker.run_once(clock.now())  # its outcome leases an attempt that now runs in the other environment
+        assert instance_statuses(db) == ["warm"]  # not left busy for an attempt it will not serve
+        worker.run_once(clock.now())
+    finally:
+        worker.close(clock.now())
+    assert attempts_of(db, [r.id for r in runs]) == [[("succeeded", "w1")]] * 3
+    with db.transaction() as store:
+        instances = store.execution.list_environment_instances(include_stopped=True)
+    assert sorted((i.environment_id, i.runs_served, i.status) for i in instances) == sorted(
+        [(wf.environment_id, 2, "stopped"), (other.id, 1, "stopped")])

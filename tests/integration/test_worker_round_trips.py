@@ -84,11 +84,12 @@ def test_a_warm_attempt_pays_no_connection_check_and_one_commit_and_leases_the_n
     # the held connection's check is a look at its socket, no query (one round trip each before); no BEGIN,
     # COMMIT or SET
     assert checks == 0 and explicit == 0, sent
-    # the busy mark, and the outcome with its steps, the instance back to warm and the next lease with its
-    # context in one exchange of two round trips: the queue's rows locked, then leased with their months bound,
-    # so the writes' plans hold those months' partitions only (2 before, the lease in the outcome's round trip;
-    # 3 before that, with the check; 9 before that: BEGIN, each statement, COMMIT; 17 before that)
-    assert per_attempt == 3, sent
+    # the outcome with its steps and the next lease with its context in one exchange of two round trips: the
+    # queue's rows locked, then leased with their months bound, so the writes' plans hold those months'
+    # partitions only; the process kept busy in the second, for the attempt leased (3 before, with a busy mark
+    # of its own; 2 before that, the lease in the outcome's round trip; 3 before that, with the check; 9 before
+    # that: BEGIN, each statement, COMMIT; 17 before that)
+    assert per_attempt == 2, sent
     # every run ran once; the attempt leased with the ninth outcome was given back when the worker stopped
     assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])] == [["succeeded"]] * 9 + [
         ["queued"]]
@@ -115,11 +116,12 @@ def warm_batches(db, clock, traced):
     return runs, sent, statements
 
 
-def test_a_batch_of_warm_attempts_pays_the_busy_mark_once_per_batch(db, clock, traced):
+def test_a_batch_of_warm_attempts_pays_no_busy_mark(db, clock, traced):
     runs, sent, _ = warm_batches(db, clock, traced)
-    # per attempt the outcome's exchange (the connection's check sends nothing); per batch of 4, one busy mark
-    # for its first attempt and the lease's second round trip (8 * 1 + 2 before, the lease in one)
-    assert len(sent) == 8 * 1 + 2 + 2, sent
+    # per attempt the outcome's exchange (the connection's check sends nothing); per batch of 4, the lease's
+    # second round trip, which keeps the process busy for its first attempt (8 * 1 + 2 + 2 before, with a busy
+    # mark of its own per batch; 8 * 1 + 2 before that, the lease in one)
+    assert len(sent) == 8 * 1 + 2, sent
     assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])] == [
         ["succeeded"]] * 16
 
@@ -127,9 +129,9 @@ def test_a_batch_of_warm_attempts_pays_the_busy_mark_once_per_batch(db, clock, t
 def test_a_warm_attempts_step_rows_are_written_by_its_outcomes_statement(db, clock, traced):
     runs, _, statements = warm_batches(db, clock, traced)
     # per attempt: BEGIN, the outcome with its step rows, the next attempt's start, COMMIT and the poller's
-    # wake; besides them the batches' environment marks and leases (60 before: the step rows had a statement
-    # of their own, one more per attempt)
-    assert statements == 52, statements
+    # wake; besides them the batches' environment marks and leases (52 before, a busy mark per batch besides
+    # the warm one; 60 before that: the step rows had a statement of their own, one more per attempt)
+    assert statements == 50, statements
     with db.transaction() as store:
         written = store.conn.execute(
             "SELECT a.run_id, s.step, s.status FROM attempt_steps s JOIN attempts a ON a.id = s.attempt_id "

@@ -172,7 +172,7 @@ class EnvironmentPool:
         """
         if instance is None:
             kept = next((i for i in self._live.values() if i.marked == "busy"), None)
-            if kept is None or self._serves(kept, next_environment):
+            if kept is None or self.serves(kept, next_environment):
                 return None
             kept.marked = "warm"
             return kept.row_id, "warm", 0
@@ -181,11 +181,21 @@ class EnvironmentPool:
             return None
         instance.last_used_at = now
         instance.runs_served += 1
-        instance.marked = "busy" if self._serves(instance, next_environment) else "warm"
+        instance.marked = "busy" if self.serves(instance, next_environment) else "warm"
         return instance.row_id, instance.marked, 1
 
+    def settle(self, instance: Instance, next_environment: Environment | None, now: datetime) -> None:
+        """Mark `instance` warm if it was kept busy for an attempt it will not serve (`next_environment`'s, if any).
+
+        The mark written with an outcome keeps a process busy for the attempt expected next;
+        when another one comes next instead (its lease was lost, or its workflow moved to
+        another environment), the process is idle and must not stay marked busy.
+        """
+        if instance.marked == "busy" and not self.serves(instance, next_environment) and not instance.remote:
+            self._mark(instance, "warm", now)
+
     @staticmethod
-    def _serves(instance: Instance, environment: Environment | None) -> bool:
+    def serves(instance: Instance, environment: Environment | None) -> bool:
         """Whether `acquire` would hand this live process to an attempt of `environment` as it is."""
         return (environment is not None and not instance.remote and environment.id == instance.environment.id
                 and environment.tenant_id == instance.tenant_id

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +28,10 @@ class ExecutionContext:
     tenant_name: str | None = None  # the run key's tenant part, so a run needing no secret needs no second look
 
 
+# An environment instance's mark: (row id, status, runs served).
+InstanceMark = tuple[int, str, int]
+
+
 @dataclass(frozen=True)
 class Exchanged:
     """What one exchange did: the outcome's recording, whether the attempt leased ahead started,
@@ -37,6 +41,12 @@ class Exchanged:
     leased: list[tuple[Attempt, datetime, bool]]
     contexts: dict[int, ExecutionContext]
     started: bool = False
+
+
+def _mark(instance: InstanceMark, now: datetime) -> tuple[str, dict[str, Any]]:
+    instance_id, status, served = instance
+    return ("execution_update_environment_instance", {
+        "instance_id": instance_id, "status": status, "now": now, "pid": None, "served": served, "relaxed": False})
 
 
 def _prefixed(row: dict[str, Any], prefix: str) -> dict[str, Any] | None:
@@ -71,8 +81,8 @@ class ExecutionRepository(StoreBase):
     def exchange(
         self, worker_id: str, now: datetime, lease_seconds: float, *, attempt: Attempt | None = None,
         outcome: AttemptOutcome | None = None, steps: Sequence[dict[str, Any]] = (),
-        instance: tuple[int, str, int] | None = None, start: Attempt | None = None, lease: int = 0,
-        finished_at: datetime | None = None,
+        instance: InstanceMark | Callable[[list[dict[str, Any]]], InstanceMark | None] | None = None,
+        start: Attempt | None = None, lease: int = 0, finished_at: datetime | None = None,
     ) -> Exchanged:
         """A worker's writes between two attempts, sent together and committed together.
 
@@ -80,8 +90,9 @@ class ExecutionRepository(StoreBase):
         (`Database.autocommit`). In order: record the `outcome` of `attempt`, finished at
         `finished_at` (default `now`; `ledger_finish_attempts`, the compare-and-set that
         applies a result once), with its `steps` rows in the same statement; move the environment `instance` (id,
-        status, runs served); start the attempt leased ahead `start` on a full lease from
-        `now` (a compare-and-set: `started` says whether this worker still held it); lock up
+        status, runs served; or a function of the queue rows the lease locked that returns it, for a mark that
+        depends on the attempt leased to run next: written with the lease's second round trip); start the
+        attempt leased ahead `start` on a full lease from `now` (a compare-and-set: `started` says whether this worker still held it); lock up
         to `lease` queued attempts, then (the second round trip) lease them, the first
         started now and the others leased ahead, and load their workflows' contexts.
         That commit waits for the WAL flush: it records an outcome or starts an attempt.
@@ -101,11 +112,13 @@ class ExecutionRepository(StoreBase):
         if attempt is not None and finished:
             statements.append(("ledger_finish_attempts", finish_params(
                 worker_id, finished, wake=False, steps=[{**step, "attempt_id": attempt.id} for step in steps])))
-        if instance is not None:
-            instance_id, status, served = instance
-            statements.append(("execution_update_environment_instance", {
-                "instance_id": instance_id, "status": status, "now": now, "pid": None, "served": served,
-                "relaxed": False}))
+        # A mark decided by the attempts the lease locks (given their queue rows) is written with the
+        # lease's second round trip; without a lease, it is decided on none.
+        decide = instance if callable(instance) else None
+        if decide is not None and not lease:
+            instance, decide = decide([]), None
+        if instance is not None and not callable(instance):
+            statements.append(_mark(instance, now))
         if start is not None:
             statements.append(("execution_start_attempt", _start_params(start, worker_id, now, lease_seconds)))
         started_at = len(statements) - 1
@@ -126,7 +139,9 @@ class ExecutionRepository(StoreBase):
                 taken = [("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, lease, start=1,
                                                                 queued=queued)),
                          ("execution_contexts", {"workflow_ids": sorted({q["workflow_id"] for q in queued})})]
-                second = self._exchange([*(taken if queued else []), *ending])
+                marked = decide(queued) if decide is not None else None
+                second = self._exchange([*(taken if queued else []), *([_mark(marked, now)] if marked else []),
+                                         *ending])
             except BaseException:
                 if not self.conn.closed and self.conn.info.transaction_status != TransactionStatus.IDLE:
                     with contextlib.suppress(psycopg.Error):
