@@ -205,8 +205,9 @@ class RunKey:
     attempt: int
     publisher: str
 
-    @property
+    @functools.cached_property
     def idempotency_key(self) -> str:
+        """Computed once per key (a run's environment names it twice, and its credential once more)."""
         return f"{self.tenant}/{self.workflow}/{self.scheduled_for.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
