@@ -24,9 +24,11 @@ every one of them.
    workflows, each finishing one run per tick, so they meet that lock only by chance.
    The one-workflow figures stay beside them: the contended worst case (a backlog of
    one workflow's runs after an outage drains at that rate).
-With `--warm-only`, only the warm attempt (with the worker process's own CPU per warm
-attempt beside it), its round trips and the spread throughput of 1 and 4 worker threads
-are measured: a quick before/after comparison of the worker's own work.
+With `--warm-only`, only the warm attempt (with the CPU per warm attempt of the worker
+process, its database backends and the environment process beside it, read from /proc: the
+server runs on this machine), its round trips and the spread throughput of 1 and 4 worker
+threads are measured: a quick before/after comparison of the worker's own work (`--repeat`
+a few hundred for CPU figures steadier than the clock tick).
 
 4. Beside them, in the same run: a raw `SKIP LOCKED` claim of one row per transaction
    (the floor of any lease), and Procrastinate's and PgQueuer's no-op job throughput
@@ -42,6 +44,7 @@ import statistics
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -251,21 +254,57 @@ def main() -> None:
            figures, args.json)
 
 
-def warm_attempts(db: Database, worker: Worker, wf, clock: WallClock, repeat: int) -> tuple[list[float], float]:
-    """`repeat` timed warm attempts of `wf` (ms each), and this process's CPU per attempt (ms), its threads' all."""
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user and system) process `pid` of this machine has used; 0 when it is not here."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def backends_cpu(db: Database) -> float:
+    """CPU seconds of the database server's backends serving `db` (those of its application_name)."""
+    with db.connection() as conn:
+        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name ="
+                                           " current_setting('application_name')")]
+    return sum(cpu_seconds(pid) for pid in pids)
+
+
+@dataclass(frozen=True)
+class WarmCpu:
+    """CPU per warm attempt (ms): this process (all its threads), its database backends, the environment process."""
+
+    worker: float
+    backend: float
+    environment: float
+
+
+def warm_attempts(db: Database, worker: Worker, wf, clock: WallClock, repeat: int) -> tuple[list[float], WarmCpu]:
+    """`repeat` timed warm attempts of `wf` (ms each), and the CPU they cost per attempt (ms).
+
+    The backends' and the environment's CPU are read from /proc (the server runs on this
+    machine; 0 otherwise), in clock ticks: meaningful over a few hundred attempts. Give `db`
+    an application_name of its own, or other clients' backends are counted too.
+    """
     queue(db, wf, clock, repeat + 5)
     for _ in range(5):  # warm up caches and prepared plans
         timed_attempt(worker, clock)
-    cpu = time.process_time()
+    [instance] = worker.environments.live()
+    server, environment, cpu = backends_cpu(db), cpu_seconds(instance.process.pid), time.process_time()
     warm = [timed_attempt(worker, clock) for _ in range(repeat)]
-    return warm, (time.process_time() - cpu) * 1000 / repeat
+    cpu = time.process_time() - cpu
+    server, environment = backends_cpu(db) - server, cpu_seconds(instance.process.pid) - environment
+    return warm, WarmCpu(*(seconds * 1000 / repeat for seconds in (cpu, server, environment)))
 
 
 def warm_only(args) -> None:
     """The warm attempt, its client CPU and round trips, and the spread throughput of 1 and 4 threads."""
     clock = WallClock()
     batch = args.batch or default_batch(1)
-    with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12) as db:
+    with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12,
+                                                    application_name=f"bench-worker-{os.getpid()}") as db:
         wf = setup(db, clock)
         ledger_months(db, clock.now(), args.months)
         spread = more_workflows(db, wf, clock, args.workflows)
@@ -276,14 +315,18 @@ def warm_only(args) -> None:
         rates = {n: through_threads(db, spread, clock, n, args.attempts, args.batch, tag="s") for n in (1, 4)}
     report("worker: warm attempts only (no-op recipe)", [
         ("warm attempt, no-op step (median)", f"{statistics.median(warm):.1f} ms  (p90 {sorted(warm)[int(len(warm) * .9)]:.1f} ms)"),
-        ("worker process CPU per warm attempt", f"{cpu:.2f} ms"),
+        ("worker process CPU per warm attempt", f"{cpu.worker:.2f} ms"),
+        ("database backend CPU per warm attempt", f"{cpu.backend:.2f} ms"),
+        ("environment process CPU per warm attempt", f"{cpu.environment:.2f} ms"),
         ("database round trips per warm attempt", f"{db_trips:.1f} ({commits:.1f} explicit COMMIT)"),
         *((f"throughput, {n} worker{'s' if n > 1 else ''}, spread over {args.workflows} workflows",
            f"{rate:.0f} attempts/s") for n, rate in rates.items()),
     ])
     finish("worker figures, warm attempts only", [
         Figure("warm attempt overhead, no-op step (median)", statistics.median(warm), "ms", None, Target("<", 5)),
-        Figure("worker process CPU per warm attempt", cpu, "ms"),
+        Figure("worker process CPU per warm attempt", cpu.worker, "ms"),
+        Figure("database backend CPU per warm attempt", cpu.backend, "ms"),
+        Figure("environment process CPU per warm attempt", cpu.environment, "ms"),
         Figure("database round trips per warm attempt", db_trips, "round trips"),
         *(Figure(f"throughput, {n} worker{'s' if n > 1 else ''} (threads of one process), spread over "
                  f"{args.workflows} workflows", rate, "attempts/s", None, Target(">=", 1000) if n == 4 else None)
