@@ -593,6 +593,9 @@ def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) 
         plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()["ledger_lease_attempts"],
                                   bound).fetchone()[0]
         assert ledger_tables(plan) == {"attempts_p202502", "runs_p202502"}
+        # The runs are read once, by their update, which also gives each run's manual flag: a read
+        # of its own was a third partitioned relation to plan at every lease.
+        assert relation_nodes(plan).count("runs_p202502") == 1, relation_nodes(plan)
         contexts = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()["execution_contexts"],
                                       {"workflow_ids": [wf.id]}).fetchone()[0]
         assert ledger_tables(contexts) == set()
