@@ -274,7 +274,7 @@ def measure(sizes: list[int], workflows: int, repeat: int) -> list[dict[str, flo
 
         def lease(conn: psycopg.Connection, store: Store) -> None:
             with conn.transaction():
-                assert len(store.ledger.lease_attempts_with_runs("bench", now, 600, limit=10)) == 10
+                assert len(store.ledger.lease_attempts_with_ticks("bench", now, 600, limit=10)) == 10
 
         def claim(conn: psycopg.Connection, store: Store) -> None:
             with conn.transaction():

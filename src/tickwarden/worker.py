@@ -333,7 +333,7 @@ class Worker:
         return self._take_next(now)
 
     def _enqueue(self, exchanged: Exchanged, now: datetime) -> None:
-        metrics.current().attempts_leased([(attempt, tick) for attempt, tick, _ in exchanged.leased], now)
+        metrics.current().attempts_leased(exchanged.leased, now)
         if len(self._environments) >= MAX_RECIPES:
             self._environments.clear()
         for workflow_id, context in exchanged.contexts.items():
@@ -745,8 +745,8 @@ class _Ahead:
 _Failure = tuple[str, str, str | None]
 
 
-def _leased(found: tuple[Attempt, datetime, bool], contexts: dict[int, ExecutionContext]) -> _Leased:
-    attempt, tick, _ = found
+def _leased(found: tuple[Attempt, datetime], contexts: dict[int, ExecutionContext]) -> _Leased:
+    attempt, tick = found
     context = contexts.get(attempt.workflow_id)
     run = None
     if context is not None and context.tenant_name is not None:

@@ -79,7 +79,7 @@ def test_a_lease_expired_ahead_goes_back_to_the_queue_and_a_lost_one_does_not(db
     create_run(db, wf, NOW + timedelta(days=1), NOW)
     with db.autocommit() as store:
         exchanged = store.execution.exchange("w1", NOW, 60, lease=2)
-    started, ahead = [a for a, _, _ in exchanged.leased]
+    started, ahead = [a for a, _ in exchanged.leased]
     assert started.started_at == NOW and ahead.started_at is None
     assert_in_step(db, 0)
 

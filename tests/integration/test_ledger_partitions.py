@@ -520,7 +520,7 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
         create_tick(db, wf, tick, tick)
     now = ticks[-1] + timedelta(minutes=1)
     with db.autocommit() as store:
-        running, ahead, spare = [a for a, _, _ in store.execution.exchange("w1", now, 600, lease=3).leased]
+        running, ahead, spare = [a for a, _ in store.execution.exchange("w1", now, 600, lease=3).leased]
     assert running.started_at == now and ahead.started_at is None
     assert [a.run_scheduled_for for a in (running, ahead, spare)] == ticks
 
@@ -618,7 +618,7 @@ def test_a_reaper_pass_writes_only_the_months_of_the_leases_it_locked(db: Databa
     wf, ticks = queued_in_february(db)
     leased_at = ticks[-1] + timedelta(minutes=1)
     with db.autocommit() as store:
-        started, ahead = [a for a, _, _ in store.execution.exchange("w1", leased_at, 60, lease=2).leased]
+        started, ahead = [a for a, _ in store.execution.exchange("w1", leased_at, 60, lease=2).leased]
     assert started.started_at == leased_at and ahead.started_at is None
     now = leased_at + timedelta(minutes=5)
 

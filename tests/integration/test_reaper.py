@@ -163,7 +163,7 @@ def test_it_marks_instances_left_by_a_vanished_worker_dead(db, clock):
 def lease_batch(db, worker_id, now, count, lease=30):
     """Lease `count` attempts as a worker's exchange does: the first started, the others leased ahead."""
     with db.autocommit() as store:
-        return [a for a, _, _ in store.execution.exchange(worker_id, now, lease, lease=count).leased]
+        return [a for a, _ in store.execution.exchange(worker_id, now, lease, lease=count).leased]
 
 
 def test_an_expired_lease_never_started_goes_back_to_the_queue_without_a_lost_attempt(db, clock):

@@ -129,7 +129,7 @@ def test_a_lease_taken_ahead_and_given_back_by_the_reaper_is_skipped_by_its_work
         reaper.run_once(leased_at + timedelta(seconds=31))
         assert reaper.last_reaped == [] and len(reaper.last_requeued) == 1
         with db.autocommit() as store:
-            [(taken, _, _)] = store.execution.exchange("w2", leased_at + timedelta(seconds=31), 30, lease=1).leased
+            [(taken, _)] = store.execution.exchange("w2", leased_at + timedelta(seconds=31), 30, lease=1).leased
         assert taken.run_id == runs[3].id
         clock.advance(8)
         one.run_once(clock.now())  # runs the third; starting the fourth with its outcome fails: skipped

@@ -54,7 +54,7 @@ def test_an_idle_heartbeat_thread_ends_and_the_next_attempt_starts_another(db, c
         assert not first.is_alive() and worker._heartbeat._thread is None
         queue_run(db, wf, clock.now() - timedelta(minutes=1), clock.now())
         with db.autocommit() as store:
-            [(attempt, _, _)] = store.execution.exchange("w1", clock.now(), 60, lease=1).leased
+            [(attempt, _)] = store.execution.exchange("w1", clock.now(), 60, lease=1).leased
         with worker._heartbeat.watching(attempt):
             again = worker._heartbeat._thread
             assert again is not None and again is not first and again.is_alive()
@@ -103,7 +103,7 @@ def test_the_finish_statement_leaves_the_wake_to_a_caller_that_sends_it_itself(d
     wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
     run = queue_run(db, wf, clock.now() - timedelta(minutes=1), clock.now())
     with db.autocommit() as store:
-        [(attempt, _, _)] = store.execution.exchange("w1", clock.now(), 60, lease=1).leased
+        [(attempt, _)] = store.execution.exchange("w1", clock.now(), 60, lease=1).leased
     with psycopg.connect(TEST_URL, autocommit=True) as listener:
         listener.execute("LISTEN tickwarden_wake")
         with db.transaction() as store:

@@ -38,7 +38,7 @@ class Exchanged:
     and the attempts leased with their contexts by workflow (the first started, the others leased ahead)."""
 
     finished: FinishedAttempt | None
-    leased: list[tuple[Attempt, datetime, bool]]
+    leased: list[tuple[Attempt, datetime]]
     contexts: dict[int, ExecutionContext]
     started: bool = False
 

@@ -155,14 +155,7 @@ class LedgerRepository(StoreBase):
     def lease_attempts_with_ticks(
         self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1
     ) -> list[tuple[Attempt, datetime]]:
-        """Lease up to `limit` queued attempts for `worker_id`, each with its run's tick."""
-        return [(attempt, tick) for attempt, tick, _ in
-                self.lease_attempts_with_runs(worker_id, now, lease_seconds, limit)]
-
-    def lease_attempts_with_runs(
-        self, worker_id: str, now: datetime, lease_seconds: float, limit: int = 1
-    ) -> list[tuple[Attempt, datetime, bool]]:
-        """As `lease_attempts_with_ticks`, each with its run's tick and whether the run is manual.
+        """Lease up to `limit` queued attempts for `worker_id`, each with its run's tick.
 
         The queue's rows are locked, then leased, in one transaction (the caller's, or one
         of its own on a connection in autocommit): two round trips, so that the writes are
@@ -320,9 +313,9 @@ def expire_params(now: datetime, expired: Sequence[dict[str, Any]]) -> dict[str,
             "run_scheduled_fors": [e["run_scheduled_for"] for e in expired], "aheads": [e["ahead"] for e in expired]}
 
 
-def leased_from_rows(rows: list[dict[str, Any]]) -> list[tuple[Attempt, datetime, bool]]:
-    """Each leased attempt with its run's tick and whether the run is manual."""
-    return [(from_row(Attempt, row), row["run_scheduled_for"], bool(row["run_manual"])) for row in rows]
+def leased_from_rows(rows: list[dict[str, Any]]) -> list[tuple[Attempt, datetime]]:
+    """Each leased attempt with its run's tick."""
+    return [(from_row(Attempt, row), row["run_scheduled_for"]) for row in rows]
 
 
 def finished_from_rows(finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]],

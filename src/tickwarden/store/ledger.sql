@@ -92,10 +92,9 @@ SELECT q.attempt_id AS id, q.run_id, q.run_scheduled_for, q.workflow_id
 -- leased ahead: `started_at` stays NULL until their worker starts them with the
 -- compare-and-set `execution_start_attempt`, and a lease that runs out before that
 -- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row also
--- carries its run's tick and manual flag (`run_scheduled_for`, `run_manual`), so no
--- second look is needed; the flag comes from the runs' own update, not from a second read
--- of the runs, whose planning cost more than the read (NULL for a run something else
--- started first, a check-in's start report: nothing decides by the flag). The ticks arrive as a bound array: the statement is planned
+-- carries its run's tick (`run_scheduled_for`), so no second look at the runs is needed
+-- (a read of them after their update cost more to plan than to run). The ticks arrive
+-- as a bound array: the statement is planned
 -- afresh at each execution, with them, so its plan holds only their months'
 -- partitions (planning every month's partitions for these writes cost several times
 -- the writes themselves). The attempts are locked SKIP LOCKED too: a writer that
@@ -129,11 +128,8 @@ WITH locked AS (
      WHERE r.id = leased.run_id AND r.scheduled_for = leased.run_scheduled_for
        AND r.scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
        AND r.status IN ('queued', 'pending_retry')
-    RETURNING r.id, r.manual
 )
-SELECT leased.*, started.manual AS run_manual
-  FROM leased LEFT JOIN started ON started.id = leased.run_id
- ORDER BY leased.queued_at, leased.id;
+SELECT leased.* FROM leased ORDER BY leased.queued_at, leased.id;
 
 -- ledger_renew_lease --
 -- Extend a lease, only while this worker still holds it. The attempt's tick names its
