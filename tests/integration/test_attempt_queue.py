@@ -66,6 +66,10 @@ def test_the_queue_holds_exactly_the_queued_attempts_through_every_move(db: Data
                            (NOW + timedelta(minutes=9), retries[0].id))
     assert_in_step(db, 3)   # a queued attempt's due time moves its queue row's
 
+    with db.transaction() as store:
+        store.conn.execute("UPDATE attempts SET number = 3 WHERE id = %s", (retries[0].id,))
+    assert_in_step(db, 3)   # no statement renumbers an attempt; were one to, its queue row would follow
+
     catalog.cancel(db, manual.id, NOW, "oncall@acme.test")
     assert_in_step(db, 2)   # cancelled with its run: out of the queue
 

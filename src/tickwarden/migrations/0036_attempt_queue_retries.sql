@@ -15,14 +15,16 @@
 -- was only in the attempt: a walk of the queue joined back to each attempt by id and
 -- month would probe a partition for every queued first attempt ahead of the retries (a
 -- whole fleet's at the top of the hour). Here the queue row copies the number as it
--- copies the rest (an attempt's number never changes, so the copy never goes stale: the
--- update trigger watches only status and queued_at), and a partial index holds the
--- retries alone, in the queue's order: a first attempt's row pays one comparison for it,
--- no entry.
+-- copies the rest, and a partial index holds the retries alone, in the queue's order: a
+-- first attempt's row pays one comparison for it, no entry. No statement changes an
+-- attempt's number; the update trigger watches it all the same (beside status and
+-- queued_at, a comparison of the changed columns' list), so the copy cannot go stale.
 --
 -- The triggers stay the one owner of the queue: their functions are replaced below with
--- the number among the columns they copy; the rows already queued get it from their
--- attempts, in this transaction.
+-- the number among the columns they copy, and the update trigger is declared again with
+-- number among the columns it watches (dropped from the parent, it goes from every
+-- partition; declared there, it is cloned to every partition, present and future). The
+-- rows already queued get their number from their attempts, in this transaction.
 ALTER TABLE attempt_queue ADD COLUMN number integer;
 UPDATE attempt_queue q SET number = a.number
   FROM attempts a
@@ -49,11 +51,15 @@ BEGIN
     ELSIF OLD.status <> 'queued' THEN
         INSERT INTO attempt_queue (attempt_id, run_scheduled_for, run_id, workflow_id, tenant_id, queued_at, number)
         VALUES (NEW.id, NEW.run_scheduled_for, NEW.run_id, NEW.workflow_id, NEW.tenant_id, NEW.queued_at, NEW.number);
-    ELSIF NEW.queued_at IS DISTINCT FROM OLD.queued_at THEN
-        UPDATE attempt_queue SET queued_at = NEW.queued_at WHERE attempt_id = NEW.id;
+    ELSIF NEW.queued_at IS DISTINCT FROM OLD.queued_at OR NEW.number <> OLD.number THEN
+        UPDATE attempt_queue SET queued_at = NEW.queued_at, number = NEW.number WHERE attempt_id = NEW.id;
     END IF;
     RETURN NULL;
 END
 $$;
+
+DROP TRIGGER attempt_queue_moved ON attempts;
+CREATE TRIGGER attempt_queue_moved AFTER UPDATE OF status, queued_at, number ON attempts
+    FOR EACH ROW WHEN (OLD.status = 'queued' OR NEW.status = 'queued') EXECUTE FUNCTION tickwarden_attempt_queue_moved();
 
 DROP INDEX attempts_queued_idx;
