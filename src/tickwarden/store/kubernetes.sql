@@ -57,17 +57,21 @@ WITH next AS (
 SELECT leased.* FROM leased;
 
 -- kubernetes_queued_retries --
--- Retry attempts due to run (queued, number > 1), oldest first through the queued index:
--- what the retry launcher starts a Job for when retries run as Jobs. Attempts of an
--- environment that runs as a pod stay with the worker pool, the only one that may wake it.
-SELECT a.id AS attempt_id, a.run_id, a.number, t.name AS tenant, w.name AS workflow
-  FROM attempts a
-  JOIN workflows w ON w.id = a.workflow_id
-  JOIN tenants t ON t.id = a.tenant_id
+-- Retry attempts due to run (queued, number > 1), oldest first: what the retry launcher
+-- starts a Job for when retries run as Jobs. Attempts of an environment that runs as a
+-- pod stay with the worker pool, the only one that may wake it. Read from the queue
+-- (`attempt_queue`: a row exactly while its attempt is queued, with its number), through
+-- its index of retries alone: no month of the ledger is planned or read, and the first
+-- attempts queued ahead of the retries (a whole fleet's at the top of the hour) are not
+-- walked.
+SELECT q.attempt_id, q.run_id, q.number, t.name AS tenant, w.name AS workflow
+  FROM attempt_queue q
+  JOIN workflows w ON w.id = q.workflow_id
+  JOIN tenants t ON t.id = q.tenant_id
   LEFT JOIN environments e ON e.id = w.environment_id
- WHERE a.status = 'queued' AND a.queued_at <= %(now)s AND a.number > 1
+ WHERE q.number > 1 AND q.queued_at <= %(now)s
    AND coalesce(e.runtime, 'process') = 'process'
- ORDER BY a.queued_at, a.id
+ ORDER BY q.queued_at, q.attempt_id
  LIMIT %(limit)s;
 
 -- kubernetes_lease_attempt --

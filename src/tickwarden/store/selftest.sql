@@ -40,9 +40,15 @@ SELECT r.*, w.name AS workflow
  ORDER BY r.id;
 
 -- selftest_queued_attempts --
--- The synthetic tenant's attempts waiting for a worker (retries the poller queued).
-SELECT a.* FROM attempts a
- WHERE a.tenant_id = %(tenant_id)s AND a.status = 'queued'
+-- The synthetic tenant's attempts waiting for a worker: the retries the poller queued
+-- (its first attempts are leased in the transaction that records their ticks, so no
+-- other attempt of it is ever seen queued). Read from the queue (`attempt_queue`, a row
+-- exactly while its attempt is queued) through its index of retries alone, each row
+-- joined back to its attempt by id and month (the row's tick prunes the probe to that
+-- month's partition as it runs).
+SELECT a.* FROM attempt_queue q
+  JOIN attempts a ON a.id = q.attempt_id AND a.run_scheduled_for = q.run_scheduled_for
+ WHERE q.tenant_id = %(tenant_id)s AND q.number > 1
  ORDER BY a.id;
 
 -- selftest_alerts --

@@ -4,7 +4,8 @@ One pass at `now`:
 
 1. list the Jobs labelled `tickwarden.io/attempt-id` (page by page): the attempts
    that already have one, running, finished or failed;
-2. read the retry attempts due to run (queued, number > 1, `queued_at <= now`);
+2. read the retry attempts due to run (queued, number > 1, `queued_at <= now`) from the
+   queue of queued attempts (`attempt_queue`), through its index of retries alone;
 3. create a Job `tickwarden-a<attempt id>`, labelled with its tenant, workflow, run and
    attempt, for each that has none. Its pod runs `tickwarden tick --attempt <id>`,
    which leases exactly that attempt and executes it on the worker's path.
