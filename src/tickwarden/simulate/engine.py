@@ -214,6 +214,11 @@ class FaultWindowModel:
         self.faults: dict[str, list[Fault]] = {}
         for fault in scenario.faults:
             self.faults.setdefault(fault.workflow, []).append(fault)
+        # A fault's category and sanitized message are functions of its text alone: worked
+        # out once per distinct text, not at every attempt it fails (redaction runs every
+        # secret detector's pattern over the text).
+        self.errors: dict[str, tuple[str, str]] = {
+            text: (categorize(text), sanitize_error(text)) for text in {f.error for f in scenario.faults}}
 
     def plan(self, workflow: str, attempt: Attempt, scheduled_for: datetime, start: datetime) -> Plan:
         duration = timedelta(seconds=self.durations[workflow])
@@ -229,13 +234,13 @@ class FaultWindowModel:
             if at - start < timeout:
                 if fault.mode == "crash":
                     return Plan(at, None)
-                category = categorize(fault.error)
+                category, error = self.errors[fault.error]
                 return Plan(
                     at,
                     AttemptOutcome(
                         status="failed",
                         error_category=category,
-                        error=sanitize_error(fault.error),
+                        error=error,
                         retryable=fault.retryable,
                         failed_step="recipe",
                     ),
