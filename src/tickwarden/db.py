@@ -617,6 +617,24 @@ class DedicatedDatabase(Database):
             yield Store(conn)
 
     @contextlib.contextmanager
+    def ahead(self) -> Iterator[psycopg.Connection]:
+        """Lend the kept pipeline for writes sent ahead of the next borrow, inside its transaction.
+
+        No BEGIN or COMMIT of their own: the server runs what is sent in the implicit
+        transaction of the pipeline, and the next borrow's BEGIN makes that transaction its
+        own (PostgreSQL turns an implicit transaction block into the explicit one), so the
+        writes commit or roll back with it, and leaving pipeline mode (a sync) commits them
+        when no borrow comes first. For the simulated worker's writes, sent just before the
+        pass that must see them: that pass's first borrow either commits or fails the run.
+        """
+        with self._borrow() as conn:
+            if self._pipeline is None:
+                stack = contextlib.ExitStack()
+                stack.enter_context(conn.pipeline())
+                self._pipeline = stack
+            yield conn
+
+    @contextlib.contextmanager
     def maintenance(self) -> Iterator[Store]:
         """Lend a store outside pipeline mode and any transaction, for VACUUM."""
         from tickwarden.store import Store

@@ -15,11 +15,12 @@ Events at the same instant run in a fixed order: what happened in the world firs
 from __future__ import annotations
 
 import collections
+import contextlib
 import heapq
 import itertools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -347,13 +348,18 @@ class SimulatedWorker:
         self.leased_all = False  # the last lease took every attempt queued by then
 
     def flush_for(self, reader: str, now: datetime) -> None:
-        """Write what the worker did since the last flush, if pass `reader` could see it."""
+        """Write what the worker did since the last flush, if pass `reader` could see it.
+
+        The writes are sent ahead (`DedicatedDatabase.ahead`): they join the reader's first
+        transaction, which comes next, and commit with it, at no BEGIN and COMMIT of their
+        own. That transaction rolls back only on an error, and an error ends the simulation.
+        """
         if reader in SEES_WORKER or (
             reader == "lease-reaper" and any(expiry <= now for expiry in self.written_lease.values())
         ):
-            self.flush(now, leases=reader in READS_LEASES)
+            self.flush(now, leases=reader in READS_LEASES, ahead=True)
 
-    def flush(self, now: datetime, *, leases: bool = True) -> None:
+    def flush(self, now: datetime, *, leases: bool = True, ahead: bool = False) -> None:
         """Write every outcome not yet written, and (`leases`) every renewal a lease reader could tell apart.
 
         A lease is read only where it has run out (`lease_expires_at <= now`: the reaper,
@@ -388,7 +394,10 @@ class SimulatedWorker:
         for attempt_id in [a for a, expiry in self.written_lease.items()
                            if expiry <= now and a not in self.in_flight and a not in self.renewed]:
             del self.written_lease[attempt_id]
-        if statements:
+        if statements and ahead and isinstance(self.db, DedicatedDatabase):
+            with self.db.ahead() as conn:
+                SimulationRepository(conn).worker_writes(statements)
+        elif statements:
             with self.db.autocommit() as store:
                 SimulationRepository(store.conn).worker_writes(statements)
 
@@ -495,6 +504,22 @@ class SimulatedAutovacuum:
             self.rows_at_last_pass = rows
             self.passes += 1
         return now + self.NAPTIME
+
+
+@contextlib.contextmanager
+def looking(db: Database) -> Iterator[psycopg.Connection]:
+    """The connection for a look at the ledger (`simulation_next_due_*`): one read-only statement.
+
+    On the dedicated connection it is sent ahead (`DedicatedDatabase.ahead`), with no
+    BEGIN and COMMIT of its own: a read changes nothing, so it may run in whichever
+    transaction comes next; elsewhere it is a probe.
+    """
+    if isinstance(db, DedicatedDatabase):
+        with db.ahead() as conn:
+            yield conn
+    else:
+        with db.probe() as store:
+            yield store.conn
 
 
 @dataclass
@@ -698,9 +723,8 @@ class Simulation:
             for name in EARLY_LOOKS:
                 sent = early.get(name)
                 if idle.stale(name) and (sent is None or sent[0] != idle.changes[name]):
-                    with db.probe() as store:
-                        early[name] = (idle.changes[name],
-                                       SimulationRepository(store.conn).submit_next_due(name, now, kinds))
+                    with looking(db) as conn:
+                        early[name] = (idle.changes[name], SimulationRepository(conn).submit_next_due(name, now, kinds))
         retries_due: list[datetime] = []  # a heap: when each retry the poller queued may be leased
         drained = {"resumed": False}  # whether the poller's next claim resumes its walk after a full batch
 
@@ -786,8 +810,8 @@ class Simulation:
                     if sent is not None and sent[0] == idle.changes[name]:
                         idle.looked(name, *sent[1]())
                     else:
-                        with db.probe() as store:
-                            idle.looked(name, *SimulationRepository(store.conn).next_due(name, now, kinds))
+                        with looking(db) as conn:
+                            idle.looked(name, *SimulationRepository(conn).next_due(name, now, kinds))
                 if idle.due[name] > now:
                     # This pass would find nothing: the loop wakes where its chain of idle
                     # passes first reaches the instant its work could be due.
