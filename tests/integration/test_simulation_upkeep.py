@@ -200,6 +200,21 @@ def test_every_borrow_of_the_dedicated_connection_is_a_transaction_of_one_kept_p
         assert [r[0] for r in other.execute("SELECT name FROM tenants ORDER BY name").fetchall()] == ["acme"]
 
 
+def test_a_dedicated_probe_sends_its_read_alone_with_no_transaction_of_its_own(dedicated, tmp_path):
+    trace = tmp_path / "trace"
+    with traced(dedicated, trace):
+        with dedicated.probe() as store:
+            assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (0,)
+    sent = trace.read_text(errors="replace")
+    assert waits(sent) == ["Flush"] and "SELECT count(*) FROM tenants" in sent
+    assert "BEGIN" not in sent and "COMMIT" not in sent
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        with dedicated.probe() as store:
+            store.conn.execute("SELECT * FROM no_such_table").fetchall()
+    with dedicated.probe() as store:  # the failed look left nothing behind
+        assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (0,)
+
+
 def test_writes_sent_ahead_commit_or_roll_back_with_the_next_borrows_transaction(dedicated, schema, tmp_path):
     def names() -> list[str]:
         with psycopg.connect(TEST_URL, options=f"-c search_path={schema}") as other:
@@ -210,7 +225,7 @@ def test_writes_sent_ahead_commit_or_roll_back_with_the_next_borrows_transaction
         with dedicated.ahead() as conn:  # no BEGIN, no COMMIT, no round trip of its own
             assert conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
             conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('ahead', 'ahead', %s)", (NOW,))
-        with dedicated.probe() as store:  # the next borrow's transaction sees the write, and commits it
+        with dedicated.probe() as store:  # the next borrow sees the write and commits it (a probe then is a transaction)
             assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (1,)
     assert waits(trace.read_text(errors="replace")) == ["Flush"]
     with dedicated.ahead() as conn:

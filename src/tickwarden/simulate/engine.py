@@ -15,12 +15,11 @@ Events at the same instant run in a fixed order: what happened in the world firs
 from __future__ import annotations
 
 import collections
-import contextlib
 import heapq
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -506,22 +505,6 @@ class SimulatedAutovacuum:
         return now + self.NAPTIME
 
 
-@contextlib.contextmanager
-def looking(db: Database) -> Iterator[psycopg.Connection]:
-    """The connection for a look at the ledger (`simulation_next_due_*`): one read-only statement.
-
-    On the dedicated connection it is sent ahead (`DedicatedDatabase.ahead`), with no
-    BEGIN and COMMIT of its own: a read changes nothing, so it may run in whichever
-    transaction comes next; elsewhere it is a probe.
-    """
-    if isinstance(db, DedicatedDatabase):
-        with db.ahead() as conn:
-            yield conn
-    else:
-        with db.probe() as store:
-            yield store.conn
-
-
 @dataclass
 class SimulationSetup:
     workflow_ids: dict[str, int]
@@ -723,8 +706,9 @@ class Simulation:
             for name in EARLY_LOOKS:
                 sent = early.get(name)
                 if idle.stale(name) and (sent is None or sent[0] != idle.changes[name]):
-                    with looking(db) as conn:
-                        early[name] = (idle.changes[name], SimulationRepository(conn).submit_next_due(name, now, kinds))
+                    with db.probe() as store:
+                        early[name] = (idle.changes[name],
+                                       SimulationRepository(store.conn).submit_next_due(name, now, kinds))
         retries_due: list[datetime] = []  # a heap: when each retry the poller queued may be leased
         drained = {"resumed": False}  # whether the poller's next claim resumes its walk after a full batch
 
@@ -810,8 +794,8 @@ class Simulation:
                     if sent is not None and sent[0] == idle.changes[name]:
                         idle.looked(name, *sent[1]())
                     else:
-                        with looking(db) as conn:
-                            idle.looked(name, *SimulationRepository(conn).next_due(name, now, kinds))
+                        with db.probe() as store:
+                            idle.looked(name, *SimulationRepository(store.conn).next_due(name, now, kinds))
                 if idle.due[name] > now:
                     # This pass would find nothing: the loop wakes where its chain of idle
                     # passes first reaches the instant its work could be due.
