@@ -522,6 +522,7 @@ class DedicatedDatabase(Database):
         self._pipeline: contextlib.ExitStack | None = None  # the pipeline kept open across borrows
         self._ahead_writes = False  # something was sent `ahead` that no BEGIN has taken yet
         self._lent = False
+        self._stores: tuple[psycopg.Connection, Store] | None = None  # see `_store`
 
     def connect(self, **overrides: object) -> psycopg.Connection:
         return PipelinedConnection.connect(self.url, **{**self._kwargs, **overrides})
@@ -596,10 +597,8 @@ class DedicatedDatabase(Database):
         after them. A statement whose result is read waits for it (a flush, not a sync: the
         pipeline goes on), so what a pass reads is what it would have read.
         """
-        from tickwarden.store import Store
-
         with self._pipelined() as conn:
-            yield Store(conn)
+            yield self._store(conn)
 
     @contextlib.contextmanager
     def probe(self) -> Iterator[Store]:
@@ -612,16 +611,14 @@ class DedicatedDatabase(Database):
         follows them is a transaction, BEGIN … COMMIT. On an error the pipeline is synced
         and whatever it left open rolled back, as a transaction's error is.
         """
-        from tickwarden.store import Store
-
         if self._ahead_writes:
             with self._pipelined() as conn:
-                yield Store(conn)
+                yield self._store(conn)
             return
         with self._borrow() as conn:
             self._keep_pipeline(conn)
             try:
-                yield Store(conn)
+                yield self._store(conn)
             except BaseException as exc:
                 self._leave_pipeline(exc)
                 if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -631,10 +628,8 @@ class DedicatedDatabase(Database):
     @contextlib.contextmanager
     def autocommit(self) -> Iterator[Store]:
         """One-statement operations, as one transaction of the kept pipeline (see the class)."""
-        from tickwarden.store import Store
-
         with self._pipelined() as conn:
-            yield Store(conn)
+            yield self._store(conn)
 
     @contextlib.contextmanager
     def ahead(self) -> Iterator[psycopg.Connection]:
@@ -654,6 +649,14 @@ class DedicatedDatabase(Database):
             self._ahead_writes = True
             yield conn
 
+    def _store(self, conn: psycopg.Connection) -> Store:
+        """The store bound to `conn`, built once per connection: its repositories hold nothing but the connection."""
+        from tickwarden.store import Store
+
+        if self._stores is None or self._stores[0] is not conn:
+            self._stores = (conn, Store(conn))
+        return self._stores[1]
+
     def _keep_pipeline(self, conn: psycopg.Connection) -> None:
         """Enter pipeline mode unless the connection is in the kept pipeline already."""
         if self._pipeline is None:
@@ -664,11 +667,9 @@ class DedicatedDatabase(Database):
     @contextlib.contextmanager
     def maintenance(self) -> Iterator[Store]:
         """Lend a store outside pipeline mode and any transaction, for VACUUM."""
-        from tickwarden.store import Store
-
         with self._borrow() as conn:
             self._leave_pipeline()
-            yield Store(conn)
+            yield self._store(conn)
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:

@@ -200,6 +200,17 @@ def test_every_borrow_of_the_dedicated_connection_is_a_transaction_of_one_kept_p
         assert [r[0] for r in other.execute("SELECT name FROM tenants ORDER BY name").fetchall()] == ["acme"]
 
 
+def test_the_dedicated_connection_lends_one_store_until_it_is_opened_again(dedicated):
+    with dedicated.transaction() as first:
+        pass
+    for borrow in (dedicated.probe, dedicated.autocommit, dedicated.maintenance):
+        with borrow() as store:
+            assert store is first
+    dedicated.close()
+    with dedicated.probe() as store:  # a new connection: a store bound to it
+        assert store is not first and store.conn is not first.conn and store.ledger.conn is store.conn
+
+
 def test_a_dedicated_probe_sends_its_read_alone_with_no_transaction_of_its_own(dedicated, tmp_path):
     trace = tmp_path / "trace"
     with traced(dedicated, trace):
