@@ -742,9 +742,10 @@ class Simulation:
             if idle is None or name not in idle.loops:
                 return
             if name == "ticker" and loop.last_pass is not None:
-                # The pass read the earliest fire time after its own writes, with the very
-                # query of the ticker's look, and only the ticker moves schedules (a world
-                # event that may publish or edit one makes it stale again): that is its look.
+                # The pass knows the earliest fire time once its writes are made (what its claim
+                # did not take, with what it wrote): what the ticker's look would read, as only
+                # the ticker moves schedules (a world event that may publish or edit one makes
+                # it stale again). That is its look.
                 idle.looked(name, loop.last_pass.earliest, loop.last_pass.earliest, counted=False)
             elif name == "deadlines" and (loop.last.audited_schedules or loop.last.overdue_runs):
                 # A pass that found work is followed by a pass, not a look: on a fleet where a
