@@ -500,8 +500,9 @@ class DedicatedDatabase(Database):
     them per virtual day; the pool's check-out and return bookkeeping is a sizeable
     part of a pass that is one short statement, and so is every round trip that carries
     no answer anybody waits for. So the connection stays in pipeline mode from one
-    borrow to the next: every borrow (`transaction`, `probe`, `autocommit`) is one
-    transaction, BEGIN … COMMIT, sent as statements on an autocommit connection, and a
+    borrow to the next: every borrow (`transaction`, `autocommit`) is one transaction,
+    BEGIN … COMMIT, sent as statements on an autocommit connection (a read-only `probe`
+    and writes sent `ahead` have none of their own: they join the next one), and a
     round trip is made only where a result is read (a flush: everything sent before it
     goes with it) or a savepoint is rolled back (a sync: see PipelinedConnection). A
     COMMIT, and a write whose result nobody reads (the simulated worker's), goes out
@@ -519,7 +520,9 @@ class DedicatedDatabase(Database):
         self._configure(url, schema, application_name)
         self._conn = self._open()
         self._pipeline: contextlib.ExitStack | None = None  # the pipeline kept open across borrows
+        self._ahead_writes = False  # something was sent `ahead` that no BEGIN has taken yet
         self._lent = False
+        self._stores: tuple[psycopg.Connection, Store] | None = None  # see `_store`
 
     def connect(self, **overrides: object) -> psycopg.Connection:
         return PipelinedConnection.connect(self.url, **{**self._kwargs, **overrides})
@@ -532,7 +535,7 @@ class DedicatedDatabase(Database):
         if self._lent:
             raise RuntimeError("the dedicated connection is already lent: nested use needs a pooled Database")
         if self._conn.closed:
-            self._conn, self._pipeline = self._open(), None
+            self._conn, self._pipeline, self._ahead_writes = self._open(), None, False
         self._lent = True
         try:
             yield self._conn
@@ -542,6 +545,7 @@ class DedicatedDatabase(Database):
     def _leave_pipeline(self, exc: BaseException | None = None) -> None:
         """Sync the kept pipeline and leave pipeline mode: every result, and every error, is in."""
         stack, self._pipeline = self._pipeline, None
+        self._ahead_writes = False  # the sync commits them, or an error's rollback undoes them
         if stack is not None and not self._conn.closed:
             if exc is None:
                 stack.close()
@@ -552,12 +556,10 @@ class DedicatedDatabase(Database):
     def _pipelined(self) -> Iterator[psycopg.Connection]:
         """Lend the connection in the kept pipeline for one transaction; on an error, roll it back."""
         with self._borrow() as conn:
-            if self._pipeline is None:
-                stack = contextlib.ExitStack()
-                stack.enter_context(conn.pipeline())
-                self._pipeline = stack
+            self._keep_pipeline(conn)
             try:
                 conn.execute(BEGIN)
+                self._ahead_writes = False  # this transaction takes them
                 conn.in_block = True
                 try:
                     yield conn
@@ -595,35 +597,79 @@ class DedicatedDatabase(Database):
         after them. A statement whose result is read waits for it (a flush, not a sync: the
         pipeline goes on), so what a pass reads is what it would have read.
         """
-        from tickwarden.store import Store
-
         with self._pipelined() as conn:
-            yield Store(conn)
+            yield self._store(conn)
 
     @contextlib.contextmanager
     def probe(self) -> Iterator[Store]:
-        """A read-only look, as one transaction of the kept pipeline (see the class)."""
-        from tickwarden.store import Store
+        """A read-only look, with no BEGIN and COMMIT of its own unless writes sent `ahead` wait for one.
 
-        with self._pipelined() as conn:
-            yield Store(conn)
+        As `Database.probe`, whose statements each commit on their own: a read changes
+        nothing, so it may run in the pipeline's implicit transaction and whichever
+        transaction comes next makes it its own. Writes sent ahead are another matter:
+        they must commit with the borrow that follows them (see `ahead`), so a probe that
+        follows them is a transaction, BEGIN … COMMIT. On an error the pipeline is synced
+        and whatever it left open rolled back, as a transaction's error is.
+        """
+        if self._ahead_writes:
+            with self._pipelined() as conn:
+                yield self._store(conn)
+            return
+        with self._borrow() as conn:
+            self._keep_pipeline(conn)
+            try:
+                yield self._store(conn)
+            except BaseException as exc:
+                self._leave_pipeline(exc)
+                if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.execute(ROLLBACK)
+                raise
 
     @contextlib.contextmanager
     def autocommit(self) -> Iterator[Store]:
         """One-statement operations, as one transaction of the kept pipeline (see the class)."""
+        with self._pipelined() as conn:
+            yield self._store(conn)
+
+    @contextlib.contextmanager
+    def ahead(self) -> Iterator[psycopg.Connection]:
+        """Lend the kept pipeline for writes sent ahead of the next borrow, inside its transaction.
+
+        No BEGIN or COMMIT of their own: the server runs what is sent in the implicit
+        transaction of the pipeline, and the next borrow's BEGIN makes that transaction its
+        own (PostgreSQL turns an implicit transaction block into the explicit one), so the
+        writes commit or roll back with it, and leaving pipeline mode (a sync) commits them
+        when no borrow comes first. A `probe` that comes next is then a transaction: the
+        writes never wait past the next borrow. For the simulated worker's writes, sent just
+        before the pass that must see them: that pass's first borrow either commits or fails
+        the run.
+        """
+        with self._borrow() as conn:
+            self._keep_pipeline(conn)
+            self._ahead_writes = True
+            yield conn
+
+    def _store(self, conn: psycopg.Connection) -> Store:
+        """The store bound to `conn`, built once per connection: its repositories hold nothing but the connection."""
         from tickwarden.store import Store
 
-        with self._pipelined() as conn:
-            yield Store(conn)
+        if self._stores is None or self._stores[0] is not conn:
+            self._stores = (conn, Store(conn))
+        return self._stores[1]
+
+    def _keep_pipeline(self, conn: psycopg.Connection) -> None:
+        """Enter pipeline mode unless the connection is in the kept pipeline already."""
+        if self._pipeline is None:
+            stack = contextlib.ExitStack()
+            stack.enter_context(conn.pipeline())
+            self._pipeline = stack
 
     @contextlib.contextmanager
     def maintenance(self) -> Iterator[Store]:
         """Lend a store outside pipeline mode and any transaction, for VACUUM."""
-        from tickwarden.store import Store
-
         with self._borrow() as conn:
             self._leave_pipeline()
-            yield Store(conn)
+            yield self._store(conn)
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:

@@ -23,7 +23,8 @@ One pass:
    `FOR UPDATE SKIP LOCKED` so replicas take disjoint schedules), walks the cron
    expression from the watermark to `now − grace`, inserts every walked tick as a
    `missed` run with ON CONFLICT DO NOTHING on the one-run-per-tick index (ticks
-   that have a run are untouched), and advances the watermark. The cost is one
+   that have a run are untouched; those the audit's read already found with a run are
+   not sent, and a pass with none left reads nothing back), and advances the watermark. The cost is one
    cron step per tick that became due since the last pass, whatever the fleet size,
    plus one anti-join of schedules against watermarks to arm new or edited ones.
 3. Evaluate the workflows that got a `missed` verdict in 1 or 2, in the same
@@ -127,7 +128,10 @@ class DeadlineDetector:
                     advances.append((audit.schedule_id, audit.checked_until, now + self.interval))
                     continue
                 advances.append((audit.schedule_id, checked, next_check))
-                wanted += [(audit.tenant_id, audit.workflow_id, tick) for tick in ticks]
+                # A tick that had its run when the audit was taken would only meet the
+                # insert's ON CONFLICT: only the others can be missed.
+                ran = set(audit.ran)
+                wanted += [(audit.tenant_id, audit.workflow_id, tick) for tick in ticks if tick not in ran]
             created = store.monitoring.record_missed_and_advance(wanted, advances, NEVER_RAN_ERROR, now)
             result.missed_ticks = [(workflow_id, tick) for _, workflow_id, tick in created]
             workflows |= {workflow_id for _, workflow_id, _ in created}

@@ -31,10 +31,12 @@ not a wake-up arrived. One pass at `now`, in one transaction:
    NOTHING`, which an external workflow's ticks always get (a check-in may record
    its tick before the ticker does).
 
-The next wake-up is the earliest `next_fire_at` of all schedules, read after the
-pass's own writes (or, when the claim found nothing, beside it, in its round trip), but no later than `max_sleep` ahead (so schedules written by
-another replica are noticed even without a wake-up notification); immediately when
-the batch was full and schedules are still due.
+The next wake-up is the earliest `next_fire_at` of all schedules once the pass is done:
+the earliest of the schedules the claim did not take (read by the claim itself, in its
+snapshot: one written after it wakes the ticker, as a write after the pass does) and of
+the fire times the pass wrote; no read after the writes. But no later than `max_sleep`
+ahead (so schedules written by another replica are noticed even without a wake-up
+notification); immediately when the batch was full and schedules are still due.
 
 A pass that expects nothing due (its last pass read a later earliest fire time) first
 looks at the earliest fire time on its own (`Database.probe`: one statement, no
@@ -186,15 +188,13 @@ class Ticker:
                     advances.append(Advance(members.schedule_ids, window.next_fire_at,
                                             kept[-1][0] if kept else None))
             t1 = time.perf_counter()
-            # The earliest fire time is read after the pass's own writes (beside the claim when
-            # it found nothing), sent with them: one round trip in the pipelined transaction.
             counted = store.ledger.submit_tick_groups(groups, now, advances, exclusive=exclusive)
-            after_writes = store.trigger.submit_earliest_fire() if due else None
             created = counted()
             t2 = time.perf_counter()
-            if after_writes is not None:
-                earliest = after_writes()
         t3 = time.perf_counter()
+        # Once the pass is done the earliest fire time is that of a schedule the claim did not
+        # take (`earliest`, read by the claim) or one this pass just wrote: no read after the writes.
+        earliest = min([t for t in (earliest, *(a.next_fire_at for a in advances)) if t is not None], default=None)
         self.stale += stale
         self.fired += fired
         self.created += created
@@ -206,8 +206,8 @@ class Ticker:
         """Whether this ticker's last pass left nothing due by `now`: then a look comes before any claim.
 
         A pass woken by its own timer at the earliest fire time it last read (or a first
-        pass, which knows nothing) expects work and claims at once, reading the earliest
-        fire time beside its claim: a look first would only cost it a round trip. A pass
+        pass, which knows nothing) expects work and claims at once, its claim reading the
+        earliest fire time of what it does not take: a look first would only cost it a round trip. A pass
         woken earlier (a poll, a wake-up after another replica's write) is usually idle,
         and its look is the whole pass. Either way what decides is what the database says
         at the pass, never this expectation: it only chooses which read goes first.

@@ -139,3 +139,34 @@ def test_a_pass_that_records_a_missed_tick_and_opens_an_alert_is_one_transaction
     assert counted == [1]
     (alert,) = alerts_of(db, wf)
     assert alert.status == "open"
+
+
+def test_ticks_that_already_ran_are_not_sent_to_be_recorded_missed(db, clock, monkeypatch):
+    """The audit reads which walked ticks have their run; only the others go to the insert."""
+    from tickwarden.store.monitoring import MonitoringRepository
+
+    sent: list[tuple[list, list]] = []
+    real = MonitoringRepository.record_missed_and_advance
+
+    def spy(self, ticks, advances, error, now):  # type: ignore[no-untyped-def]
+        sent.append((list(ticks), list(advances)))
+        return real(self, ticks, advances, error, now)
+
+    monkeypatch.setattr(MonitoringRepository, "record_missed_and_advance", spy)
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="check")
+    poller, detector = OutcomePoller(db, "p1"), DeadlineDetector(db)
+    detector.run_once(clock.now())
+    base = clock.now().replace(minute=0) + timedelta(hours=1)
+    tick(db, poller, wf, base, [OK], clock)
+    tick(db, poller, wf, base + timedelta(minutes=5), [OK], clock)
+    sent.clear()
+    detector.run_once(base + timedelta(minutes=5, seconds=301))  # both ticks ran: nothing to record
+    [(ticks, advances)] = sent
+    assert ticks == [] and [a[1] for a in advances] == [base + timedelta(minutes=5, seconds=1)]
+    assert detector.last.audited_schedules == 1 and detector.last.missed_ticks == []
+    tick(db, poller, wf, base + timedelta(minutes=10), [OK], clock)
+    sent.clear()
+    detector.run_once(base + timedelta(minutes=15, seconds=301))  # 02:10 ran, 02:15 never did
+    [(ticks, _)] = sent
+    assert [t[2] for t in ticks] == [base + timedelta(minutes=15)]
+    assert detector.last.missed_ticks == [(wf.id, base + timedelta(minutes=15))]

@@ -200,6 +200,56 @@ def test_every_borrow_of_the_dedicated_connection_is_a_transaction_of_one_kept_p
         assert [r[0] for r in other.execute("SELECT name FROM tenants ORDER BY name").fetchall()] == ["acme"]
 
 
+def test_the_dedicated_connection_lends_one_store_until_it_is_opened_again(dedicated):
+    with dedicated.transaction() as first:
+        pass
+    for borrow in (dedicated.probe, dedicated.autocommit, dedicated.maintenance):
+        with borrow() as store:
+            assert store is first
+    dedicated.close()
+    with dedicated.probe() as store:  # a new connection: a store bound to it
+        assert store is not first and store.conn is not first.conn and store.ledger.conn is store.conn
+
+
+def test_a_dedicated_probe_sends_its_read_alone_with_no_transaction_of_its_own(dedicated, tmp_path):
+    trace = tmp_path / "trace"
+    with traced(dedicated, trace):
+        with dedicated.probe() as store:
+            assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (0,)
+    sent = trace.read_text(errors="replace")
+    assert waits(sent) == ["Flush"] and "SELECT count(*) FROM tenants" in sent
+    assert "BEGIN" not in sent and "COMMIT" not in sent
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        with dedicated.probe() as store:
+            store.conn.execute("SELECT * FROM no_such_table").fetchall()
+    with dedicated.probe() as store:  # the failed look left nothing behind
+        assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (0,)
+
+
+def test_writes_sent_ahead_commit_or_roll_back_with_the_next_borrows_transaction(dedicated, schema, tmp_path):
+    def names() -> list[str]:
+        with psycopg.connect(TEST_URL, options=f"-c search_path={schema}") as other:
+            return [r[0] for r in other.execute("SELECT name FROM tenants ORDER BY name").fetchall()]
+
+    trace = tmp_path / "trace"
+    with traced(dedicated, trace):
+        with dedicated.ahead() as conn:  # no BEGIN, no COMMIT, no round trip of its own
+            assert conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
+            conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('ahead', 'ahead', %s)", (NOW,))
+        with dedicated.probe() as store:  # the next borrow sees the write and commits it (a probe then is a transaction)
+            assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (1,)
+    assert waits(trace.read_text(errors="replace")) == ["Flush"]
+    with dedicated.ahead() as conn:
+        conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('undone', 'undone', %s)", (NOW,))
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        with dedicated.transaction() as store:  # fails: what was sent ahead rolls back with it
+            store.conn.execute("SELECT * FROM no_such_table").fetchall()
+    with dedicated.ahead() as conn:  # left before any borrow: the pipeline's sync commits it
+        conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('synced', 'synced', %s)", (NOW,))
+    dedicated.close()
+    assert names() == ["ahead", "synced"]
+
+
 def test_a_commit_and_an_unread_wake_up_cost_the_dedicated_connection_no_round_trip(dedicated, tmp_path):
     trace = tmp_path / "trace"
     with traced(dedicated, trace):

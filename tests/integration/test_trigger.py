@@ -413,6 +413,24 @@ def test_a_pass_reports_the_earliest_fire_time_it_read_after_its_own_writes(db, 
     assert ticker.last_pass is not None and ticker.last_pass.earliest == minute(12, 2)
 
 
+def test_the_claim_reads_the_earliest_fire_time_of_what_it_did_not_take_and_a_pass_reads_nothing_after_its_writes(
+        db, tmp_path, monkeypatch):
+    apply(db, tmp_path, T0)
+    with db.transaction() as store:  # 12:01: the every-minute schedule is due, the nightly one not
+        groups, later = store.trigger.claim_due_and_earliest(minute(12, 1), 10)
+        assert [g.cron for g in groups] == ["* * * * *"] and later == datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
+    with db.transaction() as store:  # nothing due: the one row carries the earliest fire time of all
+        assert store.trigger.claim_due_and_earliest(minute(12, 0), 10) == ([], minute(12, 1))
+
+    def no_read(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("a pass that claimed knows the earliest fire time without reading it")
+
+    monkeypatch.setattr("tickwarden.store.trigger.TriggerRepository.submit_earliest_fire", no_read)
+    ticker = Ticker(db)
+    assert ticker.run_once(minute(12, 1)) == minute(12, 2)  # what it wrote for the every-minute schedule
+    assert ticker.last_pass is not None and ticker.last_pass.created == 1
+
+
 def test_an_idle_pass_is_one_look_in_one_round_trip_with_no_transaction(schema, tmp_path):
     from psycopg.pq import Trace
 

@@ -214,6 +214,11 @@ class FaultWindowModel:
         self.faults: dict[str, list[Fault]] = {}
         for fault in scenario.faults:
             self.faults.setdefault(fault.workflow, []).append(fault)
+        # A fault's category and sanitized message are functions of its text alone: worked
+        # out once per distinct text, not at every attempt it fails (redaction runs every
+        # secret detector's pattern over the text).
+        self.errors: dict[str, tuple[str, str]] = {
+            text: (categorize(text), sanitize_error(text)) for text in {f.error for f in scenario.faults}}
 
     def plan(self, workflow: str, attempt: Attempt, scheduled_for: datetime, start: datetime) -> Plan:
         duration = timedelta(seconds=self.durations[workflow])
@@ -229,13 +234,13 @@ class FaultWindowModel:
             if at - start < timeout:
                 if fault.mode == "crash":
                     return Plan(at, None)
-                category = categorize(fault.error)
+                category, error = self.errors[fault.error]
                 return Plan(
                     at,
                     AttemptOutcome(
                         status="failed",
                         error_category=category,
-                        error=sanitize_error(fault.error),
+                        error=error,
                         retryable=fault.retryable,
                         failed_step="recipe",
                     ),
@@ -342,13 +347,18 @@ class SimulatedWorker:
         self.leased_all = False  # the last lease took every attempt queued by then
 
     def flush_for(self, reader: str, now: datetime) -> None:
-        """Write what the worker did since the last flush, if pass `reader` could see it."""
+        """Write what the worker did since the last flush, if pass `reader` could see it.
+
+        The writes are sent ahead (`DedicatedDatabase.ahead`): they join the reader's first
+        transaction, which comes next, and commit with it, at no BEGIN and COMMIT of their
+        own. That transaction rolls back only on an error, and an error ends the simulation.
+        """
         if reader in SEES_WORKER or (
             reader == "lease-reaper" and any(expiry <= now for expiry in self.written_lease.values())
         ):
-            self.flush(now, leases=reader in READS_LEASES)
+            self.flush(now, leases=reader in READS_LEASES, ahead=True)
 
-    def flush(self, now: datetime, *, leases: bool = True) -> None:
+    def flush(self, now: datetime, *, leases: bool = True, ahead: bool = False) -> None:
         """Write every outcome not yet written, and (`leases`) every renewal a lease reader could tell apart.
 
         A lease is read only where it has run out (`lease_expires_at <= now`: the reaper,
@@ -383,7 +393,10 @@ class SimulatedWorker:
         for attempt_id in [a for a, expiry in self.written_lease.items()
                            if expiry <= now and a not in self.in_flight and a not in self.renewed]:
             del self.written_lease[attempt_id]
-        if statements:
+        if statements and ahead and isinstance(self.db, DedicatedDatabase):
+            with self.db.ahead() as conn:
+                SimulationRepository(conn).worker_writes(statements)
+        elif statements:
             with self.db.autocommit() as store:
                 SimulationRepository(store.conn).worker_writes(statements)
 
@@ -729,9 +742,10 @@ class Simulation:
             if idle is None or name not in idle.loops:
                 return
             if name == "ticker" and loop.last_pass is not None:
-                # The pass read the earliest fire time after its own writes, with the very
-                # query of the ticker's look, and only the ticker moves schedules (a world
-                # event that may publish or edit one makes it stale again): that is its look.
+                # The pass knows the earliest fire time once its writes are made (what its claim
+                # did not take, with what it wrote): what the ticker's look would read, as only
+                # the ticker moves schedules (a world event that may publish or edit one makes
+                # it stale again). That is its look.
                 idle.looked(name, loop.last_pass.earliest, loop.last_pass.earliest, counted=False)
             elif name == "deadlines" and (loop.last.audited_schedules or loop.last.overdue_runs):
                 # A pass that found work is followed by a pass, not a look: on a fleet where a

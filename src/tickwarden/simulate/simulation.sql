@@ -93,12 +93,18 @@ SELECT c.relname AS tablename
 -- analyzing one samples its partitions' rows a second time). A table without a single
 -- page has had no row since the catalog was loaded and analyzed (an insert extends the
 -- heap at once; only a vacuum that found every row dead gives pages back), so vacuuming
--- or analyzing it again would find what the last pass found: nothing.
-SELECT c.relname AS tablename
-  FROM pg_class c
- WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
-   AND pg_relation_size(c.oid) > 0
- ORDER BY c.relname;
+-- or analyzing it again would find what the last pass found: nothing. The schema's tables
+-- are listed first (MATERIALIZED): in one scan of pg_class the planner may size every
+-- table of the database, every other schema's too, before it looks at the namespace.
+WITH ours AS MATERIALIZED (
+    SELECT c.oid, c.relname
+      FROM pg_class c
+     WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+)
+SELECT relname AS tablename
+  FROM ours
+ WHERE pg_relation_size(oid) > 0
+ ORDER BY relname;
 
 -- simulation_unlog_tables --
 -- Make every table of the simulation's schema unlogged: its rows are scratch, dropped

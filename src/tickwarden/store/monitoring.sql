@@ -417,9 +417,15 @@ SELECT id AS run_id, workflow_id FROM closed;
 -- monitoring_due_tick_audits --
 -- Watermarks whose next tick has passed its grace, with their schedules. SKIP
 -- LOCKED hands replicas disjoint schedules; the lock is held until the missed runs
--- and the new watermark are written in the same transaction.
+-- and the new watermark are written in the same transaction. `ran`: the ticks after
+-- the watermark, up to now, that already have their run (a probe of the
+-- one-run-per-tick index), which the pass then does not try to record missed: on a
+-- healthy fleet that is every tick walked, and the pass reads nothing back.
 SELECT ta.schedule_id, ta.checked_until, s.tenant_id, s.workflow_id, s.cron, s.timezone, s.status,
-       s.starting_deadline_seconds, (w.archived_at IS NOT NULL) AS archived, w.kind, s.cadence_seconds
+       s.starting_deadline_seconds, (w.archived_at IS NOT NULL) AS archived, w.kind, s.cadence_seconds,
+       ARRAY(SELECT r.scheduled_for FROM runs r
+              WHERE r.workflow_id = s.workflow_id AND NOT r.manual
+                AND r.scheduled_for > ta.checked_until AND r.scheduled_for <= %(now)s) AS ran
   FROM tick_audits ta
   JOIN schedules s ON s.id = ta.schedule_id
   JOIN workflows w ON w.id = s.workflow_id

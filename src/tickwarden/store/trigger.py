@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-
-from psycopg.pq import PipelineStatus
 
 from tickwarden.store.base import StoreBase
 from tickwarden.store.queries import queries
@@ -58,28 +55,21 @@ def int_array_literal(values: list[int] | tuple[int, ...]) -> str:
 class TriggerRepository(StoreBase):
     def claim_due(self, now: datetime, limit: int) -> list[DueGroup]:
         """Lock up to `limit` due schedules (earliest first) for this transaction; return them grouped."""
-        with self.conn.cursor() as cur:
-            cur.execute(queries()["trigger_claim_due"], {"now": now, "limit": limit})
-            return [DueGroup(*row) for row in cur.fetchall()]
+        return self.claim_due_and_earliest(now, limit)[0]
 
     def claim_due_and_earliest(self, now: datetime, limit: int) -> tuple[list[DueGroup], datetime | None]:
-        """`claim_due` and `earliest_fire` sent together in this transaction: one round trip.
+        """`claim_due`, with the earliest fire time of the schedules the claim did not take: one statement.
 
-        The earliest fire time is read beside the claim, before any write of the pass: it
-        stands for the pass only when the claim found nothing (the usual, idle pass). On a
-        connection already in pipeline mode (a pipelined transaction) the two statements join
-        that pipeline and go out with whatever it holds unread (its BEGIN), in the read's one
-        flush: a nested pipeline would cost a sync when entered and another when left.
+        With the fire times the pass then writes for the schedules it took, that is the
+        earliest fire time once the pass is done (None: no active schedule), as of the
+        claim's snapshot: a schedule written after it wakes the ticker itself, as one
+        written after the pass did. When nothing was claimed it is `earliest_fire`.
         """
-        with self.conn.cursor() as claim, self.conn.cursor() as earliest, contextlib.ExitStack() as stack:
-            if self.conn.pgconn.pipeline_status == PipelineStatus.OFF:
-                stack.enter_context(self.conn.pipeline())
-            claim.execute(queries()["trigger_claim_due"], {"now": now, "limit": limit})
-            earliest.execute(queries()["trigger_earliest_fire"])
-            stack.close()
-            groups = [DueGroup(*row) for row in claim.fetchall()]
-            row = earliest.fetchone()
-        return groups, row[0] if row else None
+        with self.conn.cursor() as cur:
+            cur.execute(queries()["trigger_claim_due"], {"now": now, "limit": limit})
+            rows = cur.fetchall()
+        # every row carries `later`; a claim that took nothing is one row without a group
+        return [DueGroup(*row[1:]) for row in rows if row[1] is not None], rows[0][0]
 
     def earliest_fire(self) -> datetime | None:
         return self.submit_earliest_fire()()

@@ -8,7 +8,11 @@
 -- starting deadline, profile inputs, kind): a fleet due at one minute is a few rows, not
 -- one per schedule. Each group's members travel as array text (the three arrays
 -- aggregate the same rows in the same order, so they align index for index), which the
--- ticker hands back to `ledger_create_tick_runs` without reading it.
+-- ticker hands back to `ledger_create_tick_runs` without reading it. `later`, on every
+-- row: the earliest fire time of the schedules this claim did not take (due ones held
+-- elsewhere or beyond the batch included), so that with the fire times the pass writes
+-- it gives the earliest once the pass is done, with no read after its writes; when
+-- nothing was claimed it is the one row, with no group.
 WITH due AS (
     SELECT f.schedule_id AS id, f.tenant_id, f.workflow_id, f.next_fire_at, s.cron, s.timezone,
            s.starting_deadline_seconds, s.cadence_seconds, w.monitoring_enabled, w.timeout_seconds,
@@ -20,15 +24,24 @@ WITH due AS (
      ORDER BY f.next_fire_at
      LIMIT %(limit)s
        FOR UPDATE OF f SKIP LOCKED
+), groups AS (
+    SELECT next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
+           timeout_seconds, policy_overrides, kind, count(*) AS members,
+           array_agg(id)::text AS schedule_ids, array_agg(workflow_id)::text AS workflow_ids,
+           array_agg(tenant_id)::text AS tenant_ids, min(workflow_id) AS first_workflow
+      FROM due
+     GROUP BY next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
+              timeout_seconds, policy_overrides, kind
+), rest AS (
+    SELECT min(f.next_fire_at) AS later
+      FROM schedule_fires f
+     WHERE f.next_fire_at IS NOT NULL AND f.schedule_id NOT IN (SELECT id FROM due)
 )
-SELECT next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
-       timeout_seconds, policy_overrides, kind, count(*) AS members,
-       array_agg(id)::text AS schedule_ids, array_agg(workflow_id)::text AS workflow_ids,
-       array_agg(tenant_id)::text AS tenant_ids
-  FROM due
- GROUP BY next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
-          timeout_seconds, policy_overrides, kind
- ORDER BY next_fire_at, min(workflow_id);
+SELECT rest.later, g.next_fire_at, g.cron, g.timezone, g.starting_deadline_seconds, g.cadence_seconds,
+       g.monitoring_enabled, g.timeout_seconds, g.policy_overrides, g.kind, g.members, g.schedule_ids,
+       g.workflow_ids, g.tenant_ids
+  FROM rest LEFT JOIN groups g ON true
+ ORDER BY g.next_fire_at, g.first_workflow;
 
 -- trigger_earliest_fire --
 -- The earliest pending fire time of an active schedule (a paused one has none): one
