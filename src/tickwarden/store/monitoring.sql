@@ -64,7 +64,11 @@ SELECT count(pg_advisory_xact_lock(7301, (s.id %% 2147483647)::integer)) AS lock
 -- reads only the month partitions from its tick on), the newest failure of the
 -- streak, the newest success, and the open alert. The workflows are probed by id
 -- (= ANY, not a join with the unnest, which the planner answers with a hash of every
--- workflow of the fleet), in id order.
+-- workflow of the fleet), in id order, and each row beside a workflow by its key: the
+-- tenant, the schedule and the newest success are laterals (LIMIT 1 over a unique key:
+-- the same row a join finds), because as plain joins the generic plan the server caches
+-- for this prepared statement reads every schedule and every success of the fleet into
+-- hashes for a batch of a few workflows (0.77 ms instead of 0.21 ms on 1,000 workflows).
 SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_overrides::text AS policy_overrides,
        (w.shadow OR t.shadow) AS shadow,
        s.cadence_seconds,
@@ -75,9 +79,11 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
        a.id AS alert_id, a.failure_count AS alert_failure_count,
        a.reason AS alert_reason
   FROM workflows w
-  JOIN tenants t ON t.id = w.tenant_id
-  LEFT JOIN schedules s ON s.workflow_id = w.id
-  LEFT JOIN workflow_successes ok ON ok.workflow_id = w.id
+  CROSS JOIN LATERAL (SELECT tn.shadow FROM tenants tn WHERE tn.id = w.tenant_id LIMIT 1) t
+  LEFT JOIN LATERAL (SELECT sc.cadence_seconds FROM schedules sc WHERE sc.workflow_id = w.id LIMIT 1) s ON true
+  LEFT JOIN LATERAL (
+        SELECT su.run_id, su.scheduled_for, su.finished_at FROM workflow_successes su
+         WHERE su.workflow_id = w.id LIMIT 1) ok ON true
   -- the newest failure of the streak, with the streak's length and start (window
   -- aggregates see every row of the streak before LIMIT keeps the newest)
   LEFT JOIN LATERAL (
