@@ -7,6 +7,7 @@ import pytest
 from tests.helpers import streak
 from tests.integration.pipeline import DAILY, FIVE_MIN, OK, alerts_of, drive, events_of, fail, manual_run, tick, workflow
 from tickwarden.poller import OutcomePoller
+from tickwarden.store.outbox import OutboxRepository
 
 
 @pytest.fixture
@@ -105,6 +106,27 @@ def test_one_open_alert_per_workflow_with_the_count_updated(db, clock, poller):
     assert alert.failure_count == 7 and alert.status == "open"
     kinds = [e.kind for e in events_of(db, alert.id)]
     assert kinds == ["opened", "failed", "failed", "failed", "failed"]
+
+
+def test_a_batch_that_only_counts_failures_up_fans_nothing_out(db, clock, poller, monkeypatch):
+    """A recorded failure's event is history only: the fan-out statement is not run for it,
+    and the event is still written and reported."""
+    wf = workflow(db, clock.now(), cadence=DAILY, policy={"escalate_after": 50})
+    add_channels(db, clock)
+    base = clock.now()
+    tick(db, poller, wf, base + timedelta(minutes=5), [fail()] * 4, clock)
+    assert [kind for kind, _, _ in outbox(db)] == ["opened", "opened"]
+    fanned: list[list[int]] = []  # the event ids of each fan-out statement (an empty list runs none)
+    real = OutboxRepository.enqueue_notifications
+    monkeypatch.setattr(OutboxRepository, "enqueue_notifications",
+                        lambda self, ids, now: (fanned.append(list(ids)) if ids else None) or real(self, ids, now))
+    tick(db, poller, wf, base + timedelta(days=1, minutes=5), [fail()] * 4, clock)
+    (alert,) = alerts_of(db, wf)
+    assert alert.failure_count == 2
+    assert [e.kind for e in events_of(db, alert.id)] == ["opened", "failed"]
+    assert poller.last.evaluation.updated == [alert.id] and len(poller.last.evaluation.event_ids) == 1
+    assert fanned == []
+    assert [kind for kind, _, _ in outbox(db)] == ["opened", "opened"]
 
 
 def test_a_manual_success_resolves_with_downtime(db, clock, poller):
