@@ -23,7 +23,7 @@ The error's category chooses between patience and speed:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from tickwarden.categories import NOT_RETRYABLE
 
 if TYPE_CHECKING:
+    from tickwarden.models import Attempt
     from tickwarden.store import Store
 
 PATIENT_CATEGORIES = frozenset({"connection", "environment", "lost", "timeout", "internal"})
@@ -52,14 +53,34 @@ def launch_retries(
     `check_retryable=False` skips the look for non-retryable categories when the
     caller already knows there is none (the poller reads each run's category at claim).
     """
-    outcome = RetryOutcome()
+    return send_retries(store, runs, now, check_retryable=check_retryable).read()
+
+
+@dataclass
+class SentRetries:
+    """Retries whose launch is sent and not yet read: `failed` is known, `read()` gives the whole outcome."""
+
+    failed: list[tuple[int, int]]
+    _read: Callable[[], list[Attempt]]
+
+    def read(self) -> RetryOutcome:
+        queued = self._read()
+        return RetryOutcome([a.run_id for a in queued], [a.queued_at for a in queued], self.failed)
+
+
+def send_retries(
+    store: Store, runs: Sequence[tuple[int, datetime]], now: datetime, *, check_retryable: bool = True
+) -> SentRetries:
+    """`launch_retries`, with the queueing sent and read later (`SentRetries.read`), in the same transaction.
+
+    The unretryable runs are failed first, and read (their workflows need a verdict); the
+    queueing of the rest is sent after them. In pipeline mode it then goes out with the
+    caller's next read (the poller's evaluation inputs) instead of waiting on its own. The
+    caller reads it before its transaction ends: an error it raised fails the transaction.
+    """
     if not runs:
-        return outcome
-    if check_retryable:
-        outcome.failed = store.monitoring.fail_unretryable(runs, sorted(NOT_RETRYABLE), now)
-    failed = {run_id for run_id, _ in outcome.failed}
-    remaining = [r for r in runs if r[0] not in failed]
-    queued = store.ledger.queue_retries(remaining, now, sorted(PATIENT_CATEGORIES))
-    outcome.launched = [a.run_id for a in queued]
-    outcome.due = [a.queued_at for a in queued]
-    return outcome
+        return SentRetries([], list)
+    failed = store.monitoring.fail_unretryable(runs, sorted(NOT_RETRYABLE), now) if check_retryable else []
+    done = {run_id for run_id, _ in failed}
+    remaining = [r for r in runs if r[0] not in done]
+    return SentRetries(failed, store.ledger.submit_queue_retries(remaining, now, sorted(PATIENT_CATEGORIES)))
