@@ -14,6 +14,11 @@ from tickwarden.db import Database
 from tickwarden.store.queries import queries
 
 OPEN_ALERTS = 300
+# monitoring_evaluation_inputs' parameters beside the workflows: one profile with a rate rule listed
+INPUT_TYPES = {"workflow_ids": "bigint[]", "rate_cadences": "integer[]", "rate_overrides": "text[]",
+               "rate_windows": "integer[]", "rate_alert_afters": "integer[]", "unscheduled": "integer"}
+RATE_PROFILE = {"rate_cadences": [3600], "rate_overrides": ["{}"], "rate_windows": [8], "rate_alert_afters": [2],
+                "unscheduled": 86400}
 
 
 def _scans_of(plan: dict, relation: str) -> list[dict]:
@@ -56,8 +61,8 @@ def test_the_evaluation_reads_only_the_open_alerts_of_the_workflows_it_evaluates
                  FROM workflows""", {"at": at})
         conn.execute("ANALYZE workflows, alerts, schedules, workflow_successes")
         evaluated = [5, 50, 150, 250]
-        plan = _generic_plan(conn, "monitoring_evaluation_inputs", {"workflow_ids": "bigint[]"},
-                             {"workflow_ids": evaluated})
+        plan = _generic_plan(conn, "monitoring_evaluation_inputs", INPUT_TYPES,
+                             {"workflow_ids": evaluated, **RATE_PROFILE})
         scans = _scans_of(plan, "alerts")
         assert scans
         read = sum(s["Actual Rows"] * s["Actual Loops"] for s in scans)
@@ -79,8 +84,8 @@ def test_the_evaluation_reads_only_the_schedules_and_successes_of_the_workflows_
                      " SELECT id, 1, id, %(at)s, %(at)s FROM workflows", {"at": at})
         conn.execute("ANALYZE tenants, workflows, alerts, schedules, workflow_successes")
         evaluated = [5, 50, 150, 250]
-        plan = _generic_plan(conn, "monitoring_evaluation_inputs", {"workflow_ids": "bigint[]"},
-                             {"workflow_ids": evaluated})
+        plan = _generic_plan(conn, "monitoring_evaluation_inputs", INPUT_TYPES,
+                             {"workflow_ids": evaluated, **RATE_PROFILE})
         for relation in ("schedules", "workflow_successes"):
             scans = _scans_of(plan, relation)
             assert scans, relation

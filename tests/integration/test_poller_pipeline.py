@@ -68,11 +68,11 @@ def test_a_database_error_in_the_batch_evaluation_keeps_the_claim_and_the_retrie
     real = MonitoringRepository.evaluation_inputs
     faults: list[int] = []
 
-    def faulty(self, workflow_ids):
+    def faulty(self, workflow_ids, *args):
         if not faults:  # the batch's statement fails at the server; the one-by-one ones do not
             faults.append(1)
             self.conn.execute("SELECT 1 / 0")
-        return real(self, workflow_ids)
+        return real(self, workflow_ids, *args)
 
     monkeypatch.setattr(MonitoringRepository, "evaluation_inputs", faulty)
     result = OutcomePoller(db, "p1").poll(clock.advance(5))

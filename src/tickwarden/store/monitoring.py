@@ -50,6 +50,20 @@ class EvaluationInput:
     alert_id: int | None
     alert_failure_count: int | None
     alert_reason: str | None = None
+    rate_window: int | None = None  # the window the failure rate was counted over; None: not counted
+    rate_ticks: int = 0
+    rate_failures: int = 0
+
+
+@dataclass(frozen=True)
+class RateProfile:
+    """A profile with a failure-rate rule, by what the evaluation reads of a workflow: its cadence
+    (the unscheduled one for none) and its overrides' stored text."""
+
+    cadence_seconds: int
+    overrides: str
+    rate_window: int
+    alert_after: int
 
 
 @dataclass(frozen=True)
@@ -172,10 +186,19 @@ class MonitoringRepository(StoreBase):
         if workflow_ids:
             self._send("monitoring_lock_workflows", {"workflow_ids": sorted(set(workflow_ids))})
 
-    def evaluation_inputs(self, workflow_ids: Sequence[int]) -> list[EvaluationInput]:
+    def evaluation_inputs(
+        self, workflow_ids: Sequence[int], rate_profiles: Sequence[RateProfile] = (), unscheduled: int = 0
+    ) -> list[EvaluationInput]:
+        """The evaluator's inputs, with the failure rate of each workflow whose profile is in `rate_profiles`
+        (a workflow without a schedule has cadence `unscheduled`) and whose state needs it."""
         if not workflow_ids:
             return []
-        return self._records("monitoring_evaluation_inputs", {"workflow_ids": list(workflow_ids)}, EvaluationInput)
+        params = {"workflow_ids": list(workflow_ids), "unscheduled": unscheduled,
+                  "rate_cadences": [p.cadence_seconds for p in rate_profiles],
+                  "rate_overrides": [p.overrides for p in rate_profiles],
+                  "rate_windows": [p.rate_window for p in rate_profiles],
+                  "rate_alert_afters": [p.alert_after for p in rate_profiles]}
+        return self._records("monitoring_evaluation_inputs", params, EvaluationInput)
 
     def open_alerts(self, wanted: Sequence[OpenAlert], now: datetime) -> list[Transition]:
         if not wanted:
