@@ -160,12 +160,11 @@ def _learn_rate_profile(inp: EvaluationInput) -> None:
     if len(_rate_profiles) >= RATE_PROFILES or not isinstance(inp.policy_overrides, str):
         return
     cadence = inp.cadence_seconds or UNSCHEDULED_CADENCE_SECONDS
-    if any(p.cadence_seconds == cadence and p.overrides == inp.policy_overrides for p in _rate_profiles):
+    if any(p[0] == cadence and p[1] == inp.policy_overrides for p in _rate_profiles):
         return
     profile = profile_of(cadence, inp.policy_overrides)
     if profile.rate_window:
-        _rate_profiles = (*_rate_profiles,
-                          RateProfile(cadence, inp.policy_overrides, profile.rate_window, profile.alert_after))
+        _rate_profiles = (*_rate_profiles, (cadence, inp.policy_overrides, profile.rate_window, profile.alert_after))
 
 
 def rate_window_needed(inp: EvaluationInput) -> int:

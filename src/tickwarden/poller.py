@@ -101,7 +101,7 @@ class OutcomePoller:
             result.claimed = len(claimed)
             result.finished_at = [c.finished_at for c in claimed]
             pending = [c for c in claimed if c.run_status == "pending_retry"]
-            sent = retries.send_retries(
+            failed, read_retries = retries.send_retries(
                 store,
                 sorted({(c.run_id, c.run_scheduled_for) for c in pending}),
                 now,
@@ -114,9 +114,9 @@ class OutcomePoller:
                 for c in claimed
                 if c.run_status in FAILURES or (c.run_status == "succeeded" and c.alert_open)
             }
-            workflows |= {workflow_id for _, workflow_id in sent.failed}
+            workflows |= {workflow_id for _, workflow_id in failed}
             result.evaluation, redo = alerts.evaluate_batch(store, workflows, now)
-            outcome = sent.read()  # came back with the evaluation's first read, when there was one
+            outcome = read_retries()  # came back with the evaluation's first read, when there was one
             result.retried = outcome.launched
             result.retry_due = outcome.due
         # Only a committed claim moves the position: a rolled-back batch is walked again.

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 from tickwarden.categories import NOT_RETRYABLE
 
 if TYPE_CHECKING:
-    from tickwarden.models import Attempt
     from tickwarden.store import Store
 
 PATIENT_CATEGORIES = frozenset({"connection", "environment", "lost", "timeout", "internal"})
@@ -53,34 +52,29 @@ def launch_retries(
     `check_retryable=False` skips the look for non-retryable categories when the
     caller already knows there is none (the poller reads each run's category at claim).
     """
-    return send_retries(store, runs, now, check_retryable=check_retryable).read()
-
-
-@dataclass
-class SentRetries:
-    """Retries whose launch is sent and not yet read: `failed` is known, `read()` gives the whole outcome."""
-
-    failed: list[tuple[int, int]]
-    _read: Callable[[], list[Attempt]]
-
-    def read(self) -> RetryOutcome:
-        queued = self._read()
-        return RetryOutcome([a.run_id for a in queued], [a.queued_at for a in queued], self.failed)
+    return send_retries(store, runs, now, check_retryable=check_retryable)[1]()
 
 
 def send_retries(
     store: Store, runs: Sequence[tuple[int, datetime]], now: datetime, *, check_retryable: bool = True
-) -> SentRetries:
-    """`launch_retries`, with the queueing sent and read later (`SentRetries.read`), in the same transaction.
+) -> tuple[list[tuple[int, int]], Callable[[], RetryOutcome]]:
+    """`launch_retries`, with the queueing sent now and read later, in the same transaction.
 
-    The unretryable runs are failed first, and read (their workflows need a verdict); the
-    queueing of the rest is sent after them. In pipeline mode it then goes out with the
-    caller's next read (the poller's evaluation inputs) instead of waiting on its own. The
+    Returns the runs (run, workflow) failed for good, known at once (their workflows need a
+    verdict), and what reads the whole outcome. The unretryable runs are failed first, and
+    read; the queueing of the rest is sent after them. In pipeline mode it then goes out with
+    the caller's next read (the poller's evaluation inputs) instead of waiting on its own. The
     caller reads it before its transaction ends: an error it raised fails the transaction.
+    A pair, not a class of its own: the alert path copies its values into as few shapes as it can.
     """
     if not runs:
-        return SentRetries([], list)
+        return [], RetryOutcome
     failed = store.monitoring.fail_unretryable(runs, sorted(NOT_RETRYABLE), now) if check_retryable else []
     done = {run_id for run_id, _ in failed}
-    remaining = [r for r in runs if r[0] not in done]
-    return SentRetries(failed, store.ledger.submit_queue_retries(remaining, now, sorted(PATIENT_CATEGORIES)))
+    read = store.ledger.submit_queue_retries([r for r in runs if r[0] not in done], now, sorted(PATIENT_CATEGORIES))
+
+    def outcome() -> RetryOutcome:
+        queued = read()
+        return RetryOutcome([a.run_id for a in queued], [a.queued_at for a in queued], failed)
+
+    return failed, outcome
