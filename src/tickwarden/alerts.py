@@ -92,7 +92,7 @@ from tickwarden.models import Alert, AlertEvent
 from tickwarden.profile import UNSCHEDULED_CADENCE_SECONDS, Profile, derive_profile
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store import Store
-from tickwarden.store.monitoring import EvaluationInput, FailureRate, FailureUpdate, OpenAlert
+from tickwarden.store.monitoring import EvaluationInput, FailureRate, FailureUpdate, OpenAlert, RateProfile
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,29 @@ def profile_of(cadence_seconds: int | None, overrides: dict[str, Any] | str | No
     """
     text = overrides if isinstance(overrides, str) else json.dumps(overrides or {}, sort_keys=True)
     return _cached_profile(cadence_seconds or UNSCHEDULED_CADENCE_SECONDS, text)
+
+
+# The profiles with a failure-rate rule the evaluations have met (at most RATE_PROFILES of them),
+# listed to the evaluation's statement so that it counts the rate where the rules need it, in
+# the same round trip (`monitoring_evaluation_inputs`); the rate of a workflow whose profile
+# is not listed yet is counted by a statement of its own. A fleet shares a handful of
+# profiles; each evaluated workflow's row scans the list, hence the bound. Replaced whole,
+# never changed in place: the loops' threads read it without a lock (an addition lost to a
+# race is only learned again).
+RATE_PROFILES = 32
+_rate_profiles: tuple[RateProfile, ...] = ()
+
+
+def _learn_rate_profile(inp: EvaluationInput) -> None:
+    global _rate_profiles
+    if len(_rate_profiles) >= RATE_PROFILES or not isinstance(inp.policy_overrides, str):
+        return
+    cadence = inp.cadence_seconds or UNSCHEDULED_CADENCE_SECONDS
+    if any(p[0] == cadence and p[1] == inp.policy_overrides for p in _rate_profiles):
+        return
+    profile = profile_of(cadence, inp.policy_overrides)
+    if profile.rate_window:
+        _rate_profiles = (*_rate_profiles, (cadence, inp.policy_overrides, profile.rate_window, profile.alert_after))
 
 
 def rate_window_needed(inp: EvaluationInput) -> int:
@@ -236,20 +259,26 @@ def evaluate_workflows(store: Store, workflow_ids: Iterable[int], now: datetime)
     if not ids:
         return report
     store.monitoring.lock_workflows_for_evaluation(ids)
-    inputs = store.monitoring.evaluation_inputs(ids)
-    windows = {}
+    inputs = store.monitoring.evaluation_inputs(ids, _rate_profiles, UNSCHEDULED_CADENCE_SECONDS)
+    needed, windows = set(), {}  # workflows whose rate the rules need; those of them still to count
+    rates: dict[int, FailureRate] = {}
     for inp in inputs:
         try:
+            _learn_rate_profile(inp)
             if n := rate_window_needed(inp):
-                windows[inp.workflow_id] = n
+                needed.add(inp.workflow_id)
+                if inp.rate_window == n:  # counted with the inputs, over this very window
+                    rates[inp.workflow_id] = FailureRate(inp.workflow_id, inp.rate_ticks, inp.rate_failures)
+                else:
+                    windows[inp.workflow_id] = n
         except (InvalidPolicy, TypeError, ValueError):
             continue  # bad settings: decide() below meets them again, logs once and skips the workflow
-    rates = store.monitoring.failure_rates(windows)
+    rates.update(store.monitoring.failure_rates(windows))
     changes: list[Change] = []
     for inp in inputs:
         try:
             rate = None
-            if inp.workflow_id in windows:  # no terminal tick at all is a count of zero, not "not counted"
+            if inp.workflow_id in needed:  # no terminal tick at all is a count of zero, not "not counted"
                 rate = rates.get(inp.workflow_id) or FailureRate(inp.workflow_id, 0, 0)
             changes.append(decide(inp, now, rate))
         except Exception as exc:  # one workflow's bad settings must not stop the others
@@ -304,7 +333,10 @@ def _apply(store: Store, changes: Sequence[Change], now: datetime, report: Evalu
     escalated = store.monitoring.escalate_alerts([t.alert_id for t in (*opened, *updated) if t.escalates], "failures", now)
     resolved = store.monitoring.resolve_alerts([c for c in changes if isinstance(c, tuple)], now)
     event_ids = [t.event_id for t in (*opened, *updated, *escalated, *resolved)]
-    notify(store, event_ids, now)
+    # A recorded failure's event is `failed`, history only: the fan-out never routes it
+    # (outbox_enqueue_notifications' kinds), so a batch that only counted failures up
+    # skips the statement.
+    notify(store, [t.event_id for t in (*opened, *escalated, *resolved)], now)
     report.opened += [t.alert_id for t in opened]
     report.updated += [t.alert_id for t in updated]
     report.escalated += [t.alert_id for t in escalated]

@@ -14,7 +14,10 @@ One pass:
    is evaluated afresh).
 2. In the same transaction, hand runs now `pending_retry` to the retry engine
    (one statement for the batch), which queues each next attempt with its
-   not-before time (the profile's backoff for categories time can heal), and commit.
+   not-before time (the profile's backoff for categories time can heal). Its result
+   is read after the evaluation: the statement goes out with the evaluation's first
+   read instead of waiting on its own (the evaluation does not depend on it, nor it on
+   the evaluation's savepoint: an error it raises still fails the whole pass).
 3. Evaluate, in the same transaction under a savepoint, the workflows of runs with
    a verdict, once per workflow per batch, set-based: every failure (failed,
    missed), and a success only when its workflow has an open alert to resolve (a
@@ -30,7 +33,7 @@ One pass:
 The transaction of a pass with work runs in pipeline mode (`Database.transaction(pipelined=True)`):
 its BEGIN goes out with the claim, the evaluation's savepoint and workflow lock with its
 inputs, and the savepoint's release with the COMMIT, so the client waits for the server only
-where it reads a result (a pass with a retry and a verdict: five waits instead of nine). The
+where it reads a result (a pass with a retry and a verdict: four waits instead of nine). The
 statements still run one after the other in the order sent, as before.
 
 A pass right after a full batch resumes the claim's walk of the queue's index
@@ -98,14 +101,12 @@ class OutcomePoller:
             result.claimed = len(claimed)
             result.finished_at = [c.finished_at for c in claimed]
             pending = [c for c in claimed if c.run_status == "pending_retry"]
-            outcome = retries.launch_retries(
+            failed, read_retries = retries.send_retries(
                 store,
                 sorted({(c.run_id, c.run_scheduled_for) for c in pending}),
                 now,
                 check_retryable=any(not is_retryable(c.run_error_category or "") for c in pending),
             )
-            result.retried = outcome.launched
-            result.retry_due = outcome.due
             # A failure always needs a decision; a success only when it may resolve an open
             # alert (with no alert open, a success cannot open one: failures since it are none).
             workflows = {
@@ -113,8 +114,11 @@ class OutcomePoller:
                 for c in claimed
                 if c.run_status in FAILURES or (c.run_status == "succeeded" and c.alert_open)
             }
-            workflows |= {workflow_id for _, workflow_id in outcome.failed}
+            workflows |= {workflow_id for _, workflow_id in failed}
             result.evaluation, redo = alerts.evaluate_batch(store, workflows, now)
+            outcome = read_retries()  # came back with the evaluation's first read, when there was one
+            result.retried = outcome.launched
+            result.retry_due = outcome.due
         # Only a committed claim moves the position: a rolled-back batch is walked again.
         full = len(claimed) >= self.batch_size
         self._resume = max((c.finished_at, c.attempt_id) for c in claimed) if full else None

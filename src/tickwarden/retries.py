@@ -23,7 +23,7 @@ The error's category chooses between patience and speed:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -52,14 +52,29 @@ def launch_retries(
     `check_retryable=False` skips the look for non-retryable categories when the
     caller already knows there is none (the poller reads each run's category at claim).
     """
-    outcome = RetryOutcome()
+    return send_retries(store, runs, now, check_retryable=check_retryable)[1]()
+
+
+def send_retries(
+    store: Store, runs: Sequence[tuple[int, datetime]], now: datetime, *, check_retryable: bool = True
+) -> tuple[list[tuple[int, int]], Callable[[], RetryOutcome]]:
+    """`launch_retries`, with the queueing sent now and read later, in the same transaction.
+
+    Returns the runs (run, workflow) failed for good, known at once (their workflows need a
+    verdict), and what reads the whole outcome. The unretryable runs are failed first, and
+    read; the queueing of the rest is sent after them. In pipeline mode it then goes out with
+    the caller's next read (the poller's evaluation inputs) instead of waiting on its own. The
+    caller reads it before its transaction ends: an error it raised fails the transaction.
+    A pair, not a class of its own: the alert path copies its values into as few shapes as it can.
+    """
     if not runs:
-        return outcome
-    if check_retryable:
-        outcome.failed = store.monitoring.fail_unretryable(runs, sorted(NOT_RETRYABLE), now)
-    failed = {run_id for run_id, _ in outcome.failed}
-    remaining = [r for r in runs if r[0] not in failed]
-    queued = store.ledger.queue_retries(remaining, now, sorted(PATIENT_CATEGORIES))
-    outcome.launched = [a.run_id for a in queued]
-    outcome.due = [a.queued_at for a in queued]
-    return outcome
+        return [], RetryOutcome
+    failed = store.monitoring.fail_unretryable(runs, sorted(NOT_RETRYABLE), now) if check_retryable else []
+    done = {run_id for run_id, _ in failed}
+    read = store.ledger.submit_queue_retries([r for r in runs if r[0] not in done], now, sorted(PATIENT_CATEGORIES))
+
+    def outcome() -> RetryOutcome:
+        queued = read()
+        return RetryOutcome([a.run_id for a in queued], [a.queued_at for a in queued], failed)
+
+    return failed, outcome

@@ -6,7 +6,10 @@ import pytest
 
 from tests.helpers import streak
 from tests.integration.pipeline import DAILY, FIVE_MIN, OK, alerts_of, drive, events_of, fail, manual_run, tick, workflow
+from tickwarden import alerts
 from tickwarden.poller import OutcomePoller
+from tickwarden.store.monitoring import MonitoringRepository
+from tickwarden.store.outbox import OutboxRepository
 
 
 @pytest.fixture
@@ -105,6 +108,27 @@ def test_one_open_alert_per_workflow_with_the_count_updated(db, clock, poller):
     assert alert.failure_count == 7 and alert.status == "open"
     kinds = [e.kind for e in events_of(db, alert.id)]
     assert kinds == ["opened", "failed", "failed", "failed", "failed"]
+
+
+def test_a_batch_that_only_counts_failures_up_fans_nothing_out(db, clock, poller, monkeypatch):
+    """A recorded failure's event is history only: the fan-out statement is not run for it,
+    and the event is still written and reported."""
+    wf = workflow(db, clock.now(), cadence=DAILY, policy={"escalate_after": 50})
+    add_channels(db, clock)
+    base = clock.now()
+    tick(db, poller, wf, base + timedelta(minutes=5), [fail()] * 4, clock)
+    assert [kind for kind, _, _ in outbox(db)] == ["opened", "opened"]
+    fanned: list[list[int]] = []  # the event ids of each fan-out statement (an empty list runs none)
+    real = OutboxRepository.enqueue_notifications
+    monkeypatch.setattr(OutboxRepository, "enqueue_notifications",
+                        lambda self, ids, now: (fanned.append(list(ids)) if ids else None) or real(self, ids, now))
+    tick(db, poller, wf, base + timedelta(days=1, minutes=5), [fail()] * 4, clock)
+    (alert,) = alerts_of(db, wf)
+    assert alert.failure_count == 2
+    assert [e.kind for e in events_of(db, alert.id)] == ["opened", "failed"]
+    assert poller.last.evaluation.updated == [alert.id] and len(poller.last.evaluation.event_ids) == 1
+    assert fanned == []
+    assert [kind for kind, _, _ in outbox(db)] == ["opened", "opened"]
 
 
 def test_a_manual_success_resolves_with_downtime(db, clock, poller):
@@ -271,3 +295,25 @@ def test_a_database_fault_in_evaluation_keeps_the_claim_and_the_next_outcome_is_
         assert alert.failure_count == 3  # recounted from history, the earlier failures included
     finally:
         single.close()
+
+
+def test_the_failure_rate_is_counted_with_the_inputs_once_the_profile_is_known(db, clock, poller, monkeypatch):
+    """The first evaluation of a profile with a rate rule counts the rate with a statement of its
+    own; from then on the evaluation's inputs count it, in the same statement, and decide alike."""
+    monkeypatch.setattr(alerts, "_rate_profiles", ())
+    counted: list[dict[int, int]] = []  # the windows of each statement of its own
+    real = MonitoringRepository.failure_rates
+    monkeypatch.setattr(MonitoringRepository, "failure_rates",
+                        lambda self, windows: (counted.append(dict(windows)) if windows else None)
+                        or real(self, windows))
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="flaky",
+                  policy={"alert_after": 5, "rate_window": 4, "rate_threshold": 0.5})
+    base = clock.now()
+    for i, outcome in enumerate([fail(), OK, fail(), OK]):
+        tick(db, poller, wf, base + timedelta(minutes=5 * (i + 1)), [outcome], clock)
+    assert alerts_of(db, wf) == []  # three ticks, then a window of four with two failures: not yet a rate
+    assert counted == [{wf.id: 4}]  # the first failure's evaluation only
+    tick(db, poller, wf, base + timedelta(minutes=25), [fail()], clock)
+    (alert,) = alerts_of(db, wf)
+    assert alert.reason == "failure_rate" and alert.failure_count == 1
+    assert counted == [{wf.id: 4}]

@@ -14,6 +14,11 @@ from tickwarden.db import Database
 from tickwarden.store.queries import queries
 
 OPEN_ALERTS = 300
+# monitoring_evaluation_inputs' parameters beside the workflows: one profile with a rate rule listed
+INPUT_TYPES = {"workflow_ids": "bigint[]", "rate_cadences": "integer[]", "rate_overrides": "text[]",
+               "rate_windows": "integer[]", "rate_alert_afters": "integer[]", "unscheduled": "integer"}
+RATE_PROFILE = {"rate_cadences": [3600], "rate_overrides": ["{}"], "rate_windows": [8], "rate_alert_afters": [2],
+                "unscheduled": 86400}
 
 
 def _scans_of(plan: dict, relation: str) -> list[dict]:
@@ -56,9 +61,33 @@ def test_the_evaluation_reads_only_the_open_alerts_of_the_workflows_it_evaluates
                  FROM workflows""", {"at": at})
         conn.execute("ANALYZE workflows, alerts, schedules, workflow_successes")
         evaluated = [5, 50, 150, 250]
-        plan = _generic_plan(conn, "monitoring_evaluation_inputs", {"workflow_ids": "bigint[]"},
-                             {"workflow_ids": evaluated})
+        plan = _generic_plan(conn, "monitoring_evaluation_inputs", INPUT_TYPES,
+                             {"workflow_ids": evaluated, **RATE_PROFILE})
         scans = _scans_of(plan, "alerts")
         assert scans
         read = sum(s["Actual Rows"] * s["Actual Loops"] for s in scans)
         assert read == len(evaluated), plan
+
+
+def test_the_evaluation_reads_only_the_schedules_and_successes_of_the_workflows_it_evaluates(db: Database) -> None:
+    """Its generic plan probes each evaluated workflow's schedule and newest success by key: the
+    fleet's schedules and successes are not read into hashes for a batch of a few workflows."""
+    at = datetime(2026, 3, 1)
+    with db.connection() as conn:
+        conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'acme', %s)", (at,))
+        conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                     " SELECT 1, 'wf-' || w, %s, %s FROM generate_series(1, %s) w", (at, at, OPEN_ALERTS))
+        conn.execute("INSERT INTO schedules (tenant_id, workflow_id, cron, status, cadence_seconds, created_at,"
+                     " updated_at) SELECT 1, id, '0 * * * *', 'active', 3600, %(at)s, %(at)s FROM workflows",
+                     {"at": at})
+        conn.execute("INSERT INTO workflow_successes (workflow_id, tenant_id, run_id, scheduled_for, finished_at)"
+                     " SELECT id, 1, id, %(at)s, %(at)s FROM workflows", {"at": at})
+        conn.execute("ANALYZE tenants, workflows, alerts, schedules, workflow_successes")
+        evaluated = [5, 50, 150, 250]
+        plan = _generic_plan(conn, "monitoring_evaluation_inputs", INPUT_TYPES,
+                             {"workflow_ids": evaluated, **RATE_PROFILE})
+        for relation in ("schedules", "workflow_successes"):
+            scans = _scans_of(plan, relation)
+            assert scans, relation
+            read = sum(s["Actual Rows"] * s["Actual Loops"] for s in scans)
+            assert read == len(evaluated), (relation, plan)

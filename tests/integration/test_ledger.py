@@ -232,7 +232,9 @@ def test_the_consecutive_failure_count_walks_only_the_streak_through_the_indexes
         from tickwarden.store.queries import queries
 
         plan = "\n".join(row[0] for row in store.conn.execute(
-            "EXPLAIN " + queries()["monitoring_evaluation_inputs"], {"workflow_ids": [workflow.id]}))
+            "EXPLAIN " + queries()["monitoring_evaluation_inputs"],
+            {"workflow_ids": [workflow.id], "rate_cadences": [], "rate_overrides": [], "rate_windows": [],
+             "rate_alert_afters": [], "unscheduled": 86400}))
         # The ledger is partitioned: a plan names each partition's copy of the parent index.
         copies = dict(store.conn.execute(
             "SELECT parent.relname, array_agg(child.relname::text) FROM pg_inherits i"

@@ -392,8 +392,10 @@ def test_the_failure_count_reads_only_the_months_from_the_newest_success_on(db: 
         assert store.monitoring.evaluation_inputs([wf.id])[0].success_run_id == run_id
         from tickwarden.store.queries import queries
 
-        text = re.sub(r"%\(workflow_ids\)[sb]", "ARRAY[%s]", queries()["monitoring_evaluation_inputs"])
-        plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + text, (wf.id,)).fetchone()[0]
+        text = re.sub(r"%\(workflow_ids\)[sb]", "ARRAY[%(wf)s]", queries()["monitoring_evaluation_inputs"])
+        no_rates = {"rate_cadences": [], "rate_overrides": [], "rate_windows": [], "rate_alert_afters": [],
+                    "unscheduled": 86400}
+        plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + text, {"wf": wf.id, **no_rates}).fetchone()[0]
     opened: set[str] = set()
 
     def walk(node: dict) -> None:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
+import pytest
 from psycopg.pq import Trace
 
 from tests.dbutil import TEST_URL
 from tests.integration.pipeline import FIVE_MIN, alerts_of, attempt_once, create_tick, fail, workflow
+from tickwarden import alerts
+from tickwarden.alerts import profile_of
 from tickwarden.db import Database
 from tickwarden.poller import OutcomePoller
+from tickwarden.store.ledger import LedgerRepository
 from tickwarden.store.monitoring import MonitoringRepository
 
 
@@ -32,10 +37,9 @@ def a_verdict_and_a_retry(db, clock, *, alert_after: int):
     return wf, verdict, retried
 
 
-def test_a_pass_with_a_retry_and_a_verdict_waits_for_the_server_five_times(db, clock, tmp_path):
-    """BEGIN goes with the claim, the savepoint and the evaluation's lock with its inputs, and the
-    savepoint's release with the commit."""
-    _, verdict, retried = a_verdict_and_a_retry(db, clock, alert_after=100)
+def traced_pass(db, clock, tmp_path, *, alert_after: int):
+    """A pass (after a busy one: no look) over a verdict and a retry; its result and its waits."""
+    wf, verdict, retried = a_verdict_and_a_retry(db, clock, alert_after=alert_after)
     path = tmp_path / "trace"
     with path.open("w") as trace_file:
         def configure(conn) -> None:
@@ -49,12 +53,30 @@ def test_a_pass_with_a_retry_and_a_verdict_waits_for_the_server_five_times(db, c
             trace_file.flush()
     assert result.claimed == 2 and result.retried == [retried.id]
     assert result.evaluation.evaluated == 1
-    # claim, retry launch, evaluation inputs, failure rate: a flush each; then the commit's
-    # sync and the flush that reads its results (one wait). Sent one at a time: nine.
-    assert round_trips(path) == ["Flush"] * 4 + ["Sync", "Flush"], round_trips(path)
     with db.transaction() as store:
         assert store.ledger.get_run(retried.id).status == "queued"
         assert store.ledger.get_run(verdict.id).status == "failed"
+    return round_trips(path)
+
+
+def test_a_pass_with_a_retry_and_a_verdict_waits_for_the_server_four_times(db, clock, tmp_path, monkeypatch):
+    """BEGIN goes with the claim, the retry launch, the savepoint and the evaluation's lock with its
+    inputs, and the savepoint's release with the commit."""
+    monkeypatch.setattr(alerts, "_rate_profiles", ())  # the verdict's rate profile is met for the first time
+    # claim, evaluation inputs (the retry launch with them), failure rate: a flush each; then the
+    # commit's sync and the flush that reads its results (one wait). Sent one at a time: nine.
+    waits = traced_pass(db, clock, tmp_path, alert_after=100)
+    assert waits == ["Flush"] * 3 + ["Sync", "Flush"], waits
+
+
+def test_once_the_rate_profile_is_known_the_failure_rate_costs_no_wait_of_its_own(db, clock, tmp_path, monkeypatch):
+    """The evaluation's inputs count the rate of a profile met before: claim, inputs, commit."""
+    stored = '{"alert_after": 100}'  # the verdict workflow's overrides as the database prints them
+    profile = profile_of(FIVE_MIN, stored)
+    monkeypatch.setattr(alerts, "_rate_profiles",
+                        ((FIVE_MIN, stored, profile.rate_window, profile.alert_after),))
+    waits = traced_pass(db, clock, tmp_path, alert_after=100)
+    assert waits == ["Flush"] * 2 + ["Sync", "Flush"], waits
 
 
 def test_a_database_error_in_the_batch_evaluation_keeps_the_claim_and_the_retries_and_evaluates_one_by_one(
@@ -65,11 +87,11 @@ def test_a_database_error_in_the_batch_evaluation_keeps_the_claim_and_the_retrie
     real = MonitoringRepository.evaluation_inputs
     faults: list[int] = []
 
-    def faulty(self, workflow_ids):
+    def faulty(self, workflow_ids, *args):
         if not faults:  # the batch's statement fails at the server; the one-by-one ones do not
             faults.append(1)
             self.conn.execute("SELECT 1 / 0")
-        return real(self, workflow_ids)
+        return real(self, workflow_ids, *args)
 
     monkeypatch.setattr(MonitoringRepository, "evaluation_inputs", faulty)
     result = OutcomePoller(db, "p1").poll(clock.advance(5))
@@ -79,4 +101,31 @@ def test_a_database_error_in_the_batch_evaluation_keeps_the_claim_and_the_retrie
     with db.transaction() as store:
         assert store.ledger.get_run(retried.id).status == "queued"
         assert not store.monitoring.finished_attempts_waiting(clock.now())
+    assert [a.workflow_id for a in alerts_of(db, wf)] == [wf.id]
+
+
+def test_a_database_error_in_the_retry_launch_read_after_the_evaluation_fails_the_whole_pass(db, clock, monkeypatch):
+    """The retry launch's result is read after the evaluation, its error all the same: the pass
+    raises and rolls back whole (claim, retry, evaluation), and the next pass does it all."""
+    wf, verdict, retried = a_verdict_and_a_retry(db, clock, alert_after=1)
+    real = LedgerRepository.submit_queue_retries
+    faults: list[int] = []
+
+    def faulty(self, runs, now, patient=()):
+        if not faults:  # the first launch fails at the server; the next pass's does not
+            faults.append(1)
+            read = self._submit_text("SELECT 1 / 0 AS boom", None)
+            return lambda: [read()]
+        return real(self, runs, now, patient)
+
+    monkeypatch.setattr(LedgerRepository, "submit_queue_retries", faulty)
+    poller = OutcomePoller(db, "p1")
+    with pytest.raises(psycopg.Error):
+        poller.poll(clock.advance(5))
+    with db.transaction() as store:
+        assert store.ledger.get_run(retried.id).status == "pending_retry"
+        assert store.monitoring.finished_attempts_waiting(clock.now())
+    assert alerts_of(db, wf) == []
+    result = poller.poll(clock.advance(1))
+    assert result.claimed == 2 and result.retried == [retried.id] and len(result.evaluation.opened) == 1
     assert [a.workflow_id for a in alerts_of(db, wf)] == [wf.id]

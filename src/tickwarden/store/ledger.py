@@ -233,12 +233,22 @@ class LedgerRepository(StoreBase):
 
         The ticks name the runs' months, so the statement reads and writes only those partitions.
         """
+        return self.submit_queue_retries(runs, now, patient)()
+
+    def submit_queue_retries(
+        self, runs: Sequence[tuple[int, datetime]], now: datetime, patient: Sequence[str] = ()
+    ) -> Callable[[], list[Attempt]]:
+        """`queue_retries`, sent now and read by the call returned (see `StoreBase._submit`).
+
+        In pipeline mode the statement goes out with the transaction's next read, so a caller
+        with more to read (the poller's evaluation) does not wait for it on its own.
+        """
         if not runs:
-            return []
-        rows = self._rows("ledger_queue_retries", {"run_ids": [r for r, _ in runs],
-                                                   "run_scheduled_fors": sorted({t for _, t in runs}),
-                                                   "now": now, "patient": list(patient)})
-        return [from_row(Attempt, row) for row in rows]
+            return list
+        read = self._submit("ledger_queue_retries", {"run_ids": [r for r, _ in runs],
+                                                     "run_scheduled_fors": sorted({t for _, t in runs}),
+                                                     "now": now, "patient": list(patient)})
+        return lambda: [from_row(Attempt, row) for row in read()]
 
     def cancel_run(self, run_id: int, actor: str, now: datetime) -> Run | None:
         """Cancel a run that has no verdict yet, and its queued or running attempt; None if it has one."""

@@ -50,6 +50,15 @@ class EvaluationInput:
     alert_id: int | None
     alert_failure_count: int | None
     alert_reason: str | None = None
+    rate_window: int | None = None  # the window the failure rate was counted over; None: not counted
+    rate_ticks: int = 0
+    rate_failures: int = 0
+
+
+# A profile with a failure-rate rule, by what the evaluation reads of a workflow: (its cadence, the
+# unscheduled one for none; its overrides' stored text; the rate window; alert_after). A tuple, not
+# a class of its own: the alert path copies its values into as few shapes as it can.
+RateProfile = tuple[int, str, int, int]
 
 
 @dataclass(frozen=True)
@@ -175,10 +184,17 @@ class MonitoringRepository(StoreBase):
         if workflow_ids:
             self._send("monitoring_lock_workflows", {"workflow_ids": sorted(set(workflow_ids))})
 
-    def evaluation_inputs(self, workflow_ids: Sequence[int]) -> list[EvaluationInput]:
+    def evaluation_inputs(
+        self, workflow_ids: Sequence[int], rate_profiles: Sequence[RateProfile] = (), unscheduled: int = 0
+    ) -> list[EvaluationInput]:
+        """The evaluator's inputs, with the failure rate of each workflow whose profile is in `rate_profiles`
+        (a workflow without a schedule has cadence `unscheduled`) and whose state needs it."""
         if not workflow_ids:
             return []
-        return self._records("monitoring_evaluation_inputs", {"workflow_ids": list(workflow_ids)}, EvaluationInput)
+        params = {"workflow_ids": list(workflow_ids), "unscheduled": unscheduled,
+                  "rate_cadences": [p[0] for p in rate_profiles], "rate_overrides": [p[1] for p in rate_profiles],
+                  "rate_windows": [p[2] for p in rate_profiles], "rate_alert_afters": [p[3] for p in rate_profiles]}
+        return self._records("monitoring_evaluation_inputs", params, EvaluationInput)
 
     def open_alerts(self, wanted: Sequence[OpenAlert], now: datetime) -> list[Transition]:
         if not wanted:

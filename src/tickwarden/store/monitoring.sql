@@ -62,9 +62,14 @@ SELECT count(pg_advisory_xact_lock(7301, (s.id %% 2147483647)::integer)) AS lock
 -- workflow's settings and cadence, the consecutive confirmed failures since the
 -- newest success (the success is workflow_successes' row; the walk of the streak
 -- reads only the month partitions from its tick on), the newest failure of the
--- streak, the newest success, and the open alert. The workflows are probed by id
+-- streak, the newest success, the open alert, and the failure rate where the rule
+-- needs it (see below). The workflows are probed by id
 -- (= ANY, not a join with the unnest, which the planner answers with a hash of every
--- workflow of the fleet), in id order.
+-- workflow of the fleet), in id order, and each row beside a workflow by its key: the
+-- tenant, the schedule and the newest success are laterals (LIMIT 1 over a unique key:
+-- the same row a join finds), because as plain joins the generic plan the server caches
+-- for this prepared statement reads every schedule and every success of the fleet into
+-- hashes for a batch of a few workflows (0.77 ms instead of 0.21 ms on 1,000 workflows).
 SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_overrides::text AS policy_overrides,
        (w.shadow OR t.shadow) AS shadow,
        s.cadence_seconds,
@@ -73,11 +78,14 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
        lf.error_category AS last_error_category, lf.error AS last_error, lf.failed_step AS last_failed_step,
        ok.run_id AS success_run_id, ok.finished_at AS success_at,
        a.id AS alert_id, a.failure_count AS alert_failure_count,
-       a.reason AS alert_reason
+       a.reason AS alert_reason,
+       rate.rate_window, coalesce(rate.ticks, 0) AS rate_ticks, coalesce(rate.failures, 0) AS rate_failures
   FROM workflows w
-  JOIN tenants t ON t.id = w.tenant_id
-  LEFT JOIN schedules s ON s.workflow_id = w.id
-  LEFT JOIN workflow_successes ok ON ok.workflow_id = w.id
+  CROSS JOIN LATERAL (SELECT tn.shadow FROM tenants tn WHERE tn.id = w.tenant_id LIMIT 1) t
+  LEFT JOIN LATERAL (SELECT sc.cadence_seconds FROM schedules sc WHERE sc.workflow_id = w.id LIMIT 1) s ON true
+  LEFT JOIN LATERAL (
+        SELECT su.run_id, su.scheduled_for, su.finished_at FROM workflow_successes su
+         WHERE su.workflow_id = w.id LIMIT 1) ok ON true
   -- the newest failure of the streak, with the streak's length and start (window
   -- aggregates see every row of the streak before LIMIT keeps the newest)
   LEFT JOIN LATERAL (
@@ -95,6 +103,30 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
         SELECT o.id, o.failure_count, o.reason FROM alerts o
          WHERE o.workflow_id = w.id AND o.status = 'open'
          LIMIT 1) a ON true
+  -- The failure rate, counted as monitoring_failure_rates counts it, for a workflow whose
+  -- profile the caller lists (cadence, overrides' text → rate window, alert_after: the
+  -- profiles with a rate rule it has met) and whose state needs it: no open alert and a
+  -- streak under alert_after, or a `failure_rate` alert and no failure since the newest
+  -- success (`alerts.rate_window_needed`, which decides; a profile not listed is counted
+  -- by monitoring_failure_rates after this). HAVING gates the walk itself: with the
+  -- condition false the index is not read and no row comes back (rate_window NULL).
+  LEFT JOIN LATERAL (
+        SELECT p.n, p.alert_after
+          FROM unnest(%(rate_cadences)s::integer[], %(rate_overrides)s::text[], %(rate_windows)s::integer[],
+                      %(rate_alert_afters)s::integer[]) AS p (cadence, overrides, n, alert_after)
+         WHERE p.cadence = coalesce(s.cadence_seconds, %(unscheduled)s) AND p.overrides = w.policy_overrides::text
+         LIMIT 1) g ON true
+  LEFT JOIN LATERAL (
+        SELECT g.n AS rate_window, count(*)::integer AS ticks,
+               (count(*) FILTER (WHERE x.status IN ('failed', 'missed')))::integer AS failures
+          FROM (SELECT runs.status FROM runs
+                 WHERE runs.workflow_id = w.id AND NOT runs.manual
+                   AND runs.status IN ('succeeded', 'failed', 'missed')
+                 ORDER BY runs.scheduled_for DESC, runs.id DESC
+                 LIMIT g.n) x
+        HAVING w.monitoring_enabled
+           AND CASE WHEN a.id IS NULL THEN coalesce(lf.failures, 0) BETWEEN 1 AND g.alert_after - 1
+                    ELSE a.reason = 'failure_rate' AND lf.failures IS NULL END) rate ON g.n IS NOT NULL
  WHERE w.id = ANY(%(workflow_ids)b::bigint[])
  ORDER BY w.id;
 
