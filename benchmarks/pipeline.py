@@ -40,11 +40,12 @@ alone and the ticks follow each workflow's cadence from 2026-01-01.
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue
 import statistics
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from benchmarks import common
 from benchmarks.common import (BENCH_URL, EPOCH, Figure, Target, bench_schema, connect, finish, ledger_months,
@@ -195,6 +196,34 @@ def _drain(args: tuple[str, int, int, mp.synchronize.Barrier, mp.Queue]) -> None
     db.close()
 
 
+def collect(out: mp.Queue, procs: list[Any], what: str, *, join: bool = True) -> list[Any]:
+    """One message from each of `procs` through `out`; then, with `join`, wait for them to end.
+
+    A child that dies without its result (a crash, an exception in it) would leave a
+    plain `out.get()` waiting forever, and its siblings at their barrier: the others are
+    stopped and the benchmark ends with one sentence instead.
+    """
+    results: list[Any] = []
+    while len(results) < len(procs):
+        try:
+            results.append(out.get(timeout=1.0))
+            continue
+        except queue.Empty:
+            pass
+        dead = [p for p in procs if p.exitcode not in (None, 0)]
+        if dead:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                p.join()
+            raise SystemExit(f"benchmarks.pipeline: a {what} process exited with code {dead[0].exitcode} "
+                             "before reporting; see its error above")
+    for p in procs if join else ():
+        p.join()
+    return results
+
+
 def throughput(schema: str, replicas: int, batch: int) -> tuple[float, int, int, int, float, float]:
     """Drain the outcomes with `replicas` pollers; return outcomes/s, outcomes, alerts opened,
     alert events, the pollers' CPU seconds and their database backends' (all of them together)."""
@@ -203,9 +232,7 @@ def throughput(schema: str, replicas: int, batch: int) -> tuple[float, int, int,
     procs = [ctx.Process(target=_drain, args=((schema, r, batch, barrier, out),)) for r in range(replicas)]
     for p in procs:
         p.start()
-    results = [out.get() for _ in procs]
-    for p in procs:
-        p.join()
+    results = collect(out, procs, "drain")
     start, end = min(r[0] for r in results), max(r[1] for r in results)
     claimed = sum(r[2] for r in results)
     cpu, server = sum(r[5] for r in results), sum(r[6] for r in results)
@@ -299,18 +326,12 @@ def latency(schema: str, replicas: int, seconds: float, rate: int, interval: flo
     servers = [ctx.Process(target=_serve, args=((schema, r, interval, stop, out, ready),)) for r in range(replicas)]
     for p in servers:
         p.start()
-    for _ in servers:
-        ready.get()
+    collect(ready, servers, "poller", join=False)
     time.sleep(1.0)  # their first passes (an empty claim each) and LISTEN are done
     producer = ctx.Process(target=_produce, args=((schema, seconds, rate, workflows, stop),))
     producer.start()
     producer.join()
-    samples: list[float] = []
-    for _ in servers:
-        samples += out.get()
-    for p in servers:
-        p.join()
-    return samples
+    return [sample for samples in collect(out, servers, "poller") for sample in samples]
 
 
 def pct(samples: list[float], q: float) -> float:
