@@ -671,3 +671,32 @@ def test_a_retry_is_launched_in_its_runs_month_alone(db: Database) -> None:
     assert rows(db, "SELECT number, status FROM attempts_p202502 WHERE run_id = %s ORDER BY number", run.id) == [
         (1, "failed"), (2, "queued")]
     assert rows(db, "SELECT status, attempts_count FROM runs_p202502 WHERE id = %s", run.id) == [("queued", 2)]
+
+
+def test_a_cronjobs_pod_leases_its_tick_in_that_month_alone(db: Database) -> None:
+    """The pod a workflow's CronJob starts leases its tick's attempt by workflow and tick: the
+    tick is the partition key, so the plan holds that month's partitions and no other."""
+
+    from tickwarden.store.queries import queries
+
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    for index in (5, 70):  # January and March hold finished runs
+        run_tick(db, wf, YEAR_START + index * DAY, True)
+    tick = YEAR_START + 40 * DAY  # February
+    create_tick(db, wf, tick, tick)
+    now = tick + timedelta(seconds=5)
+    params = {"workflow_id": wf.id, "scheduled_for": tick, "worker_id": "pod-1", "now": now,
+              "lease_expires_at": now + timedelta(minutes=1)}
+    with db.transaction() as store:
+        plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()["kubernetes_lease_tick_attempt"],
+                                  params).fetchone()[0]
+    assert ledger_tables(plan) == {"attempts_p202502", "runs_p202502"}
+
+    with db.transaction() as store:
+        leased = store.kubernetes.lease_tick_attempt(wf.id, tick, "pod-1", now, 60)
+        assert leased is not None and leased.run_scheduled_for == tick and leased.worker_id == "pod-1"
+        # A CronJob that fired twice: the second pod finds nothing left to lease.
+        assert store.kubernetes.lease_tick_attempt(wf.id, tick, "pod-2", now, 60) is None
+    assert rows(db, "SELECT a.status, r.status, r.started_at = %s FROM attempts a JOIN runs r ON r.id = a.run_id"
+                    " WHERE r.scheduled_for = %s", now, tick) == [("running", "running", True)]

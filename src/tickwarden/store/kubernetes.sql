@@ -31,11 +31,12 @@ SELECT s.id AS schedule_id, s.tenant_id, s.workflow_id, s.cron, s.timezone, s.st
 -- Lease the queued attempt of one tick's run for the pod its CronJob started: the
 -- worker's lease (lease_attempts) narrowed to that run. SKIP LOCKED and the status
 -- check make a CronJob that fired twice lease it once; a run already leased by a worker
--- of the pool, or closed as missed by the deadline detector, leases nothing.
+-- of the pool, or closed as missed by the deadline detector, leases nothing. The tick is
+-- the ledger's partition key, named in every clause: the plan holds its month alone.
 WITH next AS (
     SELECT a.id
       FROM runs r
-      JOIN attempts a ON a.run_id = r.id
+      JOIN attempts a ON a.run_id = r.id AND a.run_scheduled_for = %(scheduled_for)s
      WHERE r.workflow_id = %(workflow_id)s AND r.scheduled_for = %(scheduled_for)s AND NOT r.manual
        AND a.status = 'queued'
      ORDER BY a.number
@@ -46,13 +47,13 @@ WITH next AS (
        SET status = 'running', worker_id = %(worker_id)s, started_at = %(now)s,
            heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
       FROM next
-     WHERE a.id = next.id
+     WHERE a.id = next.id AND a.run_scheduled_for = %(scheduled_for)s
     RETURNING a.*
 ), started AS (
     UPDATE runs r
        SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
       FROM leased
-     WHERE r.id = leased.run_id AND r.status IN ('queued', 'pending_retry')
+     WHERE r.id = leased.run_id AND r.scheduled_for = %(scheduled_for)s AND r.status IN ('queued', 'pending_retry')
 )
 SELECT leased.* FROM leased;
 
