@@ -51,8 +51,8 @@ def test_a_recorded_request_cannot_be_replayed_on_another_connection(process):
     assert "credential" in answer["error"] and "body" not in answer
 
 
-def test_a_caller_that_hangs_up_mid_request_stops_the_servers_process_group(process):
-    # The server's own watchdog: the worker here does not kill anything itself.
+def _hang_up_mid_request(process) -> None:
+    """Start a step that hangs, hang up on it, and see the server stop its process group."""
     request = {"op": "run", "tenant_id": 1, "inputs": {},
                "step": {"name": "s", "kind": "python", "call": "tests.steps:hang", "params": {}}}
     with pytest.raises(Aborted):
@@ -61,6 +61,11 @@ def test_a_caller_that_hangs_up_mid_request_stops_the_servers_process_group(proc
     while process.alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not process.alive()
+
+
+def test_a_caller_that_hangs_up_mid_request_stops_the_servers_process_group(process):
+    # The server's own watchdog: the worker here does not kill anything itself.
+    _hang_up_mid_request(process)
 
 
 def test_the_servers_own_deadline_stops_a_step_the_caller_no_longer_watches(process):
@@ -147,11 +152,4 @@ def test_a_caller_hanging_up_after_its_answer_stops_nothing_and_a_later_hang_up_
         sock.close()  # at once, while the watchdog may still be looking at this connection
     time.sleep(0.5)
     assert process.alive() and process.call({"op": "ping"}, 5)["ok"]
-    request = {"op": "run", "tenant_id": 1, "inputs": {},
-               "step": {"name": "s", "kind": "python", "call": "tests.steps:hang", "params": {}}}
-    with pytest.raises(Aborted):
-        process.client.call(request, 30, lambda: True)
-    deadline = time.monotonic() + 5
-    while process.alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not process.alive()
+    _hang_up_mid_request(process)
