@@ -207,18 +207,15 @@ def collect(out: mp.Queue, procs: list[Any], what: str, *, join: bool = True) ->
     while len(results) < len(procs):
         try:
             results.append(out.get(timeout=1.0))
-            continue
         except queue.Empty:
-            pass
-        dead = [p for p in procs if p.exitcode not in (None, 0)]
-        if dead:
-            for p in procs:
-                if p.is_alive():
-                    p.terminate()
-            for p in procs:
-                p.join()
-            raise SystemExit(f"benchmarks.pipeline: a {what} process exited with code {dead[0].exitcode} "
-                             "before reporting; see its error above")
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                for p in procs:
+                    if p.is_alive():
+                        p.terminate()
+                    p.join()
+                raise SystemExit(f"benchmarks.pipeline: a {what} process exited with code {dead[0].exitcode} "
+                                 "before reporting; see its error above") from None
     for p in procs if join else ():
         p.join()
     return results
