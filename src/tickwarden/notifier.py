@@ -2,23 +2,28 @@
 
 One pass (`run_once(now)`):
 
-1. Release rows whose sender's lease ran out (a crashed replica): they become due.
-2. Claim due rows under a lease (`FOR UPDATE SKIP LOCKED`), only rows whose earlier
+1. Look (one read-only statement): is a sender's lease run out, has a maintenance
+   window ended on held rows, when is the earliest delivery due? Nothing to do: done.
+2. Release rows whose sender's lease ran out (a crashed replica): they become due;
+   and the held rows whose window ended. Each only when the look found some.
+3. Claim due rows under a lease (`FOR UPDATE SKIP LOCKED`), only rows whose earlier
    events on the same thread are all delivered (or given up), so the message that
-   opens a thread always goes first and replies follow in event order.
-3. For each claimed row, render the message and send it through the transport of
+   opens a thread always goes first and replies follow in event order. The claim
+   returns each row's message context in the same statement.
+4. For each claimed row, render the message and send it through the transport of
    the channel's kind: with no thread yet it opens one (its key is stored in
-   notification_threads), otherwise it replies in the thread.
-4. Record the outcome with compare-and-set on the claim, before anything else is
+   notification_threads, by the statement that records the delivery), otherwise it
+   replies in the thread.
+5. Record the outcome with compare-and-set on the claim, before anything else is
    sent: sent; or failed with exponential back-off (jitter derived from the row id,
    so the simulator stays deterministic) until `max_tries`, then dead; or, on a
    permanent error, the channel is disabled with the reason and its waiting rows are
    given up.
-5. Claim again while there is due work (a thread's next event becomes claimable
+6. Claim again while there is due work (a thread's next event becomes claimable
    as soon as the previous one is sent), up to `rounds` claims per pass. The last
-   message a round sent is recorded in the next round's claiming transaction: the
-   record still commits before the next send, and the claim that has to follow it
-   costs no transaction of its own.
+   message a round sent is recorded in the next round's transaction, together with
+   that round's look at what is due: the record still commits before the next send,
+   the look sees it, and a claim is sent only when the look finds something due.
 
 Exactly once per (event, channel): the outbox row is unique per event and channel,
 a row is claimed by one replica at a time, and only the claimant may mark it sent.
@@ -32,7 +37,7 @@ the message up by its metadata before posting, and records the one it finds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -43,7 +48,7 @@ from tickwarden.messages import AlertMessage, render, tick_facts
 from tickwarden.reserved import is_selftest_tenant
 from tickwarden.sanitize import sanitize_error
 from tickwarden.store import Store
-from tickwarden.store.outbox import Channel, DeliveryContext
+from tickwarden.store.outbox import Channel, DeliveryContext, ThreadOpened
 from tickwarden.transports import default_transports
 from tickwarden.transports.base import Delivery, OutgoingMessage, Thread, Transport, TransportError
 
@@ -159,33 +164,44 @@ class Notifier:
         kinds = list(self.transports)
         wake = now + self.poll
         with self.db.probe() as store:
-            stale, due = store.outbox.waiting(kinds, now)
-        if not stale and (due is None or due > now):  # the usual pass: one read-only statement
+            look = store.outbox.look(kinds, now)
+        due = look.due
+        if not look.stale and (due is None or due > now):  # the usual pass: one read-only statement
             self.last_pass = PassReport(**counts)
             return min(wake, due) if due is not None else wake
         idle = False
         unrecorded: tuple[DeliveryContext, Delivery] | None = None  # sent by the last round, not yet recorded
         for round_ in range(self.rounds):
+            contexts: list[DeliveryContext] = []
+            facts: dict[int, dict[str, Any]] = {}
             with self.db.transaction() as store:
-                if unrecorded is not None:  # durable, unlike a record alone: the claim must reach disk first
-                    recorded = self._record(store, *unrecorded, now)
+                # durable, unlike a record alone: the claim or look that follows must reach disk first
+                recorded = self._record(store, *unrecorded, now) if unrecorded is not None else None
                 if round_ == 0:
-                    # read after the holds' first statement, with which it goes out on a pipelined connection
-                    release = store.outbox.release_expired_outbox(now)
-                    # deliveries held by a maintenance window that has ended: one per alert and channel
-                    holds.release_due(store, now)
-                    released = release()
+                    # The look said what there is: no release is sent when it found nothing to release.
+                    release = store.outbox.release_expired_outbox(now) if look.stale else None
+                    if look.held:
+                        # deliveries held by a maintenance window that has ended: one per alert and channel
+                        holds.release_due(store, now)
+                    released = release() if release is not None else []
                     if released:
                         log.warning("released %d notification(s) whose sender stopped before confirming",
                                     len(released))
-                claimed = store.outbox.claim_outbox(self.replica_id, now, now + self.lease, self.batch, kinds)
-                contexts = store.outbox.delivery_context(claimed) if claimed else []
-                facts = store.alert_content.tick_facts(sorted({c.alert_id for c in contexts}))
-                if not contexts:  # another replica took them, or this round emptied the queue
-                    idle = True
+                    claim = True
+                else:
+                    # A later round claims only when something is due: its look goes out with the record.
                     due = store.outbox.waiting(kinds, now)[1]
+                    claim = due is not None and due <= now
+                if claim:
+                    contexts = store.outbox.claim_deliveries(self.replica_id, now, now + self.lease, self.batch,
+                                                             kinds)
+                    facts = store.alert_content.tick_facts(sorted({c.alert_id for c in contexts}))
+                    if not contexts and round_ == 0:  # another replica took them, or only held rows were due
+                        due = store.outbox.waiting(kinds, now)[1]
+                idle = not contexts
+                sent = recorded() if recorded is not None else None
             if unrecorded is not None:
-                self._count(unrecorded[0], recorded, counts, now)
+                self._count(unrecorded[0], sent, counts, now)
                 unrecorded = None
             if idle:
                 break
@@ -262,7 +278,7 @@ class Notifier:
             return delivery
         with self.db.transaction() as store:
             store.outbox.relax_transaction_commit()  # nothing else in it: a lost record means a looked-up resend
-            return self._record(store, ctx, delivery, now)
+            return self._record(store, ctx, delivery, now)()
 
     def _links(self, ctx: DeliveryContext) -> dict[str, str]:
         """The buttons' targets: the alert and run pages and a signed acknowledge link.
@@ -289,18 +305,28 @@ class Notifier:
                                                           self.link_secret)
         return links
 
-    def _record(self, store: Store, ctx: DeliveryContext, delivery: Delivery, now: datetime) -> str | None:
-        """Record a sent row in the caller's transaction: its thread, if it opened one, and the compare-and-set."""
+    def _record(self, store: Store, ctx: DeliveryContext, delivery: Delivery, now: datetime
+                ) -> Callable[[], str | None]:
+        """Send the record of a sent row in the caller's transaction: the compare-and-set, with
+        the thread if the row opened one; the returned reader gives its outcome.
+
+        The caller reads it before its transaction ends; until then the record rides with
+        whatever the transaction reads next (on a pipelined connection, no round trip of its own).
+        """
+        thread = None
         if ctx.thread_key is None:
-            store.outbox.insert_notification_thread(
-                alert_id=ctx.alert_id, channel_id=ctx.channel.id, tenant_id=ctx.alert_tenant_id,
-                thread_key=delivery.thread_key, parent_ref=delivery.parent_ref, now=now,
-            )
-        if not store.outbox.mark_outbox_sent(ctx.outbox_id, self.replica_id, now):
-            # Our lease ran out and another replica took the row over; it will send again.
-            log.warning("notification %d was delivered after its lease expired", ctx.outbox_id)
-            return None
-        return "sent"
+            thread = ThreadOpened(alert_id=ctx.alert_id, channel_id=ctx.channel.id, tenant_id=ctx.alert_tenant_id,
+                                  thread_key=delivery.thread_key, parent_ref=delivery.parent_ref)
+        marked = store.outbox.record_sent(ctx.outbox_id, self.replica_id, now, thread)
+
+        def outcome() -> str | None:
+            if not marked():
+                # Our lease ran out and another replica took the row over; it will send again.
+                log.warning("notification %d was delivered after its lease expired", ctx.outbox_id)
+                return None
+            return "sent"
+
+        return outcome
 
     def _retry(self, ctx: DeliveryContext, error: str, retry_after: float | None, now: datetime,
                failed_channels: dict[int, datetime], *, maybe_sent: bool = False) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 
@@ -75,6 +75,25 @@ class DeliveryContext:
     # the row's earlier try may have reached the provider (a sender died, no answer came)
     maybe_sent: bool = False
     last_run_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ThreadOpened:
+    """The conversation a delivery opened: remembered so the alert's later messages reply in it."""
+
+    alert_id: int
+    channel_id: int
+    tenant_id: int
+    thread_key: str
+    parent_ref: str | None
+
+
+class Waiting(NamedTuple):
+    """The notifier's look: a sender's claim ran out, a held delivery's window ended, the earliest due."""
+
+    stale: bool
+    held: bool
+    due: datetime | None
 
 
 @dataclass(frozen=True)
@@ -165,31 +184,44 @@ class OutboxRepository(StoreBase):
         read = self._submit("outbox_release_expired_outbox", {"now": now})
         return lambda: [r["id"] for r in read()]
 
-    def claim_outbox(
+    def claim_deliveries(
         self, replica_id: str, now: datetime, locked_until: datetime, batch: int, kinds: Sequence[str]
-    ) -> list[int]:
-        """Claim due rows under this replica's lease; return their ids (`delivery_context` reads the rest)."""
+    ) -> list[DeliveryContext]:
+        """Claim due rows under this replica's lease; return each with its message's context, in event order."""
         params = {"replica_id": replica_id, "now": now, "locked_until": locked_until, "batch": batch,
                   "kinds": list(kinds)}
-        return [r["id"] for r in self._rows("outbox_claim_outbox", params)]
-
-    def delivery_context(self, outbox_ids: Sequence[int]) -> list[DeliveryContext]:
         found = []
-        for row in self._rows("outbox_delivery_context", {"ids": list(outbox_ids)}):
+        for row in self._rows("outbox_claim_deliveries", params):
             values = {k: v for k, v in row.items() if not k.startswith("channel_")}
             found.append(from_row(DeliveryContext, {**values, "channel": _channel(row, "channel_")}))
         return found
 
-    def insert_notification_thread(
-        self, *, alert_id: int, channel_id: int, tenant_id: int, thread_key: str, parent_ref: str | None, now: datetime
-    ) -> None:
-        # Nobody reads its result: on a pipelined connection it goes out with the next statement
-        # read (the record's compare-and-set), and an error it raised fails the transaction there.
-        self._send(
-            "outbox_insert_notification_thread",
-            {"alert_id": alert_id, "channel_id": channel_id, "tenant_id": tenant_id,
-             "thread_key": thread_key, "parent_ref": parent_ref, "now": now},
-        )
+    def claim_outbox(
+        self, replica_id: str, now: datetime, locked_until: datetime, batch: int, kinds: Sequence[str]
+    ) -> list[int]:
+        """Claim due rows under this replica's lease (as `claim_deliveries`); return their ids."""
+        return [c.outbox_id for c in self.claim_deliveries(replica_id, now, locked_until, batch, kinds)]
+
+    def record_sent(
+        self, outbox_id: int, replica_id: str, now: datetime, thread: ThreadOpened | None = None
+    ) -> Callable[[], bool]:
+        """Send the record of a delivery now; the returned reader says whether the claim was still ours.
+
+        `thread`: the delivery opened the alert's conversation on its channel, remembered in
+        the same statement. On a pipelined connection the record goes out with the next
+        statement read, so a caller with more to ask in the transaction pays no round trip for it.
+        """
+        params = {"id": outbox_id, "replica_id": replica_id, "now": now, "opens": thread is not None,
+                  "alert_id": None, "channel_id": None, "tenant_id": None, "thread_key": None, "parent_ref": None}
+        if thread is not None:
+            params.update(alert_id=thread.alert_id, channel_id=thread.channel_id, tenant_id=thread.tenant_id,
+                          thread_key=thread.thread_key, parent_ref=thread.parent_ref)
+        read = self._submit("outbox_record_sent", params)
+        return lambda: len(read()) == 1
+
+    def mark_outbox_sent(self, outbox_id: int, replica_id: str, now: datetime) -> bool:
+        """Record a delivery that opened no thread (see `record_sent`)."""
+        return self.record_sent(outbox_id, replica_id, now)()
 
     def relax_transaction_commit(self) -> None:
         """Do not wait for the WAL flush when this transaction commits (see outbox_relaxed_commit).
@@ -198,9 +230,6 @@ class OutboxRepository(StoreBase):
         result is nobody's read: on a pipelined connection it rides with the next statement.
         """
         self._send("outbox_relaxed_commit")
-
-    def mark_outbox_sent(self, outbox_id: int, replica_id: str, now: datetime) -> bool:
-        return self._execute("outbox_mark_outbox_sent", {"id": outbox_id, "replica_id": replica_id, "now": now}) == 1
 
     def mark_outbox_retry(
         self, outbox_id: int, replica_id: str, *, error: str, next_attempt_at: datetime, max_tries: int,
@@ -224,11 +253,16 @@ class OutboxRepository(StoreBase):
     def mark_outbox_dead(self, outbox_id: int, replica_id: str, error: str) -> bool:
         return self._execute("outbox_mark_outbox_dead", {"id": outbox_id, "replica_id": replica_id, "error": error}) == 1
 
-    def waiting(self, kinds: Sequence[str], now: datetime) -> tuple[bool, datetime | None]:
-        """Return whether a sender's claim has gone stale, and when the earliest delivery is due."""
+    def look(self, kinds: Sequence[str], now: datetime) -> Waiting:
+        """What a pass has to do at `now` (see outbox_waiting): release stale claims, release held rows, claim."""
         row = self._row("outbox_waiting", {"kinds": list(kinds), "now": now})
         assert row is not None
-        return bool(row["stale"]), row["due"]
+        return Waiting(bool(row["stale"]), bool(row["held"]), row["due"])
+
+    def waiting(self, kinds: Sequence[str], now: datetime) -> tuple[bool, datetime | None]:
+        """Return whether a sender's claim has gone stale, and when the earliest delivery is due."""
+        found = self.look(kinds, now)
+        return found.stale, found.due
 
     def status_counts(self) -> dict[str, int]:
         # held and suppressed: deliveries a maintenance window holds, and those it made unnecessary

@@ -90,13 +90,18 @@ UPDATE notification_outbox
  WHERE status = 'sending' AND locked_until <= %(now)s
 RETURNING id;
 
--- outbox_claim_outbox --
--- Claim due deliveries for one replica under a lease. A row is eligible only when no
--- earlier event of the same alert is still undelivered on the same channel, so a
--- thread's first message always goes first and replies follow in event order; the
--- earlier row being locked or 'sending' elsewhere keeps the later one waiting.
--- SKIP LOCKED lets replicas claim disjoint rows; the recheck of the status on a row
--- another replica just claimed makes a double claim impossible.
+-- outbox_claim_deliveries --
+-- Claim due deliveries for one replica under a lease, and return everything their
+-- messages are made of, in one statement. A row is eligible only when no earlier
+-- event of the same alert is still undelivered on the same channel, so a thread's
+-- first message always goes first and replies follow in event order; the earlier row
+-- being locked or 'sending' elsewhere keeps the later one waiting. SKIP LOCKED lets
+-- replicas claim disjoint rows; the recheck of the status on a row another replica
+-- just claimed makes a double claim impossible.
+-- The context of a claimed row: the event, the alert, tenant, workflow, channel, the
+-- thread if one exists, and the log tail of the last attempt of the alert's last
+-- failing run. It joins the rows the claim returns, not an array of ids, so the
+-- statement has no parameter that moves its estimates and its generic plan serves.
 WITH due AS (
     SELECT o.id
       FROM notification_outbox o
@@ -113,17 +118,13 @@ WITH due AS (
      ORDER BY o.next_attempt_at, o.id
      LIMIT %(batch)s
        FOR UPDATE OF o SKIP LOCKED
+), claimed AS (
+    UPDATE notification_outbox o
+       SET status = 'sending', locked_by = %(replica_id)s, locked_until = %(locked_until)s
+      FROM due
+     WHERE o.id = due.id
+    RETURNING o.id, o.event_id, o.alert_id, o.channel_id, o.tries, o.maybe_sent
 )
-UPDATE notification_outbox o
-   SET status = 'sending', locked_by = %(replica_id)s, locked_until = %(locked_until)s
-  FROM due
- WHERE o.id = due.id
-RETURNING o.id;
-
--- outbox_delivery_context --
--- Everything a message is made of, for claimed rows: the event, the alert, tenant,
--- workflow, channel, the thread if one exists, and the log tail of the last attempt
--- of the alert's last failing run.
 SELECT o.id AS outbox_id, o.event_id, o.tries,
        e.kind AS event_kind, e.at AS event_at, e.severity AS event_severity, e.owner AS event_owner,
        e.actor, e.note, e.data AS event_data,
@@ -140,7 +141,7 @@ SELECT o.id AS outbox_id, o.event_id, o.tries,
        th.thread_key, th.parent_ref,
        la.log_tail,
        o.maybe_sent, a.last_run_id
-  FROM notification_outbox o
+  FROM claimed o
   JOIN alert_events e ON e.id = o.event_id
   JOIN alerts a ON a.id = o.alert_id
   JOIN tenants t ON t.id = a.tenant_id
@@ -154,19 +155,20 @@ SELECT o.id AS outbox_id, o.event_id, o.tries,
        ORDER BY x.number DESC
        LIMIT 1
   ) la ON true
- WHERE o.id = ANY(%(ids)s::bigint[])
  ORDER BY o.event_id, o.id;
 
--- outbox_insert_notification_thread --
--- Remember the first message of an alert's conversation on a channel. Only one row per
--- (alert, channel) is ever in flight, so a conflict means this very row was retried.
-INSERT INTO notification_threads (alert_id, channel_id, tenant_id, thread_key, parent_ref, created_at)
-VALUES (%(alert_id)s, %(channel_id)s, %(tenant_id)s, %(thread_key)s, %(parent_ref)s, %(now)s)
-    ON CONFLICT (alert_id, channel_id) DO NOTHING;
-
--- outbox_mark_outbox_sent --
+-- outbox_record_sent --
 -- Record a delivery, compare-and-set on the claim: a replica whose lease was taken
--- over changes nothing.
+-- over changes nothing. A delivery that opened the alert's conversation on its
+-- channel (`opens`) also remembers the thread, in the same statement. Only one row per
+-- (alert, channel) is ever in flight, so a conflict means this very row was retried.
+WITH thread AS (
+    INSERT INTO notification_threads (alert_id, channel_id, tenant_id, thread_key, parent_ref, created_at)
+    SELECT %(alert_id)s::bigint, %(channel_id)s::bigint, %(tenant_id)s::bigint, %(thread_key)s::text,
+           %(parent_ref)s::text, %(now)s::timestamptz
+     WHERE %(opens)s::boolean
+        ON CONFLICT (alert_id, channel_id) DO NOTHING
+)
 UPDATE notification_outbox
    SET status = 'sent', sent_at = %(now)s, tries = tries + 1, locked_by = NULL, locked_until = NULL,
        last_error = NULL
@@ -238,13 +240,16 @@ SELECT o.id, o.status, o.tries, o.next_attempt_at, o.last_error, o.alert_id, e.k
 SET LOCAL synchronous_commit TO OFF;
 
 -- outbox_waiting --
--- The notifier's look in one statement: is a sender's claim stale, and when does the
--- earliest claimable delivery become due (its next wake-up)? Only the head of each
--- thread's queue counts: a reply waiting behind an undelivered first message is due
--- when that message is, not at its own (past) time, which would otherwise wake the
--- loop over and over for nothing. A delivery held by a maintenance window is due when
--- the window ends (its next_attempt_at): the pass then releases it.
+-- The notifier's look in one statement: is a sender's claim stale, does a delivery held
+-- by a maintenance window await its release, and when does the earliest claimable
+-- delivery become due (its next wake-up)? Only the head of each thread's queue counts:
+-- a reply waiting behind an undelivered first message is due when that message is,
+-- not at its own (past) time, which would otherwise wake the loop over and over for
+-- nothing. A held delivery is due when its window ends (its next_attempt_at): the
+-- pass then releases it. A pass skips the release of stale claims and of held rows
+-- when this says there is none (neither can appear at the same `now`).
 SELECT EXISTS (SELECT 1 FROM notification_outbox WHERE status = 'sending' AND locked_until <= %(now)s) AS stale,
+       EXISTS (SELECT 1 FROM notification_outbox WHERE status = 'held' AND next_attempt_at <= %(now)s) AS held,
        (SELECT min(o.next_attempt_at)
           FROM notification_outbox o
          WHERE o.status IN ('pending', 'failed', 'held')
