@@ -193,9 +193,11 @@ class Notifier:
                     due = store.outbox.waiting(kinds, now)[1]
                     claim = due is not None and due <= now
                 if claim:
-                    contexts = store.outbox.claim_deliveries(self.replica_id, now, now + self.lease, self.batch,
-                                                             kinds)
-                    facts = store.alert_content.tick_facts(sorted({c.alert_id for c in contexts}))
+                    # the claim and its alerts' tick facts go out together: the lease names the claimed rows
+                    lease_end = now + self.lease
+                    claimed = store.outbox.claim_deliveries(self.replica_id, now, lease_end, self.batch, kinds)
+                    read_facts = store.alert_content.claimed_tick_facts(self.replica_id, lease_end)
+                    contexts, facts = claimed(), read_facts()
                     if not contexts and round_ == 0:  # another replica took them, or only held rows were due
                         due = store.outbox.waiting(kinds, now)[1]
                 idle = not contexts

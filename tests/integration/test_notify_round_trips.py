@@ -8,10 +8,25 @@ import pytest
 
 from tests.dbutil import TEST_URL
 from tests.integration.notify_builders import add_channel, add_event, open_alert, outbox
-from tests.integration.test_worker_round_trips import Traced
-from tickwarden.db import Database
+from tests.integration.test_worker_round_trips import Traced as WorkerTraced
+from tickwarden.db import Database, DedicatedDatabase
 from tickwarden.notifier import Notifier
 from tickwarden.transports.recording import RecordingTransport
+
+
+class Traced(WorkerTraced):
+    def waits(self) -> int:
+        """Round trips: each Sync, Flush or simple Query, where the client waits for the server."""
+        return sum(1 for message, _ in self.messages() if message in ("Sync", "Flush", "Query"))
+
+    def messages(self) -> list[tuple[str, str]]:
+        self.file.flush()
+        out = []
+        for line in self.path.read_text(errors="replace").splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 3 and parts[0] == "F":
+                out.append((parts[2], parts[3] if len(parts) > 3 else ""))
+        return out
 
 
 @pytest.fixture
@@ -70,3 +85,24 @@ def test_the_look_says_when_a_held_delivery_awaits_its_release(db, clock):
     recorder = RecordingTransport()
     Notifier(db, "n1", {"recording": recorder}).run_once(end)
     assert len(recorder.messages) == 1 and outbox(db)[0]["status"] == "sent"
+
+
+def test_on_a_pipelined_connection_a_pass_waits_once_for_its_claim_and_once_per_record(db, clock, tmp_path):
+    add_channel(db, clock.now(), tenant="acme", name="rec", kind="recording", audience="customer")
+    first = open_alert(db, clock.now())
+    second = open_alert(db, clock.now(), workflow="other")
+    tracer = Traced(tmp_path / "trace")
+    dedicated = DedicatedDatabase(TEST_URL, schema=db.schema)
+    try:
+        tracer.configure(dedicated._conn)
+        recorder = RecordingTransport()
+        notifier = Notifier(dedicated, "n1", {"recording": recorder})
+        tracer.reset()
+        notifier.run_once(clock.now())
+        assert sorted(m.alert_id for m in recorder.messages) == sorted([first, second])
+        # the look; the claim with its tick facts; the first message's record; the second's
+        # record with the look at what is due next
+        assert tracer.waits() == 4
+    finally:
+        dedicated.close()
+    assert [r["status"] for r in outbox(db)] == ["sent", "sent"]

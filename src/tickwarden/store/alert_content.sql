@@ -5,6 +5,8 @@
 -- failing step with its sanitized log (the step record of the newest failed or lost
 -- attempt, falling back to that attempt's log tail), and the run that resolved the
 -- alert (its tick and when it finished). Read in the caller's tenant context.
+-- `{alerts}` says which alerts: a list of ids, or those of the deliveries a notifier
+-- just claimed (`AlertContentRepository`), the one text either way.
 SELECT a.id AS alert_id, a.owner,
        r.id AS run_id, r.scheduled_for AS tick, r.manual, r.status AS run_status,
        r.deadline_at, r.error_category AS run_error_category,
@@ -32,4 +34,4 @@ SELECT a.id AS alert_id, a.owner,
   ) fa ON true
   LEFT JOIN attempt_steps fs ON fs.attempt_id = fa.id AND fs.step = fa.failed_step
   LEFT JOIN runs rr ON rr.id = a.resolved_by_run_id
- WHERE a.id = ANY(%(ids)s::bigint[]);
+ WHERE {alerts};

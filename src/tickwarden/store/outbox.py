@@ -186,21 +186,31 @@ class OutboxRepository(StoreBase):
 
     def claim_deliveries(
         self, replica_id: str, now: datetime, locked_until: datetime, batch: int, kinds: Sequence[str]
-    ) -> list[DeliveryContext]:
-        """Claim due rows under this replica's lease; return each with its message's context, in event order."""
+    ) -> Callable[[], list[DeliveryContext]]:
+        """Send the claim of due rows under this replica's lease now; the returned reader gives each
+        claimed row with its message's context, in event order.
+
+        On a pipelined connection the claim goes out with the next statement read, so what
+        the caller asks next in the transaction (the claimed alerts' tick facts) shares its round trip.
+        """
         params = {"replica_id": replica_id, "now": now, "locked_until": locked_until, "batch": batch,
                   "kinds": list(kinds)}
-        found = []
-        for row in self._rows("outbox_claim_deliveries", params):
-            values = {k: v for k, v in row.items() if not k.startswith("channel_")}
-            found.append(from_row(DeliveryContext, {**values, "channel": _channel(row, "channel_")}))
-        return found
+        read = self._submit("outbox_claim_deliveries", params)
+
+        def contexts() -> list[DeliveryContext]:
+            found = []
+            for row in read():
+                values = {k: v for k, v in row.items() if not k.startswith("channel_")}
+                found.append(from_row(DeliveryContext, {**values, "channel": _channel(row, "channel_")}))
+            return found
+
+        return contexts
 
     def claim_outbox(
         self, replica_id: str, now: datetime, locked_until: datetime, batch: int, kinds: Sequence[str]
     ) -> list[int]:
         """Claim due rows under this replica's lease (as `claim_deliveries`); return their ids."""
-        return [c.outbox_id for c in self.claim_deliveries(replica_id, now, locked_until, batch, kinds)]
+        return [c.outbox_id for c in self.claim_deliveries(replica_id, now, locked_until, batch, kinds)()]
 
     def record_sent(
         self, outbox_id: int, replica_id: str, now: datetime, thread: ThreadOpened | None = None
