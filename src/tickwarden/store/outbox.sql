@@ -102,6 +102,10 @@ RETURNING id;
 -- thread if one exists, and the log tail of the last attempt of the alert's last
 -- failing run. It joins the rows the claim returns, not an array of ids, so the
 -- statement has no parameter that moves its estimates and its generic plan serves.
+-- The names looked up by key (workflow, channel's tenant) and the log tail are
+-- subqueries in the select list, not joins: each is planned on its own, and the join
+-- search, which a plan after every ANALYZE pays for, is over five relations, not nine
+-- (about half the planning time). The keys are foreign keys, so no row is lost or added.
 WITH due AS (
     SELECT o.id
       FROM notification_outbox o
@@ -133,28 +137,21 @@ SELECT o.id AS outbox_id, o.event_id, o.tries,
        a.escalated_at, a.resolved_at, a.downtime_seconds, a.last_error, a.last_error_category,
        a.failed_step, a.shadow,
        t.name AS tenant, t.display_name AS tenant_display_name,
-       w.name AS workflow,
+       (SELECT w.name FROM workflows w WHERE w.id = a.workflow_id) AS workflow,
        c.id AS channel_id, c.tenant_id AS channel_tenant_id, c.name AS channel_name, c.kind AS channel_kind,
        c.audience AS channel_audience, c.config AS channel_config, c.secret_ref AS channel_secret_ref,
        c.enabled AS channel_enabled, c.disabled_reason AS channel_disabled_reason,
-       c.disabled_at AS channel_disabled_at, c.created_at AS channel_created_at, ct.name AS channel_tenant,
+       c.disabled_at AS channel_disabled_at, c.created_at AS channel_created_at,
+       (SELECT ct.name FROM tenants ct WHERE ct.id = c.tenant_id) AS channel_tenant,
        th.thread_key, th.parent_ref,
-       la.log_tail,
+       (SELECT x.log_tail FROM attempts x WHERE x.run_id = a.last_run_id ORDER BY x.number DESC LIMIT 1) AS log_tail,
        o.maybe_sent, a.last_run_id
   FROM claimed o
   JOIN alert_events e ON e.id = o.event_id
   JOIN alerts a ON a.id = o.alert_id
   JOIN tenants t ON t.id = a.tenant_id
-  JOIN workflows w ON w.id = a.workflow_id
   JOIN notification_channels c ON c.id = o.channel_id
-  LEFT JOIN tenants ct ON ct.id = c.tenant_id
   LEFT JOIN notification_threads th ON th.alert_id = o.alert_id AND th.channel_id = o.channel_id
-  LEFT JOIN LATERAL (
-      SELECT x.log_tail FROM attempts x
-       WHERE x.run_id = a.last_run_id
-       ORDER BY x.number DESC
-       LIMIT 1
-  ) la ON true
  ORDER BY o.event_id, o.id;
 
 -- outbox_record_sent --
