@@ -278,9 +278,9 @@ class Notifier:
                                maybe_sent=True)
         if not record:
             return delivery
-        with self.db.transaction() as store:
-            store.outbox.relax_transaction_commit()  # nothing else in it: a lost record means a looked-up resend
-            return self._record(store, ctx, delivery, now)()
+        # One statement, its own transaction, relaxed: a lost record means a looked-up resend.
+        with self.db.autocommit() as store:
+            return self._record(store, ctx, delivery, now, relaxed=True)()
 
     def _links(self, ctx: DeliveryContext) -> dict[str, str]:
         """The buttons' targets: the alert and run pages and a signed acknowledge link.
@@ -307,8 +307,8 @@ class Notifier:
                                                           self.link_secret)
         return links
 
-    def _record(self, store: Store, ctx: DeliveryContext, delivery: Delivery, now: datetime
-                ) -> Callable[[], str | None]:
+    def _record(self, store: Store, ctx: DeliveryContext, delivery: Delivery, now: datetime, *,
+                relaxed: bool = False) -> Callable[[], str | None]:
         """Send the record of a sent row in the caller's transaction: the compare-and-set, with
         the thread if the row opened one; the returned reader gives its outcome.
 
@@ -319,7 +319,7 @@ class Notifier:
         if ctx.thread_key is None:
             thread = ThreadOpened(alert_id=ctx.alert_id, channel_id=ctx.channel.id, tenant_id=ctx.alert_tenant_id,
                                   thread_key=delivery.thread_key, parent_ref=delivery.parent_ref)
-        marked = store.outbox.record_sent(ctx.outbox_id, self.replica_id, now, thread)
+        marked = store.outbox.record_sent(ctx.outbox_id, self.replica_id, now, thread, relaxed=relaxed)
 
         def outcome() -> str | None:
             if not marked():

@@ -72,6 +72,28 @@ def test_a_reply_is_claimed_in_the_round_after_its_first_message_is_recorded(db,
     assert [r["status"] for r in outbox(db)] == ["sent", "sent"]
 
 
+def test_a_message_recorded_on_its_own_is_one_statement_that_commits_without_waiting_for_the_disk(db, clock, traced):
+    traced_db, tracer = traced
+    add_channel(db, clock.now(), tenant="acme", name="rec", kind="recording", audience="customer")
+    open_alert(db, clock.now())
+    open_alert(db, clock.now(), workflow="other")
+    recorder = RecordingTransport()
+    notifier = Notifier(traced_db, "n1", {"recording": recorder})
+    tracer.reset()
+    notifier.run_once(clock.now())
+    assert len(recorder.messages) == 2 and notifier.last_pass.sent == 2
+    # the look; the first round (4); the first message's record, alone in autocommit (no BEGIN,
+    # SET LOCAL and COMMIT of its own); the second's record with the look, in a transaction (4)
+    assert tracer.statements() == 1 + 4 + 1 + 4
+    assert [r["status"] for r in outbox(db)] == ["sent", "sent"]
+    open_alert(db, clock.now(), workflow="third")
+    with traced_db.transaction() as store:
+        [claimed] = store.outbox.claim_outbox("n1", clock.now(), clock.now() + timedelta(minutes=5), 10, ["recording"])
+    with traced_db.autocommit() as store:  # relaxed is the record's own transaction's only: the session stays durable
+        assert store.outbox.record_sent(claimed, "n1", clock.now(), relaxed=True)()
+        assert store.conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+
+
 def test_the_look_says_when_a_held_delivery_awaits_its_release(db, clock):
     add_channel(db, clock.now(), tenant="acme", name="rec", kind="recording", audience="customer")
     open_alert(db, clock.now())

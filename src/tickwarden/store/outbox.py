@@ -213,15 +213,19 @@ class OutboxRepository(StoreBase):
         return [c.outbox_id for c in self.claim_deliveries(replica_id, now, locked_until, batch, kinds)()]
 
     def record_sent(
-        self, outbox_id: int, replica_id: str, now: datetime, thread: ThreadOpened | None = None
+        self, outbox_id: int, replica_id: str, now: datetime, thread: ThreadOpened | None = None, *,
+        relaxed: bool = False,
     ) -> Callable[[], bool]:
         """Send the record of a delivery now; the returned reader says whether the claim was still ours.
 
         `thread`: the delivery opened the alert's conversation on its channel, remembered in
-        the same statement. On a pipelined connection the record goes out with the next
-        statement read, so a caller with more to ask in the transaction pays no round trip for it.
+        the same statement. `relaxed`: the statement is its transaction's only one, which
+        then commits without waiting for the WAL flush (see outbox_record_sent). On a
+        pipelined connection the record goes out with the next statement read, so a caller
+        with more to ask in the transaction pays no round trip for it.
         """
         params = {"id": outbox_id, "replica_id": replica_id, "now": now, "opens": thread is not None,
+                  "relaxed": relaxed,
                   "alert_id": None, "channel_id": None, "tenant_id": None, "thread_key": None, "parent_ref": None}
         if thread is not None:
             params.update(alert_id=thread.alert_id, channel_id=thread.channel_id, tenant_id=thread.tenant_id,
@@ -232,14 +236,6 @@ class OutboxRepository(StoreBase):
     def mark_outbox_sent(self, outbox_id: int, replica_id: str, now: datetime) -> bool:
         """Record a delivery that opened no thread (see `record_sent`)."""
         return self.record_sent(outbox_id, replica_id, now)()
-
-    def relax_transaction_commit(self) -> None:
-        """Do not wait for the WAL flush when this transaction commits (see outbox_relaxed_commit).
-
-        Only this transaction's (`SET LOCAL`): the pooled connection goes back durable. Its
-        result is nobody's read: on a pipelined connection it rides with the next statement.
-        """
-        self._send("outbox_relaxed_commit")
 
     def mark_outbox_retry(
         self, outbox_id: int, replica_id: str, *, error: str, next_attempt_at: datetime, max_tries: int,

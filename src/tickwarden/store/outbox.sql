@@ -159,6 +159,11 @@ SELECT o.id AS outbox_id, o.event_id, o.tries,
 -- over changes nothing. A delivery that opened the alert's conversation on its
 -- channel (`opens`) also remembers the thread, in the same statement. Only one row per
 -- (alert, channel) is ever in flight, so a conflict means this very row was retried.
+-- With `relaxed` (a record that is its own transaction, nothing else in it), that
+-- transaction commits without waiting for the WAL flush: a database crash may lose the
+-- mark of the last few deliveries, which are then sent again after their lease (the
+-- idempotency key and stable Message-ID cover that, and Slack looks first), while each
+-- delivery stops paying an fsync. Never relaxed where the record precedes a claim.
 WITH thread AS (
     INSERT INTO notification_threads (alert_id, channel_id, tenant_id, thread_key, parent_ref, created_at)
     SELECT %(alert_id)s::bigint, %(channel_id)s::bigint, %(tenant_id)s::bigint, %(thread_key)s::text,
@@ -170,6 +175,7 @@ UPDATE notification_outbox
    SET status = 'sent', sent_at = %(now)s, tries = tries + 1, locked_by = NULL, locked_until = NULL,
        last_error = NULL
  WHERE id = %(id)s AND status = 'sending' AND locked_by = %(replica_id)s
+   AND (NOT %(relaxed)s OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
 RETURNING id;
 
 -- outbox_mark_outbox_retry --
@@ -228,13 +234,6 @@ SELECT o.id, o.status, o.tries, o.next_attempt_at, o.last_error, o.alert_id, e.k
  WHERE o.status IN ('failed', 'dead')
  ORDER BY o.id DESC
  LIMIT %(limit)s;
-
--- outbox_relaxed_commit --
--- Let this transaction's commit return before its WAL reaches disk. Used when
--- recording a delivery: a database crash may lose the mark of the last few
--- deliveries (they are then sent again after their lease, which the idempotency
--- key and stable Message-ID cover), while each delivery stops paying an fsync.
-SET LOCAL synchronous_commit TO OFF;
 
 -- outbox_waiting --
 -- The notifier's look in one statement: is a sender's claim stale, does a delivery held
