@@ -129,6 +129,20 @@ def _known_token_patterns() -> tuple[re.Pattern[str], ...]:
     Loaded lazily: the import costs a fifth of a second that only text-reducing
     processes need to pay.
     """
+    return tuple(pattern for pattern, _, _ in _known_token_rules())
+
+
+@functools.cache
+def _known_token_rules() -> tuple[tuple[re.Pattern[str], tuple[str, ...], re.Pattern[str] | None], ...]:
+    """`_known_token_patterns`, each with its prefilter: texts and a regex, one of which every match of it holds.
+
+    The prefilter of one alternation (with its flags) holds, for each detector's pattern,
+    the literal text every match of that pattern contains (`_required`: `AKIA`, `glpat-`,
+    `eyJ`, …), or the pattern itself when it has none; so a text holding none of them
+    cannot match the alternation, whose scan tries every detector at every character.
+    Literals are looked for as substrings when the flags are case-sensitive, else in the
+    regex, under the alternation's own flags (its case folding).
+    """
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.plugins.base import RegexBasedDetector
 
@@ -140,8 +154,59 @@ def _known_token_patterns() -> tuple[re.Pattern[str], ...]:
                 # key rules above at several times their cost; only token shapes are taken.
                 if ".{0," not in pattern.pattern and "(?<=" not in pattern.pattern:
                     by_flags.setdefault(pattern.flags, []).append(pattern.pattern)
-    # One alternation per set of flags: a single scan of the text instead of one per detector.
-    return tuple(re.compile("|".join(f"(?:{p})" for p in patterns), flags) for flags, patterns in by_flags.items())
+    rules = []
+    for flags, patterns in by_flags.items():
+        # One alternation per set of flags: a single scan of the text instead of one per detector.
+        whole = re.compile("|".join(f"(?:{p})" for p in patterns), flags)
+        texts: list[str] = []
+        searched: list[str] = []
+        for p in patterns:
+            literals = sorted(_required(p, flags) or ())
+            if not literals:
+                searched.append(f"(?:{p})")
+            elif flags & re.IGNORECASE:
+                searched += [re.escape(literal) for literal in literals]
+            else:
+                texts += literals
+        rules.append((whole, tuple(dict.fromkeys(texts)),
+                      re.compile("|".join(dict.fromkeys(searched)), flags) if searched else None))
+    return tuple(rules)
+
+
+def _required(pattern: str, flags: int) -> set[str] | None:
+    """Texts of two characters or more one of which every match of `pattern` contains; None when none is found.
+
+    Read from the parsed pattern: a run of literal characters in sequence, or one in each
+    alternative of a group. Anything not understood (scoped flags, a parse error) gives None,
+    and the caller then searches the pattern itself.
+    """
+    try:
+        from re import _constants, _parser  # the standard library's own parser (3.11+)
+
+        return _required_in(list(_parser.parse(pattern, flags)), _constants)
+    except Exception:  # an unknown parser: no prefilter, never a wrong one
+        return None
+
+
+def _required_in(items: list[Any], c: Any) -> set[str] | None:
+    run: list[str] = []
+    for op, av in items:
+        if op is c.LITERAL:
+            run.append(chr(av))
+            continue
+        if len(run) >= 2:
+            return {"".join(run)}
+        run = []
+        found: set[str] | None = None
+        if op is c.SUBPATTERN:
+            _, add_flags, del_flags, sub = av
+            found = None if add_flags or del_flags else _required_in(list(sub), c)
+        elif op is c.BRANCH:
+            alternatives = [_required_in(list(alternative), c) for alternative in av[1]]
+            found = None if any(a is None for a in alternatives) else set().union(*alternatives)  # type: ignore[arg-type]
+        if found:
+            return found
+    return {"".join(run)} if len(run) >= 2 else None
 
 
 def redact(text: str) -> str:
@@ -150,8 +215,9 @@ def redact(text: str) -> str:
         if _may_match(needed, text):
             text = pattern.sub(replacement, text)
     # The whole match goes: a detector's group is not always the secret (GitLab's is the prefix).
-    for pattern in _known_token_patterns():
-        text = pattern.sub(REDACTED, text)
+    for pattern, texts, searched in _known_token_rules():
+        if _holds_any(text, texts) or (searched is not None and searched.search(text) is not None):
+            text = pattern.sub(REDACTED, text)
     for pattern, replacement, needed in _LATE:
         if _may_match(needed, text):
             text = pattern.sub(replacement, text)
@@ -169,6 +235,13 @@ def _may_match(needed: str | re.Pattern[str] | None, text: str) -> bool:
     if isinstance(needed, str):
         return needed in text
     return needed.search(text) is not None
+
+
+def _holds_any(text: str, texts: tuple[str, ...]) -> bool:
+    for needle in texts:
+        if needle in text:
+            return True
+    return False
 
 
 def redact_value(value: Any) -> Any:

@@ -131,6 +131,22 @@ def test_keys_matched_by_case_folding_alone_are_redacted(form):
     assert secret not in sanitize_log_tail(f"starting\n{text}\ndone")
 
 
+# Token shapes of detect-secrets' detectors, two of them with no literal text (Discord, Telegram),
+# which the prefilter then searches as patterns.
+DETECTOR_SHAPES = [
+    "AKIAIOSFODNN7EXAMPLE", "A3TXIOSFODNN7EXAMPLE", "ghp_" + "a1" * 18, "glpat-" + "b2" * 12,
+    "M" + "c" * 23 + "." + "d" * 6 + "." + "e" * 27, "123456789:" + "A" * 35, "eyJhbGciOi.eyJzdWIi.c2ln",
+    "xoxb-123-456-abcdef", "XOXP-123-abc", "sk_live_" + "f" * 24, "AC" + "0" * 32, "SG." + "g" * 22 + "." + "h" * 43,
+    "https://hooks.slack.com/services/T000/B000/XXXX", "HTTPS://u:" + "a" * 24 + "@x.cloudant.com",
+]
+
+
+@pytest.mark.parametrize("token", DETECTOR_SHAPES)
+def test_detector_shapes_are_redacted(token):
+    redacted = sanitize.redact(f"login with {token} failed")
+    assert token not in redacted and "[redacted]" in redacted
+
+
 def _unfiltered(text: str) -> str:
     """`redact` as it was before its prefilters: every rule's substitution over the whole text."""
     for pattern, replacement, _ in sanitize._PATTERNS:
@@ -153,6 +169,7 @@ def test_prefilters_skip_only_rules_that_could_not_match():
     """Every rule's prefilter is implied by its pattern: redaction is the same as without them."""
     rnd = random.Random(18)
     texts = [text for text, _ in [*CANARIES, *CREDENTIAL_FORMS.values(), *FOLDED_FORMS.values()]]
+    texts += [f"login with {token} failed" for token in DETECTOR_SHAPES]
     texts += ["".join(rnd.choice(_PIECES) for _ in range(rnd.randint(0, 40))) for _ in range(4000)]
     for text in texts:
         assert sanitize.redact(text) == _unfiltered(text), text
