@@ -314,7 +314,7 @@ def lease_params(worker_id: str, now: datetime, lease_seconds: float, limit: int
     return {"worker_id": worker_id, "now": now, "lease_expires_at": now + timedelta(seconds=lease_seconds),
             "limit": limit, "start": limit if start is None else start,
             "attempt_ids": [q["id"] for q in queued],
-            "run_scheduled_fors": [q["run_scheduled_for"] for q in queued]}
+            "run_scheduled_fors": [q["run_scheduled_for"] for q in queued], **_span([q["run_scheduled_for"] for q in queued])}
 
 
 def expire_params(now: datetime, expired: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -343,6 +343,11 @@ def finished_from_rows(finished: Sequence[tuple[Attempt, AttemptOutcome, datetim
     return results
 
 
+def _span(ticks: Sequence[datetime]) -> dict[str, datetime | None]:
+    """The first and last of a batch's ticks, as scalars: what prunes a plan made once (NULL: an empty batch)."""
+    return {"first_tick": min(ticks, default=None), "last_tick": max(ticks, default=None)}
+
+
 def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]], *,
                   wake: bool = True, steps: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The parameters of the `finish_attempts` statement: one array per column, each attempt with its run's tick.
@@ -358,6 +363,7 @@ def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutco
         "worker_id": worker_id,
         "attempt_ids": [attempt.id for attempt, _, _ in finished],
         "run_scheduled_fors": [attempt.run_scheduled_for for attempt, _, _ in finished],
+        **_span([attempt.run_scheduled_for for attempt, _, _ in finished]),
         "workflow_ids": [attempt.workflow_id for attempt, _, _ in finished],
         "statuses": [outcome.status for _, outcome, _ in finished],
         "finished_ats": [at for _, _, at in finished],
