@@ -160,18 +160,17 @@ UPDATE attempts
 -- attempt, and the run's verdict is decided inside the update that records it, from the
 -- run's own budget columns (a run not running, cancelled meanwhile, is not moved; its
 -- attempt's row still comes back, with no run status).
+-- The outcomes arrive as one JSON array (`outcomes`: an object per attempt), as the steps do.
 -- Each finished attempt is queued for the outcome poller (`outcome_queue`) in the same statement,
 -- and its steps' rows (`steps`: one object per step, each naming its attempt) are written
 -- with it: only for an attempt that ends here under this worker, so a second delivery, or
 -- a result after the lease was reaped, writes none.
 WITH reported AS (
     SELECT *
-      FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[], %(workflow_ids)s::bigint[],
-                  %(statuses)s::text[], %(finished_ats)b::timestamptz[], %(error_categories)s::text[],
-                  %(errors)s::text[], %(failed_steps)s::text[], %(retryables)s::boolean[], %(log_tails)s::text[],
-                  %(outputs)b::jsonb[], %(rows)s::bigint[])
-           AS o (attempt_id, run_scheduled_for, workflow_id, status, finished_at, error_category, error, failed_step,
-                 retryable, log_tail, outputs, rows)
+      FROM jsonb_to_recordset(%(outcomes)s::jsonb)
+           AS o (attempt_id bigint, run_scheduled_for timestamptz, workflow_id bigint, status text,
+                 finished_at timestamptz, error_category text, error text, failed_step text, retryable boolean,
+                 log_tail text, outputs jsonb, rows bigint)
 ), outcome AS (
     -- A workflow that expects rows fails a success that reported none (empty_result,
     -- retryable: the data may be late); judged here so every writer of outcomes agrees.
