@@ -33,32 +33,43 @@ _SECRET_WORD = (r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|apikey|ac
 _KEY = rf"(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*?(?:{_SECRET_WORD})[A-Za-z0-9_.-]*"
 _VALUE = r"(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s,;}\])\"']+)"
 
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+# Each rule is (pattern, replacement, prefilter): the prefilter is something every match of the
+# pattern contains (a literal, or a regex searched with the pattern's own flags), so a text
+# without it cannot match and its substitution is skipped. A rule runs on the text the rules
+# before it left, and so does its prefilter: skipping changes no output, only the time (most
+# log lines and errors hold none of these, and the full scans were most of a redaction's cost).
+_Rule = tuple[re.Pattern[str], str, str | re.Pattern[str] | None]
+_PATTERNS: tuple[_Rule, ...] = (
     # user:password@ in any URL
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1" + REDACTED + "@"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1" + REDACTED + "@", "://"),
     # the whole value of an authorization header, whatever its scheme
-    (re.compile(r"(?im)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*)[^\n,;}]+"), r"\1" + REDACTED),
-    (re.compile(r"(?i)\b(bearer|basic|digest)\s+[A-Za-z0-9._~+/=-]{4,}"), r"\1 " + REDACTED),
+    (re.compile(r"(?im)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*)[^\n,;}]+"), r"\1" + REDACTED,
+     re.compile(r"(?i)authorization")),
+    (re.compile(r"(?i)\b(bearer|basic|digest)\s+[A-Za-z0-9._~+/=-]{4,}"), r"\1 " + REDACTED,
+     re.compile(r"(?i)bearer|basic|digest")),
     # `token abc123…`: a digit is required so that prose ("token expired") survives
-    (re.compile(r"(?i)\b(token)\s+(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
+    (re.compile(r"(?i)\b(token)\s+(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED,
+     re.compile(r"(?i)token")),
     # key=value, key: value, 'key': 'value', key:<newline>value, for secret-sounding keys;
     # `\s*` spans the newline on purpose
-    (re.compile(rf"(?i)([\"']?{_KEY}[\"']?)(\s*[=:]\s*)({_VALUE})"), r"\1\2" + REDACTED),
+    (re.compile(rf"(?i)([\"']?{_KEY}[\"']?)(\s*[=:]\s*)({_VALUE})"), r"\1\2" + REDACTED,
+     re.compile(rf"(?i){_SECRET_WORD}")),
     # well-known token shapes: Slack, GitHub, OpenAI-style, AWS access keys, JWTs, PEM keys
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]+"), REDACTED),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"), REDACTED),
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"), REDACTED),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]+"), REDACTED, "xox"),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED, re.compile(r"gh[pousr]_")),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED, "sk-"),
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED, "IA"),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"), REDACTED, "eyJ"),
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"), REDACTED,
+     "-----BEGIN "),
 )
 # After detect-secrets' token shapes, which need the whole token to recognise it.
-_LATE: tuple[tuple[re.Pattern[str], str], ...] = (
+_LATE: tuple[_Rule, ...] = (
     # long opaque strings (keys, hashes, signed blobs)
-    (re.compile(r"\b[A-Za-z0-9+/_-]{40,}={0,2}"), REDACTED),
+    (re.compile(r"\b[A-Za-z0-9+/_-]{40,}={0,2}"), REDACTED, None),
     # personal data
-    (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[email]"),
-    (re.compile(r"\b\d{3}-\d{2}-\d{4}\b"), "[ssn]"),
+    (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[email]", "@"),
+    (re.compile(r"\b\d{3}-\d{2}-\d{4}\b"), "[ssn]", "-"),
 )
 
 _CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
@@ -118,6 +129,20 @@ def _known_token_patterns() -> tuple[re.Pattern[str], ...]:
     Loaded lazily: the import costs a fifth of a second that only text-reducing
     processes need to pay.
     """
+    return tuple(pattern for pattern, _, _ in _known_token_rules())
+
+
+@functools.cache
+def _known_token_rules() -> tuple[tuple[re.Pattern[str], tuple[str, ...], re.Pattern[str] | None], ...]:
+    """`_known_token_patterns`, each with its prefilter: texts and a regex, one of which every match of it holds.
+
+    The prefilter of one alternation (with its flags) holds, for each detector's pattern,
+    the literal text every match of that pattern contains (`_required`: `AKIA`, `glpat-`,
+    `eyJ`, …), or the pattern itself when it has none; so a text holding none of them
+    cannot match the alternation, whose scan tries every detector at every character.
+    Literals are looked for as substrings when the flags are case-sensitive, else in the
+    regex, under the alternation's own flags (its case folding).
+    """
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.plugins.base import RegexBasedDetector
 
@@ -129,22 +154,94 @@ def _known_token_patterns() -> tuple[re.Pattern[str], ...]:
                 # key rules above at several times their cost; only token shapes are taken.
                 if ".{0," not in pattern.pattern and "(?<=" not in pattern.pattern:
                     by_flags.setdefault(pattern.flags, []).append(pattern.pattern)
-    # One alternation per set of flags: a single scan of the text instead of one per detector.
-    return tuple(re.compile("|".join(f"(?:{p})" for p in patterns), flags) for flags, patterns in by_flags.items())
+    rules = []
+    for flags, patterns in by_flags.items():
+        # One alternation per set of flags: a single scan of the text instead of one per detector.
+        whole = re.compile("|".join(f"(?:{p})" for p in patterns), flags)
+        texts: list[str] = []
+        searched: list[str] = []
+        for p in patterns:
+            literals = sorted(_required(p, flags) or ())
+            if not literals:
+                searched.append(f"(?:{p})")
+            elif flags & re.IGNORECASE:
+                searched += [re.escape(literal) for literal in literals]
+            else:
+                texts += literals
+        rules.append((whole, tuple(dict.fromkeys(texts)),
+                      re.compile("|".join(dict.fromkeys(searched)), flags) if searched else None))
+    return tuple(rules)
+
+
+def _required(pattern: str, flags: int) -> set[str] | None:
+    """Texts of two characters or more one of which every match of `pattern` contains; None when none is found.
+
+    Read from the parsed pattern: a run of literal characters in sequence, or one in each
+    alternative of a group. Anything not understood (scoped flags, a parse error) gives None,
+    and the caller then searches the pattern itself.
+    """
+    try:
+        from re import _constants, _parser  # the standard library's own parser (3.11+)
+
+        return _required_in(list(_parser.parse(pattern, flags)), _constants)
+    except Exception:  # an unknown parser: no prefilter, never a wrong one
+        return None
+
+
+def _required_in(items: list[Any], c: Any) -> set[str] | None:
+    run: list[str] = []
+    for op, av in items:
+        if op is c.LITERAL:
+            run.append(chr(av))
+            continue
+        if len(run) >= 2:
+            return {"".join(run)}
+        run = []
+        found: set[str] | None = None
+        if op is c.SUBPATTERN:
+            _, add_flags, del_flags, sub = av
+            found = None if add_flags or del_flags else _required_in(list(sub), c)
+        elif op is c.BRANCH:
+            alternatives = [_required_in(list(alternative), c) for alternative in av[1]]
+            found = None if any(a is None for a in alternatives) else set().union(*alternatives)  # type: ignore[arg-type]
+        if found:
+            return found
+    return {"".join(run)} if len(run) >= 2 else None
 
 
 def redact(text: str) -> str:
     """Remove credentials, tokens, personal data and quoted literal values."""
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
+    for pattern, replacement, needed in _PATTERNS:
+        if _may_match(needed, text):
+            text = pattern.sub(replacement, text)
     # The whole match goes: a detector's group is not always the secret (GitLab's is the prefix).
-    for pattern in _known_token_patterns():
-        text = pattern.sub(REDACTED, text)
-    for pattern, replacement in _LATE:
-        text = pattern.sub(replacement, text)
+    for pattern, texts, searched in _known_token_rules():
+        if _holds_any(text, texts) or (searched is not None and searched.search(text) is not None):
+            text = pattern.sub(REDACTED, text)
+    for pattern, replacement, needed in _LATE:
+        if _may_match(needed, text):
+            text = pattern.sub(replacement, text)
     text = _CARD.sub(_card, text)
     text = _PHONE.sub(_phone, text)
-    return _QUOTED.sub(_literal, text)
+    if "'" in text or '"' in text:
+        text = _QUOTED.sub(_literal, text)
+    return text
+
+
+def _may_match(needed: str | re.Pattern[str] | None, text: str) -> bool:
+    """Whether `text` holds what every match of a rule holds (see `_PATTERNS`); True when the rule names nothing."""
+    if needed is None:
+        return True
+    if isinstance(needed, str):
+        return needed in text
+    return needed.search(text) is not None
+
+
+def _holds_any(text: str, texts: tuple[str, ...]) -> bool:
+    for needle in texts:
+        if needle in text:
+            return True
+    return False
 
 
 def redact_value(value: Any) -> Any:

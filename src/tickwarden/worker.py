@@ -44,8 +44,8 @@ database crash cannot hand a running attempt back to the queue; the busy mark is
 claim whose loss in a crash puts things back as they were, and does not wait.
 
 Round trips of a warm attempt that needs no secret (benchmarks/worker.py counts them):
-the held connection's check and the outcome's exchange (the busy mark rides in the
-previous outcome's exchange when the next attempt uses the same environment); the run
+the held connection's check and the outcome's exchange (a process that serves the next
+attempt too stays busy without a mark: `EnvironmentPool.released`); the run
 credential is issued from the lease's and the context's names without a transaction of
 its own.
 """

@@ -16,6 +16,7 @@ import pytest
 from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
 from tests.helpers import republish
 from tickwarden import worker as worker_module
+from tickwarden.environments.pool import BUSY_MARK_SECONDS
 from tickwarden.reaper import LeaseReaper
 from tickwarden.worker import Worker
 
@@ -219,6 +220,36 @@ def test_the_environment_stays_busy_between_attempts_that_use_it_and_goes_warm_w
     with db.transaction() as store:
         [instance] = store.execution.list_environment_instances(include_stopped=True)
     assert instance.status == "stopped" and instance.runs_served == 2
+
+
+def instance_row(db):
+    with db.transaction() as store:
+        [instance] = store.execution.list_environment_instances(include_stopped=True)
+    return instance
+
+
+def test_a_process_busy_from_attempt_to_attempt_writes_its_row_only_when_a_minute_has_passed(db, clock):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now()) for i in range(5)]
+    # a lease long enough for the attempts leased ahead to outlast the clock's minute
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=5, lease_seconds=600)
+    try:
+        for _ in range(3):
+            worker.run_once(clock.now())
+            # kept busy for the next attempt: its row is left as it was written when it woke
+            row = instance_row(db)
+            assert (row.status, row.runs_served) == ("busy", 0)
+        clock.advance(BUSY_MARK_SECONDS)
+        worker.run_once(clock.now())  # the first outcome a minute after the last write writes the runs since
+        row = instance_row(db)
+        assert (row.status, row.runs_served, row.last_used_at) == ("busy", 4, clock.now())
+        worker.run_once(clock.now())  # the last: warm, with its count
+        row = instance_row(db)
+        assert (row.status, row.runs_served) == ("warm", 5)
+    finally:
+        worker.close(clock.now())
+    assert attempts_of(db, [r.id for r in runs]) == [[("succeeded", "w1")]] * 5
+    assert (instance_row(db).status, instance_row(db).runs_served) == ("stopped", 5)
 
 
 def test_at_a_batch_of_one_the_process_stays_busy_for_the_attempt_its_outcome_leased_and_a_wrong_guess_is_undone(

@@ -128,10 +128,12 @@ def test_a_batch_of_warm_attempts_pays_no_busy_mark(db, clock, traced):
 
 def test_a_warm_attempts_step_rows_are_written_by_its_outcomes_statement(db, clock, traced):
     runs, _, statements = warm_batches(db, clock, traced)
-    # per attempt: BEGIN, the outcome with its step rows, the next attempt's start, COMMIT and the poller's
-    # wake; besides them the batches' environment marks and leases (52 before, a busy mark per batch besides
-    # the warm one; 60 before that: the step rows had a statement of their own, one more per attempt)
-    assert statements == 50, statements
+    # per attempt: BEGIN, the switch to plans made once, the outcome with its step rows, the next attempt's
+    # start, COMMIT and the poller's wake; besides them the batches' environment marks and leases, and no mark
+    # for a process that stays busy for the next attempt (44 before: no switch, each plan made afresh; 50
+    # before that: a busy-to-busy mark with each such outcome; 52 before that, a busy mark per batch besides the
+    # warm one; 60 before that: the step rows had a statement of their own)
+    assert statements == 52, statements
     with db.transaction() as store:
         written = store.conn.execute(
             "SELECT a.run_id, s.step, s.status FROM attempt_steps s JOIN attempts a ON a.id = s.attempt_id "
@@ -247,3 +249,30 @@ def test_a_held_connection_serves_its_thread_commits_like_the_pool_and_is_droppe
 def _borrowed_id(db) -> int:
     with db.connection() as conn:
         return id(conn)
+
+
+def test_a_warm_attempts_writes_run_plans_made_once_that_still_touch_their_month_alone(db, clock):
+    """The outcome's, the start's and the lease's statements are planned once per connection (generic
+    plans), not at every attempt; the months they bind as scalars prune those plans when they start."""
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0) for i in range(12)]
+    with Database(TEST_URL, schema=db.schema, min_size=1, max_size=1) as one:
+        worker = Worker(one, "w1", clock=clock, secret_key=SECRET, batch=4)
+        try:
+            for _ in range(12):
+                assert worker.run_once(clock.now()) <= clock.now()
+        finally:
+            worker.close(clock.now())
+        with one.connection() as conn:
+            prepared = conn.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
+
+    def plans(marker: str) -> tuple[int, int]:
+        [(generic, custom)] = [(generic, custom) for text, generic, custom in prepared if marker in text]
+        return generic, custom
+
+    # psycopg prepares a statement at its fifth use: from then on each runs its one plan
+    for marker in ("WITH reported AS", "SET started_at"):  # ledger_finish_attempts, execution_start_attempt
+        generic, custom = plans(marker)
+        assert generic > 0 and custom == 0, (marker, prepared)
+    assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])] == [
+        ["succeeded"]] * 12

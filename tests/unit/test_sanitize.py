@@ -1,5 +1,8 @@
+import random
+
 import pytest
 
+from tickwarden import sanitize
 from tickwarden.categories import categorize, is_retryable, owner_for
 from tickwarden.sanitize import redact_value, sanitize_error, sanitize_log_tail
 
@@ -108,3 +111,65 @@ def test_ordinary_numbers_and_prose_survive(text):
 ])
 def test_token_shapes_known_to_detect_secrets_are_redacted(token):
     assert "CANARY" not in sanitize_error(f"upstream rejected {token} at login")
+
+
+# Keys and words that match only by the pattern's case folding (long s, Kelvin sign, dotted I),
+# and rules run after an earlier one rewrote the text: each rule's prefilter must see them too.
+FOLDED_FORMS = {
+    "long s": ("paſsword=CANARYfold0001", "CANARYfold0001"),
+    "kelvin sign": ("api_\u212aey: CANARYfold0002", "CANARYfold0002"),
+    "dotted capital i": ("AUTHORİZATION: CANARYfold0003", "CANARYfold0003"),
+    "token, folded": ("toKen CANARYfold0004x", "CANARYfold0004x"),
+    "bearer, folded": ("BEARER CANARYfold0005", "CANARYfold0005"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(FOLDED_FORMS))
+def test_keys_matched_by_case_folding_alone_are_redacted(form):
+    text, secret = FOLDED_FORMS[form]
+    assert secret not in sanitize_error(f"step failed: {text}")
+    assert secret not in sanitize_log_tail(f"starting\n{text}\ndone")
+
+
+# Token shapes of detect-secrets' detectors, two of them with no literal text (Discord, Telegram),
+# which the prefilter then searches as patterns.
+DETECTOR_SHAPES = [
+    "AKIAIOSFODNN7EXAMPLE", "A3TXIOSFODNN7EXAMPLE", "ghp_" + "a1" * 18, "glpat-" + "b2" * 12,
+    "M" + "c" * 23 + "." + "d" * 6 + "." + "e" * 27, "123456789:" + "A" * 35, "eyJhbGciOi.eyJzdWIi.c2ln",
+    "xoxb-123-456-abcdef", "XOXP-123-abc", "sk_live_" + "f" * 24, "AC" + "0" * 32, "SG." + "g" * 22 + "." + "h" * 43,
+    "https://hooks.slack.com/services/T000/B000/XXXX", "HTTPS://u:" + "a" * 24 + "@x.cloudant.com",
+]
+
+
+@pytest.mark.parametrize("token", DETECTOR_SHAPES)
+def test_detector_shapes_are_redacted(token):
+    redacted = sanitize.redact(f"login with {token} failed")
+    assert token not in redacted and "[redacted]" in redacted
+
+
+def _unfiltered(text: str) -> str:
+    """`redact` as it was before its prefilters: every rule's substitution over the whole text."""
+    for pattern, replacement, _ in sanitize._PATTERNS:
+        text = pattern.sub(replacement, text)
+    for pattern in sanitize._known_token_patterns():
+        text = pattern.sub(sanitize.REDACTED, text)
+    for pattern, replacement, _ in sanitize._LATE:
+        text = pattern.sub(replacement, text)
+    text = sanitize._CARD.sub(sanitize._card, text)
+    text = sanitize._PHONE.sub(sanitize._phone, text)
+    return sanitize._QUOTED.sub(sanitize._literal, text)
+
+
+_PIECES = [*"aAsSkKpPtTwWoOrRdDeEyYiIuUhHnN0123456789 :=_-./@'\"\n+()[]{},;", "ſ", "\u212a", "İ", "ı",
+           "password", "secret", "token", "key", "auth", "Bearer ", "://", "xox", "ghp_", "sk-", "AKIA", "eyJ",
+           "-----BEGIN ", " PRIVATE KEY-----", "Authorization", "DSN", "cookie", "session_id", "api-key"]
+
+
+def test_prefilters_skip_only_rules_that_could_not_match():
+    """Every rule's prefilter is implied by its pattern: redaction is the same as without them."""
+    rnd = random.Random(18)
+    texts = [text for text, _ in [*CANARIES, *CREDENTIAL_FORMS.values(), *FOLDED_FORMS.values()]]
+    texts += [f"login with {token} failed" for token in DETECTOR_SHAPES]
+    texts += ["".join(rnd.choice(_PIECES) for _ in range(rnd.randint(0, 40))) for _ in range(4000)]
+    for text in texts:
+        assert sanitize.redact(text) == _unfiltered(text), text

@@ -8,6 +8,11 @@ Instance states, as recorded in `environment_instances`:
 
 Processes are keyed by (tenant, environment): a process serves one tenant only,
 and the key, the runner's own check and `acquire`'s assertion all enforce it.
+
+A process that stays busy from one attempt to the next (the next one uses it too) keeps
+its row as it is: its `runs_served` and `last_used_at` are written with its next mark
+(warm, stopped, dead), or at the first outcome `BUSY_MARK_SECONDS` after the last write,
+so a row lags the process by that much at most while it stays busy.
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# How long a process kept busy from one attempt to the next may go without its row being written:
+# its runs served and last use are then written with the next mark that is written anyway (warm,
+# stopped, dead), or at the first outcome past this. Well inside the reaper's grace (300 s past the
+# idle timeout), so a row lagging by this never looks abandoned to it.
+BUSY_MARK_SECONDS = 60.0
+
 
 class IsolationError(Exception):
     """An environment was asked to serve a tenant it does not belong to."""
@@ -47,6 +58,9 @@ class Instance:
     runs_served: int = 0
     remote: bool = False  # a pod of the cluster (runtime kubernetes), not a process of this worker
     marked: str = "busy"  # the status its row was last given (or is being given, in the caller's exchange)
+    # When its row was last written, and the runs served since, not written yet.
+    marked_at: datetime | None = None
+    unwritten: int = 0
 
     @property
     def pid(self) -> int | None:
@@ -142,7 +156,7 @@ class EnvironmentPool:
             raise
         with self.db.transaction() as store:
             store.execution.update_environment_instance(row.id, "busy", now, pid=process.pid)
-        instance = Instance(row.id, tenant_id, environment, process, now)
+        instance = Instance(row.id, tenant_id, environment, process, now, marked_at=now)
         self._live[(tenant_id, environment.id)] = instance
         log.info("woke environment %s of tenant %s in %.0f ms (pid %s)",
                  environment.name, tenant_id, process.cold_start_ms, process.pid)
@@ -175,14 +189,20 @@ class EnvironmentPool:
             if kept is None or self.serves(kept, next_environment):
                 return None
             kept.marked = "warm"
-            return kept.row_id, "warm", 0
+            return kept.row_id, "warm", self._served(kept, now)
         if instance.remote or not instance.process.alive():
             self.release(instance, now)
             return None
         instance.last_used_at = now
         instance.runs_served += 1
-        instance.marked = "busy" if self.serves(instance, next_environment) else "warm"
-        return instance.row_id, instance.marked, 1
+        keep = self.serves(instance, next_environment)
+        if keep and instance.marked == "busy" and instance.marked_at is not None and \
+                now - instance.marked_at < timedelta(seconds=BUSY_MARK_SECONDS):
+            # busy → busy: its status stands; the count and last use wait for the next mark written
+            instance.unwritten += 1
+            return None
+        instance.marked = "busy" if keep else "warm"
+        return instance.row_id, instance.marked, self._served(instance, now) + 1
 
     def settle(self, instance: Instance, next_environment: Environment | None, now: datetime) -> None:
         """Mark `instance` warm if it was kept busy for an attempt it will not serve (`next_environment`'s, if any).
@@ -237,8 +257,15 @@ class EnvironmentPool:
 
     def _mark(self, instance: Instance, status: str, now: datetime, served: int = 0) -> None:
         instance.marked = status
+        served += self._served(instance, now)
         with self.db.autocommit() as own:
             own.execution.update_environment_instance(instance.row_id, status, now, served=served, relaxed=True)
+
+    @staticmethod
+    def _served(instance: Instance, now: datetime) -> int:
+        """The runs served not yet written, for the mark being written now (they are counted as written)."""
+        unwritten, instance.unwritten, instance.marked_at = instance.unwritten, 0, now
+        return unwritten
 
 
 __all__ = ["EnvironmentFailed", "EnvironmentPool", "Instance", "IsolationError"]

@@ -107,8 +107,10 @@ class ExecutionRepository(StoreBase):
         # spans two round trips, and the wake after an outcome has a transaction of its own
         # (a COMMIT without BEGIN would end the pipeline's implicit one too, but the server
         # warns of it in its log at every attempt).
-        begun = 1 if finished or lease else 0
-        statements: list[tuple[str, dict[str, Any]]] = [("execution_begin", {})] * begun
+        # Its statements then run plans made once per connection (`execution_generic_plans`).
+        begun = 2 if finished or lease else 0
+        opening: list[tuple[str, dict[str, Any]]] = [("execution_begin", {}), ("execution_generic_plans", {})]
+        statements = opening[:begun]
         if attempt is not None and finished:
             statements.append(("ledger_finish_attempts", finish_params(
                 worker_id, finished, wake=False, steps=[{**step, "attempt_id": attempt.id} for step in steps])))

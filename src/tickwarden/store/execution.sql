@@ -137,6 +137,15 @@ SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds, t.name AS tenant__na
 -- Open the exchange's durable transaction explicitly when a wake follows its commit.
 BEGIN;
 
+-- execution_generic_plans --
+-- The rest of the exchange's transaction runs plans made once per connection (generic), not
+-- made afresh at each execution: the outcome's and the lease's writes bind their months as
+-- scalars (`ledger_finish_attempts`, `ledger_lease_attempts`), which prune such a plan when
+-- it starts, so it still touches their months' partitions alone; planning them anew cost
+-- the server more than running them, at every attempt. Local to the transaction: the
+-- poller's wake after its commit, and every other statement of the connection, are as before.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
+
 -- execution_commit --
 -- Commit what the exchange sent since its BEGIN (the outcome, its lease and start: durable,
 -- waiting for the WAL flush); the statements after it run in a transaction of their own.

@@ -314,7 +314,7 @@ def lease_params(worker_id: str, now: datetime, lease_seconds: float, limit: int
     return {"worker_id": worker_id, "now": now, "lease_expires_at": now + timedelta(seconds=lease_seconds),
             "limit": limit, "start": limit if start is None else start,
             "attempt_ids": [q["id"] for q in queued],
-            "run_scheduled_fors": [q["run_scheduled_for"] for q in queued]}
+            "run_scheduled_fors": [q["run_scheduled_for"] for q in queued], **_span([q["run_scheduled_for"] for q in queued])}
 
 
 def expire_params(now: datetime, expired: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -343,9 +343,14 @@ def finished_from_rows(finished: Sequence[tuple[Attempt, AttemptOutcome, datetim
     return results
 
 
+def _span(ticks: Sequence[datetime]) -> dict[str, datetime | None]:
+    """The first and last of a batch's ticks, as scalars: what prunes a plan made once (NULL: an empty batch)."""
+    return {"first_tick": min(ticks, default=None), "last_tick": max(ticks, default=None)}
+
+
 def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]], *,
                   wake: bool = True, steps: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-    """The parameters of the `finish_attempts` statement: one array per column, each attempt with its run's tick.
+    """The parameters of the `finish_attempts` statement: one JSON object per attempt, each with its run's tick.
 
     `wake`: the statement notifies the poller as it commits; False only for a caller that
     sends the wake itself once the outcome has committed (the worker's exchange).
@@ -354,20 +359,18 @@ def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutco
     for _, outcome, _ in finished:
         if outcome.status not in ("succeeded", "failed"):
             raise ValueError(f"an attempt finishes as succeeded or failed, not {outcome.status!r}")
+    # One JSON array of outcomes, not an array per column: a dozen arrays cost the client more to
+    # dump than the statement's whole exchange. Timestamps travel as ISO text, exact to the microsecond.
     return {
         "worker_id": worker_id,
-        "attempt_ids": [attempt.id for attempt, _, _ in finished],
-        "run_scheduled_fors": [attempt.run_scheduled_for for attempt, _, _ in finished],
-        "workflow_ids": [attempt.workflow_id for attempt, _, _ in finished],
-        "statuses": [outcome.status for _, outcome, _ in finished],
-        "finished_ats": [at for _, _, at in finished],
-        "error_categories": [outcome.error_category for _, outcome, _ in finished],
-        "errors": [outcome.error for _, outcome, _ in finished],
-        "failed_steps": [outcome.failed_step for _, outcome, _ in finished],
-        "retryables": [outcome.retryable for _, outcome, _ in finished],
-        "log_tails": [outcome.log_tail for _, outcome, _ in finished],
-        "outputs": [Jsonb(outcome.outputs) for _, outcome, _ in finished],
-        "rows": [outcome.rows for _, outcome, _ in finished],
+        **_span([attempt.run_scheduled_for for attempt, _, _ in finished]),
+        "outcomes": Jsonb([{
+            "attempt_id": attempt.id, "run_scheduled_for": attempt.run_scheduled_for.isoformat(),
+            "workflow_id": attempt.workflow_id, "status": outcome.status, "finished_at": at.isoformat(),
+            "error_category": outcome.error_category, "error": outcome.error, "failed_step": outcome.failed_step,
+            "retryable": outcome.retryable, "log_tail": outcome.log_tail, "outputs": outcome.outputs,
+            "rows": outcome.rows,
+        } for attempt, outcome, at in finished]),
         "wake": wake,
         "steps": Jsonb(list(steps)),
     }

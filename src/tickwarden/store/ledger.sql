@@ -93,11 +93,11 @@ SELECT q.attempt_id AS id, q.run_id, q.run_scheduled_for, q.workflow_id
 -- compare-and-set `execution_start_attempt`, and a lease that runs out before that
 -- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row also
 -- carries its run's tick (`run_scheduled_for`), so no second look at the runs is needed
--- (a read of them after their update cost more to plan than to run). The ticks arrive
--- as a bound array: the statement is planned
--- afresh at each execution, with them, so its plan holds only their months'
+-- (a read of them after their update cost more to plan than to run). The ticks' span
+-- (first and last) arrives as two scalars, so its plan holds only their months'
 -- partitions (planning every month's partitions for these writes cost several times
--- the writes themselves). The attempts are locked SKIP LOCKED too: a writer that
+-- the writes themselves), pruned when planned or, in the worker's exchange, which runs
+-- it as a plan made once (`execution_generic_plans`), when it starts. The attempts are locked SKIP LOCKED too: a writer that
 -- changes a queued attempt (a cancel, a Kubernetes lease) locks the attempt first and
 -- its queue row after, so a lease that waited for the attempt while holding the queue
 -- row could deadlock with it; skipped, such an attempt is that writer's to move, and the
@@ -108,7 +108,7 @@ WITH locked AS (
     SELECT a.id, a.run_scheduled_for
       FROM attempts a
      WHERE a.id = ANY (%(attempt_ids)s::bigint[])
-       AND a.run_scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
+       AND a.run_scheduled_for BETWEEN %(first_tick)s AND %(last_tick)s
        AND a.status = 'queued'
        FOR UPDATE SKIP LOCKED
 ), leased AS (
@@ -119,14 +119,14 @@ WITH locked AS (
            heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
       FROM locked
      WHERE a.id = locked.id AND a.run_scheduled_for = locked.run_scheduled_for
-       AND a.run_scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
+       AND a.run_scheduled_for BETWEEN %(first_tick)s AND %(last_tick)s
     RETURNING a.*
 ), started AS (
     UPDATE runs r
        SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
       FROM leased
      WHERE r.id = leased.run_id AND r.scheduled_for = leased.run_scheduled_for
-       AND r.scheduled_for = ANY (%(run_scheduled_fors)s::timestamptz[])
+       AND r.scheduled_for BETWEEN %(first_tick)s AND %(last_tick)s
        AND r.status IN ('queued', 'pending_retry')
 )
 SELECT leased.* FROM leased ORDER BY leased.queued_at, leased.id;
@@ -148,28 +148,29 @@ UPDATE attempts
 -- (`lost_requeues`) do not count against the budget. One statement for one attempt
 -- (the worker) or for a batch (the simulator), which never holds two attempts of one run.
 -- Each attempt comes with its run's tick, the ledger's partition key: every read and
--- write below names it, as a join key and as the list of the months the batch touches,
--- so the plan holds only those months' partitions instead of every month retention
--- keeps. The list prunes when the statement is planned, which the server does afresh at
--- each execution here: a generic plan cannot prune by an array parameter, and, holding
--- every month, it costs several times a fresh plan. For the same reason the ledger is
+-- write below names it, as a join key and by the span of the batch's ticks (its first and
+-- last, two scalars), so the plan holds only those months' partitions instead of every
+-- month retention keeps. Scalars prune a plan made once for every execution too (at its
+-- start, in the executor), where an array of ticks prunes only a plan made afresh: the
+-- worker's exchange runs it as such a generic plan (`execution_generic_plans`), whose
+-- planning, several times its work, it then pays once per connection instead of at every
+-- outcome. For the same reason the ledger is
 -- touched twice only, each table once: the attempt's workflow comes with it (its
 -- `workflow_id`, as leased), so judging an empty result reads the workflow and not the
 -- attempt, and the run's verdict is decided inside the update that records it, from the
 -- run's own budget columns (a run not running, cancelled meanwhile, is not moved; its
 -- attempt's row still comes back, with no run status).
+-- The outcomes arrive as one JSON array (`outcomes`: an object per attempt), as the steps do.
 -- Each finished attempt is queued for the outcome poller (`outcome_queue`) in the same statement,
 -- and its steps' rows (`steps`: one object per step, each naming its attempt) are written
 -- with it: only for an attempt that ends here under this worker, so a second delivery, or
 -- a result after the lease was reaped, writes none.
 WITH reported AS (
     SELECT *
-      FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[], %(workflow_ids)s::bigint[],
-                  %(statuses)s::text[], %(finished_ats)b::timestamptz[], %(error_categories)s::text[],
-                  %(errors)s::text[], %(failed_steps)s::text[], %(retryables)s::boolean[], %(log_tails)s::text[],
-                  %(outputs)b::jsonb[], %(rows)s::bigint[])
-           AS o (attempt_id, run_scheduled_for, workflow_id, status, finished_at, error_category, error, failed_step,
-                 retryable, log_tail, outputs, rows)
+      FROM jsonb_to_recordset(%(outcomes)s::jsonb)
+           AS o (attempt_id bigint, run_scheduled_for timestamptz, workflow_id bigint, status text,
+                 finished_at timestamptz, error_category text, error text, failed_step text, retryable boolean,
+                 log_tail text, outputs jsonb, rows bigint)
 ), outcome AS (
     -- A workflow that expects rows fails a success that reported none (empty_result,
     -- retryable: the data may be late); judged here so every writer of outcomes agrees.
@@ -189,7 +190,7 @@ WITH reported AS (
            retryable = o.retryable, log_tail = o.log_tail, outputs = o.outputs, rows = o.rows
       FROM outcome o
      WHERE a.id = o.attempt_id AND a.run_scheduled_for = o.run_scheduled_for AND a.workflow_id = o.workflow_id
-       AND a.run_scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
+       AND a.run_scheduled_for BETWEEN %(first_tick)s AND %(last_tick)s
        AND a.status = 'running' AND a.worker_id = %(worker_id)s
     RETURNING a.id, a.run_id, a.run_scheduled_for, a.number, a.status, a.retryable, a.error_category, a.error, a.failed_step,
               a.finished_at, a.rows, a.tenant_id, a.workflow_id
@@ -223,7 +224,7 @@ WITH reported AS (
            rows = done.rows
       FROM done
      WHERE r.id = done.run_id AND r.scheduled_for = done.run_scheduled_for
-       AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[]) AND r.status = 'running'
+       AND r.scheduled_for BETWEEN %(first_tick)s AND %(last_tick)s AND r.status = 'running'
     RETURNING r.id, r.status
 ), woken AS (
     -- the poller decides the retry or the verdict now, not at its next poll (sent at commit);
