@@ -146,3 +146,11 @@ def tally(params, inputs):
     with Path(params["path"]).open("a") as out:
         out.write(f"{os.environ.get('TICKWARDEN_RUN_KEY')} {os.environ.get('TICKWARDEN_ATTEMPT')}\n")
     return {"ok": True}
+
+
+def unstorable(params, inputs):
+    """Text PostgreSQL cannot store (NUL, a lone surrogate) in the log, the error and the output."""
+    print("before\x00after \ud800")
+    if params.get("fail"):
+        raise ValueError("bad\x00byte \udfff")
+    return {"text\x00": "a\x00b\ud800", "rows": 3}

@@ -31,7 +31,8 @@ _SECRET_WORD = (r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|apikey|ac
 # The lookbehind anchors a key at the start of an identifier: without it the scan retries
 # from every character of every word, which made this the costliest pattern by far.
 _KEY = rf"(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*?(?:{_SECRET_WORD})[A-Za-z0-9_.-]*"
-_VALUE = r"(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s,;}\])\"']+)"
+# A value already redacted by an earlier rule (an authorization header's) is left as it is.
+_VALUE = r"(?!\[redacted\](?:[\s,;}\])\"']|$))(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s,;}\])\"']+)"
 
 # Each rule is (pattern, replacement, prefilter): the prefilter is something every match of the
 # pattern contains (a literal, or a regex searched with the pattern's own flags), so a text
@@ -209,8 +210,19 @@ def _required_in(items: list[Any], c: Any) -> set[str] | None:
     return {"".join(run)} if len(run) >= 2 else None
 
 
+# What PostgreSQL's text and jsonb cannot hold: NUL, and lone surrogates (a JSON `\\ud800`
+# escape decodes to one; it has no UTF-8 encoding). A step's text may hold either.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """`text` with each character the database cannot store replaced by U+FFFD."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
 def redact(text: str) -> str:
-    """Remove credentials, tokens, personal data and quoted literal values."""
+    """Remove credentials, tokens, personal data and quoted literal values; the result is storable."""
+    text = storable(text)
     for pattern, replacement, needed in _PATTERNS:
         if _may_match(needed, text):
             text = pattern.sub(replacement, text)
@@ -247,7 +259,8 @@ def _holds_any(text: str, texts: tuple[str, ...]) -> bool:
 def redact_value(value: Any) -> Any:
     """Redact a JSON value (a step's output): secret-keyed values whole, every string as text."""
     if isinstance(value, dict):
-        return {k: REDACTED if isinstance(k, str) and _SECRET_KEY.match(k) and v not in (None, "")
+        return {storable(k) if isinstance(k, str) else k:
+                REDACTED if isinstance(k, str) and _SECRET_KEY.match(k) and v not in (None, "")
                 else redact_value(v) for k, v in value.items()}
     if isinstance(value, list):
         return [redact_value(v) for v in value]

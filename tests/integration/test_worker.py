@@ -393,3 +393,18 @@ def test_an_environment_runs_its_own_interpreter(db, clock, workers):
     run, attempt, steps = outcome(db, run.id)
     assert steps["which"].output == {"executable": base, "has_tickwarden": False}
     assert attempt.error_category == "config" and "psycopg is not installed" in attempt.error
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_text_the_database_cannot_store_is_replaced_not_fatal(db, clock, workers, fail):
+    """A step's NUL or lone surrogate once failed the outcome's write: the attempt was left running."""
+    wf = make_runnable(db, clock.now(), [python_step("s", "unstorable", params={"fail": fail})])
+    run = queue_run(db, wf, clock.now(), clock.now())
+    workers().run_once(clock.now())
+    run, attempt, steps = outcome(db, run.id)
+    assert attempt.status == ("failed" if fail else "succeeded")
+    assert "before\ufffdafter \ufffd" in steps["s"].log
+    if fail:
+        assert "bad\ufffdbyte \ufffd" in attempt.error
+    else:
+        assert attempt.outputs == {"s": {"text\ufffd": "a\ufffdb\ufffd", "rows": 3}}

@@ -173,3 +173,22 @@ def test_prefilters_skip_only_rules_that_could_not_match():
     texts += ["".join(rnd.choice(_PIECES) for _ in range(rnd.randint(0, 40))) for _ in range(4000)]
     for text in texts:
         assert sanitize.redact(text) == _unfiltered(text), text
+
+
+def test_an_authorization_header_is_redacted_once():
+    """The header's rule redacts the value; the key=value rule must not redact its marker again ("]]")."""
+    assert sanitize.redact("Authorization: bearer abc") == "Authorization: [redacted]"
+    assert sanitize.redact("Proxy-Authorization: Basic dXNlcjpwYXNz, next") == "Proxy-Authorization: [redacted], next"
+    assert sanitize.redact("auth=[redacted]") == "auth=[redacted]"
+    assert sanitize.redact("password: [redacted]\ntoken = [redacted];") == "password: [redacted]\ntoken = [redacted];"
+
+
+def test_what_the_database_cannot_store_is_replaced():
+    """NUL and lone surrogates (from a JSON escape) fail a text or jsonb write: redaction replaces them."""
+    assert sanitize.redact("a\x00b\ud800c\udfff") == "a\ufffdb\ufffdc\ufffd"
+    assert sanitize.sanitize_error("bad\x00byte") == "bad\ufffdbyte"
+    assert sanitize.sanitize_log_tail("one\x00\ntwo \udc80") == "one\ufffd\ntwo \ufffd"
+    assert sanitize.redact_value({"k\x00": ["v\ud800", 1]}) == {"k\ufffd": ["v\ufffd", 1]}
+    for text in (sanitize.redact("x\x00\ud800"), sanitize.sanitize_error("\x00" * 400)):
+        text.encode("utf-8")  # no lone surrogate left
+        assert "\x00" not in text
