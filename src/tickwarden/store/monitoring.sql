@@ -490,10 +490,17 @@ WITH missed AS (
         ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
     RETURNING id AS run_id, workflow_id, scheduled_for
 ), advanced AS (
+    -- Each watermark is a probe of the primary key. The unnest comes through a LIMIT of its
+    -- own length, which changes nothing it returns but the server's estimate of it (one row,
+    -- not ten): with ten, the generic plan it caches for this prepared statement reads
+    -- every watermark of a small fleet into a hash (seventeen pages for 1,000 schedules) to
+    -- update the few of a pass.
     UPDATE tick_audits ta
        SET checked_until = u.checked_until, next_check_at = u.next_check_at, updated_at = %(now)s
-      FROM unnest(%(schedule_ids)s::bigint[], %(checked_untils)b::timestamptz[], %(next_check_ats)b::timestamptz[])
-           AS u (schedule_id, checked_until, next_check_at)
+      FROM (SELECT *
+              FROM unnest(%(schedule_ids)s::bigint[], %(checked_untils)b::timestamptz[],
+                          %(next_check_ats)b::timestamptz[]) AS u (schedule_id, checked_until, next_check_at)
+             LIMIT cardinality(%(schedule_ids)s::bigint[])) u
      WHERE ta.schedule_id = u.schedule_id
 )
 SELECT run_id, workflow_id, scheduled_for FROM missed ORDER BY scheduled_for, workflow_id;
