@@ -25,8 +25,11 @@ One pass:
    `missed` run with ON CONFLICT DO NOTHING on the one-run-per-tick index (ticks
    that have a run are untouched; those the audit's read already found with a run are
    not sent, and a pass with none left reads nothing back), and advances the watermark. The cost is one
-   cron step per tick that became due since the last pass, whatever the fleet size,
-   plus one anti-join of schedules against watermarks to arm new or edited ones.
+   cron step per tick that became due since the last pass, whatever the fleet size.
+   A watermark is armed (created, or re-armed after an edit, pause or resume) by the
+   first pass after the schedule's write, which lists the schedule (`tick_audit_arms`,
+   kept by a trigger on schedules): a pass looks only at the schedules listed since the
+   last one, not at every schedule against every watermark.
 3. Evaluate the workflows that got a `missed` verdict in 1 or 2, in the same
    transaction under a savepoint (as the poller does): a fault in the evaluation
    leaves the verdicts written, and the workflows are evaluated one by one.

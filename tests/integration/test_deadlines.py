@@ -1,10 +1,13 @@
 """The deadline detector: overdue runs and ticks that never ran become `missed`, then alert once."""
 
+import threading
 from datetime import timedelta
 
+from tests.dbutil import TEST_URL
 from tests.helpers import lease
-from tests.integration.pipeline import DAILY, FIVE_MIN, OK, alerts_of, create_tick, events_of, fail, tick, workflow
+from tests.integration.pipeline import DAILY, FIVE_MIN, HOURLY, OK, alerts_of, create_tick, events_of, fail, tick, workflow
 from tickwarden import catalog
+from tickwarden.db import Database
 from tickwarden.deadlines import DeadlineDetector
 from tickwarden.poller import OutcomePoller
 
@@ -170,3 +173,71 @@ def test_ticks_that_already_ran_are_not_sent_to_be_recorded_missed(db, clock, mo
     [(ticks, _)] = sent
     assert [t[2] for t in ticks] == [base + timedelta(minutes=15)]
     assert detector.last.missed_ticks == [(wf.id, base + timedelta(minutes=15))]
+
+
+
+def listed(db):
+    with db.connection() as conn:
+        return [r[0] for r in conn.execute("SELECT schedule_id FROM tick_audit_arms ORDER BY schedule_id")]
+
+
+def watermark(db, wf):
+    """(version armed, checked_until, next_check_at, the schedule's version) of the workflow's watermark."""
+    with db.connection() as conn:
+        return conn.execute(
+            "SELECT ta.schedule_version, ta.checked_until, ta.next_check_at, s.version FROM tick_audits ta"
+            " JOIN schedules s ON s.id = ta.schedule_id WHERE s.workflow_id = %s", (wf.id,)).fetchone()
+
+
+def test_a_schedule_write_lists_it_for_arming_and_a_pass_arms_it_from_the_list(db, clock):
+    """Created, edited or resumed, a schedule is listed by its write; a pass arms it and empties the list."""
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="check")
+    (schedule_id,) = listed(db)
+    detector = DeadlineDetector(db)
+    detector.run_once(clock.now())
+    assert listed(db) == []
+    version, checked, next_check, current = watermark(db, wf)
+    assert (version, checked) == (current, clock.now()) and next_check is not None
+
+    workflow(db, clock.advance(600), cadence=FIVE_MIN, name="check")  # the same schedule: nothing changes
+    assert listed(db) == []
+    edited = clock.advance(600)
+    workflow(db, edited, cadence=HOURLY, name="check")  # a new expression: a new version
+    assert listed(db) == [schedule_id]
+    detector.run_once(clock.advance(1))
+    version, checked, _, current = watermark(db, wf)
+    assert listed(db) == [] and (version, checked) == (current, edited)
+
+    catalog.pause(db, "acme", "check", clock.advance(60))
+    assert listed(db) == []  # a paused schedule is not armed: a pass disarms its watermark
+    detector.run_once(clock.advance(HOURLY))
+    assert watermark(db, wf)[2] is None
+    resumed = clock.advance(60)
+    catalog.resume(db, "acme", "check", resumed)
+    assert listed(db) == [schedule_id]
+    detector.run_once(clock.advance(1))
+    version, checked, next_check, current = watermark(db, wf)
+    assert listed(db) == [] and version == current and next_check is not None
+    assert checked >= resumed and runs_of(db, wf) == []  # nothing of the pause is missed
+
+
+def test_a_replica_arming_a_schedule_holds_no_other_replica_back(db, clock):
+    """A pass takes only the listed rows it can lock: another replica's pass meanwhile neither waits nor arms."""
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="check")
+    other = DeadlineDetector(Database(TEST_URL, schema=db.schema, min_size=1, max_size=1))
+    try:
+        with db.transaction() as store:  # a replica's pass, begun: the schedule armed, not yet committed
+            store.monitoring.close_overdue_and_take_audits(clock.now(), 10, "late", clock.now(), 10)
+            finished = threading.Event()
+            thread = threading.Thread(target=lambda: (other.run_once(clock.now()), finished.set()))
+            thread.start()
+            thread.join(timeout=20)
+            assert finished.is_set()  # it did not wait for the first replica
+            assert other.last.audited_schedules == 0
+        thread.join()
+        version, _, _, current = watermark(db, wf)
+        assert version == current and listed(db) == []
+        other.run_once(clock.advance(1))  # armed once, walked by whichever pass comes next
+        assert other.last.audited_schedules == 1
+    finally:
+        other.db.close()

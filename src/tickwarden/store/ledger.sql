@@ -44,12 +44,17 @@ WITH grp AS (
     SELECT tenant_id, workflow_id, id, scheduled_for, 1, 'queued', %(now)s FROM run WHERE attempts_count = 1
     RETURNING run_id
 ), advanced AS (
+    -- The fire rows are probed by id (= ANY of every advanced schedule): as a join with the
+    -- unnest alone, the generic plan the server caches for this prepared statement reads
+    -- every fire row of a small fleet into a hash to move the few of a pass (on 1,000
+    -- schedules 0.4 ms of the statement's 1.2).
     UPDATE schedule_fires f
        SET next_fire_at = a.next_fire_at, last_fired_at = coalesce(a.last_fired_at, f.last_fired_at)
       FROM unnest(%(advance_ids)s::text[], %(advance_next)b::timestamptz[], %(advance_last)b::timestamptz[])
            AS a (schedule_ids, next_fire_at, last_fired_at)
      CROSS JOIN LATERAL unnest(a.schedule_ids::bigint[]) AS m (schedule_id)
-     WHERE f.schedule_id = m.schedule_id
+     WHERE f.schedule_id = ANY (ARRAY(SELECT unnest(x::bigint[]) FROM unnest(%(advance_ids)s::text[]) AS x))
+       AND f.schedule_id = m.schedule_id
 )
 {result};
 

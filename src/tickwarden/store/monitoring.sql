@@ -402,7 +402,11 @@ SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
 -- Give every active schedule a watermark, and re-arm it when the schedule changed
 -- (edit, pause, resume: the version moved). The watermark never starts before the
 -- schedule was published or last edited, nor before the look-back window, so ticks
--- nobody expected are never recorded missed.
+-- nobody expected are never recorded missed. Only the schedules a write listed in
+-- `tick_audit_arms` (its trigger, migration 0038) are looked at, not every schedule
+-- against every watermark: the rows this pass sees are taken (SKIP LOCKED: a replica
+-- takes the others) and deleted, and each listed schedule is armed as the schedule now
+-- is, when it is active and its watermark is missing or of an older version.
 WITH overdue AS (
     SELECT r.id, r.scheduled_for
       FROM runs r
@@ -429,15 +433,20 @@ WITH overdue AS (
        SET status = 'cancelled', finished_at = %(now)s
       FROM closed
      WHERE a.run_id = closed.id AND a.status = 'queued'
+), listed AS (
+    -- the list has no key: its rows are taken by their position (a TID scan)
+    DELETE FROM tick_audit_arms l
+     WHERE l.ctid = ANY (ARRAY(SELECT ctid FROM tick_audit_arms FOR UPDATE SKIP LOCKED))
+    RETURNING l.schedule_id
 ), armed AS (
     INSERT INTO tick_audits (schedule_id, schedule_version, checked_until, next_check_at, updated_at)
     SELECT s.id, s.version,
            greatest(coalesce(s.published_at, s.created_at), s.updated_at, %(lookback_start)s::timestamptz),
            %(now)s, %(now)s
       FROM schedules s
-      LEFT JOIN tick_audits ta ON ta.schedule_id = s.id
-     WHERE s.status = 'active'
-       AND (ta.schedule_id IS NULL OR ta.schedule_version <> s.version)
+     WHERE s.id = ANY (ARRAY(SELECT DISTINCT schedule_id FROM listed))
+       AND s.status = 'active'
+       AND NOT EXISTS (SELECT 1 FROM tick_audits ta WHERE ta.schedule_id = s.id AND ta.schedule_version = s.version)
         ON CONFLICT (schedule_id) DO UPDATE
        SET schedule_version = EXCLUDED.schedule_version,
            checked_until = greatest(tick_audits.checked_until, EXCLUDED.checked_until),
@@ -481,10 +490,17 @@ WITH missed AS (
         ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING
     RETURNING id AS run_id, workflow_id, scheduled_for
 ), advanced AS (
+    -- Each watermark is a probe of the primary key. The unnest comes through a LIMIT of its
+    -- own length, which changes nothing it returns but the server's estimate of it (one row,
+    -- not ten): with ten, the generic plan it caches for this prepared statement reads
+    -- every watermark of a small fleet into a hash (seventeen pages for 1,000 schedules) to
+    -- update the few of a pass.
     UPDATE tick_audits ta
        SET checked_until = u.checked_until, next_check_at = u.next_check_at, updated_at = %(now)s
-      FROM unnest(%(schedule_ids)s::bigint[], %(checked_untils)b::timestamptz[], %(next_check_ats)b::timestamptz[])
-           AS u (schedule_id, checked_until, next_check_at)
+      FROM (SELECT *
+              FROM unnest(%(schedule_ids)s::bigint[], %(checked_untils)b::timestamptz[],
+                          %(next_check_ats)b::timestamptz[]) AS u (schedule_id, checked_until, next_check_at)
+             LIMIT cardinality(%(schedule_ids)s::bigint[])) u
      WHERE ta.schedule_id = u.schedule_id
 )
 SELECT run_id, workflow_id, scheduled_for FROM missed ORDER BY scheduled_for, workflow_id;

@@ -1,0 +1,61 @@
+"""The deadline pass's statements under the plans the server caches for them (see test_evaluation_plans).
+
+On a small fleet the server's estimates favour reading a whole table over probing a few of
+its rows: these check that a pass reads only the rows it acts on.
+"""
+
+from datetime import datetime, timedelta
+
+from tests.integration.test_evaluation_plans import _generic_plan, _scans_of
+from tickwarden.db import Database
+
+FLEET = 1000
+AT = datetime(2026, 3, 1)
+
+
+def _read(plan: dict, relation: str) -> int:
+    """Rows of `relation` the plan read: those its scans returned and those their filters removed."""
+    return sum((s["Actual Rows"] + s.get("Rows Removed by Filter", 0)) * s["Actual Loops"]
+               for s in _scans_of(plan, relation))
+
+
+def _fleet(conn) -> None:
+    """FLEET active schedules, each with its watermark armed and none listed for arming."""
+    conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'acme', %s)", (AT,))
+    conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                 " SELECT 1, 'wf-' || w, %s, %s FROM generate_series(1, %s) w", (AT, AT, FLEET))
+    conn.execute("INSERT INTO schedules (tenant_id, workflow_id, cron, status, cadence_seconds, version, created_at,"
+                 " updated_at) SELECT 1, id, '*/5 * * * *', 'active', 300, 1, %s, %s FROM workflows", (AT, AT))
+    conn.execute("INSERT INTO tick_audits (schedule_id, schedule_version, checked_until, next_check_at, updated_at)"
+                 " SELECT id, 1, %s, %s + (id %% 5) * interval '1 minute', %s FROM schedules", (AT, AT, AT))
+    conn.execute("DELETE FROM tick_audit_arms")
+    conn.execute("ANALYZE workflows, schedules, tick_audits, tick_audit_arms")
+
+
+def test_a_pass_with_no_schedule_written_since_the_last_reads_no_schedule_to_arm(db: Database) -> None:
+    with db.connection() as conn:
+        _fleet(conn)
+        plan = _generic_plan(
+            conn, "monitoring_close_overdue_and_arm",
+            {"now": "timestamptz", "limit": "integer", "error": "text", "lookback_start": "timestamptz"},
+            {"now": AT + timedelta(hours=1), "limit": 500, "error": "late", "lookback_start": AT - timedelta(days=1)})
+        assert _read(plan, "schedules") == 0, plan
+        assert _read(plan, "tick_audits") == 0, plan
+
+
+def test_advancing_a_pass_s_watermarks_reads_only_those_watermarks(db: Database) -> None:
+    advanced = [7, 70, 700, 701, 999]
+    with db.connection() as conn:
+        _fleet(conn)
+        then = AT + timedelta(minutes=10)
+        plan = _generic_plan(
+            conn, "monitoring_record_missed_and_advance",
+            {"tenant_ids": "bigint[]", "workflow_ids": "bigint[]", "scheduled_fors": "timestamptz[]",
+             "schedule_ids": "bigint[]", "checked_untils": "timestamptz[]", "next_check_ats": "timestamptz[]",
+             "error": "text", "now": "timestamptz"},
+            {"tenant_ids": [], "workflow_ids": [], "scheduled_fors": [], "schedule_ids": advanced,
+             "checked_untils": [then] * len(advanced), "next_check_ats": [then + timedelta(minutes=5)] * len(advanced),
+             "error": "never ran", "now": then})
+        assert _read(plan, "tick_audits") == len(advanced), plan
+        moved = conn.execute("SELECT count(*) FROM tick_audits WHERE checked_until = %s", (then,)).fetchone()[0]
+        assert moved == len(advanced)
