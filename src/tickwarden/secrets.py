@@ -168,7 +168,11 @@ def check_name(name: str) -> str:
 def check_value(value: str) -> str:
     if not value:
         raise InvalidInput("The secret value is empty.")
-    if len(value.encode()) > MAX_VALUE_BYTES:
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:  # a lone surrogate, from a JSON escape: not text UTF-8 can hold
+        raise InvalidInput("The secret value contains a lone surrogate, which is not valid Unicode.") from None
+    if size > MAX_VALUE_BYTES:
         raise InvalidInput(f"The secret value is larger than {MAX_VALUE_BYTES} bytes.")
     if "\0" in value:
         raise InvalidInput("The secret value contains a NUL character.")

@@ -1,6 +1,8 @@
 """The secrets API: a member sets its own tenant's secrets, never reads a value back,
 and cannot publish a step that names the platform's variables."""
 
+import json
+
 import pytest
 
 from tests.apiutil import api, live_server, make_token, seed_tenant
@@ -53,11 +55,15 @@ def test_the_stored_value_opens_with_the_platform_key_only(server, tokens, db):
     ({"value": "x" * 70000}, 413, ""),  # the API body limit stops it before the secret store would
     ({"value": CANARY, "extra": 1}, 422, ""),
     ({}, 422, ""),
+    ({"value": CANARY + "\ud800"}, 422, "The secret value contains a lone surrogate"),  # was a 500
+    ({"value": CANARY + "\x00"}, 422, "The secret value contains a NUL character."),
 ])
 def test_bad_values_are_one_sentence_that_never_echoes_the_value(server, tokens, body, status, says):
     _, bob = tokens
     with api(server, bob) as client:
-        answer = client.put("/api/tenants/beta/secrets/WAREHOUSE", json=body)
+        # sent as JSON escapes (ASCII), as an attacker would: a lone surrogate has no UTF-8 form
+        answer = client.put("/api/tenants/beta/secrets/WAREHOUSE", content=json.dumps(body),
+                            headers={"content-type": "application/json"})
     assert answer.status_code == status and says in answer.text
     assert CANARY not in answer.text and "x" * 100 not in answer.text
 
