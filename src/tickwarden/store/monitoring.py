@@ -14,6 +14,7 @@ from typing import Any
 
 from tickwarden.models import Alert, AlertEvent, AlertView, from_row
 from tickwarden.store.base import StoreBase
+from tickwarden.store.ledger import in_months
 
 
 @dataclass(frozen=True)
@@ -168,10 +169,10 @@ class MonitoringRepository(StoreBase):
         """Fail runs (id, tick) pending a retry whose category never succeeds on retry; return (run, workflow)."""
         if not runs:
             return []
-        rows = self._rows(
-            "monitoring_fail_unretryable",
-            {"run_ids": [r for r, _ in runs], "run_scheduled_fors": sorted({t for _, t in runs}),
-             "categories": list(categories), "now": now},
+        ticks = sorted({t for _, t in runs})
+        rows = self._fetch(
+            in_months("monitoring_fail_unretryable", ticks),
+            {"run_ids": [r for r, _ in runs], "run_scheduled_fors": ticks, "categories": list(categories), "now": now},
         )
         return [(r["id"], r["workflow_id"]) for r in rows]
 

@@ -40,12 +40,13 @@ SELECT claimed.attempt_id, claimed.run_id, claimed.run_scheduled_for, claimed.wo
 -- A run pending a retry whose error category can never succeed on retry (config,
 -- auth) gets its verdict now instead of another attempt. The worker normally
 -- writes these as failed already; this keeps the rule true whoever wrote the row.
--- The runs' ticks name their months, so the plan holds only those months' partitions
--- (see ledger_queue_retries).
+-- `{months}`: the months of the runs' ticks, as constants, so the plan holds only
+-- those months' partitions and is kept (see ledger_queue_retries).
 UPDATE runs
    SET status = 'failed', finished_at = %(now)s
  WHERE id = ANY(%(run_ids)b::bigint[])
    AND scheduled_for = ANY(%(run_scheduled_fors)b::timestamptz[])
+   AND scheduled_for {months}
    AND status = 'pending_retry'
    AND error_category = ANY(%(categories)s::text[])
 RETURNING id, workflow_id;
