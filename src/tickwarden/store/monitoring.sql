@@ -13,6 +13,10 @@
 -- until vacuum, and while any older snapshot is open each costs the walk a heap visit: a
 -- walk from the start pays for every outcome claimed since the last vacuum, one that
 -- resumes after the previous batch only for what that batch left.
+--
+-- `{limit}` is the batch size, a constant of the text (`claim_text`): with it a parameter,
+-- the server found each fresh plan cheaper than the one it could keep (which cannot know
+-- how many rows the LIMIT takes) and planned the claim again at every pass.
 WITH next AS (
     SELECT attempt_id
       FROM outcome_queue
@@ -20,7 +24,7 @@ WITH next AS (
        AND (finished_at, attempt_id)
            > (coalesce(%(after_at)s::timestamptz, '-infinity'), coalesce(%(after_id)s::bigint, 0))
      ORDER BY finished_at, attempt_id
-     LIMIT %(limit)s
+     LIMIT {limit}
        FOR UPDATE SKIP LOCKED
 ), claimed AS (
     -- = ANY (ARRAY(…)) and the lateral lookups below keep every lookup an index probe;
