@@ -16,7 +16,8 @@
 --
 -- `{limit}` is the batch size, a constant of the text (`claim_text`): with it a parameter,
 -- the server found each fresh plan cheaper than the one it could keep (which cannot know
--- how many rows the LIMIT takes) and planned the claim again at every pass.
+-- how many rows the LIMIT takes) and planned the claim again at every pass. A pass that
+-- resumes after a full batch (a drain of a backlog) is still planned afresh each time.
 WITH next AS (
     SELECT attempt_id
       FROM outcome_queue
