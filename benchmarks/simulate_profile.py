@@ -35,7 +35,7 @@ from tickwarden.store import base
 from tickwarden.store.queries import queries
 
 
-PLACEHOLDERS = ("{unnest}", "{months}")
+PLACEHOLDERS = ("{unnest}", "{months}", "{limit}")
 
 
 class Profile:
@@ -50,7 +50,7 @@ class Profile:
         self.queries: collections.Counter[tuple[str, str]] = collections.Counter()
         self.query_seconds: collections.defaultdict[tuple[str, str], float] = collections.defaultdict(float)
         self._names = {text: name for name, text in queries().items()}
-        # A statement completed at run time (`{unnest}`'s arrays, `{months}`' bounds) is named by its text before them.
+        # A statement completed at run time (`{unnest}`, `{months}`, `{limit}`) is named by its text before them.
         self._prefixes = [(min((text.split(p)[0] for p in PLACEHOLDERS), key=len), name) for name, text in queries().items()
                           if any(p in text for p in PLACEHOLDERS)]
         self._since: float | None = None
