@@ -35,6 +35,9 @@ from tickwarden.store import base
 from tickwarden.store.queries import queries
 
 
+PLACEHOLDERS = ("{unnest}", "{months}", "{limit}")
+
+
 class Profile:
     """Counts per loop (the event being processed) and per (loop, query name)."""
 
@@ -47,7 +50,9 @@ class Profile:
         self.queries: collections.Counter[tuple[str, str]] = collections.Counter()
         self.query_seconds: collections.defaultdict[tuple[str, str], float] = collections.defaultdict(float)
         self._names = {text: name for name, text in queries().items()}
-        self._prefixes = [(text.split("{unnest}")[0], name) for name, text in queries().items() if "{unnest}" in text]
+        # A statement completed at run time (`{unnest}`, `{months}`, `{limit}`) is named by its text before them.
+        self._prefixes = [(min((text.split(p)[0] for p in PLACEHOLDERS), key=len), name) for name, text in queries().items()
+                          if any(p in text for p in PLACEHOLDERS)]
         self._since: float | None = None
 
     def name(self, query: Any) -> str:

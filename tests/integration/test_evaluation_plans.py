@@ -91,3 +91,23 @@ def test_the_evaluation_reads_only_the_schedules_and_successes_of_the_workflows_
             assert scans, relation
             read = sum(s["Actual Rows"] * s["Actual Loops"] for s in scans)
             assert read == len(evaluated), (relation, plan)
+
+
+def test_the_server_keeps_one_plan_of_the_claim(db: Database) -> None:
+    """The claim's batch size is a constant of its text, so once psycopg has prepared it the
+    server runs the plan it keeps instead of planning the claim afresh at every pass (with
+    the size a parameter, each fresh plan looked cheaper than the kept one: one plan a pass)."""
+    at = datetime(2026, 3, 1)
+    with db.connection() as conn:
+        conn.execute("INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for,"
+                     " finished_at) SELECT a, 1, a %% 100, a, %(at)s, %(at)s FROM generate_series(1, 20000) a",
+                     {"at": at})
+        conn.execute("ANALYZE outcome_queue")
+        conn.commit()
+    with db.transaction() as store:
+        for _ in range(12):  # prepared from the sixth; the server's own choice from its sixth execution
+            store.monitoring.claim_finished_attempts(at, 100)
+        generic, custom = store.conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH next AS%'"
+        ).fetchone()
+    assert generic >= 1 and custom <= 5, (generic, custom)

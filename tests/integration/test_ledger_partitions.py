@@ -18,7 +18,7 @@ from tickwarden.db import Database
 from tickwarden.models import Attempt, AttemptOutcome, Workflow
 from tickwarden.poller import OutcomePoller
 from tickwarden.retention import RetentionSpec, RetentionSweeper, month_starts, set_tenant_retention
-from tickwarden.store.ledger import TickRequest, finish_params
+from tickwarden.store.ledger import TickRequest, finish_params, in_months
 
 DAY = timedelta(days=1)
 
@@ -41,6 +41,33 @@ def ledger_tables(plan: list[dict], *, executed: bool = False) -> set[str]:
 
     walk(plan[0]["Plan"])
     return seen
+
+
+def generic_plan(conn: psycopg.Connection, text: str, params: dict[str, object]) -> list[dict]:
+    """The JSON plan of `text` (a store statement) as the server plans it once for every execution.
+
+    The statement is prepared with `$n` for its parameters and explained under
+    `plan_cache_mode = force_generic_plan`, in the caller's transaction: what a prepared
+    statement the server keeps would run, whatever the values.
+    """
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+    conn.execute("PREPARE tickwarden_generic AS " + re.sub(r"%\((\w+)\)[sb]", number, text))
+    try:
+        with psycopg.ClientCursor(conn) as cur:
+            cur.execute(f"EXPLAIN (FORMAT JSON) EXECUTE tickwarden_generic ({', '.join('%s' for _ in names)})",
+                        [params[n] for n in names])
+            row = cur.fetchone()
+            assert row is not None
+            return row[0]
+    finally:
+        conn.execute("DEALLOCATE tickwarden_generic")
 
 
 def relation_nodes(plan: list[dict]) -> list[str]:
@@ -643,9 +670,9 @@ def test_a_reaper_pass_writes_only_the_months_of_the_leases_it_locked(db: Databa
 def test_a_retry_is_launched_in_its_runs_month_alone(db: Database) -> None:
     """The poller hands the retry engine each run with its tick, so the statements that
     fail an unretryable run and queue the next attempt plan that month's partitions alone,
-    however many months retention keeps; the retry is launched there."""
+    however many months retention keeps, in a fresh plan and in the one the server keeps
+    for their text (the month is a constant of it); the retry is launched there."""
     from tests.integration.pipeline import attempt_once, fail
-    from tickwarden.store.queries import queries
 
     wf = workflow(db, YEAR_START, cadence=DAILY)
     RetentionSweeper(db).create_months(YEAR_START)
@@ -660,11 +687,20 @@ def test_a_retry_is_launched_in_its_runs_month_alone(db: Database) -> None:
 
     def planned(name: str) -> set[str]:
         with db.transaction() as store:
-            return ledger_tables(store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()[name], params).fetchone()[0])
+            return ledger_tables(store.conn.execute("EXPLAIN (FORMAT JSON) " + in_months(name, [tick]),
+                                                    params).fetchone()[0])
+
+    def kept(name: str) -> set[str]:
+        """The partitions of the plan the server keeps for the statement's text (its generic plan)."""
+        with db.transaction() as store:
+            return ledger_tables(generic_plan(store.conn, in_months(name, [tick]), params))
 
     assert len(months(db)) >= 3
     assert planned("ledger_queue_retries") == {"runs_p202502", "attempts_p202502"}
     assert planned("monitoring_fail_unretryable") == {"runs_p202502"}
+    # The months are constants of the text: a plan made once and kept prunes as a fresh one does.
+    assert kept("ledger_queue_retries") == {"runs_p202502", "attempts_p202502"}
+    assert kept("monitoring_fail_unretryable") == {"runs_p202502"}
 
     result = OutcomePoller(db, "p1").poll(now)
     assert result.retried == [run.id]  # (the January outcome is claimed beside it)

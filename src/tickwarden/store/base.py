@@ -105,14 +105,15 @@ class StoreBase:
         columns = {f.name: [getattr(r, f.name) for r in rows] for f in fields(cls)}
         return self._fetch(unnested(name, cls), {**params, **columns})
 
-    def _records(self, name: str, params: dict[str, Any], cls: type[R]) -> list[R]:
+    def _records(self, name: str, params: dict[str, Any], cls: type[R], text: str | None = None) -> list[R]:
         """Run `name` and build one `cls` per row from its columns by position, on hot paths.
 
         A dict per row and keyword construction cost more than the statement's own client
         work; the statement's columns are checked once against the dataclass's fields, in
-        order, so a column added to one and not the other fails at its first run.
+        order, so a column added to one and not the other fails at its first run. `text`:
+        the statement as completed by its caller (a constant written into `name`'s text).
         """
-        text = queries()[name]
+        text = text or queries()[name]
         key = (text, "tuple", 0)
         cur = _take(self.conn, key)
         with _closed_on_error(cur):

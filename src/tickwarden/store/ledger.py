@@ -11,7 +11,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from psycopg.pq import PipelineStatus, TransactionStatus
@@ -69,6 +69,28 @@ COUNTED = ("id, tenant_id, workflow_id, scheduled_for, attempts_count", "SELECT 
 # How the insert meets a run its tick already has: nothing, for a caller that may race
 # another writer of the tick; an error, for the one writer of its ticks (`exclusive`).
 TOLERANT = "ON CONFLICT (workflow_id, scheduled_for) WHERE NOT manual DO NOTHING"
+
+
+def in_months(name: str, ticks: Sequence[datetime]) -> str:
+    """Query `name` with its `{months}` standing for the whole UTC months `ticks` lie in, as constants.
+
+    `{months}` follows a tick column: `BETWEEN` the first instant of the earliest tick's
+    month and the last of the latest's. The ledger's partitions are those months, so a
+    plan of the text holds only their partitions however it is made: the server may keep
+    one plan for every batch of the same months (a handful of texts in a deployment's
+    life) instead of planning each afresh to prune by an array parameter.
+    """
+    first, last = min(ticks).astimezone(UTC), max(ticks).astimezone(UTC)
+    return _in_months(name, (first.year, first.month), (last.year, last.month))
+
+
+@functools.lru_cache(maxsize=64)
+def _in_months(name: str, first: tuple[int, int], last: tuple[int, int]) -> str:
+    start = datetime(*first, 1, tzinfo=UTC)
+    year, month = last
+    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC) - timedelta(microseconds=1)
+    bounds = (f"BETWEEN '{start.isoformat(sep=' ')}'::timestamptz AND '{end.isoformat(sep=' ')}'::timestamptz")
+    return queries()[name].replace("{months}", bounds)
 
 
 @functools.cache
@@ -245,9 +267,10 @@ class LedgerRepository(StoreBase):
         """
         if not runs:
             return list
-        read = self._submit("ledger_queue_retries", {"run_ids": [r for r, _ in runs],
-                                                     "run_scheduled_fors": sorted({t for _, t in runs}),
-                                                     "now": now, "patient": list(patient)})
+        ticks = sorted({t for _, t in runs})
+        read = self._submit_text(in_months("ledger_queue_retries", ticks),
+                                 {"run_ids": [r for r, _ in runs], "run_scheduled_fors": ticks, "now": now,
+                                  "patient": list(patient)})
         return lambda: [from_row(Attempt, row) for row in read()]
 
     def cancel_run(self, run_id: int, actor: str, now: datetime) -> Run | None:

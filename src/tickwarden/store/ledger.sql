@@ -336,14 +336,18 @@ SELECT given_back.id, given_back.run_id, given_back.number, 'queued', true
 -- when the failure's category is one that time can heal (`patient`); any other
 -- retry is queued at once. The status compare-and-set and UNIQUE (run_id, number)
 -- keep racing engines to one. The runs come with their ticks, the ledger's partition
--- key: the list of them prunes when the statement is planned (afresh at each
--- execution, as ledger_finish_attempts), so the runs' update probes their months'
--- partitions only, not every month retention keeps; the ids alone still say which runs.
+-- key, and `{months}` stands for the months from the earliest tick's to the latest's, as
+-- constants (`store.ledger.in_months`): the plan prunes to those months' partitions when it is
+-- made, so the server can keep one plan of the text for every batch of the same months
+-- instead of planning each batch afresh (an array parameter prunes only a fresh plan,
+-- and the fresh plan of this statement over a year of months cost more than its run).
+-- The ids and ticks alone still say which runs.
 WITH moved AS (
     UPDATE runs r
        SET status = 'queued', attempts_count = r.attempts_count + 1
      WHERE r.id = ANY(%(run_ids)b::bigint[])
        AND r.scheduled_for = ANY(%(run_scheduled_fors)b::timestamptz[])
+       AND r.scheduled_for {months}
        AND r.status = 'pending_retry'
     RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count, r.error_category, r.retry_backoff_seconds,
               r.scheduled_for
@@ -356,7 +360,7 @@ SELECT m.tenant_id, m.workflow_id, m.id, m.scheduled_for, m.attempts_count, 'que
             ELSE %(now)s END
   FROM moved m
   JOIN attempts failed ON failed.run_id = m.id AND failed.run_scheduled_for = m.scheduled_for
-                     AND failed.run_scheduled_for = ANY(%(run_scheduled_fors)b::timestamptz[])
+                     AND failed.run_scheduled_for {months}
                      AND failed.number = m.attempts_count - 1
 RETURNING *;
 

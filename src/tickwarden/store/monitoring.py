@@ -7,6 +7,7 @@ the returned event ids to `enqueue_notifications` in the same transaction.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -14,6 +15,8 @@ from typing import Any
 
 from tickwarden.models import Alert, AlertEvent, AlertView, from_row
 from tickwarden.store.base import StoreBase
+from tickwarden.store.ledger import in_months
+from tickwarden.store.queries import queries
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,14 @@ class TickAudit:
     ran: list[datetime] = field(default_factory=list)
 
 
+@functools.lru_cache(maxsize=16)
+def claim_text(limit: int) -> str:
+    """The claim with its batch size written in: a poller has one, so the server keeps one plan of it."""
+    if limit < 1:
+        raise ValueError("a claim takes at least one attempt")
+    return queries()["monitoring_claim_finished_attempts"].replace("{limit}", str(int(limit)))
+
+
 def _transition(row: dict[str, Any]) -> Transition:
     return Transition(**row)  # the statements return exactly these columns
 
@@ -159,8 +170,9 @@ class MonitoringRepository(StoreBase):
         looked at: what lies before it waits for a claim without one.
         """
         after_at, after_id = after if after is not None else (None, None)
-        return self._records("monitoring_claim_finished_attempts",
-                             {"now": now, "limit": limit, "after_at": after_at, "after_id": after_id}, ClaimedAttempt)
+        return self._records("monitoring_claim_finished_attempts", {"now": now, "after_at": after_at,
+                                                                     "after_id": after_id},
+                             ClaimedAttempt, claim_text(limit))
 
     def fail_unretryable(
         self, runs: Sequence[tuple[int, datetime]], categories: Sequence[str], now: datetime
@@ -168,10 +180,10 @@ class MonitoringRepository(StoreBase):
         """Fail runs (id, tick) pending a retry whose category never succeeds on retry; return (run, workflow)."""
         if not runs:
             return []
-        rows = self._rows(
-            "monitoring_fail_unretryable",
-            {"run_ids": [r for r, _ in runs], "run_scheduled_fors": sorted({t for _, t in runs}),
-             "categories": list(categories), "now": now},
+        ticks = sorted({t for _, t in runs})
+        rows = self._fetch(
+            in_months("monitoring_fail_unretryable", ticks),
+            {"run_ids": [r for r, _ in runs], "run_scheduled_fors": ticks, "categories": list(categories), "now": now},
         )
         return [(r["id"], r["workflow_id"]) for r in rows]
 

@@ -13,6 +13,11 @@
 -- until vacuum, and while any older snapshot is open each costs the walk a heap visit: a
 -- walk from the start pays for every outcome claimed since the last vacuum, one that
 -- resumes after the previous batch only for what that batch left.
+--
+-- `{limit}` is the batch size, a constant of the text (`claim_text`): with it a parameter,
+-- the server found each fresh plan cheaper than the one it could keep (which cannot know
+-- how many rows the LIMIT takes) and planned the claim again at every pass. A pass that
+-- resumes after a full batch (a drain of a backlog) is still planned afresh each time.
 WITH next AS (
     SELECT attempt_id
       FROM outcome_queue
@@ -20,7 +25,7 @@ WITH next AS (
        AND (finished_at, attempt_id)
            > (coalesce(%(after_at)s::timestamptz, '-infinity'), coalesce(%(after_id)s::bigint, 0))
      ORDER BY finished_at, attempt_id
-     LIMIT %(limit)s
+     LIMIT {limit}
        FOR UPDATE SKIP LOCKED
 ), claimed AS (
     -- = ANY (ARRAY(…)) and the lateral lookups below keep every lookup an index probe;
@@ -40,12 +45,13 @@ SELECT claimed.attempt_id, claimed.run_id, claimed.run_scheduled_for, claimed.wo
 -- A run pending a retry whose error category can never succeed on retry (config,
 -- auth) gets its verdict now instead of another attempt. The worker normally
 -- writes these as failed already; this keeps the rule true whoever wrote the row.
--- The runs' ticks name their months, so the plan holds only those months' partitions
--- (see ledger_queue_retries).
+-- `{months}`: the months of the runs' ticks, as constants, so the plan holds only
+-- those months' partitions and is kept (see ledger_queue_retries).
 UPDATE runs
    SET status = 'failed', finished_at = %(now)s
  WHERE id = ANY(%(run_ids)b::bigint[])
    AND scheduled_for = ANY(%(run_scheduled_fors)b::timestamptz[])
+   AND scheduled_for {months}
    AND status = 'pending_retry'
    AND error_category = ANY(%(categories)s::text[])
 RETURNING id, workflow_id;
