@@ -428,6 +428,25 @@ class Database:
 
 
 BEGIN, COMMIT, ROLLBACK = sql.SQL("BEGIN"), sql.SQL("COMMIT"), sql.SQL("ROLLBACK")  # see DedicatedDatabase.transaction
+_COMMANDS = "_tickwarden_command_cursors"  # a connection's attribute: the cursors `_command` keeps on it
+
+
+def _command(conn: psycopg.Connection, statement: sql.SQL) -> None:
+    """Send BEGIN, COMMIT or ROLLBACK on a cursor kept on `conn` for that statement.
+
+    As `conn.execute(statement)`, less a cursor made (with a copy of the connection's
+    adapters) and dropped each time, twice or more a transaction in the pipelined ones.
+    Sharing is safe for these statements alone: they take no parameters and return no
+    rows, nobody reads their results, and their errors are raised where psycopg raises
+    them whatever cursor sent them (at the statement outside pipeline mode, at the read
+    or sync that brings their result in it). One cursor per statement, so each runs the
+    same query object again and psycopg keeps its state.
+    """
+    kept: dict[int, psycopg.Cursor[Any]] = conn.__dict__.setdefault(_COMMANDS, {})
+    cur = kept.get(id(statement))  # by identity: a composed statement is not hashable, and these are constants
+    if cur is None or cur.closed:
+        cur = kept[id(statement)] = conn.cursor()
+    cur.execute(statement)
 
 
 class PipelinedConnection(psycopg.Connection[Any]):
@@ -558,20 +577,20 @@ class DedicatedDatabase(Database):
         with self._borrow() as conn:
             self._keep_pipeline(conn)
             try:
-                conn.execute(BEGIN)
+                _command(conn, BEGIN)
                 self._ahead_writes = False  # this transaction takes them
                 conn.in_block = True
                 try:
                     yield conn
                 finally:
                     conn.in_block = False
-                conn.execute(COMMIT)
+                _command(conn, COMMIT)
             except BaseException as exc:
                 # An error leaves the pipeline discarding what follows until its sync: roll
                 # back once it is over.
                 self._leave_pipeline(exc)
                 if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    conn.execute(ROLLBACK)
+                    _command(conn, ROLLBACK)
                 raise
 
     @contextlib.contextmanager
@@ -622,7 +641,7 @@ class DedicatedDatabase(Database):
             except BaseException as exc:
                 self._leave_pipeline(exc)
                 if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    conn.execute(ROLLBACK)
+                    _command(conn, ROLLBACK)
                 raise
 
     @contextlib.contextmanager
@@ -711,7 +730,7 @@ def _pipelined_transaction(conn: psycopg.Connection) -> Iterator[None]:
     """Run the block as one transaction, BEGIN … COMMIT, in pipeline mode on `conn` (in autocommit)."""
     try:
         with conn.pipeline():
-            conn.execute(BEGIN)
+            _command(conn, BEGIN)
             if isinstance(conn, PipelinedConnection):
                 conn.in_block = True  # a savepoint inside joins the pipeline (see PipelinedConnection)
             try:
@@ -719,13 +738,13 @@ def _pipelined_transaction(conn: psycopg.Connection) -> Iterator[None]:
             finally:
                 if isinstance(conn, PipelinedConnection):
                     conn.in_block = False
-            conn.execute(COMMIT)
+            _command(conn, COMMIT)
     except BaseException:
         # Leaving the pipeline (a sync) ended the server's skipping after an error; whatever
         # is still open is rolled back. A connection too broken for that is the pool's to drop.
         if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
             with contextlib.suppress(psycopg.Error):
-                conn.execute(ROLLBACK)
+                _command(conn, ROLLBACK)
         raise
 
 

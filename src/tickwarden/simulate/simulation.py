@@ -10,7 +10,6 @@ from psycopg import sql
 from psycopg.pq import PipelineStatus
 
 from tickwarden.store.base import StoreBase
-from tickwarden.store.queries import queries
 
 
 class SimulationRepository(StoreBase):
@@ -48,12 +47,12 @@ class SimulationRepository(StoreBase):
             return
         if self.conn.pgconn.pipeline_status != PipelineStatus.OFF:
             for name, params in writes:
-                self.conn.execute(queries()[name], params)
+                self._send(name, params)
             return
         assert self.conn.autocommit, "pipelined writes are atomic only outside an explicit transaction"
         with self.conn.pipeline():
             for name, params in writes:
-                self.conn.execute(queries()[name], params)
+                self._send(name, params)
 
     def analyze(self) -> None:
         """Refresh the planner's statistics of this schema's tables once the catalog is loaded.

@@ -74,7 +74,7 @@ def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.C
     walking it) and the loader of every column, which cost the worker's outcome statement
     as much as the rest of its client work. A cursor goes back (`_keep`) only once its
     rows are read, so an error, or a statement run again before its rows are read, never
-    shares one.
+    shares one. The exception is `_send`'s kind: nobody reads those results at all.
     """
     kept: dict[tuple[str, str, int], psycopg.Cursor[Any]] | None = conn.__dict__.get(_KEPT)
     cur = kept.pop(key, None) if kept else None
@@ -150,12 +150,16 @@ class StoreBase:
         server still runs them one after the other, in the order sent, so a later one sees
         an earlier one's writes, and an error stops the rest and is raised by its reader.
         """
-        cur = self.conn.cursor(row_factory=dict_row)
-        cur.execute(text, params or {})
+        key = (text, "dict", 0)
+        cur = _take(self.conn, key)  # out until its rows are read: a statement sent again meanwhile takes another
+        with _closed_on_error(cur):
+            cur.execute(text, params or {})
 
         def read() -> list[dict[str, Any]]:
-            with cur:
-                return _read(cur) or []
+            with _closed_on_error(cur):
+                rows: list[dict[str, Any]] = _read(cur) or []
+            _keep(self.conn, key, cur, len(rows))
+            return rows
 
         return read
 
@@ -167,7 +171,14 @@ class StoreBase:
         statement that is read: an error it raised surfaces there, and fails the
         transaction all the same.
         """
-        self.conn.execute(queries()[name], params or {})
+        text = queries()[name]
+        # Its own kind of kept cursor, shared by the sends of this statement alone: nobody reads what
+        # a send returns, so a result still on its way to one is never taken for another's.
+        key = (text, "send", 0)
+        cur = _take(self.conn, key)
+        with _closed_on_error(cur):
+            cur.execute(text, params or {})
+        _keep(self.conn, key, cur, 0)
 
     def _exchange(self, statements: Sequence[tuple[str, dict[str, Any]]]) -> list[list[dict[str, Any]]]:
         """Send named statements together and read their rows after: one round trip, one transaction.

@@ -1,0 +1,66 @@
+"""Cursors kept between statements: no cursor made per transaction, and no result answered by another's cursor."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from tests.dbutil import TEST_URL
+from tickwarden.db import DedicatedDatabase
+
+SQUARE = "SELECT %(n)s::int * %(n)s::int AS sq"
+INVERSE = "SELECT 10 / %(d)s::int AS x"
+
+
+@pytest.fixture(params=[False, True], ids=["pooled", "dedicated"])
+def database(request, db):
+    if not request.param:
+        yield db
+        return
+    dedicated = DedicatedDatabase(TEST_URL, schema=db.schema)
+    try:
+        yield dedicated
+    finally:
+        dedicated.close()
+
+
+def one_pass(database) -> None:
+    with database.transaction() as store:
+        first, second = store.outbox._submit_text(SQUARE, {"n": 3}), store.outbox._submit_text(INVERSE, {"d": 2})
+        store.outbox._send("outbox_wake_notifier")
+        assert second() == [{"x": 5}]
+        assert first() == [{"sq": 9}]
+        assert store.outbox._submit_text(SQUARE, {"n": 5})() == [{"sq": 25}]
+
+
+def test_transactions_with_sent_and_submitted_statements_make_no_cursor_once_warm(database, monkeypatch):
+    for _ in range(2):
+        one_pass(database)
+    created = []
+    real_cursor = psycopg.Connection.cursor
+
+    def cursor(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        created.append(1)
+        return real_cursor(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "cursor", cursor)
+    for _ in range(3):
+        one_pass(database)
+    monkeypatch.undo()
+    assert created == []  # BEGIN, COMMIT, the sends and the submitted statements all ran on kept cursors
+
+
+def test_a_submitted_statement_that_failed_is_not_answered_by_its_cursor_again(database):
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        with database.transaction() as store:
+            store.outbox._submit_text(INVERSE, {"d": 0})()
+    for d in (5, 2):  # the transaction after a failed one too: its BEGIN and COMMIT go on the cursors kept for them
+        with database.transaction() as store:
+            assert store.outbox._submit_text(INVERSE, {"d": d})() == [{"x": 10 // d}]
+
+
+def test_a_statement_submitted_again_before_its_rows_are_read_is_answered_on_a_cursor_of_its_own(database):
+    for _ in range(3):
+        with database.transaction() as store:
+            reads = [store.outbox._submit_text(SQUARE, {"n": n}) for n in (2, 3, 4)]
+            assert [read() for read in reversed(reads)] == [[{"sq": 16}], [{"sq": 9}], [{"sq": 4}]]
