@@ -117,7 +117,9 @@ class LeaseReaper:
             return min(hold, now + self.interval)
         with self.db.transaction() as store:
             reaped = store.ledger.reap_leases(cutoff, limit=self.batch)
-            store.execution.abandon_environment_instances(cutoff)
+            # After the reaping, so a busy instance whose worker's attempts it just marked lost is
+            # abandoned in this pass; its count is not read (no round trip of its own when pipelined).
+            store.execution.send_abandon_environment_instances(cutoff)
         self.last_reaped = reaped.lost
         self.last_requeued = reaped.requeued
         metrics.current().leases_expired(reaped.lost)

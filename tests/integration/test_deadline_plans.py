@@ -37,8 +37,10 @@ def test_a_pass_with_no_schedule_written_since_the_last_reads_no_schedule_to_arm
         _fleet(conn)
         plan = _generic_plan(
             conn, "monitoring_close_overdue_and_arm",
-            {"now": "timestamptz", "limit": "integer", "error": "text", "lookback_start": "timestamptz"},
-            {"now": AT + timedelta(hours=1), "limit": 500, "error": "late", "lookback_start": AT - timedelta(days=1)})
+            {"now": "timestamptz", "limit": "integer", "error": "text", "lookback_start": "timestamptz",
+             "audit_limit": "integer"},
+            {"now": AT + timedelta(hours=1), "limit": 500, "error": "late", "lookback_start": AT - timedelta(days=1),
+             "audit_limit": 0})  # the arming alone: taking the due watermarks reads them, of course
         assert _read(plan, "schedules") == 0, plan
         assert _read(plan, "tick_audits") == 0, plan
 

@@ -207,3 +207,32 @@ def test_replicas_give_each_lease_never_started_back_once(db, clock, schema):
             "GROUP BY status").fetchall())
     assert statuses == {"lost": 1, "queued": 59}
     assert runs_by_status == {"queued": 59} and len(runs) == 60
+
+
+def test_a_pipelined_pass_abandons_the_instances_with_its_commit_after_reaping_their_workers_leases(db, clock, tmp_path):
+    from tests.integration.test_notify_round_trips import Traced
+    from tickwarden.db import DedicatedDatabase
+
+    with db.transaction() as store:
+        t = store.catalog.upsert_tenant("acme", clock.now())
+        env = store.catalog.apply_environment(t.id, "main", None, 60, clock.now()).row
+        busy = store.execution.start_environment_instance(tenant_id=t.id, environment_id=env.id, worker_id="w1", pid=1,
+                                                          status="busy", now=clock.now())
+    run = create_run(db, make_workflow(db, clock.now()), clock.now(), clock.now(), budget=1)
+    lease_all(db, clock.now(), lease=3600)  # w1 vanished holding a lease of an hour
+    tracer = Traced(tmp_path / "trace")
+    dedicated = DedicatedDatabase(TEST_URL, schema=db.schema)
+    try:
+        tracer.configure(dedicated._conn)
+        tracer.reset()
+        LeaseReaper(dedicated).run_once(clock.now() + timedelta(hours=2))
+        # the look; the lock of the expired lease; its reaping. The abandon, sent unread after it,
+        # goes out with the COMMIT, which nobody waits for (the next borrow, or the close, settles it).
+        assert tracer.waits() == 3
+    finally:
+        dedicated.close()
+    with db.transaction() as store:
+        [attempt] = store.ledger.list_attempts(run.id)
+        status = {i.id: i.status for i in store.execution.list_environment_instances(include_stopped=True)}
+    # The abandon ran after the reaping: w1 held no running attempt any more, so its busy instance is dead.
+    assert attempt.status == "lost" and status == {busy.id: "dead"}

@@ -211,8 +211,19 @@ class ExecutionRepository(StoreBase):
         return from_row(EnvironmentInstance, row) if row else None
 
     def abandon_environment_instances(self, now: datetime, grace_seconds: int = 300) -> int:
-        """Mark dead the idle instances whose worker vanished without stopping them."""
+        """Mark dead the idle instances whose worker vanished without stopping them; return how many."""
         return len(self._rows("execution_abandon_environment_instances", {"now": now, "grace_seconds": grace_seconds}))
+
+    def send_abandon_environment_instances(self, now: datetime, grace_seconds: int = 300) -> None:
+        """`abandon_environment_instances`, sent and not read, for a caller that needs no count.
+
+        The same statement, so the same state change. On a pipelined connection (the
+        simulator's) it goes out with the next statement read, the transaction's COMMIT
+        at the latest, at no round trip of its own, and still runs after every statement
+        sent before it; an error it raises fails the transaction there. Elsewhere it is a
+        round trip as before.
+        """
+        self._send("execution_abandon_environment_instances", {"now": now, "grace_seconds": grace_seconds})
 
     def reaper_server_started(self) -> datetime:
         """When the database server last started."""

@@ -301,18 +301,20 @@ class MonitoringRepository(StoreBase):
     def close_overdue_and_take_audits(
         self, now: datetime, limit: int, error: str, lookback_start: datetime, audit_limit: int
     ) -> tuple[list[tuple[int, int]], list[TickAudit]]:
-        """`close_overdue_and_arm`, then `due_tick_audits` (up to `audit_limit`, none for 0), sent together.
+        """`close_overdue_and_arm`, and the due watermarks (up to `audit_limit`, none for 0), in one statement.
 
-        The audits are taken after the arming, as their own statement, so they include the
-        watermarks it armed; the two go out in one round trip on a pipelined connection.
+        The due watermarks are those `due_tick_audits` would read right after the arming, in
+        its order: the ones armed come back from the arming itself, the others are read as
+        they were before it (see the statement). A row with no schedule is a closed run.
         """
-        closed = self._submit("monitoring_close_overdue_and_arm",
-                              {"now": now, "limit": limit, "error": error, "lookback_start": lookback_start})
-        audits = self._submit("monitoring_due_tick_audits", {"now": now, "limit": audit_limit}) if audit_limit else None
-        return ([(r["run_id"], r["workflow_id"]) for r in closed()],
-                [from_row(TickAudit, r) for r in audits()] if audits else [])
+        rows = self._rows("monitoring_close_overdue_and_arm",
+                          {"now": now, "limit": limit, "error": error, "lookback_start": lookback_start,
+                           "audit_limit": audit_limit})
+        return ([(r["run_id"], r["workflow_id"]) for r in rows if r["schedule_id"] is None],
+                [from_row(TickAudit, r) for r in rows if r["schedule_id"] is not None])
 
     def due_tick_audits(self, now: datetime, limit: int) -> list[TickAudit]:
+        """The due watermarks, read on their own: what `close_overdue_and_take_audits` must take."""
         return [from_row(TickAudit, r) for r in self._rows("monitoring_due_tick_audits", {"now": now, "limit": limit})]
 
     def record_missed_and_advance(

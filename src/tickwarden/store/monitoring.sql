@@ -413,6 +413,17 @@ SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
 -- against every watermark: the rows this pass sees are taken (SKIP LOCKED: a replica
 -- takes the others) and deleted, and each listed schedule is armed as the schedule now
 -- is, when it is active and its watermark is missing or of an older version.
+--
+-- Take the due watermarks (up to `audit_limit`; none for 0), exactly those, in the order,
+-- that `monitoring_due_tick_audits` would take as the next statement, one statement fewer
+-- a pass. Every statement of the WITH sees the tables as they were before it, so the
+-- watermarks armed come back through the arming's RETURNING (all due: next_check_at is
+-- now), and the others are read as they were, the armed ones left out (a re-armed row's
+-- old version is skipped anyway, as changed by this command). The first `audit_limit` of
+-- the armed ones and of the first `audit_limit` others are the first `audit_limit` of
+-- both. Only the locks differ: when more than `audit_limit` are due, some of the others
+-- may be locked and not taken (held until the pass commits; a full pass comes back at
+-- once). The result: the closed runs (no schedule_id), then the watermarks taken.
 WITH overdue AS (
     SELECT r.id, r.scheduled_for
       FROM runs r
@@ -458,10 +469,44 @@ WITH overdue AS (
            checked_until = greatest(tick_audits.checked_until, EXCLUDED.checked_until),
            next_check_at = EXCLUDED.next_check_at,
            updated_at = EXCLUDED.updated_at
+    RETURNING schedule_id, checked_until, next_check_at
+), due AS (
+    -- The watermarks due as they were before this statement, but for those it armed (a
+    -- re-armed row's old version would be skipped anyway, as changed by this command).
+    SELECT ta.schedule_id, ta.checked_until, ta.next_check_at
+      FROM tick_audits ta
+      JOIN schedules s ON s.id = ta.schedule_id
+      JOIN workflows w ON w.id = s.workflow_id
+     WHERE ta.next_check_at <= %(now)s
+       AND ta.schedule_id <> ALL (ARRAY(SELECT schedule_id FROM armed))
+     ORDER BY ta.next_check_at, ta.schedule_id
+     LIMIT %(audit_limit)s
+       FOR UPDATE OF ta SKIP LOCKED
+), audits AS (
+    SELECT a.schedule_id, a.checked_until, a.next_check_at
+      FROM (SELECT * FROM armed UNION ALL SELECT * FROM due) a
+     ORDER BY a.next_check_at, a.schedule_id
+     LIMIT %(audit_limit)s
 )
-SELECT id AS run_id, workflow_id FROM closed;
+SELECT c.id AS run_id, c.workflow_id, NULL::bigint AS schedule_id, NULL::timestamptz AS checked_until,
+       NULL::bigint AS tenant_id, NULL::text AS cron, NULL::text AS timezone, NULL::text AS status,
+       NULL::integer AS starting_deadline_seconds, NULL::boolean AS archived, NULL::text AS kind,
+       NULL::integer AS cadence_seconds, NULL::timestamptz[] AS ran
+  FROM closed c
+UNION ALL
+(SELECT NULL, s.workflow_id, a.schedule_id, a.checked_until, s.tenant_id, s.cron, s.timezone, s.status,
+        s.starting_deadline_seconds, (w.archived_at IS NOT NULL), w.kind, s.cadence_seconds,
+        ARRAY(SELECT r.scheduled_for FROM runs r
+               WHERE r.workflow_id = s.workflow_id AND NOT r.manual
+                 AND r.scheduled_for > a.checked_until AND r.scheduled_for <= %(now)s)
+   FROM audits a
+   JOIN schedules s ON s.id = a.schedule_id
+   JOIN workflows w ON w.id = s.workflow_id
+  ORDER BY a.next_check_at, a.schedule_id);
 
 -- monitoring_due_tick_audits --
+-- A pass takes its watermarks in `monitoring_close_overdue_and_arm`; this is the reading
+-- that statement is held to (test_deadline_audits), run after the arming.
 -- Watermarks whose next tick has passed its grace, with their schedules. SKIP
 -- LOCKED hands replicas disjoint schedules; the lock is held until the missed runs
 -- and the new watermark are written in the same transaction. `ran`: the ticks after
