@@ -387,9 +387,9 @@ def test_a_simulations_catalog_is_published_in_round_trips_that_do_not_grow_with
 
 
 def test_a_notifier_pass_sends_its_unread_statements_with_the_next_read(db, dedicated, tmp_path):
-    """On the dedicated connection a pass waits only where it reads: the release of expired
-    claims goes out with the holds' look, and a first message's thread and its transaction's
-    relaxed commit with the record's compare-and-set."""
+    """On the dedicated connection a pass waits only where it reads: nothing is released when
+    the look found nothing to release, the claim's tick facts go out with the claim, and a
+    first message's thread and its relaxed commit are the record's own statement."""
     from tests.integration.notify_builders import add_channel, open_alert, outbox
     from tickwarden.notifier import Notifier
     from tickwarden.transports.recording import RecordingTransport
@@ -407,6 +407,6 @@ def test_a_notifier_pass_sends_its_unread_statements_with_the_next_read(db, dedi
     assert row["status"] == "sent"
     with dedicated.probe() as store:
         assert store.conn.execute("SELECT count(*) FROM notification_threads").fetchone() == (1,)
-    # the look; the holds (with the release), the claim, its context and the tick facts; the
-    # record (with the thread and the relaxed commit); the look for the next wake-up
-    assert len(waits(trace.read_text(errors="replace"))) == 7
+    # the look; the claim with its context and the tick facts; the record (with the thread and the
+    # relaxed commit); the look for the next wake-up
+    assert len(waits(trace.read_text(errors="replace"))) == 4
