@@ -19,15 +19,6 @@ class Traced(WorkerTraced):
         """Round trips: each Sync, Flush or simple Query, where the client waits for the server."""
         return sum(1 for message, _ in self.messages() if message in ("Sync", "Flush", "Query"))
 
-    def messages(self) -> list[tuple[str, str]]:
-        self.file.flush()
-        out = []
-        for line in self.path.read_text(errors="replace").splitlines():
-            parts = line.split("\t")
-            if len(parts) >= 3 and parts[0] == "F":
-                out.append((parts[2], parts[3] if len(parts) > 3 else ""))
-        return out
-
 
 @pytest.fixture
 def traced(db, tmp_path):

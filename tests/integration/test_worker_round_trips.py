@@ -39,15 +39,19 @@ class Traced:
         return sum(1 for line in self.path.read_text(errors="replace").splitlines()
                    if line.split("\t")[0] == "F" and line.split("\t")[2:3] in (["Bind"], ["Query"]))
 
-    def sent(self) -> list[tuple[str, str]]:
-        """(message, text) of each Query or Sync: each one a round trip."""
+    def messages(self) -> list[tuple[str, str]]:
+        """(message, text) of each message the client sent."""
         self.file.flush()
         out = []
         for line in self.path.read_text(errors="replace").splitlines():
             parts = line.split("\t")
-            if len(parts) >= 3 and parts[0] == "F" and parts[2] in ("Query", "Sync"):
+            if len(parts) >= 3 and parts[0] == "F":
                 out.append((parts[2], parts[3] if len(parts) > 3 else ""))
         return out
+
+    def sent(self) -> list[tuple[str, str]]:
+        """(message, text) of each Query or Sync: each one a round trip."""
+        return [(message, text) for message, text in self.messages() if message in ("Query", "Sync")]
 
 
 @pytest.fixture
