@@ -135,7 +135,7 @@ DETECTOR_SHAPES = [
     "AKIAIOSFODNN7EXAMPLE", "A3TXIOSFODNN7EXAMPLE", "ghp_" + "a1" * 18, "glpat-" + "b2" * 12,
     "M" + "c" * 23 + "." + "d" * 6 + "." + "e" * 27, "123456789:" + "A" * 35, "eyJhbGciOi.eyJzdWIi.c2ln",
     "xoxb-123-456-abcdef", "XOXP-123-abc", "sk_live_" + "f" * 24, "AC" + "0" * 32, "SG." + "g" * 22 + "." + "h" * 43,
-    "https://hooks.slack.com/services/T000/B000/XXXX", "HTTPS://u:" + "a" * 24 + "@x.cloudant.com",
+    "https://hooks.slack.com/services/T0AB12CD3/B0EF45GH6/q8Ln2WcKx7RzPd4v", "HTTPS://u:" + "a" * 24 + "@x.cloudant.com",
 ]
 
 
