@@ -150,18 +150,30 @@ def _variables(given: dict):
     The process itself starts with next to nothing; what one step was given must
     not linger for the next step of the same environment. Afterwards every variable is
     as it was before: the ones the step was given or set itself are removed, and every
-    earlier one is set again. (Emptying the environment first did the same, and cost
-    more than the rest of a no-op request: `os.environ.clear()` copies the key list to
-    remove each key.)
+    earlier one the step changed or removed is set again. (Emptying the environment first
+    did the same, and cost more than the rest of a no-op request: `os.environ.clear()`
+    copies the key list to remove each key; so did setting every earlier variable again
+    after each step.) Before and after are compared as `os.environ` keeps them, encoded
+    (CPython's `_data`, a plain dict: copied and compared without decoding a variable);
+    an interpreter without it compares the decoded mapping, the same way.
     """
-    saved = dict(os.environ)
-    os.environ.update({str(k): str(v) for k, v in given.items()})
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    decodekey, decodevalue = getattr(environ, "decodekey", None), getattr(environ, "decodevalue", None)
+    if not isinstance(data, dict) or decodekey is None or decodevalue is None:
+        data, decodekey, decodevalue = environ, str, str  # the decoded mapping: slower, the same outcome
+    saved = dict(data)
+    environ.update({str(k): str(v) for k, v in given.items()})
     try:
         yield
     finally:
-        for key in [key for key in os.environ if key not in saved]:
-            del os.environ[key]
-        os.environ.update(saved)
+        if data != saved:
+            for key in [key for key in data if key not in saved]:
+                del environ[decodekey(key)]
+            if data != saved:  # the step changed or removed an earlier variable itself
+                for key, value in saved.items():
+                    if data.get(key) != value:
+                        environ[decodekey(key)] = decodevalue(value)
 
 
 def _run_python(step: dict, inputs: dict, given: dict | None = None) -> dict:
