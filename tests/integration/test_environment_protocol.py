@@ -153,3 +153,25 @@ def test_a_caller_hanging_up_after_its_answer_stops_nothing_and_a_later_hang_up_
     time.sleep(0.5)
     assert process.alive() and process.call({"op": "ping"}, 5)["ok"]
     _hang_up_mid_request(process)
+
+
+def test_the_watchdog_thread_is_not_woken_for_each_request(process):
+    # Woken through its pipe for each request, it woke twice per no-op request (its start and its
+    # connection's end): now it looks by itself every LOOK_SECONDS while requests keep coming.
+    request = {"op": "run", "tenant_id": 1, "inputs": {},
+               "step": {"name": "s", "kind": "python", "call": "tests.steps:noop", "params": {}}}
+    process.call(request, 5)
+
+    def others() -> int:  # voluntary context switches of the server's threads other than the main one
+        total = 0
+        for task in os.listdir(f"/proc/{process.pid}/task"):
+            if int(task) != process.pid:
+                with open(f"/proc/{process.pid}/task/{task}/status") as status:
+                    total += next(int(line.split()[1]) for line in status if line.startswith("voluntary_ctxt"))
+        return total
+
+    before = others()
+    for _ in range(300):
+        assert process.call(request, 5)["ok"]
+    woke = others() - before
+    assert woke < 150, woke  # about 500 when woken for each request

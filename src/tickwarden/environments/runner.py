@@ -329,12 +329,21 @@ class _Watchdog:
     """Stop the whole process group when a request runs past its limit or its caller hangs up.
 
     One thread for the server's life, watching the request being served (requests are served
-    one at a time): a thread started per request cost more than a no-op step. Between
-    requests it sleeps on a pipe; `watching` wakes it through that pipe for each new request,
-    so a request is watched from its start, as a thread of its own would. Invariant: a request
-    marked done (before its answer is sent) is never acted on, so a caller that hangs up after
-    its answer, or a connection closed after it, stops nothing.
+    one at a time): a thread started per request cost more than a no-op step. While requests
+    keep coming it looks for the current one at least every `LOOK_SECONDS` by itself, and
+    `watching` does not wake it: waking it through a pipe for every request cost two of its
+    wake-ups per request (the request's start, and its connection's end), more than the rest
+    of a no-op request's own work. After `IDLE_SECONDS` without a request it sleeps on that
+    pipe, and the next request wakes it. So a request is watched within `LOOK_SECONDS` of its
+    start (its deadline is then checked at least that often, and its caller's hang-up seen at
+    once); a worker gives up on a request itself at its timeout, and the server's deadline
+    comes the client's `WATCHDOG_GRACE` after that. Invariant: a request marked done (before its answer is
+    sent) is never acted on, so a caller that hangs up after its answer, or a connection
+    closed after it, stops nothing.
     """
+
+    LOOK_SECONDS = 0.2
+    IDLE_SECONDS = 2.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -343,6 +352,8 @@ class _Watchdog:
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
         self._thread: threading.Thread | None = None
+        self._parked = False  # the thread sleeps on the pipe until a request wakes it (under the lock)
+        self._last = time.monotonic()  # when the last request started
 
     @contextlib.contextmanager
     def watching(self, conn: socket.socket, seconds: float | None, answer):
@@ -350,10 +361,12 @@ class _Watchdog:
         watched = _Watched(conn, seconds, answer)
         with self._lock:
             self._current = watched
+            self._last = time.monotonic()
+            wake, self._parked = self._parked, False
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, daemon=True)
             self._thread.start()
-        else:
+        elif wake:
             with contextlib.suppress(BlockingIOError):  # a wake-up already pending is enough
                 os.write(self._wake_write, b"w")
         try:
@@ -373,11 +386,19 @@ class _Watchdog:
         while True:
             with self._lock:
                 watched = self._current
-            if watched is None or watched.done:
+                idle = watched is None or watched.done
+                if idle and time.monotonic() - self._last >= self.IDLE_SECONDS:
+                    self._parked = True
+                parked = self._parked
+            if not idle:
+                assert watched is not None
+                self._look(watched)
+            elif parked:
                 select.select([self._wake_read], [], [])  # until the next request
                 self._drain()
-                continue
-            self._look(watched)
+            else:
+                select.select([self._wake_read], [], [], self.LOOK_SECONDS)  # for the next request to start
+                self._drain()
 
     def _look(self, watched: _Watched) -> None:
         """One look at the request: at most 0.2 s, less when it ends, a new one starts or its deadline comes."""
