@@ -11,7 +11,7 @@ import pytest
 
 from tickwarden.environments import EnvironmentFailed, EnvironmentProcess
 from tickwarden.environments.client import Aborted, ExecutionClient
-from tickwarden.environments.runner import envelope, read_line
+from tickwarden.environments.runner import envelope, opened, read_line, sign
 
 
 @pytest.fixture
@@ -153,6 +153,68 @@ def test_a_caller_hanging_up_after_its_answer_stops_nothing_and_a_later_hang_up_
     time.sleep(0.5)
     assert process.alive() and process.call({"op": "ping"}, 5)["ok"]
     _hang_up_mid_request(process)
+
+
+def _issued(process) -> str:
+    """A challenge the server issued for a later connection: the one its last answer carried."""
+    assert process.call({"op": "ping"}, 5)["ok"]
+    issued = process.client._next
+    assert isinstance(issued, str) and len(issued) >= 32
+    return issued
+
+
+def test_a_request_naming_an_issued_challenge_is_answered_without_a_greeting(process):
+    issued = _issued(process)
+    sock = _raw(process)
+    sock.sendall(envelope(process.client.credential, "request", issued, {"op": "ping"}, named=True))
+    buffer = bytearray()
+    line = read_line(sock, time.monotonic() + 5, buffer)
+    if line.startswith(b'{"challenge"'):  # greeted before the request arrived: the answer follows
+        line = read_line(sock, time.monotonic() + 5, buffer)
+    sock.close()
+    answer = opened(process.client.credential, "answer", issued, line)
+    assert answer["tenant_id"] == 1 and len(answer["next"]) >= 32
+
+
+def test_an_issued_challenge_is_good_once_and_its_refusal_runs_nothing(process, tmp_path):
+    issued = _issued(process)
+    marker = tmp_path / "ran"
+    request = {"op": "run", "tenant_id": 1, "inputs": {},
+               "step": {"name": "s", "kind": "python", "call": "tests.steps:spawn_later",
+                        "params": {"delay": 0, "path": str(marker)}}}
+    recorded = envelope(process.client.credential, "request", issued, request, named=True)
+    lines = []
+    for _ in range(2):
+        sock = _raw(process)
+        sock.sendall(recorded)
+        buffer = bytearray()
+        line = read_line(sock, time.monotonic() + 5, buffer)
+        if line.startswith(b'{"challenge"'):
+            line = read_line(sock, time.monotonic() + 5, buffer)
+        lines.append(line)
+        sock.close()
+    assert opened(process.client.credential, "answer", issued, lines[0])["ok"]
+    time.sleep(0.3)
+    assert marker.exists()
+    marker.unlink()
+    refused = json.loads(lines[1])
+    assert "body" not in refused and refused["stale"] == sign(process.client.credential, "stale", issued, "")
+    time.sleep(0.3)
+    assert not marker.exists()
+
+
+def test_a_client_whose_challenge_the_server_forgot_is_greeted_and_served_once(process, tmp_path):
+    path = tmp_path / "journal"
+    request = {"op": "run", "tenant_id": 1, "inputs": {},
+               "step": {"name": "s", "kind": "python", "call": "tests.steps:journal",
+                        "params": {"path": str(path), "key": "k", "seconds": 0}}}
+    _issued(process)
+    process.client._next = os.urandom(32).hex()  # as after a restart of the server, or many challenges since
+    assert process.call(request, 5)["ok"]
+    assert path.read_text().count("start k") == 1
+    # A refusal not signed with the environment's credential is not taken for one: nothing is sent again.
+    forged = ExecutionClient(process.client.address, process.client.credential)
+    assert not forged._stale("a" * 64, json.dumps({"error": "x", "stale": "0" * 64}).encode())
 
 
 def test_the_watchdog_thread_is_not_woken_for_each_request(process):

@@ -1,7 +1,10 @@
 """The calling side of the execution protocol (see `runner.py`), shared by the local and the pod mode.
 
 A client holds an address (`unix:PATH` or `tcp:HOST:PORT`) and the environment's
-credential, and makes one connection per request. The waiting is the worker's half
+credential, and makes one connection per request. It keeps the challenge the server issued
+in its last answer and names it in the next request, sent without waiting for a greeting:
+one round trip per request, not two (the greeting's is paid only by the first request, and
+after a request that got no answer or a server that forgot the challenge). The waiting is the worker's half
 of the watchdog: at the request's timeout, or when the caller aborts, it hangs up,
 which is the server's signal to stop its process group; the server also enforces
 the same limit itself (`watchdog_ms`), so a partitioned worker cannot leave a step
@@ -10,6 +13,7 @@ running. A local owner that can kill the process does so too (`on_give_up`).
 
 from __future__ import annotations
 
+import hmac
 import json
 import select
 import socket
@@ -17,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tickwarden.environments.runner import MAX_LINE, ProtocolError, envelope, opened, read_line
+from tickwarden.environments.runner import MAX_LINE, ProtocolError, envelope, opened, read_line, sign
 
 POLL_SLICE = 0.2
 CONNECT_SECONDS = 5.0
@@ -55,6 +59,8 @@ class ExecutionClient:
         self.address = address
         self.family, self.target = parse_address(address)
         self.credential = credential
+        # The challenge the server issued in its last answer, for the next request (None: greeted instead).
+        self._next: str | None = None
 
     def call(self, request: dict[str, Any], timeout: float, should_abort: Callable[[], bool] | None = None, *,
              died: Callable[[], str | None] | None = None, on_give_up: Callable[[], None] | None = None,
@@ -67,35 +73,62 @@ class ExecutionClient:
         deadline = time.monotonic() + timeout
         body = dict(request)
         body.setdefault("watchdog_ms", max(int((timeout + WATCHDOG_GRACE) * 1000), 1))
-        sock = socket.socket(self.family, socket.SOCK_STREAM)
-        try:
+        # Taken, whatever happens next: a challenge is good once.
+        named, self._next = self._next, None
+        while True:
+            sock = socket.socket(self.family, socket.SOCK_STREAM)
             try:
-                sock.settimeout(min(CONNECT_SECONDS, max(timeout, 0.1)))
-                sock.connect(self.target)
-                sock.setblocking(False)
-                buffer = bytearray()
-                greeting = json.loads(read_line(sock, min(deadline, time.monotonic() + CONNECT_SECONDS), buffer))
-                challenge = greeting["challenge"]
-                if not isinstance(challenge, str) or len(challenge) < 32:
-                    raise ProtocolError("the greeting has no challenge")
-                sock.sendall(envelope(self.credential, "request", challenge, body))
-            except (OSError, ValueError, KeyError, TypeError, ProtocolError):
-                reason = died() if died else None
-                raise EnvironmentFailed(reason or f"the environment at {self._where()} is not accepting work") from None
-            line = self._wait(sock, buffer, deadline, should_abort, died, on_give_up)
-        finally:
-            sock.close()
+                try:
+                    sock.settimeout(min(CONNECT_SECONDS, max(timeout, 0.1)))
+                    sock.connect(self.target)
+                    sock.setblocking(False)
+                    buffer = bytearray()
+                    if named is not None:
+                        challenge = named
+                        sock.sendall(envelope(self.credential, "request", challenge, body, named=True))
+                    else:
+                        greeting = json.loads(read_line(sock, min(deadline, time.monotonic() + CONNECT_SECONDS),
+                                                        buffer))
+                        challenge = greeting["challenge"]
+                        if not isinstance(challenge, str) or len(challenge) < 32:
+                            raise ProtocolError("the greeting has no challenge")
+                        sock.sendall(envelope(self.credential, "request", challenge, body))
+                except (OSError, ValueError, KeyError, TypeError, ProtocolError):
+                    reason = died() if died else None
+                    raise EnvironmentFailed(reason or f"the environment at {self._where()} is not accepting work") from None
+                line = self._wait(sock, buffer, deadline, should_abort, died, on_give_up)
+                if named is not None and line.startswith(b'{"challenge"'):  # greeted anyway: the answer follows
+                    line = self._wait(sock, buffer, deadline, should_abort, died, on_give_up)
+            finally:
+                sock.close()
+            if named is not None and self._stale(named, line):
+                named = None  # the server forgot it (restarted, or issued many since) and ran nothing: greeted now
+                continue
+            break
         try:
             answer = opened(self.credential, "answer", challenge, line)
         except ProtocolError:
             if line.startswith(b'{"error"'):
                 raise EnvironmentFailed("the environment refused the request's credential") from None
             raise EnvironmentFailed("the environment's answer does not carry its credential") from None
+        issued = answer.pop("next", None)
+        if isinstance(issued, str) and len(issued) >= 32:
+            self._next = issued
         if answer.get("phase") == "watchdog":
             if on_give_up:
                 on_give_up()
             raise WatchdogTimeout()
         return answer
+
+    def _stale(self, named: str, line: bytes) -> bool:
+        """Whether `line` is the server's refusal of the challenge `named`, signed: nothing ran, the request may go again."""
+        if not line.startswith(b'{"error"'):
+            return False
+        try:
+            stale = json.loads(line).get("stale")
+        except (ValueError, AttributeError):
+            return False
+        return isinstance(stale, str) and hmac.compare_digest(stale, sign(self.credential, "stale", named, ""))
 
     def _wait(self, sock: socket.socket, buffer: bytearray, deadline: float, should_abort: Callable[[], bool] | None,
               died: Callable[[], str | None] | None, on_give_up: Callable[[], None] | None) -> bytes:
@@ -123,7 +156,8 @@ class ExecutionClient:
             buffer += chunk
             if len(buffer) > MAX_LINE:
                 raise EnvironmentFailed("the environment's answer is too long")
-        line, _, _ = bytes(buffer).partition(b"\n")
+        line, _, rest = bytes(buffer).partition(b"\n")
+        buffer[:] = rest
         return line
 
     def _where(self) -> str:

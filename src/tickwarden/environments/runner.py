@@ -10,11 +10,25 @@ speak one protocol over the socket, one request per connection:
     client → server   {"body": REQUEST-JSON, "mac": HEX}       HMAC-SHA256(credential, "request" challenge body)
     server → client   {"body": ANSWER-JSON, "mac": HEX}        HMAC-SHA256(credential, "answer" challenge body)
 
+Every answer's body also carries `next`: a challenge the server issues for a later connection,
+good once. A client holding one sends its request at once, naming it, without waiting for a
+greeting (one round trip per request instead of two):
+
+    client → server   {"body": REQUEST-JSON, "mac": HEX, "challenge": NEXT}
+    server → client   {"body": ANSWER-JSON, "mac": HEX}        signed with NEXT as the challenge
+
+The server greets only a connection with nothing sent yet, and the client skips a greeting
+that comes anyway. A named challenge the server did not issue, or issued and saw used (or
+forgot: it keeps the last `ISSUED` only, and a restarted server none), is refused with
+{"error", "stale": HMAC-SHA256(credential, "stale" NEXT "")} before anything runs, so the
+client, which checks that MAC, may send the same request again with a greeting's challenge.
+
 The credential is the environment's alone (given on stdin by the local worker, or
 mounted from the environment's Kubernetes Secret). A request is accepted only when
-its MAC (compared in constant time) covers the challenge of its own connection, so
-a recorded request cannot be replayed, and the client checks the answer the same
-way, so nothing else listening on the address can answer for the environment.
+its MAC (compared in constant time) covers the challenge of its own connection, or a
+challenge the server issued and that was never used before, so a recorded request cannot
+be replayed, and the client checks the answer the same way, so nothing else listening on
+the address can answer for the environment.
 
 Requests (the body): {"op": "ping"} · {"op": "run", "tenant_id", "step", "inputs", "environment" (python:
 the declared secrets and run variables), "secret_files" (python, in a pod: variable → key of the
@@ -58,6 +72,7 @@ import traceback
 LOG_LINES = 200
 MAX_LINE = 64 * 1024 * 1024  # one request or answer: inputs and outputs are bounded far below this
 HANDSHAKE_SECONDS = 10.0  # a connection that does not send its request by then is dropped
+ISSUED = 64  # challenges issued for later connections that a server keeps (the oldest go first)
 SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 
@@ -71,16 +86,19 @@ def sign(credential: bytes, role: str, challenge: str, body: str) -> str:
     return hmac.digest(credential, message, hashlib.sha256).hex()
 
 
-def envelope(credential: bytes, role: str, challenge: str, payload: dict) -> bytes:
-    """Return one signed line carrying `payload`."""
+def envelope(credential: bytes, role: str, challenge: str, payload: dict, *, named: bool = False) -> bytes:
+    """Return one signed line carrying `payload`; `named`: the line names its challenge (one the server issued)."""
     body = json.dumps(payload, default=str)
-    return (json.dumps({"body": body, "mac": sign(credential, role, challenge, body)}) + "\n").encode()
+    outer = {"body": body, "mac": sign(credential, role, challenge, body)}
+    if named:
+        outer["challenge"] = challenge
+    return (json.dumps(outer) + "\n").encode()
 
 
-def opened(credential: bytes, role: str, challenge: str, line: bytes) -> dict:
-    """Return the payload of a signed line, or raise ProtocolError when it is not one of ours."""
+def opened(credential: bytes, role: str, challenge: str, line: bytes | dict) -> dict:
+    """Return the payload of a signed line (or of its envelope, parsed), or raise ProtocolError when it is not one of ours."""
     try:
-        outer = json.loads(line)
+        outer = json.loads(line) if isinstance(line, bytes) else line
         body, mac = outer["body"], outer["mac"]
         if not isinstance(body, str) or not isinstance(mac, str):
             raise TypeError
@@ -445,8 +463,24 @@ class Server:
         self.secrets_dir = secrets_dir
         self.credential_file = credential_file
         self.watchdog = _Watchdog()
+        # Challenges issued in answers for later connections, each good once, oldest first (see the module).
+        self._issued: dict[str, None] = {}
+        self._issued_lock = threading.Lock()
 
-    def _verified(self, challenge: str, line: bytes) -> dict:
+    def _issue(self) -> str:
+        challenge = secrets.token_hex(32)
+        with self._issued_lock:
+            self._issued[challenge] = None
+            while len(self._issued) > ISSUED:
+                del self._issued[next(iter(self._issued))]
+        return challenge
+
+    def _redeem(self, challenge: str) -> bool:
+        """Whether `challenge` was issued by this server and not used yet; it is used up either way."""
+        with self._issued_lock:
+            return self._issued.pop(challenge, False) is None
+
+    def _verified(self, challenge: str, line: bytes | dict) -> dict:
         """The request of `line`; with a mounted credential, read it again once before refusing.
 
         After the platform key rotates, the control plane rewrites the environment's Secret and
@@ -472,7 +506,7 @@ class Server:
                     return
 
     def serve_one(self, conn: socket.socket) -> str | None:
-        challenge = secrets.token_hex(32)
+        challenge = ""
         lock = threading.Lock()
         sent = threading.Event()
 
@@ -482,13 +516,30 @@ class Server:
                     return
                 sent.set()
                 try:
-                    conn.sendall(envelope(self.credential, "answer", challenge, payload))
+                    conn.sendall(envelope(self.credential, "answer", challenge, {**payload, "next": self._issue()}))
                 except OSError:
                     pass
 
         try:
-            conn.sendall((json.dumps({"challenge": challenge}) + "\n").encode())
-            request = self._verified(challenge, read_line(conn, time.monotonic() + HANDSHAKE_SECONDS, bytearray()))
+            # A client holding an issued challenge has sent its request already: no greeting for it.
+            if not select.select([conn], [], [], 0)[0]:
+                challenge = secrets.token_hex(32)
+                conn.sendall((json.dumps({"challenge": challenge}) + "\n").encode())
+            line = read_line(conn, time.monotonic() + HANDSHAKE_SECONDS, bytearray())
+            try:
+                outer = json.loads(line)
+            except ValueError:
+                raise ProtocolError("the message is not a signed envelope") from None
+            named = outer.get("challenge") if isinstance(outer, dict) else None
+            if named is not None or not challenge:
+                if not isinstance(named, str) or not self._redeem(named):
+                    stale = sign(self.credential, "stale", named, "") if isinstance(named, str) else ""
+                    with contextlib.suppress(OSError):
+                        conn.sendall((json.dumps({"error": "the challenge was not issued by this server, or was "
+                                                           "used already", "stale": stale}) + "\n").encode())
+                    return None
+                challenge = named
+            request = self._verified(challenge, outer)
         except (ProtocolError, OSError) as exc:
             with contextlib.suppress(OSError):
                 conn.sendall((json.dumps({"error": str(exc)}) + "\n").encode())
