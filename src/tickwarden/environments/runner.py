@@ -40,9 +40,9 @@ its statement timeout), `output` (not JSON), `step` (the step raised), `secret` 
 does not hold the secret yet) or `watchdog` (the request ran
 past `watchdog_ms`: the server answers, then stops with its whole process group).
 
-The watchdog stays around each request inside the server: at `watchdog_ms`, or as
-soon as the client hangs up before its answer (the caller aborted), the server kills
-its process group, so neither a hung step nor anything it spawned outlives the
+The watchdog stays around each request inside the server: at `watchdog_ms`, or when
+the client hangs up before its answer (the caller aborted), the server kills its
+process group (within `_Watchdog.LOOK_SECONDS` of either), so neither a hung step nor anything it spawned outlives the
 request. It serves one tenant only and refuses requests of another, and in local
 mode it exits when its worker dies (the stdin lifeline closes or its parent
 changes), so no orphan keeps running. Requests are served one at a time.
