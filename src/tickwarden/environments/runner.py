@@ -217,14 +217,37 @@ def _secret_files(names: object, directory: str | None) -> dict:
     return values
 
 
+_STEP_LOG_FORMAT = logging.Formatter("%(levelname)s %(name)s: %(message)s")
+_NOWHERE = io.StringIO()
+_step_handler: logging.StreamHandler | None = None
+
+
+def _step_log_handler(buffer: io.StringIO) -> logging.StreamHandler:
+    """The handler that writes what a step logs into `buffer`: one for the process's life, reset for each step.
+
+    Made anew for every step it cost more than the rest of a no-op step's own work (a lock,
+    a weak reference, a format check each time). Whatever a step did to it (its level, its
+    filters, its format) is undone before the next step; it is attached to the root logger
+    only while a step runs.
+    """
+    global _step_handler
+    handler = _step_handler
+    if handler is None:
+        handler = _step_handler = logging.StreamHandler(_NOWHERE)
+    handler.setFormatter(_STEP_LOG_FORMAT)
+    handler.level = logging.NOTSET
+    handler.filters.clear()
+    handler.stream = buffer
+    return handler
+
+
 def _call_python(step: dict, inputs: dict) -> dict:
     try:
         fn = _resolve(step["call"])
     except Exception as exc:  # ImportError, AttributeError, anything the import raised
         return {"ok": False, "phase": "resolve", "error_type": type(exc).__name__, "error": str(exc)}
     buffer = io.StringIO()
-    handler = logging.StreamHandler(buffer)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler = _step_log_handler(buffer)
     root = logging.getLogger()
     root.addHandler(handler)
     try:
@@ -243,6 +266,7 @@ def _call_python(step: dict, inputs: dict) -> dict:
         }
     finally:
         root.removeHandler(handler)
+        handler.stream = _NOWHERE  # the step's log is not kept by the handler
     try:
         json.dumps(output)
     except (TypeError, ValueError) as exc:
