@@ -498,11 +498,12 @@ class Worker:
         finished_at = self.clock.now()  # when the attempt finished, however long the write waits
         with self._queue_lock:
             following = self._queue[0].leased[1] if self._queue and lease_next else None
+        written = (warm.marked, warm.marked_at) if warm is not None else None  # its row, as written before this
         mark = self.environments.released(warm, finished_at,
                                           next_environment=following.environment if following else None)
         marking: InstanceMark | Callable[[list[dict[str, Any]]], InstanceMark | None] | None = mark
-        if following is None and lease_next and warm is not None and mark is not None:
-            marking = self._marked_by_lease(warm, mark)
+        if following is None and lease_next and warm is not None and mark is not None and written is not None:
+            marking = self._marked_by_lease(warm, mark, written, finished_at)
         pause = RECORD_RETRY_FIRST
         while True:
             # A start and a lease count from when they are written, not from when the attempt
@@ -542,19 +543,22 @@ class Worker:
         metrics.current().attempt_finished(attempt, result.outcome.status, finished, finished_at)
         return finished
 
-    def _marked_by_lease(self, instance: Instance, mark: InstanceMark) -> Callable[[list[dict[str, Any]]], InstanceMark]:
+    def _marked_by_lease(self, instance: Instance, mark: InstanceMark, written: tuple[str, datetime | None],
+                         finished_at: datetime) -> Callable[[list[dict[str, Any]]], InstanceMark | None]:
         """The mark of the process that served an outcome whose exchange leases the next attempts.
 
         Decided once the lease has locked them (`ExecutionRepository.exchange`): busy when the
         first, the one this worker runs next, is of a workflow last leased with an environment this
         process serves, so its `acquire` writes nothing (a round trip of its own at every lease
-        otherwise, every attempt at a batch of 1); else warm. A guess from an environment since
-        changed is corrected by `EnvironmentPool.settle` once the context is read.
+        otherwise, every attempt at a batch of 1); else warm. Busy, with its row already busy and
+        written recently, it writes none (`EnvironmentPool.lease_mark`), as between attempts
+        leased together. A guess from an environment since changed is corrected by
+        `EnvironmentPool.settle` once the context is read. `written`: the process's row as it
+        stood before this outcome (`released` counted the outcome as if for a warm mark).
         """
-        def decide(queued: list[dict[str, Any]]) -> InstanceMark:
+        def decide(queued: list[dict[str, Any]]) -> InstanceMark | None:
             environment = self._environments.get(queued[0]["workflow_id"]) if queued else None
-            instance.marked = "busy" if self.environments.serves(instance, environment) else "warm"
-            return mark[0], instance.marked, mark[2]
+            return self.environments.lease_mark(instance, mark, environment, written, finished_at)
 
         return decide
 

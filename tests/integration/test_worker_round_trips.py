@@ -133,11 +133,13 @@ def test_a_batch_of_warm_attempts_pays_no_busy_mark(db, clock, traced):
 def test_a_warm_attempts_step_rows_are_written_by_its_outcomes_statement(db, clock, traced):
     runs, _, statements = warm_batches(db, clock, traced)
     # per attempt: BEGIN, the switch to plans made once, the outcome with its step rows, the next attempt's
-    # start, COMMIT and the poller's wake; besides them the batches' environment marks and leases, and no mark
-    # for a process that stays busy for the next attempt (44 before: no switch, each plan made afresh; 50
-    # before that: a busy-to-busy mark with each such outcome; 52 before that, a busy mark per batch besides the
-    # warm one; 60 before that: the step rows had a statement of their own)
-    assert statements == 52, statements
+    # start, COMMIT and the poller's wake; besides them the batches' leases, the warm mark of the last outcome
+    # (its lease found nothing), and no mark for a process that stays busy for the next attempt, whether
+    # leased with the one before or by this outcome (52 before: a busy-to-busy mark with the outcome that
+    # leased the next batch; 44 before that: no switch, each plan made afresh; 50 before that: a busy-to-busy
+    # mark with each outcome; 52 before that, a busy mark per batch besides the warm one; 60 before that: the
+    # step rows had a statement of their own)
+    assert statements == 51, statements
     with db.transaction() as store:
         written = store.conn.execute(
             "SELECT a.run_id, s.step, s.status FROM attempt_steps s JOIN attempts a ON a.id = s.attempt_id "

@@ -196,13 +196,30 @@ class EnvironmentPool:
         instance.last_used_at = now
         instance.runs_served += 1
         keep = self.serves(instance, next_environment)
-        if keep and instance.marked == "busy" and instance.marked_at is not None and \
-                now - instance.marked_at < timedelta(seconds=BUSY_MARK_SECONDS):
+        if keep and _busy_row_stands(instance.marked, instance.marked_at, now):
             # busy → busy: its status stands; the count and last use wait for the next mark written
             instance.unwritten += 1
             return None
         instance.marked = "busy" if keep else "warm"
         return instance.row_id, instance.marked, self._served(instance, now) + 1
+
+    def lease_mark(self, instance: Instance, mark: tuple[int, str, int], environment: Environment | None,
+                   written: tuple[str, datetime | None], now: datetime) -> tuple[int, str, int] | None:
+        """The mark of a process `released` with no next environment known, once the next one is (`environment`).
+
+        `mark` is what `released` returned then (warm, with the runs served since its row was
+        last written), `written` its row's status and when it was written before that. Kept busy
+        with a busy row written within `BUSY_MARK_SECONDS`, as `released` keeps it: None (no
+        write), and the runs served wait for the next mark written; else the mark, busy or warm.
+        The process's state is set, not added to, so a decision made again (the exchange retried
+        after an outage) leaves it as one decision would.
+        """
+        keep = self.serves(instance, environment)
+        if keep and _busy_row_stands(*written, now):
+            instance.marked, instance.unwritten, instance.marked_at = "busy", mark[2], written[1]
+            return None
+        instance.marked, instance.unwritten, instance.marked_at = "busy" if keep else "warm", 0, now
+        return mark[0], instance.marked, mark[2]
 
     def settle(self, instance: Instance, next_environment: Environment | None, now: datetime) -> None:
         """Mark `instance` warm if it was kept busy for an attempt it will not serve (`next_environment`'s, if any).
@@ -266,6 +283,11 @@ class EnvironmentPool:
         """The runs served not yet written, for the mark being written now (they are counted as written)."""
         unwritten, instance.unwritten, instance.marked_at = instance.unwritten, 0, now
         return unwritten
+
+
+def _busy_row_stands(status: str, written_at: datetime | None, now: datetime) -> bool:
+    """Whether a process's row, marked `status` at `written_at`, may stay as it is while the process stays busy."""
+    return status == "busy" and written_at is not None and now - written_at < timedelta(seconds=BUSY_MARK_SECONDS)
 
 
 __all__ = ["EnvironmentFailed", "EnvironmentPool", "Instance", "IsolationError"]
