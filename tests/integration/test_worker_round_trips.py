@@ -282,3 +282,27 @@ def test_a_warm_attempts_writes_run_plans_made_once_that_still_touch_their_month
         assert generic > 0 and custom == 0, (marker, prepared)
     assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])] == [
         ["succeeded"]] * 12
+
+
+def test_a_new_connection_prepares_the_exchanges_statements_at_their_first_use(db, clock):
+    """Not at psycopg's fifth: before it, each execution made the statement's generic plan over every
+    month afresh and threw it away (four whole plans of each per new connection, each several
+    attempts' worth of the server's work)."""
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0) for i in range(3)]
+    with Database(TEST_URL, schema=db.schema, min_size=1, max_size=1) as one:
+        worker = Worker(one, "w1", clock=clock, secret_key=SECRET, batch=1)
+        try:
+            for _ in range(2):  # each outcome's exchange leases the next attempt
+                assert worker.run_once(clock.now()) <= clock.now()
+        finally:
+            worker.close(clock.now())
+        with one.connection() as conn:
+            prepared = conn.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
+    # ledger_finish_attempts (run twice) and ledger_lease_attempts (three times): prepared at once, every
+    # execution on the plan made once (before, neither was prepared yet: absent from the list)
+    for marker in ("WITH reported AS", "WITH locked AS"):
+        [(generic, custom)] = [(generic, custom) for text, generic, custom in prepared if marker in text]
+        assert generic >= 2 and custom == 0, (marker, prepared)
+    assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])][:2] == [
+        ["succeeded"]] * 2

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -101,6 +101,38 @@ class ExecutionRepository(StoreBase):
         notification lock out of the durable commit, which would otherwise serialise every
         worker's outcomes).
         """
+        with self._prepared_at_first_use():
+            return self._exchanged(worker_id, now, lease_seconds, attempt=attempt, outcome=outcome, steps=steps,
+                                   instance=instance, start=start, lease=lease, finished_at=finished_at)
+
+    @contextlib.contextmanager
+    def _prepared_at_first_use(self) -> Iterator[None]:
+        """Have psycopg prepare the exchange's statements at their first use on this connection, not their fifth.
+
+        They run as plans made once per connection (`execution_generic_plans`), but a statement
+        not prepared yet has its generic plan made afresh at each execution and thrown away: on
+        every new connection (each new worker process's), psycopg's first four executions of
+        each paid a whole plan over every month the ledger keeps (with 16 months about 8 ms for
+        the outcome's statement and 6 ms for the lease's, several attempts' worth of work).
+        A connection that prepares nothing (`prepare_threshold` None) is left as it is.
+        """
+        conn = self.conn
+        threshold = conn.prepare_threshold
+        if threshold is None or threshold <= 0:
+            yield
+            return
+        conn.prepare_threshold = 0
+        try:
+            yield
+        finally:
+            conn.prepare_threshold = threshold
+
+    def _exchanged(
+        self, worker_id: str, now: datetime, lease_seconds: float, *, attempt: Attempt | None,
+        outcome: AttemptOutcome | None, steps: Sequence[dict[str, Any]],
+        instance: InstanceMark | Callable[[list[dict[str, Any]]], InstanceMark | None] | None,
+        start: Attempt | None, lease: int, finished_at: datetime | None,
+    ) -> Exchanged:
         finished = ([(attempt, outcome, finished_at or now)] if attempt is not None and outcome is not None
                     else [])
         # With an outcome or a lease the durable part is an explicit BEGIN … COMMIT: a lease
