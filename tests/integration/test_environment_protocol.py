@@ -11,7 +11,7 @@ import pytest
 
 from tickwarden.environments import EnvironmentFailed, EnvironmentProcess
 from tickwarden.environments.client import Aborted, ExecutionClient
-from tickwarden.environments.runner import envelope, opened, read_line, sign
+from tickwarden.environments.runner import envelope, opened, read_line
 
 
 @pytest.fixture
@@ -198,9 +198,33 @@ def test_an_issued_challenge_is_good_once_and_its_refusal_runs_nothing(process, 
     assert marker.exists()
     marker.unlink()
     refused = json.loads(lines[1])
-    assert "body" not in refused and refused["stale"] == sign(process.client.credential, "stale", issued, "")
+    # Unsigned: a replay earns no "nothing ran" the client would act on.
+    assert "body" not in refused and "stale" not in refused and "used already" in refused["error"]
     time.sleep(0.3)
     assert not marker.exists()
+
+
+def test_a_client_naming_a_used_challenge_fails_and_does_not_send_again(process, tmp_path):
+    """An attacker between worker and environment forwards the worker's request (it runs), replays it
+    to get a refusal, and hands that refusal to the worker: the worker must not run the request twice."""
+    path = tmp_path / "journal"
+    request = {"op": "run", "tenant_id": 1, "inputs": {},
+               "step": {"name": "s", "kind": "python", "call": "tests.steps:journal",
+                        "params": {"path": str(path), "key": "k", "seconds": 0}}}
+    issued = _issued(process)
+    sock = _raw(process)  # the forwarded original
+    sock.sendall(envelope(process.client.credential, "request", issued, {**request, "watchdog_ms": 5000}, named=True))
+    buffer = bytearray()
+    line = read_line(sock, time.monotonic() + 5, buffer)
+    if line.startswith(b'{"challenge"'):
+        line = read_line(sock, time.monotonic() + 5, buffer)
+    sock.close()
+    assert opened(process.client.credential, "answer", issued, line)["ok"]
+    process.client._next = issued  # the worker still holds it and names it
+    with pytest.raises(EnvironmentFailed, match="used already"):
+        process.call(request, 5)
+    assert path.read_text().count("start k") == 1
+    assert process.call({"op": "ping"}, 5)["ok"]  # greeted afresh, the environment serves on
 
 
 def test_a_client_whose_challenge_the_server_forgot_is_greeted_and_served_once(process, tmp_path):

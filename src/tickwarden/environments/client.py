@@ -17,6 +17,7 @@ import hmac
 import json
 import select
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,7 +61,9 @@ class ExecutionClient:
         self.family, self.target = parse_address(address)
         self.credential = credential
         # The challenge the server issued in its last answer, for the next request (None: greeted instead).
+        # Taken under the lock: threads sharing a client must never name one challenge twice.
         self._next: str | None = None
+        self._next_lock = threading.Lock()
 
     def call(self, request: dict[str, Any], timeout: float, should_abort: Callable[[], bool] | None = None, *,
              died: Callable[[], str | None] | None = None, on_give_up: Callable[[], None] | None = None,
@@ -74,7 +77,8 @@ class ExecutionClient:
         body = dict(request)
         body.setdefault("watchdog_ms", max(int((timeout + WATCHDOG_GRACE) * 1000), 1))
         # Taken, whatever happens next: a challenge is good once.
-        named, self._next = self._next, None
+        with self._next_lock:
+            named, self._next = self._next, None
         while True:
             sock = socket.socket(self.family, socket.SOCK_STREAM)
             try:
@@ -109,11 +113,14 @@ class ExecutionClient:
             answer = opened(self.credential, "answer", challenge, line)
         except ProtocolError:
             if line.startswith(b'{"error"'):
+                if named is not None:  # unsigned: the server saw this challenge used (a replay, or a fault)
+                    raise EnvironmentFailed("the environment refused the request's challenge as used already") from None
                 raise EnvironmentFailed("the environment refused the request's credential") from None
             raise EnvironmentFailed("the environment's answer does not carry its credential") from None
         issued = answer.pop("next", None)
         if isinstance(issued, str) and len(issued) >= 32:
-            self._next = issued
+            with self._next_lock:
+                self._next = issued
         if answer.get("phase") == "watchdog":
             if on_give_up:
                 on_give_up()

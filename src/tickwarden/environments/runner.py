@@ -18,10 +18,13 @@ greeting (one round trip per request instead of two):
     server → client   {"body": ANSWER-JSON, "mac": HEX}        signed with NEXT as the challenge
 
 The server greets only a connection with nothing sent yet, and the client skips a greeting
-that comes anyway. A named challenge the server did not issue, or issued and saw used (or
-forgot: it keeps the last `ISSUED` only, and a restarted server none), is refused with
+that comes anyway. A named challenge the server did not issue, or forgot (it keeps the last
+`ISSUED` only, and a restarted server none), is refused with
 {"error", "stale": HMAC-SHA256(credential, "stale" NEXT "")} before anything runs, so the
 client, which checks that MAC, may send the same request again with a greeting's challenge.
+A challenge the server saw used (it remembers the last `USED`) is refused unsigned instead:
+someone who recorded a request and replays it must not earn a signed "nothing ran" that
+would make the client send a request that did run a second time.
 
 The credential is the environment's alone (given on stdin by the local worker, or
 mounted from the environment's Kubernetes Secret). A request is accepted only when
@@ -73,6 +76,7 @@ LOG_LINES = 200
 MAX_LINE = 64 * 1024 * 1024  # one request or answer: inputs and outputs are bounded far below this
 HANDSHAKE_SECONDS = 10.0  # a connection that does not send its request by then is dropped
 ISSUED = 64  # challenges issued for later connections that a server keeps (the oldest go first)
+USED = 4096  # challenges used that a server remembers, to refuse a replay of one unsigned
 SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 
@@ -489,6 +493,7 @@ class Server:
         self.watchdog = _Watchdog()
         # Challenges issued in answers for later connections, each good once, oldest first (see the module).
         self._issued: dict[str, None] = {}
+        self._used: dict[str, None] = {}
         self._issued_lock = threading.Lock()
 
     def _issue(self) -> str:
@@ -499,10 +504,16 @@ class Server:
                 del self._issued[next(iter(self._issued))]
         return challenge
 
-    def _redeem(self, challenge: str) -> bool:
-        """Whether `challenge` was issued by this server and not used yet; it is used up either way."""
+    def _redeem(self, challenge: str) -> bool | None:
+        """True when `challenge` was issued by this server and not used yet (it is used up now),
+        None when it is one this server saw used, False when it is unknown (never issued, or forgotten)."""
         with self._issued_lock:
-            return self._issued.pop(challenge, False) is None
+            if self._issued.pop(challenge, False) is None:
+                self._used[challenge] = None
+                while len(self._used) > USED:
+                    del self._used[next(iter(self._used))]
+                return True
+            return None if challenge in self._used else False
 
     def _verified(self, challenge: str, line: bytes | dict) -> dict:
         """The request of `line`; with a mounted credential, read it again once before refusing.
@@ -556,11 +567,15 @@ class Server:
                 raise ProtocolError("the message is not a signed envelope") from None
             named = outer.get("challenge") if isinstance(outer, dict) else None
             if named is not None or not challenge:
-                if not isinstance(named, str) or not self._redeem(named):
-                    stale = sign(self.credential, "stale", named, "") if isinstance(named, str) else ""
+                redeemed = self._redeem(named) if isinstance(named, str) else False
+                if not redeemed:
+                    if redeemed is None:  # a replay: refused without a signature the client would trust
+                        refusal = {"error": "the challenge was used already"}
+                    else:
+                        stale = sign(self.credential, "stale", named, "") if isinstance(named, str) else ""
+                        refusal = {"error": "the challenge was not issued by this server", "stale": stale}
                     with contextlib.suppress(OSError):
-                        conn.sendall((json.dumps({"error": "the challenge was not issued by this server, or was "
-                                                           "used already", "stale": stale}) + "\n").encode())
+                        conn.sendall((json.dumps(refusal) + "\n").encode())
                     return None
                 challenge = named
             request = self._verified(challenge, outer)
