@@ -568,7 +568,7 @@ class Server:
             named = outer.get("challenge") if isinstance(outer, dict) else None
             if named is not None or not challenge:
                 redeemed = self._redeem(named) if isinstance(named, str) else False
-                if not redeemed:
+                if not isinstance(named, str) or not redeemed:
                     if redeemed is None:  # a replay: refused without a signature the client would trust
                         refusal = {"error": "the challenge was used already"}
                     else:
