@@ -660,10 +660,21 @@ class Simulation:
         model = self.model_factory(self.scenario, setup.timeouts)
         worker = SimulatedWorker(db, model, self.queue, setup.workflow_names)
         ticker = Ticker(db, suppressed=suppressed)
+
+        def expired(cutoff: datetime) -> bool:
+            """Whether a lease the simulated worker took has run out by `cutoff` (`next_expiry`).
+
+            Every lease in the ledger is its own, so the reaper's look would find one, unless
+            its attempt stopped running meanwhile (cancelled): the reap then finds nothing to act
+            on and writes nothing, as the pass that looked would have.
+            """
+            expiry = worker.next_expiry()
+            return expiry is not None and expiry <= cutoff
+
         loops: list[Any] = [
             ticker,
             worker,
-            LeaseReaper(db),
+            LeaseReaper(db, expired=expired),
             OutcomePoller(db, "simulated-control-plane"),
             DeadlineDetector(db),
             EscalationClock(db),
