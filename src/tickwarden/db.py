@@ -144,6 +144,12 @@ def validate_schema_name(schema: str) -> str:
 class Database:
     """A pool of connections to one database, optionally bound to one schema."""
 
+    # Whether a result may be read after the borrow that sent its statement has ended, at no
+    # round trip of its own once a later borrow has read something (DedicatedDatabase: its
+    # kept pipeline carries what was sent with the next read). Never on a pool: a borrow's
+    # cursors are not to be touched once its connection is back in the pool.
+    late_reads = False
+
     def __init__(
         self,
         url: str | None = None,
@@ -534,6 +540,8 @@ class DedicatedDatabase(Database):
     pipeline mode first (a sync, which also settles every pending commit); a connection
     lent by `connection` and returned inside a transaction is rolled back, as the pool does.
     """
+
+    late_reads = True  # see Database: one connection, one borrower at a time, one kept pipeline
 
     def __init__(self, url: str | None = None, *, schema: str | None = None, application_name: str = "tickwarden"):
         self._configure(url, schema, application_name)
