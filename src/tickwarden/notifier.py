@@ -298,7 +298,10 @@ class Notifier:
                 return outcome()
         # On a kept pipeline (the simulator's) the record and its commit go out with the pass's
         # next read, in the same order and transactions, and the caller reads the outcome after
-        # it (`run_once`): no round trip of its own. An error in it fails that read, and the run.
+        # it (`run_once`): no round trip of its own. An error in it is raised by that read: the
+        # pass fails, or (the read of a later message's retry) that message's handler logs it;
+        # the record is then not written, its outcome reads as a lease lost, and the row's
+        # lease runs out, as after a record that failed at once.
         return outcome
 
     def _links(self, ctx: DeliveryContext) -> dict[str, str]:
