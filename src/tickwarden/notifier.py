@@ -171,6 +171,13 @@ class Notifier:
             return min(wake, due) if due is not None else wake
         idle = False
         unrecorded: tuple[DeliveryContext, Delivery] | None = None  # sent by the last round, not yet recorded
+        unread: list[tuple[DeliveryContext, Callable[[], str | None]]] = []  # recorded, outcome not yet read
+
+        def settle() -> None:
+            """Count the records whose outcome arrived with the read just made (see `_deliver`)."""
+            for ctx, outcome in unread:
+                self._count(ctx, outcome(), counts, now)
+            unread.clear()
         for round_ in range(self.rounds):
             contexts: list[DeliveryContext] = []
             facts: dict[int, dict[str, Any]] = {}
@@ -202,6 +209,7 @@ class Notifier:
                         due = store.outbox.waiting(kinds, now)[1]
                 idle = not contexts
                 sent = recorded() if recorded is not None else None
+            settle()  # every later round reads (its look): the records of the round before it are in
             if unrecorded is not None:
                 self._count(unrecorded[0], sent, counts, now)
                 unrecorded = None
@@ -219,12 +227,15 @@ class Notifier:
                     continue
                 if isinstance(outcome, Delivery):
                     unrecorded = (ctx, outcome)
+                elif callable(outcome):
+                    unread.append((ctx, outcome))
                 else:
                     self._count(ctx, outcome, counts, now)
-        self.last_pass = PassReport(**counts)
         if not idle:
             with self.db.transaction() as store:
                 due = store.outbox.waiting(kinds, now)[1]
+            settle()
+        self.last_pass = PassReport(**counts)
         if due is not None and due < wake:
             wake = max(now, due)
         return wake
@@ -236,9 +247,11 @@ class Notifier:
             counts[outcome] += 1
 
     def _deliver(self, ctx: DeliveryContext, now: datetime, failed_channels: dict[int, datetime],
-                 facts_row: dict[str, Any] | None = None, *, record: bool = True) -> str | Delivery | None:
+                 facts_row: dict[str, Any] | None = None, *,
+                 record: bool = True) -> str | Delivery | Callable[[], str | None] | None:
         """Send one claimed row and record what happened; a send not yet recorded (`record`
-        False) returns its delivery for the caller's next transaction to record."""
+        False) returns its delivery for the caller's next transaction to record, and a record
+        not yet read (`Database.late_reads`) the reader of its outcome, for after the next read."""
         channel = ctx.channel
         if not channel.enabled:
             with self.db.transaction() as store:
@@ -280,7 +293,16 @@ class Notifier:
             return delivery
         # One statement, its own transaction, relaxed: a lost record means a looked-up resend.
         with self.db.autocommit() as store:
-            return self._record(store, ctx, delivery, now, relaxed=True)()
+            outcome = self._record(store, ctx, delivery, now, relaxed=True)
+            if not self.db.late_reads:
+                return outcome()
+        # On a kept pipeline (the simulator's) the record and its commit go out with the pass's
+        # next read, in the same order and transactions, and the caller reads the outcome after
+        # it (`run_once`): no round trip of its own. An error in it is raised by that read: the
+        # pass fails, or (the read of a later message's retry) that message's handler logs it;
+        # the record is then not written, its outcome reads as a lease lost, and the row's
+        # lease runs out, as after a record that failed at once.
+        return outcome
 
     def _links(self, ctx: DeliveryContext) -> dict[str, str]:
         """The buttons' targets: the alert and run pages and a signed acknowledge link.

@@ -35,6 +35,9 @@ beat) past the look that ended it, and by then every live worker has renewed. Th
 for leases of 27 s and more (`blind_seconds` at most two thirds of the lease); a shorter
 lease needs a smaller `blind_seconds` and passes closer together than it. Each
 replica judges from its own looks, and an outage of the server is a gap in all of them.
+On the virtual clock a caller that knows a lease has run out (`expired`: the simulator,
+whose worker took every lease) spares the pass its look: the look only decides whether to
+go on, and a reap that finds nothing to act on writes nothing, so the ledger is the same.
 A partition that cuts off some workers while the reaper still reaches the server is,
 to the reaper, indistinguishable from those workers dying: their started attempts are lost.
 """
@@ -65,7 +68,8 @@ class LeaseReaper:
 
     def __init__(self, db: Database, *, interval_seconds: float = INTERVAL_SECONDS, batch: int = BATCH,
                  resume_grace_seconds: float = RESUME_GRACE_SECONDS, server_restarts: bool = False,
-                 blind_seconds: float = BLIND_SECONDS, monotonic: Callable[[], float] | None = None):
+                 blind_seconds: float = BLIND_SECONDS, monotonic: Callable[[], float] | None = None,
+                 expired: Callable[[datetime], bool] | None = None):
         self.db = db
         self.interval = timedelta(seconds=interval_seconds)
         self.batch = batch
@@ -77,6 +81,9 @@ class LeaseReaper:
         self.monotonic = monotonic if monotonic is not None else time.monotonic if server_restarts else None
         self.blind = timedelta(seconds=blind_seconds)
         self.late = timedelta(seconds=LATE_SECONDS if self.monotonic is not None else 0)
+        # Whether the caller knows that a running attempt's lease has run out by a cutoff; it
+        # replaces the look only on the virtual clock, where looks are no evidence of reaching the server.
+        self.expired = expired if self.monotonic is None and not server_restarts else None
         self.last_reaped: list[FinishedAttempt] = []  # marked lost by the last pass
         self.last_requeued: list[int] = []  # leased ahead, never started, given back by the last pass
         self._unreachable = False  # the previous pass could not reach the database
@@ -89,10 +96,13 @@ class LeaseReaper:
         # The pass judges, and stamps what it reaps, as a pass begun `late` earlier would
         # (any pass may run late): a lease counts as expired only once its renewal is overdue.
         cutoff = now - self.late
+        known = self.expired is not None and self.expired(cutoff)  # then the look would find it: no look
+        waiting, started = known, None
         try:
-            with self.db.probe() as store:
-                waiting = store.execution.reaper_waiting(cutoff)
-                started = store.execution.reaper_server_started() if waiting and self.server_restarts else None
+            if not known:
+                with self.db.probe() as store:
+                    waiting = store.execution.reaper_waiting(cutoff)
+                    started = store.execution.reaper_server_started() if waiting and self.server_restarts else None
         except DatabaseUnavailable:
             self._unreachable = True
             raise
@@ -115,11 +125,16 @@ class LeaseReaper:
         if hold is not None and now < hold:
             self.last_reaped, self.last_requeued = [], []
             return min(hold, now + self.interval)
-        with self.db.transaction() as store:
-            reaped = store.ledger.reap_leases(cutoff, limit=self.batch)
-            # After the reaping, so a busy instance whose worker's attempts it just marked lost is
-            # abandoned in this pass; its count is not read (no round trip of its own when pipelined).
-            store.execution.send_abandon_environment_instances(cutoff)
+        try:
+            with self.db.transaction() as store:
+                reaped = store.ledger.reap_leases(cutoff, limit=self.batch)
+                # After the reaping, so a busy instance whose worker's attempts it just marked lost is
+                # abandoned in this pass; its count is not read (no round trip of its own when pipelined).
+                store.execution.send_abandon_environment_instances(cutoff)
+        except DatabaseUnavailable:
+            if known:  # this pass's first statement, as its look would have been
+                self._unreachable = True
+            raise
         self.last_reaped = reaped.lost
         self.last_requeued = reaped.requeued
         metrics.current().leases_expired(reaped.lost)

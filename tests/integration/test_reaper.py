@@ -236,3 +236,35 @@ def test_a_pipelined_pass_abandons_the_instances_with_its_commit_after_reaping_t
         status = {i.id: i.status for i in store.execution.list_environment_instances(include_stopped=True)}
     # The abandon ran after the reaping: w1 held no running attempt any more, so its busy instance is dead.
     assert attempt.status == "lost" and status == {busy.id: "dead"}
+
+
+def test_a_caller_that_knows_a_lease_ran_out_spares_the_pass_its_look_on_the_virtual_clock(db, clock, monkeypatch):
+    """The simulator's reaper reaps without the look; a wall-clock reaper looks whatever it is told."""
+    from tickwarden.store.execution import ExecutionRepository
+
+    looks: list[object] = []
+    original = ExecutionRepository.reaper_waiting
+
+    def counted(self, now):
+        looks.append(now)
+        return original(self, now)
+
+    monkeypatch.setattr(ExecutionRepository, "reaper_waiting", counted)
+    wf = make_workflow(db, clock.now())
+    run = create_run(db, wf, clock.now(), clock.now(), budget=1)
+    lease_all(db, clock.now())
+    told: list[object] = []
+    reaper = LeaseReaper(db, expired=lambda cutoff: told.append(cutoff) or True)
+    later = clock.now() + timedelta(seconds=31)
+    assert reaper.run_once(later) == later + timedelta(seconds=INTERVAL_SECONDS)
+    assert told == [later] and looks == []  # asked the caller, not the ledger
+    assert [item.run_id for item in reaper.last_reaped] == [run.id]
+    # Told wrongly (nothing runs any more): the reap finds nothing and writes nothing.
+    assert reaper.run_once(later + timedelta(minutes=1)) == later + timedelta(minutes=1, seconds=INTERVAL_SECONDS)
+    assert reaper.last_reaped == [] and looks == []
+    with db.transaction() as store:
+        assert [a.status for a in store.ledger.list_attempts(run.id)] == ["lost"]
+    # On the wall clock the look is also the reaper's evidence of reaching the server: it always looks.
+    walled = LeaseReaper(db, expired=lambda cutoff: True, monotonic=lambda: 0.0)
+    walled.run_once(later + timedelta(minutes=2))
+    assert len(looks) == 1

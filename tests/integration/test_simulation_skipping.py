@@ -134,3 +134,17 @@ def test_the_escalation_clocks_and_the_notifiers_looks_are_sent_ahead_and_cost_n
     assert simulation.idle is not None
     assert simulation.idle.looks["escalation"] > 0 and simulation.idle.looks["notifier"] > 0
     assert not {"escalation", "notifier"} & set(waited), waited
+
+
+def test_a_manual_run_makes_the_worker_due_at_once_without_a_look():
+    """A manual run queues its first attempt when requested: the worker leases it then, and never looks."""
+    raw, _, _ = build(40, 2, 7)
+    raw["end"] = isoformat_z(START + timedelta(days=2))
+    assert raw["manual_runs"], "the fleet must have manual runs"
+    simulation = Simulation(parse_scenario(raw, source="test"), url=TEST_URL)
+    outcome = simulation.run()
+    manual = {run["id"] for run in outcome.runs if run["manual"]}
+    assert len(manual) == len(raw["manual_runs"])
+    firsts = [a for a in outcome.attempts if a["run_id"] in manual and a["number"] == 1]
+    assert firsts and all(a["started_at"] == a["queued_at"] for a in firsts)  # leased at the request
+    assert simulation.idle is not None and simulation.idle.looks["worker"] == 0

@@ -407,6 +407,34 @@ def test_a_notifier_pass_sends_its_unread_statements_with_the_next_read(db, dedi
     assert row["status"] == "sent"
     with dedicated.probe() as store:
         assert store.conn.execute("SELECT count(*) FROM notification_threads").fetchone() == (1,)
-    # the look; the claim with its context and the tick facts; the record (with the thread and the
-    # relaxed commit); the look for the next wake-up
-    assert len(waits(trace.read_text(errors="replace"))) == 4
+    # the look; the claim with its context and the tick facts; the look for the next wake-up, which
+    # carries the record (with the thread and the relaxed commit), read after it: 3 (4 when the
+    # record was read at once)
+    assert len(waits(trace.read_text(errors="replace"))) == 3
+
+
+def test_a_dedicated_transaction_opens_the_next_so_only_the_first_sends_begin(dedicated, schema, tmp_path):
+    """COMMIT AND CHAIN ends each transaction: committed for everyone, and no BEGIN for the next."""
+    trace = tmp_path / "trace"
+    with traced(dedicated, trace):
+        for name in ("a", "b", "c"):
+            with dedicated.transaction() as store:
+                store.catalog.upsert_tenant(name, NOW)
+        with dedicated.probe() as store:  # the last COMMIT AND CHAIN goes out with this read
+            assert store.conn.execute("SELECT count(*) FROM tenants").fetchone() == (3,)
+            pid = store.conn.info.backend_pid
+    parsed = [line.split("\t")[3].split('"')[3] for line in trace.read_text(errors="replace").splitlines()
+              if line.startswith("F\t") and line.split("\t")[2] == "Parse"]
+    assert parsed.count("BEGIN") == 1 and parsed.count("COMMIT AND CHAIN") == 3 and "COMMIT" not in parsed
+    with psycopg.connect(TEST_URL, options=f"-c search_path={schema}") as other:
+        assert [r[0] for r in other.execute("SELECT name FROM tenants ORDER BY name").fetchall()] == ["a", "b", "c"]
+        # between borrows the open transaction has no id: what it wrote is committed, and it holds no
+        # row lock (a snapshot it may hold until the pipeline syncs, as the implicit transaction did)
+        assert other.execute("SELECT backend_xid FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() == (None,)
+    with dedicated.maintenance() as store:  # leaving the pipeline commits the open transaction: VACUUM may run
+        store.conn.execute("VACUUM tenants")
+    with dedicated.transaction() as store:  # back in the pipeline: a BEGIN of its own again
+        store.catalog.upsert_tenant("d", NOW)
+    dedicated.close()
+    with psycopg.connect(TEST_URL, options=f"-c search_path={schema}") as other:
+        assert other.execute("SELECT count(*) FROM tenants").fetchone() == (4,)

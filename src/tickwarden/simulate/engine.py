@@ -540,7 +540,7 @@ class Simulation:
         self.db: Database | None = None
         self._schedule: Callable[[str, datetime], None] = lambda name, when: None
         self._flush: Callable[[], None] = lambda: None
-        self._touch_all: Callable[[datetime], None] = lambda now: None
+        self._touch_all: Callable[[datetime, dict[str, datetime] | None], None] = lambda now, known: None
 
     # -- schema -----------------------------------------------------------------------------------
 
@@ -660,10 +660,21 @@ class Simulation:
         model = self.model_factory(self.scenario, setup.timeouts)
         worker = SimulatedWorker(db, model, self.queue, setup.workflow_names)
         ticker = Ticker(db, suppressed=suppressed)
+
+        def expired(cutoff: datetime) -> bool:
+            """Whether a lease the simulated worker took has run out by `cutoff` (`next_expiry`).
+
+            Every lease in the ledger is its own, so the reaper's look would find one, unless
+            its attempt stopped running meanwhile (cancelled): the reap then finds nothing to act
+            on and writes nothing, as the pass that looked would have.
+            """
+            expiry = worker.next_expiry()
+            return expiry is not None and expiry <= cutoff
+
         loops: list[Any] = [
             ticker,
             worker,
-            LeaseReaper(db),
+            LeaseReaper(db, expired=expired),
             OutcomePoller(db, "simulated-control-plane"),
             DeadlineDetector(db),
             EscalationClock(db),
@@ -820,9 +831,10 @@ class Simulation:
                     self.queue.at(due, ORDER["worker"], lambda at: step("worker", at))
 
         self._schedule = schedule
-        def touch_all(now: datetime) -> None:  # a scenario's world event: any loop may have work
+        def touch_all(now: datetime, known: dict[str, datetime] | None = None) -> None:
+            """A scenario's world event: any loop may have work, due at `known[loop]` where the event says when."""
             for name in idle.loops if idle else ():
-                touch(name, now)
+                touch(name, now, (known or {}).get(name))
 
         self._touch_all = touch_all
         self._flush = lambda: worker.flush(self.clock.now())
@@ -871,7 +883,9 @@ class Simulation:
             tenant, workflow = key.split("/", 1)
             self._flush()
             run_now(db, tenant, workflow, now, requested_by="scenario")
-            self._touch_all(now)
+            # The run's first attempt is queued now (run_now raises when it queues none), and a
+            # manual run is the worker's only new work: its due is now, no look needed.
+            self._touch_all(now, {"worker": now})
             self._schedule("worker", now)
 
         return request
@@ -885,7 +899,7 @@ class Simulation:
                 run_id = SimulationRepository(store.conn).run_in_progress(setup.workflow_ids[key])
             if run_id is not None:  # nothing in progress: the operator has nothing to cancel
                 cancel_run(db, run_id, now, by)
-                self._touch_all(now)
+                self._touch_all(now, None)
 
         return cancel
 
@@ -901,7 +915,7 @@ class Simulation:
                 # scenario goes on, as the job's scheduler would.
                 log.info("check-in of %s at %s refused: %s", checkin.workflow, now.isoformat(), exc.message)
                 return
-            self._touch_all(now)
+            self._touch_all(now, None)
             self._schedule("poller", now)  # as the NOTIFY sent with the report's commit does
 
         return report
