@@ -23,7 +23,7 @@
 -- at every pass (about 1 ms of server time each on the benchmark's ledger). Unknown to every
 -- plan alike, they leave the kept plan no dearer than a fresh one; the index walk is the same.
 WITH next AS (
-    SELECT attempt_id
+    SELECT ctid
       FROM outcome_queue
      WHERE finished_at <= (SELECT %(now)s::timestamptz)
        AND (finished_at, attempt_id)
@@ -32,10 +32,13 @@ WITH next AS (
      LIMIT {limit}
        FOR UPDATE SKIP LOCKED
 ), claimed AS (
-    -- = ANY (ARRAY(…)) and the lateral lookups below keep every lookup an index probe;
-    -- a join here tempts the planner into hashing. The run lookup names its month.
+    -- = ANY (ARRAY(…)) and the lateral lookups below keep every lookup a probe; a join
+    -- here tempts the planner into hashing. The rows go by their position (a TID scan),
+    -- not by a probe of the primary key: each was locked just now by this statement, and a
+    -- queue row is only ever inserted and deleted, never updated, so its position is the
+    -- row (a fifth of the claim's buffers). The run lookup names its month.
     DELETE FROM outcome_queue q
-     WHERE q.attempt_id = ANY (ARRAY(SELECT attempt_id FROM next))
+     WHERE q.ctid = ANY (ARRAY(SELECT ctid FROM next))
     RETURNING q.attempt_id, q.run_id, q.run_scheduled_for, q.workflow_id, q.finished_at
 )
 SELECT claimed.attempt_id, claimed.run_id, claimed.run_scheduled_for, claimed.workflow_id, claimed.finished_at,
