@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from psycopg import sql
 
 from tickwarden.db import Database
+from tickwarden.store.monitoring import claim_text
 from tickwarden.store.queries import queries
 
 OPEN_ALERTS = 300
@@ -138,3 +139,23 @@ def test_the_server_keeps_one_plan_of_the_resumed_claim(db: Database) -> None:
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH next AS%'"
         ).fetchone()
     assert generic >= 1 and custom <= 5, (generic, custom)
+
+
+def test_the_claim_deletes_the_rows_it_locked_by_their_position(db: Database) -> None:
+    """The claim's delete finds the queue rows it has just locked by their position (a TID
+    scan), not by a second probe of the queue's primary key for each of them."""
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    with db.connection() as conn:
+        conn.execute("INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for,"
+                     " finished_at) SELECT a, 1, a %% 100, a, %(at)s, %(at)s FROM generate_series(1, 2000) a",
+                     {"at": at})
+        conn.execute("ANALYZE outcome_queue")
+        conn.execute("SET LOCAL tickwarden.platform = 'on'")
+        params = {"now": at, "after_at": None, "after_id": None}
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim_text(500), params).fetchone()[0][0]["Plan"]
+        conn.rollback()
+    scans = [s for s in _scans_of(plan, "outcome_queue") if s["Node Type"] != "ModifyTable"]  # the delete itself
+    assert sorted((s["Node Type"], s.get("Index Name")) for s in scans) == [
+        ("Index Scan", "outcome_queue_order_idx"), ("Tid Scan", None)], scans
+    deleted = [s for s in scans if s["Node Type"] == "Tid Scan"]
+    assert deleted[0]["Actual Rows"] == 500, deleted
