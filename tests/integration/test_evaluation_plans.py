@@ -159,3 +159,40 @@ def test_the_claim_deletes_the_rows_it_locked_by_their_position(db: Database) ->
         ("Index Scan", "outcome_queue_order_idx"), ("Tid Scan", None)], scans
     deleted = [s for s in scans if s["Node Type"] == "Tid Scan"]
     assert deleted[0]["Actual Rows"] == 500, deleted
+
+
+def test_the_claim_looks_for_an_open_alert_for_successes_alone(db: Database) -> None:
+    """A claimed failure is evaluated whatever its workflow's alert, so the claim probes the
+    open alerts for its successes alone, and says no alert for the rest."""
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    with db.connection() as conn:
+        conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'acme', %s)", (at,))
+        conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                     " SELECT 1, 'wf-' || w, %s, %s FROM generate_series(1, 10) w", (at, at))
+        conn.execute(
+            """INSERT INTO alerts (tenant_id, workflow_id, status, first_severity, severity, owner, failure_count,
+                                   cadence_seconds, escalation_multiplier, escalate_after, escalate_at,
+                                   first_failure_at, last_failure_at, opened_at)
+               SELECT 1, id, 'open', 'warning', 'warning', 'customer', 3, 3600, 3, 6, %(at)s, %(at)s, %(at)s, %(at)s
+                 FROM workflows""", {"at": at})
+        # one run per workflow, every third a success
+        conn.execute("""INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
+                                          deadline_at, created_at, finished_at, error_category, error)
+                        SELECT 1, w.id, %(at)s, s, 0, 1, %(at)s, %(at)s, %(at)s,
+                               CASE WHEN s = 'failed' THEN 'step_error' END, CASE WHEN s = 'failed' THEN 'x' END
+                          FROM workflows w,
+                               LATERAL (SELECT CASE WHEN w.id %% 3 = 0 THEN 'succeeded' ELSE 'failed' END AS s) x""",
+                     {"at": at})
+        conn.execute("INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for,"
+                     " finished_at) SELECT id, 1, workflow_id, id, scheduled_for, finished_at FROM runs")
+        conn.commit()
+        conn.execute("SET LOCAL tickwarden.platform = 'on'")
+        params = {"now": at, "after_at": None, "after_id": None}
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim_text(500), params).fetchone()[0][0]["Plan"]
+        conn.rollback()
+    probes = sum(s["Actual Loops"] for s in _scans_of(plan, "alerts"))
+    assert probes == 3, plan  # workflows 3, 6 and 9: the successes
+    with db.transaction() as store:
+        claimed = store.monitoring.claim_finished_attempts(at, 500)
+    assert sorted((c.workflow_id, c.run_status, c.alert_open) for c in claimed) == [
+        (w, "succeeded", True) if w % 3 == 0 else (w, "failed", False) for w in range(1, 11)]

@@ -5,8 +5,9 @@
 -- is logged once instead of reprocessed forever. Nothing of the ledger is written. The
 -- run's status, read as it is now (it may have moved since the finish: a cancel, a
 -- missed deadline), says what to do next (pending_retry: launch a retry; terminal:
--- evaluate), and alert_open whether a success has anything to resolve. A row whose run
--- is gone (expired, erased) is deleted with the batch and returns nothing.
+-- evaluate), and alert_open whether a success has anything to resolve (false for any other
+-- status). A row whose run is gone (expired, erased) is deleted with the batch and returns
+-- nothing.
 --
 -- `after` (finished_at, id) starts the walk of outcome_queue_order_idx past a position
 -- (NULL: from its start). The entries of rows already claimed stay in the index, dead,
@@ -43,7 +44,11 @@ WITH next AS (
 )
 SELECT claimed.attempt_id, claimed.run_id, claimed.run_scheduled_for, claimed.workflow_id, claimed.finished_at,
        r.status AS run_status, r.error_category AS run_error_category,
-       EXISTS (SELECT 1 FROM alerts a WHERE a.workflow_id = claimed.workflow_id AND a.status = 'open') AS alert_open
+       -- looked up for a success alone, the one status it decides anything for (a failure is
+       -- evaluated whatever it says): the AND stops before the probe for every other one
+       (r.status = 'succeeded'
+        AND EXISTS (SELECT 1 FROM alerts a WHERE a.workflow_id = claimed.workflow_id AND a.status = 'open'))
+       AS alert_open
   FROM claimed
   CROSS JOIN LATERAL (SELECT status, error_category FROM runs
                        WHERE runs.id = claimed.run_id AND runs.scheduled_for = claimed.run_scheduled_for) r;
