@@ -6,11 +6,12 @@ what the poller runs on a busy ledger is the generic plan, so that is the plan c
 """
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from psycopg import sql
 
 from tickwarden.db import Database
+from tickwarden.store.monitoring import claim_text
 from tickwarden.store.queries import queries
 
 OPEN_ALERTS = 300
@@ -111,3 +112,87 @@ def test_the_server_keeps_one_plan_of_the_claim(db: Database) -> None:
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH next AS%'"
         ).fetchone()
     assert generic >= 1 and custom <= 5, (generic, custom)
+
+
+def test_the_server_keeps_one_plan_of_the_resumed_claim(db: Database) -> None:
+    """A pass after a full batch resumes the claim's walk after that batch's last (finished_at,
+    id). Its bounds reach the plan as sub-selects, unknown to a fresh plan as to the kept one,
+    so the kept plan is chosen: with them as plain parameters, each fresh plan saw how far the
+    queue reaches past the position and looked cheaper, and a drain planned the claim at every
+    pass (1 ms of each on the benchmark's ledger). The queue and the ledger's months are the
+    benchmark's: 200,000 outcomes, batch 500, the 16 months a deployment keeps."""
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    for month in range(16):
+        with db.transaction() as store:
+            store.retention.ensure_partition(datetime(2025 + month // 12, month % 12 + 1, 1, tzinfo=UTC))
+    with db.connection() as conn:
+        conn.execute("INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for,"
+                     " finished_at) SELECT a, 1, a %% 100, a, %(at)s, %(at)s + a * interval '1 second'"
+                     " FROM generate_series(1, 200000) a", {"at": at})
+        conn.execute("ANALYZE outcome_queue")
+        conn.commit()
+    with db.transaction() as store:
+        for n in range(12):  # as a drain resumes: each pass after the position the one before ended at
+            after = (at + timedelta(seconds=500 * n), 500 * n)
+            store.monitoring.claim_finished_attempts(at + timedelta(days=3), 500, after)
+        generic, custom = store.conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH next AS%'"
+        ).fetchone()
+    assert generic >= 1 and custom <= 5, (generic, custom)
+
+
+def test_the_claim_deletes_the_rows_it_locked_by_their_position(db: Database) -> None:
+    """The claim's delete finds the queue rows it has just locked by their position (a TID
+    scan), not by a second probe of the queue's primary key for each of them."""
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    with db.connection() as conn:
+        conn.execute("INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for,"
+                     " finished_at) SELECT a, 1, a %% 100, a, %(at)s, %(at)s FROM generate_series(1, 2000) a",
+                     {"at": at})
+        conn.execute("ANALYZE outcome_queue")
+        conn.execute("SET LOCAL tickwarden.platform = 'on'")
+        params = {"now": at, "after_at": None, "after_id": None}
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim_text(500), params).fetchone()[0][0]["Plan"]
+        conn.rollback()
+    scans = [s for s in _scans_of(plan, "outcome_queue") if s["Node Type"] != "ModifyTable"]  # the delete itself
+    assert sorted((s["Node Type"], s.get("Index Name")) for s in scans) == [
+        ("Index Scan", "outcome_queue_order_idx"), ("Tid Scan", None)], scans
+    deleted = [s for s in scans if s["Node Type"] == "Tid Scan"]
+    assert deleted[0]["Actual Rows"] == 500, deleted
+
+
+def test_the_claim_looks_for_an_open_alert_for_successes_alone(db: Database) -> None:
+    """A claimed failure is evaluated whatever its workflow's alert, so the claim probes the
+    open alerts for its successes alone, and says no alert for the rest."""
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    with db.connection() as conn:
+        conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'acme', %s)", (at,))
+        conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                     " SELECT 1, 'wf-' || w, %s, %s FROM generate_series(1, 10) w", (at, at))
+        conn.execute(
+            """INSERT INTO alerts (tenant_id, workflow_id, status, first_severity, severity, owner, failure_count,
+                                   cadence_seconds, escalation_multiplier, escalate_after, escalate_at,
+                                   first_failure_at, last_failure_at, opened_at)
+               SELECT 1, id, 'open', 'warning', 'warning', 'customer', 3, 3600, 3, 6, %(at)s, %(at)s, %(at)s, %(at)s
+                 FROM workflows""", {"at": at})
+        # one run per workflow, every third a success
+        conn.execute("""INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
+                                          deadline_at, created_at, finished_at, error_category, error)
+                        SELECT 1, w.id, %(at)s, s, 0, 1, %(at)s, %(at)s, %(at)s,
+                               CASE WHEN s = 'failed' THEN 'step_error' END, CASE WHEN s = 'failed' THEN 'x' END
+                          FROM workflows w,
+                               LATERAL (SELECT CASE WHEN w.id %% 3 = 0 THEN 'succeeded' ELSE 'failed' END AS s) x""",
+                     {"at": at})
+        conn.execute("INSERT INTO outcome_queue (attempt_id, tenant_id, workflow_id, run_id, run_scheduled_for,"
+                     " finished_at) SELECT id, 1, workflow_id, id, scheduled_for, finished_at FROM runs")
+        conn.commit()
+        conn.execute("SET LOCAL tickwarden.platform = 'on'")
+        params = {"now": at, "after_at": None, "after_id": None}
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim_text(500), params).fetchone()[0][0]["Plan"]
+        conn.rollback()
+    probes = sum(s["Actual Loops"] for s in _scans_of(plan, "alerts"))
+    assert probes == 3, plan  # workflows 3, 6 and 9: the successes
+    with db.transaction() as store:
+        claimed = store.monitoring.claim_finished_attempts(at, 500)
+    assert sorted((c.workflow_id, c.run_status, c.alert_open) for c in claimed) == [
+        (w, "succeeded", True) if w % 3 == 0 else (w, "failed", False) for w in range(1, 11)]

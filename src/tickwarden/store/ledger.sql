@@ -341,7 +341,8 @@ SELECT given_back.id, given_back.run_id, given_back.number, 'queued', true
 -- made, so the server can keep one plan of the text for every batch of the same months
 -- instead of planning each batch afresh (an array parameter prunes only a fresh plan,
 -- and the fresh plan of this statement over a year of months cost more than its run).
--- The ids and ticks alone still say which runs.
+-- The ids and ticks alone still say which runs. It returns what its callers read of each
+-- queued retry (`QueuedRetry`), not the whole attempt row.
 WITH moved AS (
     UPDATE runs r
        SET status = 'queued', attempts_count = r.attempts_count + 1
@@ -362,7 +363,7 @@ SELECT m.tenant_id, m.workflow_id, m.id, m.scheduled_for, m.attempts_count, 'que
   JOIN attempts failed ON failed.run_id = m.id AND failed.run_scheduled_for = m.scheduled_for
                      AND failed.run_scheduled_for {months}
                      AND failed.number = m.attempts_count - 1
-RETURNING *;
+RETURNING id, run_id, number, queued_at;
 
 -- ledger_cancel_run --
 -- An operator's cancel: a run with no verdict yet becomes cancelled with its actor,

@@ -28,7 +28,7 @@ class ClaimedAttempt:
     finished_at: datetime
     run_status: str
     run_error_category: str | None
-    alert_open: bool
+    alert_open: bool  # a success's workflow has an open alert to resolve; false for any other status
 
 
 @dataclass(frozen=True)
