@@ -30,7 +30,7 @@ FREE_LOST_REQUEUES = 2
 
 
 @dataclass(frozen=True)
-class QueuedRetry:
+class LaunchedRetry:
     """A retry's attempt as `queue_retries` queued it: the columns its callers read, not the whole
     attempt (a whole row per retry, its outputs' JSON parsed, was a tenth of the poller's CPU)."""
 
@@ -261,7 +261,7 @@ class LedgerRepository(StoreBase):
 
     def queue_retries(
         self, runs: Sequence[tuple[int, datetime]], now: datetime, patient: Sequence[str] = ()
-    ) -> list[QueuedRetry]:
+    ) -> list[LaunchedRetry]:
         """Queue the next attempt of every run (id, tick) still pending a retry, after its backoff for `patient` categories.
 
         The ticks name the runs' months, so the statement reads and writes only those partitions.
@@ -270,7 +270,7 @@ class LedgerRepository(StoreBase):
 
     def submit_queue_retries(
         self, runs: Sequence[tuple[int, datetime]], now: datetime, patient: Sequence[str] = ()
-    ) -> Callable[[], list[QueuedRetry]]:
+    ) -> Callable[[], list[LaunchedRetry]]:
         """`queue_retries`, sent now and read by the call returned (see `StoreBase._submit`).
 
         In pipeline mode the statement goes out with the transaction's next read, so a caller
@@ -282,7 +282,7 @@ class LedgerRepository(StoreBase):
         read = self._submit_text(in_months("ledger_queue_retries", ticks),
                                  {"run_ids": [r for r, _ in runs], "run_scheduled_fors": ticks, "now": now,
                                   "patient": list(patient)})
-        return lambda: [QueuedRetry(**row) for row in read()]  # the statement returns exactly its fields
+        return lambda: [LaunchedRetry(**row) for row in read()]  # the statement returns exactly its fields
 
     def cancel_run(self, run_id: int, actor: str, now: datetime) -> Run | None:
         """Cancel a run that has no verdict yet, and its queued or running attempt; None if it has one."""

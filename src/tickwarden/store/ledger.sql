@@ -342,7 +342,7 @@ SELECT given_back.id, given_back.run_id, given_back.number, 'queued', true
 -- instead of planning each batch afresh (an array parameter prunes only a fresh plan,
 -- and the fresh plan of this statement over a year of months cost more than its run).
 -- The ids and ticks alone still say which runs. It returns what its callers read of each
--- queued retry (`QueuedRetry`), not the whole attempt row.
+-- queued retry (`LaunchedRetry`), not the whole attempt row.
 WITH moved AS (
     UPDATE runs r
        SET status = 'queued', attempts_count = r.attempts_count + 1
