@@ -20,7 +20,7 @@ One pass (`run_once`) at time `now`, on one pooled connection held for the pass
    there, in SQL, and nowhere else. A database outage at that moment is waited out (the
    heartbeat keeps renewing): the result of work done is never dropped, only refused by
    the compare-and-set if the lease was taken away. The same exchange (one round trip,
-   two when it leases; one durable commit: `ExecutionRepository.exchange`) puts the
+   with its lease too; one durable commit: `ExecutionRepository.exchange`) puts the
    environment back to warm, starts the next attempt leased ahead on a full lease, and,
    when none is left, leases the next batch with its contexts, overlapping the next lease
    with this outcome's commit.
@@ -320,8 +320,9 @@ class Worker:
         return self.clock.now()
 
     def _lease(self, now: datetime) -> _Leased | None:
-        # A worker with nothing leased is idle, or was: it looks first, read only (one round trip,
-        # where the lease's locking scan is two), and leases only when something is due. A busy
+        # A worker with nothing leased is idle, or was: it looks first, read only (one round trip and
+        # one small read, where the lease, one round trip too, opens a transaction and runs its lock,
+        # writes and contexts), and leases only when something is due. A busy
         # worker's leases ride with its outcomes and never come here. The lease and the contexts
         # are one exchange. It waits for the disk: it starts the first attempt, which this worker
         # then runs; a start lost in a crash would put the attempt back in the queue while it
