@@ -20,7 +20,7 @@ One pass (`run_once`) at time `now`, on one pooled connection held for the pass
    there, in SQL, and nowhere else. A database outage at that moment is waited out (the
    heartbeat keeps renewing): the result of work done is never dropped, only refused by
    the compare-and-set if the lease was taken away. The same exchange (one round trip,
-   two when it leases; one durable commit: `ExecutionRepository.exchange`) puts the
+   with its lease too; one durable commit: `ExecutionRepository.exchange`) puts the
    environment back to warm, starts the next attempt leased ahead on a full lease, and,
    when none is left, leases the next batch with its contexts, overlapping the next lease
    with this outcome's commit.
@@ -63,7 +63,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from tickwarden import auth, metrics, secrets
 from tickwarden.categories import categorize, is_retryable
@@ -71,9 +71,10 @@ from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
 from tickwarden.environments import pods
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
+from tickwarden.environments.pool import _busy_row_stands
 from tickwarden.errors import DatabaseUnavailable
 from tickwarden.models import Attempt, AttemptOutcome, Environment, FinishedAttempt, Workflow
-from tickwarden.store.execution import Exchanged, ExecutionContext, InstanceMark
+from tickwarden.store.execution import Exchanged, ExecutionContext, InstanceMark, LeaseMark
 from tickwarden.profile import timeout_for
 from tickwarden.recipes import Recipe, RecipeError, Step, blocked_by, parse_recipe
 from tickwarden.sanitize import redact_value, sanitize_error, sanitize_log_tail
@@ -319,8 +320,9 @@ class Worker:
         return self.clock.now()
 
     def _lease(self, now: datetime) -> _Leased | None:
-        # A worker with nothing leased is idle, or was: it looks first, read only (one round trip,
-        # where the lease's locking scan is two), and leases only when something is due. A busy
+        # A worker with nothing leased is idle, or was: it looks first, read only (one round trip and
+        # one small read, where the lease, one round trip too, opens a transaction and runs its lock,
+        # writes and contexts), and leases only when something is due. A busy
         # worker's leases ride with its outcomes and never come here. The lease and the contexts
         # are one exchange. It waits for the disk: it starts the first attempt, which this worker
         # then runs; a start lost in a crash would put the attempt back in the queue while it
@@ -501,7 +503,7 @@ class Worker:
         written = (warm.marked, warm.marked_at) if warm is not None else None  # its row, as written before this
         mark = self.environments.released(warm, finished_at,
                                           next_environment=following.environment if following else None)
-        marking: InstanceMark | Callable[[list[dict[str, Any]]], InstanceMark | None] | None = mark
+        marking: InstanceMark | LeaseMark | None = mark
         if following is None and lease_next and warm is not None and mark is not None and written is not None:
             marking = self._marked_by_lease(warm, mark, written, finished_at)
         pause = RECORD_RETRY_FIRST
@@ -544,23 +546,28 @@ class Worker:
         return finished
 
     def _marked_by_lease(self, instance: Instance, mark: InstanceMark, written: tuple[str, datetime | None],
-                         finished_at: datetime) -> Callable[[list[dict[str, Any]]], InstanceMark | None]:
+                         finished_at: datetime) -> LeaseMark:
         """The mark of the process that served an outcome whose exchange leases the next attempts.
 
-        Decided once the lease has locked them (`ExecutionRepository.exchange`): busy when the
-        first, the one this worker runs next, is of a workflow last leased with an environment this
-        process serves, so its `acquire` writes nothing (a round trip of its own at every lease
-        otherwise, every attempt at a batch of 1); else warm. Busy, with its row already busy and
-        written recently, it writes none (`EnvironmentPool.lease_mark`), as between attempts
-        leased together. A guess from an environment since changed is corrected by
-        `EnvironmentPool.settle` once the context is read. `written`: the process's row as it
+        Decided in the lease's own round trip, by the attempt it locks first (`LeaseMark`):
+        busy when that one, which this worker runs next, is of a workflow last leased with an
+        environment this process serves, so its `acquire` writes nothing (a round trip of its
+        own at every lease otherwise, every attempt at a batch of 1); else warm. Busy, with its
+        row already busy and written recently, it writes none (`EnvironmentPool.lease_mark`),
+        as between attempts leased together. The server is given the workflows that keep it
+        busy and whether the row stands; the worker then records the same decision from the
+        rows the lease locked (`decide`). A guess from an environment since changed is corrected
+        by `EnvironmentPool.settle` once the context is read. `written`: the process's row as it
         stood before this outcome (`released` counted the outcome as if for a warm mark).
         """
         def decide(queued: list[dict[str, Any]]) -> InstanceMark | None:
             environment = self._environments.get(queued[0]["workflow_id"]) if queued else None
             return self.environments.lease_mark(instance, mark, environment, written, finished_at)
 
-        return decide
+        keeping = [workflow_id for workflow_id, environment in self._environments.items()
+                   if self.environments.serves(instance, environment)]
+        # The rule `lease_mark` applies: a busy row written within BUSY_MARK_SECONDS stands.
+        return LeaseMark(mark, keeping, _busy_row_stands(*written, finished_at), decide)
 
     # -- execution -------------------------------------------------------------------------
 

@@ -602,32 +602,38 @@ def queued_in_february(db: Database) -> tuple[Workflow, list[datetime]]:
 
 def test_a_lease_writes_only_the_months_of_the_attempts_it_locked(db: Database) -> None:
     """The lease's queue scan and the idle poll read the queue (attempt_queue), no month of the
-    ledger; the writes are planned with the locked attempts' ticks bound, so their plan holds
-    those months' partitions alone, and the contexts behind them read no month at all."""
-    from tickwarden.store.ledger import lease_params
+    ledger; the writes are told the locked attempts' ticks inside the server (the scan's settings),
+    and their plan, made once (generic, as the worker's exchange runs it) or afresh, starts with
+    those months' partitions alone; the contexts behind them read no month at all."""
+    from tickwarden.store.ledger import lease_statements
     from tickwarden.store.queries import queries
 
     wf, ticks = queued_in_february(db)
     now = ticks[-1] + timedelta(minutes=1)
 
-    with db.transaction() as store:
-        params = lease_params("w1", now, 600, 2, start=1)
-        for name in ("ledger_lease_queue", "execution_queue_waiting"):
-            plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()[name], params).fetchone()[0]
-            assert ledger_tables(plan) == set()
-        queued = store.conn.execute(queries()["ledger_lease_queue"], params).fetchall()
-        assert [tick for _, _, tick, _ in queued] == ticks
-        bound = lease_params("w1", now, 600, 2, start=1,
-                             queued=[{"id": i, "run_id": r, "run_scheduled_for": t} for i, r, t, _ in queued])
-        plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()["ledger_lease_attempts"],
-                                  bound).fetchone()[0]
-        assert ledger_tables(plan) == {"attempts_p202502", "runs_p202502"}
-        # The runs are read once, by their update, which also gives each run's manual flag: a read
-        # of its own was a third partitioned relation to plan at every lease.
-        assert relation_nodes(plan).count("runs_p202502") == 1, relation_nodes(plan)
-        contexts = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()["execution_contexts"],
-                                      {"workflow_ids": [wf.id]}).fetchone()[0]
-        assert ledger_tables(contexts) == set()
+    for generic in (True, False):
+        with db.transaction() as store:
+            (lock, params), (write, _) = lease_statements("w1", now, 600, 2, start=1)
+            for name in (lock, "execution_queue_waiting"):
+                plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()[name], params).fetchone()[0]
+                assert ledger_tables(plan) == set()
+            queued = store.conn.execute(queries()[lock], params).fetchall()
+            assert [tick for _, _, tick, _ in queued] == ticks
+            if generic:
+                store.conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+            plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()[write], params).fetchone()[0]
+            assert ledger_tables(plan) == {"attempts_p202502", "runs_p202502"}, generic
+            # The runs are read once, by their update, which also gives each run's manual flag: a read
+            # of its own was a third partitioned relation to plan at every lease.
+            assert relation_nodes(plan).count("runs_p202502") == 1, relation_nodes(plan)
+            contexts = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()["execution_contexts"],
+                                          {"workflow_ids": None}).fetchone()[0]
+            assert ledger_tables(contexts) == set()
+            [(workflow_ids,)] = store.conn.execute(
+                "SELECT current_setting('tickwarden.lease_workflows')::bigint[]").fetchall()
+            assert workflow_ids == [wf.id, wf.id]
+            if generic:  # EXPLAIN ANALYZE ran the writes: undone for the second round
+                raise psycopg.Rollback()
 
     # The writes leased what the scan locked: the first started now, the other leased ahead.
     assert rows(db, "SELECT a.status, a.worker_id, a.started_at, r.status FROM attempts a JOIN runs r"

@@ -88,12 +88,13 @@ def test_a_warm_attempt_pays_no_connection_check_and_one_commit_and_leases_the_n
     # the held connection's check is a look at its socket, no query (one round trip each before); no BEGIN,
     # COMMIT or SET
     assert checks == 0 and explicit == 0, sent
-    # the outcome with its steps and the next lease with its context in one exchange of two round trips: the
-    # queue's rows locked, then leased with their months bound, so the writes' plans hold those months'
-    # partitions only; the process kept busy in the second, for the attempt leased (3 before, with a busy mark
-    # of its own; 2 before that, the lease in the outcome's round trip; 3 before that, with the check; 9 before
-    # that: BEGIN, each statement, COMMIT; 17 before that)
-    assert per_attempt == 2, sent
+    # the outcome with its steps and the next lease with its context in one exchange of one round trip: the
+    # queue's rows locked, then leased with their months told inside the server, so the writes' plans hold
+    # those months' partitions only; the process kept busy by the server's decision, for the attempt leased
+    # (2 before, the lease's writes and the mark in a second round trip after the lock; 3 before that, with a
+    # busy mark of its own; 2 before that, the lease in the outcome's round trip; 3 before that, with the
+    # check; 9 before that: BEGIN, each statement, COMMIT; 17 before that)
+    assert per_attempt == 1, sent
     # every run ran once; the attempt leased with the ninth outcome was given back when the worker stopped
     assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])] == [["succeeded"]] * 9 + [
         ["queued"]]
@@ -122,10 +123,11 @@ def warm_batches(db, clock, traced):
 
 def test_a_batch_of_warm_attempts_pays_no_busy_mark(db, clock, traced):
     runs, sent, _ = warm_batches(db, clock, traced)
-    # per attempt the outcome's exchange (the connection's check sends nothing); per batch of 4, the lease's
-    # second round trip, which keeps the process busy for its first attempt (8 * 1 + 2 + 2 before, with a busy
-    # mark of its own per batch; 8 * 1 + 2 before that, the lease in one)
-    assert len(sent) == 8 * 1 + 2, sent
+    # per attempt the outcome's exchange (the connection's check sends nothing), the lease of a batch of 4 and
+    # the mark that keeps the process busy for its first attempt riding in it (8 * 1 + 2 before, the lease's
+    # writes in a second round trip; 8 * 1 + 2 + 2 before that, with a busy mark of its own per batch; 8 * 1 + 2
+    # before that, the lease in one)
+    assert len(sent) == 8 * 1, sent
     assert [[status for status, _ in attempts] for attempts in statuses(db, [r.id for r in runs])] == [
         ["succeeded"]] * 16
 
@@ -133,13 +135,15 @@ def test_a_batch_of_warm_attempts_pays_no_busy_mark(db, clock, traced):
 def test_a_warm_attempts_step_rows_are_written_by_its_outcomes_statement(db, clock, traced):
     runs, _, statements = warm_batches(db, clock, traced)
     # per attempt: BEGIN, the switch to plans made once, the outcome with its step rows, the next attempt's
-    # start, COMMIT and the poller's wake; besides them the batches' leases, the warm mark of the last outcome
-    # (its lease found nothing), and no mark for a process that stays busy for the next attempt, whether
-    # leased with the one before or by this outcome (52 before: a busy-to-busy mark with the outcome that
+    # start, COMMIT and the poller's wake; besides them the batches' leases, each its lock, writes, contexts
+    # and the mark the server decides (one round trip: sent whatever the lock finds, so the last outcome's
+    # lease, which finds nothing, sends its writes and contexts too, and the mark of a process that stays busy
+    # for the next attempt runs and writes no row; 51 before, with the lease in two round trips, the writes,
+    # contexts and mark sent only as the lock's rows asked; 52 before that: a busy-to-busy mark with the outcome that
     # leased the next batch; 44 before that: no switch, each plan made afresh; 50 before that: a busy-to-busy
     # mark with each outcome; 52 before that, a busy mark per batch besides the warm one; 60 before that: the
     # step rows had a statement of their own)
-    assert statements == 51, statements
+    assert statements == 54, statements
     with db.transaction() as store:
         written = store.conn.execute(
             "SELECT a.run_id, s.step, s.status FROM attempt_steps s JOIN attempts a ON a.id = s.attempt_id "

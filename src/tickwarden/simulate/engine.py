@@ -401,7 +401,8 @@ class SimulatedWorker:
                 SimulationRepository(store.conn).worker_writes(statements)
 
     def run_once(self, now: datetime) -> datetime:
-        # The lease is one statement, committed on its own, as the real worker's: an idle
+        # The lease is the real worker's (`ledger.lease_statements`: the queue's lock and the writes
+        # it tells their rows and months, one round trip), in a transaction of its own: an idle
         # worker's poll finds nothing to lease and changes nothing.
         with self.db.autocommit() as store:
             leased = store.ledger.lease_attempts_with_ticks(WORKER_ID, now, LEASE_SECONDS, limit=LEASE_LIMIT)

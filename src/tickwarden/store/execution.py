@@ -15,7 +15,7 @@ from tickwarden.models import (
     Attempt, AttemptOutcome, Environment, EnvironmentInstance, FinishedAttempt, User, Workflow, from_row,
 )
 from tickwarden.store.base import StoreBase
-from tickwarden.store.ledger import finish_params, finished_from_rows, lease_params, leased_from_rows
+from tickwarden.store.ledger import finish_params, finished_from_rows, lease_statements, leased_from_rows
 
 @dataclass(frozen=True)
 class ExecutionContext:
@@ -33,6 +33,24 @@ InstanceMark = tuple[int, str, int]
 
 
 @dataclass(frozen=True)
+class LeaseMark:
+    """The mark of a process whose status depends on the attempt the exchange's lease locks first.
+
+    Decided in the server, in the lease's own round trip (`execution_update_environment_instance`
+    with `keeping`): busy when that attempt's workflow is one of `keeping` (the process serves it
+    next), else warm; busy with `stands` (its row busy and written recently) writes nothing.
+    `mark` is the warm mark (row id, "warm", runs served) the status replaces. `decided` is
+    given the locked queue rows once the exchange returns, so the caller records the same
+    decision (it must decide by the first row exactly as the server does).
+    """
+
+    mark: InstanceMark
+    keeping: list[int]
+    stands: bool
+    decided: Callable[[list[dict[str, Any]]], object]
+
+
+@dataclass(frozen=True)
 class Exchanged:
     """What one exchange did: the outcome's recording, whether the attempt leased ahead started,
     and the attempts leased with their contexts by workflow (the first started, the others leased ahead)."""
@@ -43,10 +61,11 @@ class Exchanged:
     started: bool = False
 
 
-def _mark(instance: InstanceMark, now: datetime) -> tuple[str, dict[str, Any]]:
+def _mark(instance: InstanceMark, now: datetime, lease: LeaseMark | None = None) -> tuple[str, dict[str, Any]]:
     instance_id, status, served = instance
     return ("execution_update_environment_instance", {
-        "instance_id": instance_id, "status": status, "now": now, "pid": None, "served": served, "relaxed": False})
+        "instance_id": instance_id, "status": status, "now": now, "pid": None, "served": served, "relaxed": False,
+        "keeping": lease.keeping if lease is not None else None, "stands": lease is not None and lease.stands})
 
 
 def _prefixed(row: dict[str, Any], prefix: str) -> dict[str, Any] | None:
@@ -81,20 +100,20 @@ class ExecutionRepository(StoreBase):
     def exchange(
         self, worker_id: str, now: datetime, lease_seconds: float, *, attempt: Attempt | None = None,
         outcome: AttemptOutcome | None = None, steps: Sequence[dict[str, Any]] = (),
-        instance: InstanceMark | Callable[[list[dict[str, Any]]], InstanceMark | None] | None = None,
+        instance: InstanceMark | LeaseMark | None = None,
         start: Attempt | None = None, lease: int = 0, finished_at: datetime | None = None,
     ) -> Exchanged:
         """A worker's writes between two attempts, sent together and committed together.
 
-        One round trip, two with a lease. Only on a connection in autocommit
+        One round trip, with a lease too. Only on a connection in autocommit
         (`Database.autocommit`). In order: record the `outcome` of `attempt`, finished at
         `finished_at` (default `now`; `ledger_finish_attempts`, the compare-and-set that
         applies a result once), with its `steps` rows in the same statement; move the environment `instance` (id,
-        status, runs served; or a function of the queue rows the lease locked that returns it, for a mark that
-        depends on the attempt leased to run next: written with the lease's second round trip); start the
+        status, runs served), unless it is a `LeaseMark`, decided by the lease; start the
         attempt leased ahead `start` on a full lease from `now` (a compare-and-set: `started` says whether this worker still held it); lock up
-        to `lease` queued attempts, then (the second round trip) lease them, the first
-        started now and the others leased ahead, and load their workflows' contexts.
+        to `lease` queued attempts and lease them (`ledger.lease_statements`, the one lease
+        path), the first started now and the others leased ahead, load their
+        workflows' contexts and write a `LeaseMark` as the first of them decides.
         That commit waits for the WAL flush: it records an outcome or starts an attempt.
         After it, with an outcome, a second transaction in the same round trip wakes the
         poller (`execution_wake_poller`: not waiting for the flush, and keeping the server's
@@ -130,15 +149,14 @@ class ExecutionRepository(StoreBase):
     def _exchanged(
         self, worker_id: str, now: datetime, lease_seconds: float, *, attempt: Attempt | None,
         outcome: AttemptOutcome | None, steps: Sequence[dict[str, Any]],
-        instance: InstanceMark | Callable[[list[dict[str, Any]]], InstanceMark | None] | None,
+        instance: InstanceMark | LeaseMark | None,
         start: Attempt | None, lease: int, finished_at: datetime | None,
     ) -> Exchanged:
         finished = ([(attempt, outcome, finished_at or now)] if attempt is not None and outcome is not None
                     else [])
-        # With an outcome or a lease the durable part is an explicit BEGIN … COMMIT: a lease
-        # spans two round trips, and the wake after an outcome has a transaction of its own
-        # (a COMMIT without BEGIN would end the pipeline's implicit one too, but the server
-        # warns of it in its log at every attempt).
+        # With an outcome or a lease the durable part is an explicit BEGIN … COMMIT: the wake
+        # after an outcome has a transaction of its own (a COMMIT without BEGIN would end the
+        # pipeline's implicit one too, but the server warns of it in its log at every attempt).
         # Its statements then run plans made once per connection (`execution_generic_plans`).
         begun = 2 if finished or lease else 0
         opening: list[tuple[str, dict[str, Any]]] = [("execution_begin", {}), ("execution_generic_plans", {})]
@@ -146,43 +164,42 @@ class ExecutionRepository(StoreBase):
         if attempt is not None and finished:
             statements.append(("ledger_finish_attempts", finish_params(
                 worker_id, finished, wake=False, steps=[{**step, "attempt_id": attempt.id} for step in steps])))
-        # A mark decided by the attempts the lease locks (given their queue rows) is written with the
-        # lease's second round trip; without a lease, it is decided on none.
-        decide = instance if callable(instance) else None
+        # A mark decided by the attempt the lease locks first is written behind the lease; without a
+        # lease, it is decided on none (warm, as `LeaseMark.decided` then records it).
+        decide = instance if isinstance(instance, LeaseMark) else None
         if decide is not None and not lease:
-            instance, decide = decide([]), None
-        if instance is not None and not callable(instance):
+            decide.decided([])
+            instance, decide = decide.mark, None
+        if instance is not None and not isinstance(instance, LeaseMark):
             statements.append(_mark(instance, now))
         if start is not None:
             statements.append(("execution_start_attempt", _start_params(start, worker_id, now, lease_seconds)))
         started_at = len(statements) - 1
+        leasing = len(statements)
+        if lease:
+            # The queue's rows are locked and leased in this same round trip: the writes are told
+            # the rows and their months by the lock, inside the server (`ledger_lease_queue`).
+            statements += [*lease_statements(worker_id, now, lease_seconds, lease, start=1),
+                           ("execution_contexts", {"workflow_ids": None}),
+                           *([_mark(decide.mark, now, decide)] if decide is not None else [])]
         ending: list[tuple[str, dict[str, Any]]] = (
-            [("execution_commit", {}), ("execution_wake_poller", {})] if finished else [])
-        if not lease:
+            [("execution_commit", {}), ("execution_wake_poller", {})] if finished
+            else [("execution_commit", {})] if lease else [])
+        try:
             results = self._exchange(statements + ending)
-            leased, contexts = [], {}
-        else:
-            # The queue's rows are locked in the first round trip and leased in the second,
-            # with their months bound (`ledger_lease_attempts`), their contexts, the commit
-            # and the wake; the transaction stays open between the two.
-            ending = ending or [("execution_commit", {})]
-            try:
-                results = self._exchange([*statements, ("ledger_lease_queue", lease_params(
-                    worker_id, now, lease_seconds, lease))])
-                queued = results[-1]
-                taken = [("ledger_lease_attempts", lease_params(worker_id, now, lease_seconds, lease, start=1,
-                                                                queued=queued)),
-                         ("execution_contexts", {"workflow_ids": sorted({q["workflow_id"] for q in queued})})]
-                marked = decide(queued) if decide is not None else None
-                second = self._exchange([*(taken if queued else []), *([_mark(marked, now)] if marked else []),
-                                         *ending])
-            except BaseException:
-                if not self.conn.closed and self.conn.info.transaction_status != TransactionStatus.IDLE:
-                    with contextlib.suppress(psycopg.Error):
-                        self.conn.rollback()
-                raise
-            leased = leased_from_rows(second[0]) if queued else []
-            contexts = self._contexts(second[1], now) if leased else {}
+        except BaseException:
+            if begun and not self.conn.closed and self.conn.info.transaction_status != TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    self.conn.rollback()
+            raise
+        leased: list[tuple[Attempt, datetime]] = []
+        contexts: dict[int, ExecutionContext] = {}
+        if lease:
+            queued = results[leasing]
+            leased = leased_from_rows(results[leasing + 1]) if queued else []
+            contexts = self._contexts(results[leasing + 2], now) if leased else {}
+            if decide is not None:
+                decide.decided(queued)
         return Exchanged(finished_from_rows(finished, results[begun])[0] if finished else None, leased, contexts,
                          started=start is not None and bool(results[started_at]))
 
@@ -238,7 +255,7 @@ class ExecutionRepository(StoreBase):
         row = self._row(
             "execution_update_environment_instance",
             {"instance_id": instance_id, "status": status, "now": now, "pid": pid, "served": served,
-             "relaxed": relaxed},
+             "relaxed": relaxed, "keeping": None, "stands": False},
         )
         return from_row(EnvironmentInstance, row) if row else None
 

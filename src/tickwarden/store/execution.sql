@@ -66,16 +66,27 @@ RETURNING *;
 -- WAL flush: an instance mark lost in a crash is harmless (the process died with
 -- the machine, and the reaper retires the row), and the worker saves a disk flush
 -- per attempt. Never relaxed inside a transaction that records an outcome.
-UPDATE environment_instances
-   SET status = %(status)s,
-       pid = coalesce(%(pid)s, pid),
-       last_used_at = CASE WHEN %(status)s IN ('busy', 'warm') THEN greatest(last_used_at, %(now)s)
-                           ELSE last_used_at END,
-       runs_served = runs_served + %(served)s,
-       stopped_at = CASE WHEN %(status)s IN ('stopped', 'dead') THEN %(now)s::timestamptz END
- WHERE id = %(instance_id)s AND status NOT IN ('stopped', 'dead')
+-- With `keeping` (not NULL), the status is decided here by the lease sent before it in
+-- the same transaction (`ledger_lease_queue`'s settings): busy when the first attempt it
+-- locked is of one of those workflows (the process serves that attempt next), else warm;
+-- and with `stands` (the row is busy and was written recently), busy writes nothing. The
+-- worker makes the same decision from the locked rows the lease returns
+-- (`EnvironmentPool.lease_mark`), so its record of the row follows what was written.
+UPDATE environment_instances i
+   SET status = d.status,
+       pid = coalesce(%(pid)s, i.pid),
+       last_used_at = CASE WHEN d.status IN ('busy', 'warm') THEN greatest(i.last_used_at, %(now)s)
+                           ELSE i.last_used_at END,
+       runs_served = i.runs_served + %(served)s,
+       stopped_at = CASE WHEN d.status IN ('stopped', 'dead') THEN %(now)s::timestamptz END
+  FROM (SELECT CASE WHEN %(keeping)s::bigint[] IS NULL THEN %(status)s::text
+                    WHEN (nullif(current_setting('tickwarden.lease_workflows', true), '')::bigint[])[1]
+                         = ANY (%(keeping)s::bigint[]) THEN 'busy'
+                    ELSE 'warm' END AS status) d
+ WHERE i.id = %(instance_id)s AND i.status NOT IN ('stopped', 'dead')
+   AND NOT (d.status = 'busy' AND %(keeping)s::bigint[] IS NOT NULL AND %(stands)s)
    AND (NOT %(relaxed)s OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
-RETURNING *;
+RETURNING i.*;
 
 -- execution_abandon_environment_instances --
 -- Instances still listed live long after their idle timeout belong to a worker that
@@ -115,9 +126,10 @@ SELECT EXISTS (SELECT 1 FROM attempt_queue WHERE queued_at <= %(now)s) AS found;
 
 -- execution_contexts --
 -- Everything a worker needs to run attempts of the given workflows (sent right behind a
--- lease, with the workflows of the attempts it locked, so a batch of leases costs no
--- look-up per attempt, and no look at the ledger's months): the workflow, its cadence,
--- its publisher and its environment (prefixed columns).
+-- lease, so a batch of leases costs no look-up per attempt, and no look at the ledger's
+-- months): the workflow, its cadence, its publisher and its environment (prefixed
+-- columns). `workflow_ids` NULL: those of the attempts the lease sent before it in the same
+-- transaction locked (`ledger_lease_queue`'s setting), so it rides in the lease's round trip.
 SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds, t.name AS tenant__name,
        u.id AS publisher__id, u.tenant_id AS publisher__tenant_id, u.email AS publisher__email,
        u.display_name AS publisher__display_name, u.active AS publisher__active,
@@ -131,7 +143,8 @@ SELECT w.*, s.cadence_seconds AS schedule__cadence_seconds, t.name AS tenant__na
   LEFT JOIN schedules s ON s.workflow_id = w.id
   LEFT JOIN users u ON u.id = w.publisher_id
   LEFT JOIN environments e ON e.id = w.environment_id
- WHERE w.id = ANY (%(workflow_ids)s::bigint[]);
+ WHERE w.id = ANY (coalesce(%(workflow_ids)s::bigint[],
+                            nullif(current_setting('tickwarden.lease_workflows', true), '')::bigint[]));
 
 -- execution_begin --
 -- Open the exchange's durable transaction explicitly when a wake follows its commit.

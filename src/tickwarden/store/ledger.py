@@ -7,7 +7,6 @@ compare-and-set, so several replicas can call any of these at once.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -190,19 +189,19 @@ class LedgerRepository(StoreBase):
     ) -> list[tuple[Attempt, datetime]]:
         """Lease up to `limit` queued attempts for `worker_id`, each with its run's tick.
 
-        The queue's rows are locked, then leased, in one transaction (the caller's, or one
-        of its own on a connection in autocommit): two round trips, so that the writes are
-        planned knowing their months (`ledger_lease_attempts`).
+        The lease's statements (`lease_statements`: the queue's rows locked, then leased with
+        their months told inside the server), sent together: one round trip on a connection in
+        autocommit (one implicit transaction of their own) or in pipeline mode (the simulator's,
+        in its transaction); two inside a caller's transaction outside pipeline mode.
         """
+        (lock, lock_params), (write, write_params) = lease_statements(worker_id, now, lease_seconds, limit)
         # Outside pipeline mode libpq's status tells a transaction; the pipelined connection is always in one.
-        own = (self.conn.autocommit and self.conn.pgconn.pipeline_status == PipelineStatus.OFF
-               and self.conn.info.transaction_status == TransactionStatus.IDLE)
-        with self.conn.transaction() if own else contextlib.nullcontext():
-            queued = self._rows("ledger_lease_queue", lease_params(worker_id, now, lease_seconds, limit))
-            if not queued:
-                return []
-            return leased_from_rows(self._rows("ledger_lease_attempts",
-                                               lease_params(worker_id, now, lease_seconds, limit, queued=queued)))
+        if (self.conn.autocommit and self.conn.pgconn.pipeline_status == PipelineStatus.OFF
+                and self.conn.info.transaction_status == TransactionStatus.IDLE):
+            return leased_from_rows(self._exchange([(lock, lock_params), (write, write_params)])[1])
+        read_locked, read_leased = self._submit(lock, lock_params), self._submit(write, write_params)
+        read_locked()
+        return leased_from_rows(read_leased())
 
     def renew_lease(self, attempt: Attempt, worker_id: str, now: datetime, lease_seconds: float) -> bool:
         """Extend the lease; False when the worker no longer holds it."""
@@ -338,17 +337,20 @@ def tick_params(groups: Sequence[TickGroup], now: datetime, advances: Sequence[A
     }
 
 
-def lease_params(worker_id: str, now: datetime, lease_seconds: float, limit: int, *,
-                 start: int | None = None, queued: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-    """The parameters of the `lease_queue` statement, and with the rows it locked (`queued`) of `lease_attempts`.
+def lease_statements(worker_id: str, now: datetime, lease_seconds: float, limit: int, *,
+                     start: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The lease, the one path every worker (and the simulated one) takes: its two statements, in order.
 
-    `start`: how many of the leased attempts (oldest first) start now; the others are
-    leased ahead, to be started later by their worker's compare-and-set. Default: all.
+    `ledger_lease_queue` locks up to `limit` due queue rows (SKIP LOCKED) and tells the next
+    statement which, inside the server; `ledger_lease_attempts` leases them. Neither waits for
+    the other's rows at the client, so both go out in one round trip; they must run in one
+    transaction, the second right after the first. `start`: how many of the leased attempts
+    (oldest first) start now; the others are leased ahead, to be started later by their
+    worker's compare-and-set. Default: all.
     """
-    return {"worker_id": worker_id, "now": now, "lease_expires_at": now + timedelta(seconds=lease_seconds),
-            "limit": limit, "start": limit if start is None else start,
-            "attempt_ids": [q["id"] for q in queued],
-            "run_scheduled_fors": [q["run_scheduled_for"] for q in queued], **_span([q["run_scheduled_for"] for q in queued])}
+    params = {"worker_id": worker_id, "now": now, "lease_expires_at": now + timedelta(seconds=lease_seconds),
+              "limit": limit, "start": limit if start is None else start}
+    return [("ledger_lease_queue", params), ("ledger_lease_attempts", params)]
 
 
 def expire_params(now: datetime, expired: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -76,22 +76,50 @@ SELECT run.* FROM run;
 -- ledger_lease_queue --
 -- Lock the oldest queued attempts for a lease, the first half of it: SKIP LOCKED hands
 -- concurrent workers disjoint rows without waiting, and the locks hold until the
--- lease's transaction ends, so `ledger_lease_attempts` (sent with these rows, in the
--- same transaction) leases attempts nobody else can lease meanwhile. The read is of the
--- queue (`attempt_queue`, migration 0031), one unpartitioned table: which months hold
--- queued attempts is not known ahead, and a read of the attempts would be planned over
--- every month retention keeps; the writes after it are told the months, so their plans
--- hold only those.
-SELECT q.attempt_id AS id, q.run_id, q.run_scheduled_for, q.workflow_id
-  FROM attempt_queue q
- WHERE q.queued_at <= %(now)s
- ORDER BY q.queued_at, q.attempt_id
- LIMIT %(limit)s
-   FOR UPDATE SKIP LOCKED;
+-- lease's transaction ends, so `ledger_lease_attempts` (sent right behind it in the same
+-- pipeline and transaction, without waiting for these rows) leases attempts nobody else
+-- can lease meanwhile. The read is of the queue (`attempt_queue`, migration 0031), one
+-- unpartitioned table: which months hold queued attempts is not known ahead, and a read of
+-- the attempts would be planned over every month retention keeps. What the writes after it
+-- need is handed to them inside the server, as transaction-local settings (so the lease is
+-- one round trip, not two): `tickwarden.lease_ids` and `tickwarden.lease_ticks` (the
+-- attempts and their runs' ticks, oldest first), `tickwarden.lease_first` and `tickwarden.lease_last` (the span of their ticks: scalars,
+-- which prune a plan of the writes when it starts, so it touches only their months) and
+-- `tickwarden.lease_workflows` (each attempt's workflow, the same order: the contexts read
+-- and the busy mark decided by the first). They are set even when nothing is locked (empty,
+-- which leases nothing): the settings come from one aggregate row, always computed, and the
+-- rows returned are unnested from it. Local to the transaction: they end with it.
+WITH queued AS MATERIALIZED (
+    SELECT q.attempt_id, q.run_id, q.run_scheduled_for, q.workflow_id, q.queued_at
+      FROM attempt_queue q
+     WHERE q.queued_at <= %(now)s
+     ORDER BY q.queued_at, q.attempt_id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), told AS (
+    SELECT array_agg(attempt_id ORDER BY queued_at, attempt_id) AS ids,
+           array_agg(run_id ORDER BY queued_at, attempt_id) AS run_ids,
+           array_agg(run_scheduled_for ORDER BY queued_at, attempt_id) AS ticks,
+           array_agg(workflow_id ORDER BY queued_at, attempt_id) AS workflows,
+           set_config('tickwarden.lease_ids',
+                      coalesce(array_agg(attempt_id ORDER BY queued_at, attempt_id), '{}')::text, true)
+        || set_config('tickwarden.lease_ticks',
+                      coalesce(array_agg(run_scheduled_for ORDER BY queued_at, attempt_id), '{}')::text, true)
+        || set_config('tickwarden.lease_first', coalesce(min(run_scheduled_for)::text, ''), true)
+        || set_config('tickwarden.lease_last', coalesce(max(run_scheduled_for)::text, ''), true)
+        || set_config('tickwarden.lease_workflows',
+                      coalesce(array_agg(workflow_id ORDER BY queued_at, attempt_id), '{}')::text, true) AS said
+      FROM queued
+)
+SELECT unnest(ids) AS id, unnest(run_ids) AS run_id, unnest(ticks) AS run_scheduled_for,
+       unnest(workflows) AS workflow_id
+  FROM told
+ WHERE said IS NOT NULL;
 
 -- ledger_lease_attempts --
--- Lease the attempts whose queue rows `ledger_lease_queue` locked in this transaction
--- (ids, run ids and ticks index for index, oldest first); the runs move to running in
+-- Lease the attempts whose queue rows `ledger_lease_queue` locked just before it in this
+-- transaction, as that statement's settings name them (ids oldest first; the ticks' span as
+-- the scalars first and last; none when it locked none); the runs move to running in
 -- the same statement, and the attempts leave the queue (its trigger, as they stop being
 -- queued). The first %(start)s of them start now (`started_at`); the others are
 -- leased ahead: `started_at` stays NULL until their worker starts them with the
@@ -99,10 +127,14 @@ SELECT q.attempt_id AS id, q.run_id, q.run_scheduled_for, q.workflow_id
 -- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row also
 -- carries its run's tick (`run_scheduled_for`), so no second look at the runs is needed
 -- (a read of them after their update cost more to plan than to run). The ticks' span
--- (first and last) arrives as two scalars, so its plan holds only their months'
--- partitions (planning every month's partitions for these writes cost several times
--- the writes themselves), pruned when planned or, in the worker's exchange, which runs
--- it as a plan made once (`execution_generic_plans`), when it starts. The attempts are locked SKIP LOCKED too: a writer that
+-- (first and last) is a stable expression of the settings, so a plan made once
+-- (`execution_generic_plans`; psycopg's prepared plan elsewhere) is pruned to their
+-- months when it starts, as one given the span as parameters would be (planning every
+-- month's partitions at every lease cost several times the writes themselves). Each
+-- attempt is locked by its id and tick (the primary key), and updated by the row version
+-- it locked (`ctid`, unchanged while this transaction holds the lock; the id and tick are
+-- matched too): a plan made once with small months otherwise scanned the month and tested
+-- the settings at every row. The attempts are locked SKIP LOCKED too: a writer that
 -- changes a queued attempt (a cancel, a Kubernetes lease) locks the attempt first and
 -- its queue row after, so a lease that waited for the attempt while holding the queue
 -- row could deadlock with it; skipped, such an attempt is that writer's to move, and the
@@ -110,28 +142,37 @@ SELECT q.attempt_id AS id, q.run_id, q.run_scheduled_for, q.workflow_id
 -- Its commit waits for the WAL flush, as every commit that starts an attempt does: a
 -- start lost in a crash would hand a running attempt back to the queue.
 WITH locked AS (
-    SELECT a.id, a.run_scheduled_for
-      FROM attempts a
-     WHERE a.id = ANY (%(attempt_ids)s::bigint[])
-       AND a.run_scheduled_for BETWEEN %(first_tick)s AND %(last_tick)s
-       AND a.status = 'queued'
-       FOR UPDATE SKIP LOCKED
+    SELECT a.id, a.run_scheduled_for, a.ctid
+      FROM unnest(current_setting('tickwarden.lease_ids')::bigint[],
+                  current_setting('tickwarden.lease_ticks')::timestamptz[]) AS g (id, run_scheduled_for)
+     CROSS JOIN LATERAL (
+        SELECT a.id, a.run_scheduled_for, a.ctid
+          FROM attempts a
+         WHERE a.id = g.id AND a.run_scheduled_for = g.run_scheduled_for
+           AND a.run_scheduled_for BETWEEN nullif(current_setting('tickwarden.lease_first'), '')::timestamptz
+                                       AND nullif(current_setting('tickwarden.lease_last'), '')::timestamptz
+           AND a.status = 'queued'
+           FOR UPDATE SKIP LOCKED
+     ) a
 ), leased AS (
     UPDATE attempts a
        SET status = 'running', worker_id = %(worker_id)s,
-           started_at = CASE WHEN a.id = ANY ((%(attempt_ids)s::bigint[])[1:%(start)s])
+           started_at = CASE WHEN a.id = ANY ((current_setting('tickwarden.lease_ids')::bigint[])[1:%(start)s])
                              THEN %(now)s::timestamptz END,
            heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
       FROM locked
-     WHERE a.id = locked.id AND a.run_scheduled_for = locked.run_scheduled_for
-       AND a.run_scheduled_for BETWEEN %(first_tick)s AND %(last_tick)s
+     WHERE a.ctid = ANY (ARRAY(SELECT ctid FROM locked))
+       AND a.id = locked.id AND a.run_scheduled_for = locked.run_scheduled_for
+       AND a.run_scheduled_for BETWEEN nullif(current_setting('tickwarden.lease_first'), '')::timestamptz
+                                   AND nullif(current_setting('tickwarden.lease_last'), '')::timestamptz
     RETURNING a.*
 ), started AS (
     UPDATE runs r
        SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
       FROM leased
      WHERE r.id = leased.run_id AND r.scheduled_for = leased.run_scheduled_for
-       AND r.scheduled_for BETWEEN %(first_tick)s AND %(last_tick)s
+       AND r.scheduled_for BETWEEN nullif(current_setting('tickwarden.lease_first'), '')::timestamptz
+                               AND nullif(current_setting('tickwarden.lease_last'), '')::timestamptz
        AND r.status IN ('queued', 'pending_retry')
 )
 SELECT leased.* FROM leased ORDER BY leased.queued_at, leased.id;
