@@ -71,7 +71,7 @@ from tickwarden.clock import Clock, WallClock
 from tickwarden.db import Database
 from tickwarden.environments import pods
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
-from tickwarden.environments.pool import _busy_row_stands
+from tickwarden.environments.pool import busy_row_stands
 from tickwarden.errors import DatabaseUnavailable
 from tickwarden.models import Attempt, AttemptOutcome, Environment, FinishedAttempt, Workflow
 from tickwarden.store.execution import Exchanged, ExecutionContext, InstanceMark, LeaseMark
@@ -567,7 +567,7 @@ class Worker:
         keeping = [workflow_id for workflow_id, environment in self._environments.items()
                    if self.environments.serves(instance, environment)]
         # The rule `lease_mark` applies: a busy row written within BUSY_MARK_SECONDS stands.
-        return LeaseMark(mark, keeping, _busy_row_stands(*written, finished_at), decide)
+        return LeaseMark(mark, keeping, busy_row_stands(*written, finished_at), decide)
 
     # -- execution -------------------------------------------------------------------------
 

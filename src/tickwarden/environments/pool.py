@@ -196,7 +196,7 @@ class EnvironmentPool:
         instance.last_used_at = now
         instance.runs_served += 1
         keep = self.serves(instance, next_environment)
-        if keep and _busy_row_stands(instance.marked, instance.marked_at, now):
+        if keep and busy_row_stands(instance.marked, instance.marked_at, now):
             # busy → busy: its status stands; the count and last use wait for the next mark written
             instance.unwritten += 1
             return None
@@ -215,7 +215,7 @@ class EnvironmentPool:
         after an outage) leaves it as one decision would.
         """
         keep = self.serves(instance, environment)
-        if keep and _busy_row_stands(*written, now):
+        if keep and busy_row_stands(*written, now):
             instance.marked, instance.unwritten, instance.marked_at = "busy", mark[2], written[1]
             return None
         instance.marked, instance.unwritten, instance.marked_at = "busy" if keep else "warm", 0, now
@@ -285,7 +285,7 @@ class EnvironmentPool:
         return unwritten
 
 
-def _busy_row_stands(status: str, written_at: datetime | None, now: datetime) -> bool:
+def busy_row_stands(status: str, written_at: datetime | None, now: datetime) -> bool:
     """Whether a process's row, marked `status` at `written_at`, may stay as it is while the process stays busy."""
     return status == "busy" and written_at is not None and now - written_at < timedelta(seconds=BUSY_MARK_SECONDS)
 
