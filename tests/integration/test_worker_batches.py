@@ -228,11 +228,15 @@ def instance_row(db):
     return instance
 
 
-def test_a_process_busy_from_attempt_to_attempt_writes_its_row_only_when_a_minute_has_passed(db, clock):
+@pytest.mark.parametrize("batch", [5, 1])
+def test_a_process_busy_from_attempt_to_attempt_writes_its_row_only_when_a_minute_has_passed(db, clock, batch):
+    # At a batch of 5 the attempts are leased ahead; at a batch of 1 each outcome leases the next, and the
+    # busy mark that lease decides is not written while the row says busy already (it was written at
+    # every lease before: every attempt at a batch of 1).
     wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
     runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now()) for i in range(5)]
     # a lease long enough for the attempts leased ahead to outlast the clock's minute
-    worker = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=5, lease_seconds=600)
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=batch, lease_seconds=600)
     try:
         for _ in range(3):
             worker.run_once(clock.now())
@@ -243,32 +247,7 @@ def test_a_process_busy_from_attempt_to_attempt_writes_its_row_only_when_a_minut
         worker.run_once(clock.now())  # the first outcome a minute after the last write writes the runs since
         row = instance_row(db)
         assert (row.status, row.runs_served, row.last_used_at) == ("busy", 4, clock.now())
-        worker.run_once(clock.now())  # the last: warm, with its count
-        row = instance_row(db)
-        assert (row.status, row.runs_served) == ("warm", 5)
-    finally:
-        worker.close(clock.now())
-    assert attempts_of(db, [r.id for r in runs]) == [[("succeeded", "w1")]] * 5
-    assert (instance_row(db).status, instance_row(db).runs_served) == ("stopped", 5)
-
-
-def test_at_a_batch_of_one_a_process_busy_from_attempt_to_attempt_writes_its_row_only_when_a_minute_has_passed(
-        db, clock):
-    # Each outcome leases the next attempt here: the busy mark decided by that lease is not written
-    # while the row says busy already (it was written at every lease before: every attempt at a batch of 1).
-    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
-    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now()) for i in range(5)]
-    worker = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=1, lease_seconds=600)
-    try:
-        for _ in range(3):
-            worker.run_once(clock.now())
-            row = instance_row(db)
-            assert (row.status, row.runs_served) == ("busy", 0)  # as written when it woke
-        clock.advance(BUSY_MARK_SECONDS)
-        worker.run_once(clock.now())  # the first outcome a minute after the last write writes the runs since
-        row = instance_row(db)
-        assert (row.status, row.runs_served, row.last_used_at) == ("busy", 4, clock.now())
-        worker.run_once(clock.now())  # the last: its lease finds nothing, warm, with its count
+        worker.run_once(clock.now())  # the last (at a batch of 1 its lease finds nothing): warm, with its count
         row = instance_row(db)
         assert (row.status, row.runs_served) == ("warm", 5)
     finally:
