@@ -555,19 +555,20 @@ class Worker:
         own at every lease otherwise, every attempt at a batch of 1); else warm. Busy, with its
         row already busy and written recently, it writes none (`EnvironmentPool.lease_mark`),
         as between attempts leased together. The server is given the workflows that keep it
-        busy and whether the row stands; the worker then records the same decision from the
-        rows the lease locked (`decide`). A guess from an environment since changed is corrected
-        by `EnvironmentPool.settle` once the context is read. `written`: the process's row as it
-        stood before this outcome (`released` counted the outcome as if for a warm mark).
+        busy and whether the row stands; the worker then records what the server wrote
+        (`decide`), so the rule is applied in one place. A guess from an environment since
+        changed is corrected by `EnvironmentPool.settle` once the context is read. `written`:
+        the process's row as it stood before this outcome (`released` counted the outcome as if
+        for a warm mark).
         """
-        def decide(queued: list[dict[str, Any]]) -> InstanceMark | None:
-            environment = self._environments.get(queued[0]["workflow_id"]) if queued else None
-            return self.environments.lease_mark(instance, mark, environment, written, finished_at)
+        stands = busy_row_stands(*written, finished_at)  # a busy row written within BUSY_MARK_SECONDS
+
+        def decide(status: str | None) -> None:
+            self.environments.lease_mark(instance, mark, status, stands, written, finished_at)
 
         keeping = [workflow_id for workflow_id, environment in self._environments.items()
                    if self.environments.serves(instance, environment)]
-        # The rule `lease_mark` applies: a busy row written within BUSY_MARK_SECONDS stands.
-        return LeaseMark(mark, keeping, busy_row_stands(*written, finished_at), decide)
+        return LeaseMark(mark, keeping, stands, decide)
 
     # -- execution -------------------------------------------------------------------------
 

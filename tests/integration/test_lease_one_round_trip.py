@@ -63,11 +63,11 @@ def test_the_mark_is_decided_by_the_first_attempt_the_lease_locks(db, clock):
     served = make_runnable(db, clock.now(), [python_step("noop", "noop")], name="served")
     other = make_runnable(db, clock.now(), [python_step("noop", "noop")], name="other")
     instance_id = _instance(db, served, clock)
-    decided: list[list[int]] = []
+    decided: list[str | None] = []  # what the server wrote, as the exchange hands it to the caller
 
     def mark(keeping, stands):
         return LeaseMark((instance_id, "warm", 1), keeping, stands,
-                         lambda queued: decided.append([q["workflow_id"] for q in queued]))
+                         decided.append)
 
     later = clock.now() + timedelta(seconds=5)
     # The first queued is of a workflow the process serves: busy, counted.
@@ -75,7 +75,7 @@ def test_the_mark_is_decided_by_the_first_attempt_the_lease_locks(db, clock):
     queue_run(db, other, clock.now() - timedelta(minutes=2), clock.now())
     with db.autocommit() as store:
         exchanged = store.execution.exchange("w1", later, 60, lease=1, instance=mark([served.id], False))
-    assert [a.workflow_id for a, _ in exchanged.leased] == [served.id] and decided == [[served.id]]
+    assert [a.workflow_id for a, _ in exchanged.leased] == [served.id] and decided == ["busy"]
     assert _row(db, instance_id) == ("busy", 1, later)
     # Busy again, its row busy and written recently (`stands`): no write at all, the count waits.
     queue_run(db, served, clock.now() - timedelta(minutes=1), clock.now())  # behind `other`'s
@@ -92,4 +92,4 @@ def test_the_mark_is_decided_by_the_first_attempt_the_lease_locks(db, clock):
     with db.autocommit() as store:
         store.execution.exchange("w1", later + timedelta(seconds=3), 60, lease=1, instance=mark([served.id], False))
     assert _row(db, instance_id) == ("warm", 3, later + timedelta(seconds=3))
-    assert decided == [[served.id], [other.id], [served.id], []]
+    assert decided == ["busy", None, "warm", "warm"]

@@ -203,23 +203,23 @@ class EnvironmentPool:
         instance.marked = "busy" if keep else "warm"
         return instance.row_id, instance.marked, self._served(instance, now) + 1
 
-    def lease_mark(self, instance: Instance, mark: tuple[int, str, int], environment: Environment | None,
-                   written: tuple[str, datetime | None], now: datetime) -> tuple[int, str, int] | None:
-        """The mark of a process `released` with no next environment known, once the next one is (`environment`).
+    def lease_mark(self, instance: Instance, mark: tuple[int, str, int], status: str | None, stands: bool,
+                   written: tuple[str, datetime | None], now: datetime) -> None:
+        """Record the mark the lease's statement wrote for a process `released` with no next environment known.
 
         `mark` is what `released` returned then (warm, with the runs served since its row was
-        last written), `written` its row's status and when it was written before that. Kept busy
-        with a busy row written within `BUSY_MARK_SECONDS`, as `released` keeps it: None (no
-        write), and the runs served wait for the next mark written; else the mark, busy or warm.
-        The process's state is set, not added to, so a decision made again (the exchange retried
-        after an outage) leaves it as one decision would.
+        last written), `written` its row's status and when it was written before that, `stands`
+        whether that row, busy and recent, may stay as it is. `status` is what the server
+        wrote (busy or warm), or None when it wrote nothing: kept busy on a row that stands, as
+        `released` keeps it (the runs served wait for the next mark written), or a row retired
+        meanwhile (stopped or dead), which no later mark changes. The process's state is set,
+        not added to, so a mark recorded again (the exchange retried after an outage) leaves it
+        as one would.
         """
-        keep = self.serves(instance, environment)
-        if keep and busy_row_stands(*written, now):
+        if status is None and stands:
             instance.marked, instance.unwritten, instance.marked_at = "busy", mark[2], written[1]
-            return None
-        instance.marked, instance.unwritten, instance.marked_at = "busy" if keep else "warm", 0, now
-        return mark[0], instance.marked, mark[2]
+            return
+        instance.marked, instance.unwritten, instance.marked_at = status or "warm", 0, now
 
     def settle(self, instance: Instance, next_environment: Environment | None, now: datetime) -> None:
         """Mark `instance` warm if it was kept busy for an attempt it will not serve (`next_environment`'s, if any).

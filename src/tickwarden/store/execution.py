@@ -40,14 +40,14 @@ class LeaseMark:
     with `keeping`): busy when that attempt's workflow is one of `keeping` (the process serves it
     next), else warm; busy with `stands` (its row busy and written recently) writes nothing.
     `mark` is the warm mark (row id, "warm", runs served) the status replaces. `decided` is
-    given the locked queue rows once the exchange returns, so the caller records the same
-    decision (it must decide by the first row exactly as the server does).
+    given the status the server wrote (None: it wrote nothing) once the exchange returns, so
+    the caller records what was written without deciding it again.
     """
 
     mark: InstanceMark
     keeping: list[int]
     stands: bool
-    decided: Callable[[list[dict[str, Any]]], object]
+    decided: Callable[[str | None], object]
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class ExecutionRepository(StoreBase):
         # lease, it is decided on none (warm, as `LeaseMark.decided` then records it).
         decide = instance if isinstance(instance, LeaseMark) else None
         if decide is not None and not lease:
-            decide.decided([])
+            decide.decided(decide.mark[1])  # nothing leased: the warm mark, written below
             instance, decide = decide.mark, None
         if instance is not None and not isinstance(instance, LeaseMark):
             statements.append(_mark(instance, now))
@@ -199,7 +199,8 @@ class ExecutionRepository(StoreBase):
             leased = leased_from_rows(results[leasing + 1]) if queued else []
             contexts = self._contexts(results[leasing + 2], now) if leased else {}
             if decide is not None:
-                decide.decided(queued)
+                marked = results[leasing + 3]
+                decide.decided(marked[0]["status"] if marked else None)
         return Exchanged(finished_from_rows(finished, results[begun])[0] if finished else None, leased, contexts,
                          started=start is not None and bool(results[started_at]))
 

@@ -70,8 +70,8 @@ RETURNING *;
 -- the same transaction (`ledger_lease_queue`'s settings): busy when the first attempt it
 -- locked is of one of those workflows (the process serves that attempt next), else warm;
 -- and with `stands` (the row is busy and was written recently), busy writes nothing. The
--- worker makes the same decision from the locked rows the lease returns
--- (`EnvironmentPool.lease_mark`), so its record of the row follows what was written.
+-- worker records what this returns (`EnvironmentPool.lease_mark`: the row as written, or
+-- none), so the rule is applied here alone.
 UPDATE environment_instances i
    SET status = d.status,
        pid = coalesce(%(pid)s, i.pid),
