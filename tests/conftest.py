@@ -73,6 +73,10 @@ def schema(schema_pool: SchemaPool) -> Iterator[str]:
 @pytest.fixture
 def db(schema: str) -> Iterator[Database]:
     database = Database(TEST_URL, schema=schema, min_size=1, max_size=6)
+    # The test's first borrow finds its connection ready: a borrower that waits makes the pool grow, and
+    # a pool lends in turn, so a test on one thread would alternate between two connections, the second
+    # opened at a moment that depends on the machine's load (each has its own kept cursors and plans).
+    database.pool.wait()
     yield database
     database.close()
 

@@ -58,6 +58,7 @@ class Traced:
 def traced(db, tmp_path):
     tracer = Traced(tmp_path / "trace")
     with Database(TEST_URL, schema=db.schema, max_size=4, configure=tracer.configure) as traced_db:
+        traced_db.pool.wait()  # see the `db` fixture: one connection unless a second borrower needs one
         yield traced_db, tracer
 
 
