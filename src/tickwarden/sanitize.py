@@ -32,7 +32,15 @@ _SECRET_WORD = (r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|apikey|ac
 # from every character of every word, which made this the costliest pattern by far.
 _KEY = rf"(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*?(?:{_SECRET_WORD})[A-Za-z0-9_.-]*"
 # A value already redacted by an earlier rule (an authorization header's) is left as it is.
-_VALUE = r"(?!\[redacted\](?:[\s,;}\])\"']|$))(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s,;}\])\"']+)"
+# An unquoted value ends at whitespace, or at a delimiter (`,;}])` or a quote) that whitespace,
+# another delimiter or the end follows: one inside the value (`password=p)ss]w0rd`) belongs to
+# it, since stopping there would print the rest of the secret. A secret that ends in a delimiter
+# loses that one character to the text; a key=value list without spaces (`password=x,user=y`)
+# is hidden to its end, which is the side to err on.
+_DELIMITER = r"[,;}\])\"']"
+_VALUE_CHAR = r"[^\s,;}\])\"']"
+_VALUE = (r"(?!\[redacted\](?:[\s,;}\])\"']|$))"
+          rf"(?:\"[^\"\n]*\"|'[^'\n]*'|{_VALUE_CHAR}(?:{_VALUE_CHAR}|{_DELIMITER}+(?={_VALUE_CHAR}))*)")
 
 # Each rule is (pattern, replacement, prefilter): the prefilter is something every match of the
 # pattern contains (a literal, or a regex searched with the pattern's own flags), so a text

@@ -1,4 +1,5 @@
 import random
+import re
 
 import pytest
 
@@ -190,3 +191,25 @@ def test_what_the_database_cannot_store_is_replaced():
     for text in (sanitize.redact("x\x00\ud800"), sanitize.sanitize_error("\x00" * 400)):
         text.encode("utf-8")  # no lone surrogate left
         assert "\x00" not in text
+
+
+@pytest.mark.parametrize("secret", ["abc]def123", "(secret)rest", "ab)cdefgh", "[abc]xyz", "p)ss@x", "ab,cd", "ab;cd",
+                                    'ab"cd', "ab'cd", "x}y]z)w"])
+def test_a_delimiter_inside_an_unquoted_secret_does_not_end_its_redaction(secret):
+    # An attacker's or an unlucky password with a bracket in it: stopping at the bracket printed the rest.
+    for text in (f"password={secret} next", f"DB_PASSWORD={secret}", f"api_key: {secret}, rows=3"):
+        redacted = sanitize.redact(text)
+        assert "[redacted]" in redacted
+        assert not any(part in redacted for part in _pieces(secret)), redacted
+
+
+def _pieces(secret: str) -> list[str]:
+    """The runs of two or more value characters in `secret`: none of them may be printed."""
+    return [piece for piece in re.split(r"[\s,;}\])\"'(\[]+", secret) if len(piece) >= 2]
+
+
+def test_a_delimiter_that_closes_what_wraps_the_pair_stays_in_the_text():
+    assert sanitize.redact("(password=abc) next") == "(password=[redacted]) next"
+    assert sanitize.redact("[token=abc], rows=3") == "[token=[redacted]], rows=3"
+    assert sanitize.redact("{'password': 'x', 'user': 'bob'}") == "{'password': [redacted], 'user': 'bob'}"
+    assert sanitize.redact("PGPASSWORD=abc; exit 1") == "PGPASSWORD=[redacted]; exit 1"
