@@ -105,8 +105,8 @@ class PassStats:
     fired: int
     created: int
     claim_ms: float
-    insert_ms: float
-    advance_ms: float
+    insert_ms: float  # until the insert's result is in: for an exclusive pass, which does not read it, the commit's
+    advance_ms: float  # the commit after a read insert (none of its own for an exclusive pass)
     # The earliest pending fire time of an active schedule once the pass's writes were
     # made (None: no active schedule): what a look at the schedules would read until
     # another writer moves one (the simulator skips idle passes on it).
@@ -206,6 +206,8 @@ class Ticker:
                 created = store.ledger.submit_tick_groups(groups, now, advances)()
             t2 = time.perf_counter()
         t3 = time.perf_counter()
+        if exclusive:  # the insert's result came with the commit
+            t2 = t3
         # Once the pass is done the earliest fire time is that of a schedule the claim did not
         # take (`earliest`, read by the claim) or one this pass just wrote: no read after the writes.
         earliest = min([t for t in (earliest, *(a.next_fire_at for a in advances)) if t is not None], default=None)

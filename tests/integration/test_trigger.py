@@ -486,6 +486,8 @@ def test_a_pass_at_its_own_fire_time_claims_at_once_and_an_early_one_finds_what_
         # makes every run it is given or fails), with COMMIT.
         assert sent_before_each_answer(trace) == [["BEGIN", "Execute", "Flush"], ["Execute", "COMMIT", "Sync"]]
         assert ticker.last_pass.created == 1
+        # the insert's time is the wait for its result, which comes with the commit's
+        assert ticker.last_pass.insert_ms > 0 and ticker.last_pass.advance_ms == 0
         assert ticks(db) == [minute(12, 1), minute(12, 2)]
 
         # Woken early (a poll, another replica's wake-up): the look sees the schedule another
