@@ -118,6 +118,9 @@ class EvaluationReport:
     resolved: list[int] = field(default_factory=list)
     event_ids: list[int] = field(default_factory=list)
     failed_workflows: list[int] = field(default_factory=list)
+    # Outbox rows the events made (`notify`): what wakes a notifier (outbox_wake_notifier is
+    # sent only with new rows), unlike `event_ids`, whose `failed` events are history only.
+    notified: int = 0
 
     def merge(self, other: EvaluationReport) -> None:
         self.evaluated += other.evaluated
@@ -127,6 +130,7 @@ class EvaluationReport:
         self.resolved += other.resolved
         self.event_ids += other.event_ids
         self.failed_workflows += other.failed_workflows
+        self.notified += other.notified
 
 
 @functools.lru_cache(maxsize=4096)
@@ -336,7 +340,7 @@ def _apply(store: Store, changes: Sequence[Change], now: datetime, report: Evalu
     # A recorded failure's event is `failed`, history only: the fan-out never routes it
     # (outbox_enqueue_notifications' kinds), so a batch that only counted failures up
     # skips the statement.
-    notify(store, [t.event_id for t in (*opened, *escalated, *resolved)], now)
+    report.notified += notify(store, [t.event_id for t in (*opened, *escalated, *resolved)], now)
     report.opened += [t.alert_id for t in opened]
     report.updated += [t.alert_id for t in updated]
     report.escalated += [t.alert_id for t in escalated]

@@ -29,7 +29,16 @@ not a wake-up arrived. One pass at `now`, in one transaction:
    another trigger, or made due again by a publish whose clock was behind) fails the
    insert, and the pass, rolled back whole, is fired again with `ON CONFLICT DO
    NOTHING`, which an external workflow's ticks always get (a check-in may record
-   its tick before the ticker does).
+   its tick before the ticker does). The plain insert makes every run it is given or
+   none, so its count is not read back (`send_tick_groups`): it created what the pass
+   fired, and its error is raised by the commit, at the pipeline's sync. A pass with
+   something due is then two round trips: BEGIN with the claim, and the insert with
+   COMMIT. On the simulator's kept pipeline (`DedicatedDatabase`) the commit is not
+   waited for either: an error there would be raised by the next statement read,
+   which ends the simulation, as for every write sent ahead. No such error can arise
+   there: a managed workflow's tick gets a run from the ticker alone (the deadline
+   detector records a tick missed only past its starting deadline, which the ticker
+   never fires, and check-ins are an external workflow's, fired tolerant).
 
 The next wake-up is the earliest `next_fire_at` of all schedules once the pass is done:
 the earliest of the schedules the claim did not take (read by the claim itself, in its
@@ -96,8 +105,8 @@ class PassStats:
     fired: int
     created: int
     claim_ms: float
-    insert_ms: float
-    advance_ms: float
+    insert_ms: float  # until the insert's result is in: for an exclusive pass, which does not read it, the commit's
+    advance_ms: float  # the commit after a read insert (none of its own for an exclusive pass)
     # The earliest pending fire time of an active schedule once the pass's writes were
     # made (None: no active schedule): what a look at the schedules would read until
     # another writer moves one (the simulator skips idle passes on it).
@@ -188,10 +197,17 @@ class Ticker:
                     advances.append(Advance(members.schedule_ids, window.next_fire_at,
                                             kept[-1][0] if kept else None))
             t1 = time.perf_counter()
-            counted = store.ledger.submit_tick_groups(groups, now, advances, exclusive=exclusive)
-            created = counted()
+            if exclusive:
+                # The plain insert makes every run it is given or fails whole: it created what the
+                # pass fired, and its error, if any, is raised by the commit below, not a read.
+                store.ledger.send_tick_groups(groups, now, advances)
+                created = fired
+            else:
+                created = store.ledger.submit_tick_groups(groups, now, advances)()
             t2 = time.perf_counter()
         t3 = time.perf_counter()
+        if exclusive:  # the insert's result came with the commit
+            t2 = t3
         # Once the pass is done the earliest fire time is that of a schedule the claim did not
         # take (`earliest`, read by the claim) or one this pass just wrote: no read after the writes.
         earliest = min([t for t in (earliest, *(a.next_fire_at for a in advances)) if t is not None], default=None)

@@ -61,3 +61,50 @@ def test_advancing_a_pass_s_watermarks_reads_only_those_watermarks(db: Database)
         assert _read(plan, "tick_audits") == len(advanced), plan
         moved = conn.execute("SELECT count(*) FROM tick_audits WHERE checked_until = %s", (then,)).fetchone()[0]
         assert moved == len(advanced)
+
+
+def _cte(plan: dict, name: str) -> dict:
+    """The plan of the statement's CTE `name`."""
+    if plan.get("Subplan Name") == f"CTE {name}":
+        return plan
+    for child in plan.get("Plans", []):
+        found = _cte(child, name)
+        if found:
+            return found
+    return {}
+
+
+def _read_partitions(plan: dict, table: str) -> int:
+    """Rows of `table`'s partitions the plan read (see `_read`)."""
+    names: set[str] = set()
+
+    def walk(node: dict) -> None:
+        if str(node.get("Relation Name", "")).startswith(f"{table}_"):
+            names.add(node["Relation Name"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan)
+    return sum(_read(plan, name) for name in names)
+
+def test_a_pass_with_nothing_overdue_reads_no_open_run_and_each_taken_watermark_s_schedule_once(db: Database) -> None:
+    taken = 500
+    with db.connection() as conn:
+        _fleet(conn)
+        # open runs of 50 workflows, none past its deadline at the pass
+        conn.execute("INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,"
+                     " attempts_count, deadline_at, created_at)"
+                     " SELECT 1, id, %s, false, 'queued', 0, 0, %s, %s FROM workflows WHERE id <= 50",
+                     (AT, AT + timedelta(hours=2), AT))
+        conn.execute("ANALYZE runs")
+        plan = _generic_plan(
+            conn, "monitoring_close_overdue_and_arm",
+            {"now": "timestamptz", "limit": "integer", "error": "text", "lookback_start": "timestamptz",
+             "audit_limit": "integer"},
+            {"now": AT + timedelta(hours=1), "limit": 500, "error": "late", "lookback_start": AT - timedelta(days=1),
+             "audit_limit": taken})
+        closing = _cte(plan, "closed")
+        assert closing and _read_partitions(closing, "runs") == 0, closing
+        # the columns of the watermarks taken, read once each: the due ones are not joined to them first
+        assert _read(plan, "schedules") == taken, plan
+        assert _read(plan, "workflows") == taken, plan

@@ -118,6 +118,7 @@ def test_a_batch_that_only_counts_failures_up_fans_nothing_out(db, clock, poller
     base = clock.now()
     tick(db, poller, wf, base + timedelta(minutes=5), [fail()] * 4, clock)
     assert [kind for kind, _, _ in outbox(db)] == ["opened", "opened"]
+    assert poller.last.evaluation.notified == 2  # what wakes a notifier: the rows, not the events
     fanned: list[list[int]] = []  # the event ids of each fan-out statement (an empty list runs none)
     real = OutboxRepository.enqueue_notifications
     monkeypatch.setattr(OutboxRepository, "enqueue_notifications",
@@ -127,7 +128,7 @@ def test_a_batch_that_only_counts_failures_up_fans_nothing_out(db, clock, poller
     assert alert.failure_count == 2
     assert [e.kind for e in events_of(db, alert.id)] == ["opened", "failed"]
     assert poller.last.evaluation.updated == [alert.id] and len(poller.last.evaluation.event_ids) == 1
-    assert fanned == []
+    assert fanned == [] and poller.last.evaluation.notified == 0
     assert [kind for kind, _, _ in outbox(db)] == ["opened", "opened"]
 
 

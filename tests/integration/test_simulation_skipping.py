@@ -148,3 +148,40 @@ def test_a_manual_run_makes_the_worker_due_at_once_without_a_look():
     firsts = [a for a in outcome.attempts if a["run_id"] in manual and a["number"] == 1]
     assert firsts and all(a["started_at"] == a["queued_at"] for a in firsts)  # leased at the request
     assert simulation.idle is not None and simulation.idle.looks["worker"] == 0
+
+
+def test_an_evaluation_that_only_counts_failures_up_wakes_no_notifier(monkeypatch):
+    """A `failed` event is history only: with no outbox row to deliver, the notifier is not woken for it.
+
+    The service's notifier is woken by the NOTIFY of new outbox rows; the simulator wakes it as
+    that would, so every pass it runs after its first has a delivery to make.
+    """
+    from tickwarden.notifier import Notifier
+    from tickwarden.poller import OutcomePoller
+
+    passes: list[int] = []
+    counted_up: list[int] = []
+    notify, poll = Notifier.run_once, OutcomePoller.run_once
+
+    def delivering(self, now):
+        following = notify(self, now)
+        passes.append(self.last_pass.sent)
+        return following
+
+    def polling(self, now):
+        following = poll(self, now)
+        evaluation = self.last.evaluation
+        if evaluation.updated and not (evaluation.opened or evaluation.escalated or evaluation.resolved):
+            counted_up.append(evaluation.notified)
+        return following
+
+    monkeypatch.setattr(Notifier, "run_once", delivering)
+    monkeypatch.setattr(OutcomePoller, "run_once", polling)
+    raw, _, _ = build(40, 1, 7)
+    raw["end"] = isoformat_z(START + timedelta(hours=14))
+    raw["manual_runs"] = []
+    outcome = Simulation(parse_scenario(raw, source="test"), url=TEST_URL).run()
+    assert outcome.notifications, "the fleet must exercise alerting"
+    assert counted_up and not any(counted_up), "and count failures up on open alerts, which notify nobody"
+    first, *rest = passes  # every loop's first pass runs
+    assert rest and all(rest), passes

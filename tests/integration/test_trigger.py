@@ -482,7 +482,12 @@ def test_a_pass_at_its_own_fire_time_claims_at_once_and_an_early_one_finds_what_
             ticker.run_once(minute(12, 2))  # woken by its own timer: the claim goes first, no look
             with db.connection() as conn:
                 conn.pgconn.untrace()
-        assert sent_before_each_answer(trace)[0][0] == "BEGIN"
+        # Two round trips: BEGIN with the claim; the insert, whose count is not read back (it
+        # makes every run it is given or fails), with COMMIT.
+        assert sent_before_each_answer(trace) == [["BEGIN", "Execute", "Flush"], ["Execute", "COMMIT", "Sync"]]
+        assert ticker.last_pass.created == 1
+        # the insert's time is the wait for its result, which comes with the commit's
+        assert ticker.last_pass.insert_ms > 0 and ticker.last_pass.advance_ms == 0
         assert ticks(db) == [minute(12, 1), minute(12, 2)]
 
         # Woken early (a poll, another replica's wake-up): the look sees the schedule another

@@ -686,13 +686,14 @@ class Simulation:
         unknown = set(by_name) - set(ORDER)
         assert not unknown, f"loops without a place in the event order: {unknown}"
         # A pass that queued attempts or notifications wakes their consumers at once, as
-        # LISTEN/NOTIFY does in the service; polling on each loop's own interval still runs.
+        # LISTEN/NOTIFY does in the service (the notifier only for new outbox rows: a `failed`
+        # event is history only); polling on each loop's own interval still runs.
         wakes: dict[str, Callable[[Any, datetime], tuple[str, ...]]] = {
             "ticker": lambda ticker, now: ("worker",) if ticker.last_pass and ticker.last_pass.created else (),
             "poller": lambda poller, now: (("worker",) if any(due <= now for due in poller.last.retry_due) else ())
-            + (("notifier",) if poller.last.evaluation.event_ids else ()),
+            + (("notifier",) if poller.last.evaluation.notified else ()),
             "lease-reaper": lambda reaper, now: ("poller",) if reaper.last_reaped else (),
-            "deadlines": lambda deadlines, now: ("notifier",) if deadlines.last.evaluation.event_ids else (),
+            "deadlines": lambda deadlines, now: ("notifier",) if deadlines.last.evaluation.notified else (),
             "escalation": lambda escalation, now: ("notifier",) if escalation.last else (),
         }
 
@@ -792,7 +793,7 @@ class Simulation:
                     touch("worker", now, min(loop.last.retry_due))
                     for due in loop.last.retry_due:
                         heapq.heappush(retries_due, due)
-                if evaluation.event_ids:
+                if evaluation.notified:
                     touch("notifier", now, now)
             elif name == "escalation" and loop.last:
                 touch("notifier", now, now)

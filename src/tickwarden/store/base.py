@@ -171,7 +171,10 @@ class StoreBase:
         statement that is read: an error it raised surfaces there, and fails the
         transaction all the same.
         """
-        text = queries()[name]
+        self._send_text(queries()[name], params)
+
+    def _send_text(self, text: str, params: dict[str, Any] | None) -> None:
+        """`_send` for a statement completed by its caller (a constant written into a named text)."""
         # Its own kind of kept cursor, shared by the sends of this statement alone: nobody reads what
         # a send returns, so a result still on its way to one is never taken for another's.
         key = (text, "send", 0)

@@ -153,6 +153,17 @@ class LedgerRepository(StoreBase):
         read = self._submit_text(_create_tick_runs(COUNTED, exclusive), tick_params(groups, now, advances))
         return lambda: int(read()[0]["created"])
 
+    def send_tick_groups(self, groups: Sequence[TickGroup], now: datetime, advances: Sequence[Advance] = ()) -> None:
+        """`submit_tick_groups(exclusive=True)` with its count never read: every run it is given, or an error.
+
+        For the one writer of its ticks, which knows how many runs it asked for: the plain
+        insert makes all of them or fails the statement (`UniqueViolation`), and the error is
+        raised where the transaction's next result is read, at the latest at its commit
+        (`StoreBase._send`), not by a read of its own.
+        """
+        if groups or advances:
+            self._send_text(_create_tick_runs(COUNTED, True), tick_params(groups, now, advances))
+
     def create_tick_run(self, tick: TickRequest, now: datetime) -> Run | None:
         """Record one tick; None when another caller already did."""
         created = self.create_tick_runs([tick], now)

@@ -450,10 +450,14 @@ WITH overdue AS (
 ), closed AS (
     -- Probed by id and month (= ANY, not a join with the CTE, which generic plans answer
     -- by reading every entry of runs_open_deadline_idx, dead ones included, into a hash).
+    -- The EXISTS is a one-time filter: with nothing overdue (nearly every pass) the runs
+    -- are not read at all, where the generic plan would otherwise walk the open runs'
+    -- deadline index, filtering each entry on the empty id list.
     UPDATE runs r
        SET status = 'missed', finished_at = %(now)s, error_category = 'missed',
            error = %(error)s, failed_step = NULL, recovered = false
-     WHERE r.id = ANY (ARRAY(SELECT id FROM overdue))
+     WHERE EXISTS (SELECT 1 FROM overdue)
+       AND r.id = ANY (ARRAY(SELECT id FROM overdue))
        AND r.scheduled_for = ANY (ARRAY(SELECT scheduled_for FROM overdue))
        AND r.status IN ('queued', 'running', 'pending_retry')
     RETURNING r.id, r.workflow_id
@@ -485,10 +489,12 @@ WITH overdue AS (
 ), due AS (
     -- The watermarks due as they were before this statement, but for those it armed (a
     -- re-armed row's old version would be skipped anyway, as changed by this command).
+    -- No join with their schedules and workflows, which `monitoring_due_tick_audits` reads
+    -- for their columns: a watermark always has its schedule, and a schedule its workflow
+    -- (foreign keys, ON DELETE CASCADE), so the join would drop no row; the columns come
+    -- with the final select, for the watermarks taken only.
     SELECT ta.schedule_id, ta.checked_until, ta.next_check_at
       FROM tick_audits ta
-      JOIN schedules s ON s.id = ta.schedule_id
-      JOIN workflows w ON w.id = s.workflow_id
      WHERE ta.next_check_at <= %(now)s
        AND ta.schedule_id <> ALL (ARRAY(SELECT schedule_id FROM armed))
      ORDER BY ta.next_check_at, ta.schedule_id
