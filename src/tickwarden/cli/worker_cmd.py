@@ -22,10 +22,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("tickwarden.worker")
 
 ERROR_BACKOFF_SECONDS = 5
-# Attempts each worker loop leases at once. A lease costs the server a statement over the
-# queue and the attempts' contexts whatever its size, so a small batch pays it every few
-# attempts: at 2 per loop (8 split between 4 loops) 4 loops spent about a quarter more
-# client and server CPU per no-op attempt than at 8 each. Each loop's batch is not split
+# Attempts each worker loop leases at once. A lease's statements (the queue's lock, the
+# attempts' writes, their contexts) cost little more for eight attempts than for two, so a
+# small batch pays them every other attempt: 4 loops at 2 each (8 split between them) spent
+# 15-30% more server CPU per no-op attempt than at 8 each (a quiet server). Each loop's batch is not split
 # with the concurrency: what a loop holds ahead waits at most PREFETCH_WAIT behind its
 # running attempt before it goes back to the queue for an idle worker, whatever the batch,
 # so a larger one does not hoard the queue from peers for longer. Leases held ahead through
