@@ -53,7 +53,7 @@ from psycopg.pq import Trace
 from benchmarks import common, peers
 from benchmarks.common import BENCH_URL, Figure, Target, bench_schema, finish, ledger_months, progress, report
 from tests.helpers import publish
-from tickwarden.cli.worker_cmd import default_batch
+from tickwarden.cli.worker_cmd import DEFAULT_BATCH
 from tickwarden.clock import WallClock
 from tickwarden.db import Database
 from tickwarden.store import TickRequest
@@ -173,7 +173,7 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each floor and peer measurement")
     parser.add_argument("--batch", type=int, default=0,
-                        help="attempts each worker leases at once (default: as `tickwarden worker`, by concurrency)")
+                        help="attempts each worker leases at once (default: as `tickwarden worker`)")
     parser.add_argument("--workflows", type=int, default=16,
                         help="workflows the spread throughput runs are dealt out over (the target's figures)")
     parser.add_argument("--months", type=int, default=16,
@@ -195,7 +195,7 @@ def main() -> None:
     with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12) as db:
         wf = setup(db, clock)
         ledger_months(db, clock.now(), args.months)
-        worker = Worker(db, "bench-1", clock=clock, secret_key=KEY, batch=args.batch or default_batch(1))
+        worker = Worker(db, "bench-1", clock=clock, secret_key=KEY, batch=args.batch or DEFAULT_BATCH)
 
         cold = []
         for _ in range(args.cold):
@@ -213,7 +213,7 @@ def main() -> None:
             instance.process.call(request, 10)
             trips.append((time.perf_counter() - t0) * 1000)
         worker.close(clock.now())
-        db_trips, commits = round_trips(wf, clock, schema, args.batch or default_batch(1))
+        db_trips, commits = round_trips(wf, clock, schema, args.batch or DEFAULT_BATCH)
 
         rows = [
             ("warm attempt, no-op step (median)", f"{statistics.median(warm):.1f} ms  (p90 {sorted(warm)[int(len(warm) * .9)]:.1f} ms)"),
@@ -302,7 +302,7 @@ def warm_attempts(db: Database, worker: Worker, wf, clock: WallClock, repeat: in
 def warm_only(args) -> None:
     """The warm attempt, its client CPU and round trips, and the spread throughput of 1 and 4 threads."""
     clock = WallClock()
-    batch = args.batch or default_batch(1)
+    batch = args.batch or DEFAULT_BATCH
     with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12,
                                                     application_name=f"bench-worker-{os.getpid()}") as db:
         wf = setup(db, clock)
@@ -337,8 +337,7 @@ def warm_only(args) -> None:
 def through_threads(db: Database, backlog, clock: WallClock, n: int, attempts: int, batch: int, *,
                     tag: str = "") -> float:
     """Drain `attempts` queued runs of `backlog` with `n` workers, threads of this process, timed once warm."""
-    queue(db, backlog, clock, attempts)
-    workers = [Worker(db, f"bench-{tag}{n}-{i}", clock=clock, secret_key=KEY, batch=batch or default_batch(n))
+    workers = [Worker(db, f"bench-{tag}{n}-{i}", clock=clock, secret_key=KEY, batch=batch or DEFAULT_BATCH)
                for i in range(n)]
     for w in workers:  # wake every environment first: throughput is measured warm
         queue(db, backlog, clock, 1)
@@ -348,11 +347,21 @@ def through_threads(db: Database, backlog, clock: WallClock, n: int, attempts: i
         while w.run_once(clock.now()) <= clock.now():
             pass
 
-    threads = [threading.Thread(target=drain, args=(w,)) for w in workers]
-    t0 = time.perf_counter()
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    seconds = time.perf_counter() - t0
+    def drain_all() -> float:
+        threads = [threading.Thread(target=drain, args=(w,)) for w in workers]
+        t0 = time.perf_counter()
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        return time.perf_counter() - t0
+
+    # Warm the connections too: the pool opens one per concurrent worker at their first
+    # concurrent pass, and each new connection plans the exchange's statements once (tens of
+    # milliseconds of server CPU each over the ledger's months): a cost of a worker's start,
+    # not of its attempts. The warm-up above ran the workers one at a time, on one connection.
+    queue(db, backlog, clock, 2 * n * (batch or DEFAULT_BATCH))
+    drain_all()
+    queue(db, backlog, clock, attempts)
+    seconds = drain_all()
     for w in workers:
         w.close(clock.now())
     return attempts / seconds
@@ -363,22 +372,40 @@ def pending(db: Database) -> int:
         return conn.execute("SELECT count(*) FROM runs WHERE status <> 'succeeded'").fetchone()[0]
 
 
+_drains = [0]
+
+
+def served(db: Database, worker_ids: list[str]) -> int:
+    """How many of these workers have finished an attempt."""
+    with db.connection() as conn:
+        return conn.execute("SELECT count(DISTINCT worker_id) FROM attempts WHERE status = 'succeeded'"
+                            " AND worker_id = ANY (%s)", (worker_ids,)).fetchone()[0]
+
+
 def through_processes(db: Database, wf, clock: WallClock, schema: str, attempts: int, batch: int, n: int = 4) -> float:
     """Drain `attempts` runs with `n` real `tickwarden worker` processes, timed once they are warm.
 
-    `batch`: each process's `--batch` (0: its default for concurrency 1).
+    `batch`: each process's `--batch` (0: its default).
     """
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "TICKWARDEN_DATABASE_URL": BENCH_URL, "TICKWARDEN_SCHEMA": schema,
            "TICKWARDEN_SECRET_KEY": KEY}
     options = ["--batch", str(batch)] if batch else []
-    procs = [subprocess.Popen([str(root / ".venv" / "bin" / "tickwarden"), "worker", "--poll", "0.02", "--id", f"p{i}",
+    _drains[0] += 1
+    ids = [f"p{_drains[0]}-{i}" for i in range(n)]  # its own ids: `served` counts this drain's processes alone
+    procs = [subprocess.Popen([str(root / ".venv" / "bin" / "tickwarden"), "worker", "--poll", "0.02", "--id", wid,
                                *options],
-                              cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(n)]
+                              cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for wid in ids]
     try:
-        queue(db, wf, clock, 4 * n)  # wake every process's environment first
-        while pending(db):
-            time.sleep(0.05)
+        # Wake every process's environment (and plan its connection's statements) first: a process
+        # leases a batch at once, so a few queued runs may all go to one process and leave another cold.
+        deadline = time.monotonic() + 120
+        while served(db, ids) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError("a worker process served no attempt in two minutes")
+            queue(db, wf, clock, 2 * n)
+            while pending(db):
+                time.sleep(0.05)
         queue(db, wf, clock, attempts)
         t0 = time.perf_counter()
         while pending(db):

@@ -163,6 +163,16 @@ def test_worker_processes_leasing_in_batches_run_every_attempt_once(db, spawn, s
     assert sorted(n for _, n in per_run) == [1] * 30 and leftover == 0
 
 
+def test_each_loop_of_a_worker_leases_eight_at_once_whatever_its_concurrency(spawn, tmp_path):
+    # The batch is not split between the loops: a lease costs about as much for one attempt as for eight.
+    worker = spawn("--id", "c4", "--concurrency", "4")
+    log = tmp_path / "worker-0.log"
+    wait_for(lambda: "started" in log.read_text(), 30, "the worker to start")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    assert "worker c4 started (concurrency 4, batch 8," in log.read_text()
+
+
 def test_a_stopping_worker_releases_an_attempt_that_outlives_its_grace(db, spawn, shared_dir):
     wall = WallClock()
     marker = shared_dir / "started"

@@ -22,21 +22,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("tickwarden.worker")
 
 ERROR_BACKOFF_SECONDS = 5
-# Attempts one worker process leases ahead in all, split between its loops: enough for a
-# lease per few attempts when they are short, few enough that a process does not hoard the
-# queue from its peers (and a long attempt gives its loop's back after PREFETCH_WAIT).
-# Leases held ahead through a database outage longer than the lease are not lost: the
-# reaper puts them back in the queue unstarted, and the worker's start, a compare-and-set,
-# then skips them.
-PREFETCH_PER_PROCESS = 8
+# Attempts each worker loop leases at once. A lease's statements (the queue's lock, the
+# attempts' writes, their contexts) cost little more for eight attempts than for two, so a
+# small batch pays them every other attempt: 4 loops at 2 each (8 split between them) spent
+# 15-30% more server CPU per no-op attempt than at 8 each (a quiet server). Each loop's batch is not split
+# with the concurrency: what a loop holds ahead waits at most PREFETCH_WAIT behind its
+# running attempt before it goes back to the queue for an idle worker, whatever the batch,
+# so a larger one does not hoard the queue from peers for longer. Leases held ahead through
+# a database outage longer than the lease are not lost: the reaper puts them back in the
+# queue unstarted, and the worker's start, a compare-and-set, then skips them.
+DEFAULT_BATCH = 8
 # Leases one loop may take at once: past this a worker hoards the queue from its peers, and
 # what it holds ahead waits up to a third of a lease before it is given back.
 MAX_BATCH = 100
-
-
-def default_batch(concurrency: int) -> int:
-    """Attempts each loop leases at once: the process's share, split between its loops."""
-    return max(1, PREFETCH_PER_PROCESS // concurrency)
 
 
 def run_workers(workers: list[Worker], stop: threading.Event, clock: WallClock) -> None:
@@ -71,7 +69,7 @@ def worker_command(
     grace: Annotated[float, typer.Option("--grace", help="Seconds a stopping worker lets the current attempt finish.")] = 30,
     poll: Annotated[float, typer.Option("--poll", help="Seconds between looks at an empty queue.")] = 1.0,
     batch: Annotated[int, typer.Option("--batch", help="Attempts each of the --concurrency loops leases at once "
-                                       f"(default: {PREFETCH_PER_PROCESS} / concurrency, at least 1).")] = 0,
+                                       f"(default: {DEFAULT_BATCH}).")] = 0,
     max_environments: Annotated[int, typer.Option("--max-environments",
                                                   help="Warm environment processes kept per worker.")] = MAX_LIVE,
     metrics_port: Annotated[int, typer.Option("--metrics-port",
@@ -89,7 +87,7 @@ def worker_command(
     if concurrency < 1 or lease < 1 or poll <= 0 or max_environments < 1 or not 0 <= batch <= MAX_BATCH:
         raise UsageError(f"--concurrency, --lease and --max-environments must be at least 1, --batch between 0 and "
                            f"{MAX_BATCH} and --poll positive.")
-    batch = batch or default_batch(concurrency)
+    batch = batch or DEFAULT_BATCH
     if not 0 <= metrics_port <= 65535:
         raise UsageError("--metrics-port must be a port number (1-65535), or 0 for none.")
     default_log_level(logging.INFO)

@@ -68,8 +68,14 @@ def _mark(instance: InstanceMark, now: datetime, lease: LeaseMark | None = None)
         "keeping": lease.keeping if lease is not None else None, "stands": lease is not None and lease.stands})
 
 
-def _prefixed(row: dict[str, Any], prefix: str) -> dict[str, Any] | None:
-    found = {k[len(prefix):]: v for k, v in row.items() if k.startswith(prefix)}
+def _prefixed(columns: list[str], prefix: str) -> list[tuple[str, str]]:
+    """The columns of a joined row under `prefix`, each with its name without it."""
+    return [(column, column[len(prefix):]) for column in columns if column.startswith(prefix)]
+
+
+def _joined(row: dict[str, Any], columns: list[tuple[str, str]]) -> dict[str, Any] | None:
+    """The joined row's columns (`_prefixed`) by their own names; None when the join found no row."""
+    found = {name: row[column] for column, name in columns}
     return found if found.get("id") is not None else None
 
 
@@ -80,10 +86,14 @@ class ExecutionRepository(StoreBase):
                               now).get(workflow_id)
 
     def _contexts(self, rows: list[dict[str, Any]], now: datetime) -> dict[int, ExecutionContext]:
-        contexts = {}
+        contexts: dict[int, ExecutionContext] = {}
+        if not rows:
+            return contexts
+        # Every row has the same columns: split them once, not at every row (a batch's lease reads several).
+        publishers, environments = _prefixed(list(rows[0]), "publisher__"), _prefixed(list(rows[0]), "environment__")
         for row in rows:
-            publisher = _prefixed(row, "publisher__")
-            environment = _prefixed(row, "environment__")
+            publisher = _joined(row, publishers)
+            environment = _joined(row, environments)
             workflow = from_row(Workflow, row)
             env = from_row(Environment, environment) if environment else None
             if env is None and workflow.environment_id is None:
