@@ -32,8 +32,8 @@ ERROR_BACKOFF_SECONDS = 5
 # a database outage longer than the lease are not lost: the reaper puts them back in the
 # queue unstarted, and the worker's start, a compare-and-set, then skips them.
 DEFAULT_BATCH = 8
-# Leases one loop may take at once: past this a worker hoards the queue from its peers, and
-# what it holds ahead waits up to a third of a lease before it is given back.
+# Leases one loop may take at once: past this a worker hoards the queue from its peers
+# (what it holds ahead goes back PREFETCH_WAIT after its lease, but a whole batch at a time).
 MAX_BATCH = 100
 
 
