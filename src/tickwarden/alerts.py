@@ -263,7 +263,7 @@ def evaluate_workflows(store: Store, workflow_ids: Iterable[int], now: datetime)
     if not ids:
         return report
     store.monitoring.lock_workflows_for_evaluation(ids)
-    inputs = store.monitoring.evaluation_inputs(ids, _rate_profiles, UNSCHEDULED_CADENCE_SECONDS)
+    inputs = store.monitoring.evaluation_inputs(ids, _rate_profiles, UNSCHEDULED_CADENCE_SECONDS, now)
     needed, windows = set(), {}  # workflows whose rate the rules need; those of them still to count
     rates: dict[int, FailureRate] = {}
     for inp in inputs:
@@ -277,7 +277,7 @@ def evaluate_workflows(store: Store, workflow_ids: Iterable[int], now: datetime)
                     windows[inp.workflow_id] = n
         except (InvalidPolicy, TypeError, ValueError):
             continue  # bad settings: decide() below meets them again, logs once and skips the workflow
-    rates.update(store.monitoring.failure_rates(windows))
+    rates.update(store.monitoring.failure_rates(windows, now))
     changes: list[Change] = []
     for inp in inputs:
         try:

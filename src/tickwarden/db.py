@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import re
@@ -438,8 +439,8 @@ CHAIN = sql.SQL("COMMIT AND CHAIN")  # see DedicatedDatabase._pipelined
 _COMMANDS = "_tickwarden_command_cursors"  # a connection's attribute: the cursors `_command` keeps on it
 
 
-def _command(conn: psycopg.Connection, statement: sql.SQL) -> None:
-    """Send BEGIN, COMMIT or ROLLBACK on a cursor kept on `conn` for that statement.
+def _command(conn: psycopg.Connection, statement: sql.SQL | sql.Composed) -> None:
+    """Send BEGIN, COMMIT or ROLLBACK (or a savepoint's) on a cursor kept on `conn` for that statement.
 
     As `conn.execute(statement)`, less a cursor made (with a copy of the connection's
     adapters) and dropped each time, twice or more a transaction in the pipelined ones.
@@ -470,7 +471,7 @@ class PipelinedConnection(psycopg.Connection[Any]):
     """
 
     in_block = False  # inside DedicatedDatabase's pipelined BEGIN … COMMIT
-    _savepoints = 0  # names this connection's savepoints apart
+    _savepoints = 0  # how many of this connection's savepoints are open: names them apart when nested
 
     @contextlib.contextmanager
     def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False) -> Iterator[Transaction]:
@@ -493,30 +494,42 @@ class PipelinedConnection(psycopg.Connection[Any]):
         that clears the server's aborted state; `psycopg.Rollback` aimed at this block (or
         at none) is swallowed there, as psycopg does, and `force_rollback` rolls back a
         block that ended well.
+
+        A savepoint is named by its depth, so the poller's evaluation, one savepoint a pass, sends
+        the same three texts every time, each on a cursor kept for it (`_command`): a name of its
+        own each time made psycopg compose, parse and send every one anew, and a cursor with it.
+        ROLLBACK TO and RELEASE take the newest savepoint of a name, which is the block's own.
         """
         assert self._pipeline is not None
         self._savepoints += 1
-        name = savepoint_name or f"tickwarden_savepoint_{self._savepoints}"
-        ident = sql.Identifier(name)
-        tx = Transaction(self, name, force_rollback)
-        self.execute(sql.SQL("SAVEPOINT {}").format(ident))
         try:
-            yield tx
-        except BaseException as exc:
-            with contextlib.suppress(psycopg.Error):  # the error itself is on its way up already
-                self._pipeline.sync()
-            self._roll_back_to(ident)
-            if isinstance(exc, psycopg.Rollback) and exc.transaction in (None, tx):
-                return
-            raise
-        if force_rollback:
-            self._roll_back_to(ident)
-        else:
-            self.execute(sql.SQL("RELEASE SAVEPOINT {}").format(ident))
+            name = savepoint_name or f"tickwarden_savepoint_{self._savepoints}"
+            begin, release, roll_back = _savepoint_statements(name)
+            tx = Transaction(self, name, force_rollback)
+            _command(self, begin)
+            try:
+                yield tx
+            except BaseException as exc:
+                with contextlib.suppress(psycopg.Error):  # the error itself is on its way up already
+                    self._pipeline.sync()
+                _command(self, roll_back)
+                _command(self, release)
+                if isinstance(exc, psycopg.Rollback) and exc.transaction in (None, tx):
+                    return
+                raise
+            if force_rollback:
+                _command(self, roll_back)
+            _command(self, release)
+        finally:
+            self._savepoints -= 1
 
-    def _roll_back_to(self, ident: sql.Identifier) -> None:
-        self.execute(sql.SQL("ROLLBACK TO SAVEPOINT {}").format(ident))
-        self.execute(sql.SQL("RELEASE SAVEPOINT {}").format(ident))
+
+@functools.lru_cache(maxsize=64)
+def _savepoint_statements(name: str) -> tuple[sql.Composed, sql.Composed, sql.Composed]:
+    """SAVEPOINT, RELEASE and ROLLBACK TO of savepoint `name`: one object each, for `_command`'s kept cursors."""
+    ident = sql.Identifier(name)
+    return (sql.SQL("SAVEPOINT {}").format(ident), sql.SQL("RELEASE SAVEPOINT {}").format(ident),
+            sql.SQL("ROLLBACK TO SAVEPOINT {}").format(ident))
 
 
 class DedicatedDatabase(Database):

@@ -48,15 +48,18 @@ from tickwarden.store.maintenance import HeldRow
 
 if TYPE_CHECKING:
     from tickwarden.store import Store
+    from tickwarden.store.outbox import NewDelivery
 
 RELEASE_BATCH = 200
 
 
-def hold_new(store: Store, outbox_ids: Sequence[int], now: datetime) -> int:
-    """Hold the new outbox rows whose alert's workflow is in maintenance at `now`; return how many."""
-    if not outbox_ids:
-        return 0
-    scope = store.maintenance.outbox_scope(outbox_ids)
+def hold_new(store: Store, new: Sequence[NewDelivery], now: datetime) -> int:
+    """Hold the new outbox rows whose alert's workflow is in maintenance at `now`; return how many.
+
+    `new` is what the fan-out returned (`enqueue_notifications`): each row's workflow only
+    where a window could cover it at all, and when its thread's earlier held rows go out.
+    """
+    scope = {row_id: (wf, behind) for row_id, wf, behind in new if wf is not None}
     if not scope:  # the usual case: no window anywhere near these alerts
         return 0
     windows = store.maintenance.for_workflows([wf for wf, _ in scope.values()])

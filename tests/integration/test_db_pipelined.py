@@ -76,3 +76,41 @@ def test_a_transaction_block_inside_is_a_savepoint(one):
         store.conn.execute("INSERT INTO pipelined_probe VALUES (3)")
     assert rows(one) == [1, 3]  # the block rolled back to its savepoint; the rest committed once, at the end
     lent_as_usual(one)
+
+
+def test_nested_savepoints_roll_back_only_their_own_block(one):
+    with one.transaction(pipelined=True) as store:
+        with store.conn.transaction():
+            store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+            with pytest.raises(ZeroDivisionError), store.conn.transaction():
+                store.conn.execute("INSERT INTO pipelined_probe VALUES (2)")
+                raise ZeroDivisionError
+            store.conn.execute("INSERT INTO pipelined_probe VALUES (3)")
+        with pytest.raises(ZeroDivisionError), store.conn.transaction():
+            store.conn.execute("INSERT INTO pipelined_probe VALUES (4)")
+            raise ZeroDivisionError
+        with store.conn.transaction():
+            store.conn.execute("INSERT INTO pipelined_probe VALUES (5)")
+    assert rows(one) == [1, 3, 5]
+    lent_as_usual(one)
+
+
+def test_savepoints_one_after_another_send_the_same_statements_on_kept_cursors(one, monkeypatch):
+    """A savepoint is named by its depth: a pass's savepoint is the same text on the same cursor every time."""
+    sent: list[tuple[int, str]] = []
+    real = psycopg.Cursor.execute
+
+    def recording(cur, query, *args, **kwargs):
+        if not isinstance(query, str):
+            sent.append((id(cur), query.as_string(cur.connection)))
+        return real(cur, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+    for n in (1, 2):
+        with one.transaction(pipelined=True) as store, store.conn.transaction():
+            store.conn.execute("INSERT INTO pipelined_probe VALUES (%s)", (n,))
+    savepoints = [s for s in sent if "SAVEPOINT" in s[1]]
+    assert [text for _, text in savepoints] == ['SAVEPOINT "tickwarden_savepoint_1"',
+                                               'RELEASE SAVEPOINT "tickwarden_savepoint_1"'] * 2
+    assert savepoints[:2] == savepoints[2:]  # the same cursors too
+    assert rows(one) == [1, 2]

@@ -305,8 +305,8 @@ def test_the_failure_rate_is_counted_with_the_inputs_once_the_profile_is_known(d
     counted: list[dict[int, int]] = []  # the windows of each statement of its own
     real = MonitoringRepository.failure_rates
     monkeypatch.setattr(MonitoringRepository, "failure_rates",
-                        lambda self, windows: (counted.append(dict(windows)) if windows else None)
-                        or real(self, windows))
+                        lambda self, windows, now=None: (counted.append(dict(windows)) if windows else None)
+                        or real(self, windows, now))
     wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="flaky",
                   policy={"alert_after": 5, "rate_window": 4, "rate_threshold": 0.5})
     base = clock.now()

@@ -17,9 +17,10 @@ from tickwarden.store.queries import queries
 OPEN_ALERTS = 300
 # monitoring_evaluation_inputs' parameters beside the workflows: one profile with a rate rule listed
 INPUT_TYPES = {"workflow_ids": "bigint[]", "rate_cadences": "integer[]", "rate_overrides": "text[]",
-               "rate_windows": "integer[]", "rate_alert_afters": "integer[]", "unscheduled": "integer"}
+               "rate_windows": "integer[]", "rate_alert_afters": "integer[]", "unscheduled": "integer",
+               "now": "timestamptz"}
 RATE_PROFILE = {"rate_cadences": [3600], "rate_overrides": ["{}"], "rate_windows": [8], "rate_alert_afters": [2],
-                "unscheduled": 86400}
+                "unscheduled": 86400, "now": "2026-03-01T00:00:00Z"}
 
 
 def _scans_of(plan: dict, relation: str) -> list[dict]:

@@ -37,9 +37,16 @@ def a_verdict_and_a_retry(db, clock, *, alert_after: int):
     return wf, verdict, retried
 
 
-def traced_pass(db, clock, tmp_path, *, alert_after: int):
-    """A pass (after a busy one: no look) over a verdict and a retry; its result and its waits."""
+def traced_pass(db, clock, tmp_path, *, alert_after: int, channel: bool = False):
+    """A pass (after a busy one: no look) over a verdict and a retry; its result and its waits.
+
+    `channel`: the tenant has a customer channel, so an alert opened is fanned out to it.
+    """
     wf, verdict, retried = a_verdict_and_a_retry(db, clock, alert_after=alert_after)
+    if channel:
+        with db.connection() as conn:
+            conn.execute("INSERT INTO notification_channels (tenant_id, name, kind, audience, created_at)"
+                         " VALUES (%s, 'acme', 'recording', 'customer', %s)", (wf.tenant_id, clock.now()))
     path = tmp_path / "trace"
     with path.open("w") as trace_file:
         def configure(conn) -> None:
@@ -77,6 +84,19 @@ def test_once_the_rate_profile_is_known_the_failure_rate_costs_no_wait_of_its_ow
                         ((FIVE_MIN, stored, profile.rate_window, profile.alert_after),))
     waits = traced_pass(db, clock, tmp_path, alert_after=100)
     assert waits == ["Flush"] * 2 + ["Sync", "Flush"], waits
+
+
+def test_an_alert_opened_and_fanned_out_with_its_hold_decided_waits_once_for_the_fan_out(
+        db, clock, tmp_path, monkeypatch):
+    """The fan-out returns each new row's maintenance scope: no look of its own after it."""
+    stored = '{"alert_after": 1}'
+    profile = profile_of(FIVE_MIN, stored)
+    monkeypatch.setattr(alerts, "_rate_profiles", ((FIVE_MIN, stored, profile.rate_window, profile.alert_after),))
+    # claim, evaluation inputs, opening, fan-out: a flush each; then the commit.
+    waits = traced_pass(db, clock, tmp_path, alert_after=1, channel=True)
+    assert waits == ["Flush"] * 4 + ["Sync", "Flush"], waits
+    with db.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM notification_outbox WHERE status = 'pending'").fetchone()[0] == 1
 
 
 def test_a_database_error_in_the_batch_evaluation_keeps_the_claim_and_the_retries_and_evaluates_one_by_one(

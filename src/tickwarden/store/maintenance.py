@@ -75,12 +75,6 @@ class MaintenanceRepository(StoreBase):
             found.setdefault(row["applies_to"], []).append(_window(row))
         return found
 
-    def outbox_scope(self, outbox_ids: Sequence[int]) -> dict[int, tuple[int, datetime | None]]:
-        """Outbox row id → (workflow id, when earlier held rows of its thread are released), for rows
-        whose workflow or tenant has any window."""
-        rows = self._rows("maintenance_outbox_scope", {"ids": list(outbox_ids)})
-        return {r["outbox_id"]: (r["workflow_id"], r["held_until"]) for r in rows}
-
     def hold_outbox(self, holds: Sequence[tuple[int, datetime]]) -> int:
         if not holds:
             return 0

@@ -47,21 +47,6 @@ SELECT wf.id AS applies_to, m.*, t.name AS tenant, w.name AS workflow
  WHERE wf.id = ANY(%(workflow_ids)s::bigint[])
  ORDER BY m.id;
 
--- maintenance_outbox_scope --
--- For new outbox rows: the workflow each one's alert belongs to, only where any window
--- could apply (the usual answer, no window anywhere near, is no rows), and when the
--- earlier deliveries of the same alert and channel are still held (a row written
--- after a window ended but before its release joins them, so the release decides
--- the whole thread at once).
-SELECT o.id AS outbox_id, a.workflow_id,
-       (SELECT max(h.next_attempt_at) FROM notification_outbox h
-         WHERE h.status = 'held' AND h.alert_id = o.alert_id AND h.channel_id = o.channel_id) AS held_until
-  FROM notification_outbox o
-  JOIN alerts a ON a.id = o.alert_id
- WHERE o.id = ANY(%(ids)s::bigint[])
-   AND EXISTS (SELECT 1 FROM maintenance_windows m
-                WHERE m.tenant_id = a.tenant_id AND (m.workflow_id IS NULL OR m.workflow_id = a.workflow_id));
-
 -- maintenance_hold_outbox --
 -- Hold new deliveries until their window ends; only rows nobody has claimed yet.
 UPDATE notification_outbox o

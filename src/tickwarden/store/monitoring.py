@@ -197,13 +197,19 @@ class MonitoringRepository(StoreBase):
             self._send("monitoring_lock_workflows", {"workflow_ids": sorted(set(workflow_ids))})
 
     def evaluation_inputs(
-        self, workflow_ids: Sequence[int], rate_profiles: Sequence[RateProfile] = (), unscheduled: int = 0
+        self, workflow_ids: Sequence[int], rate_profiles: Sequence[RateProfile] = (), unscheduled: int = 0,
+        now: datetime | None = None,
     ) -> list[EvaluationInput]:
         """The evaluator's inputs, with the failure rate of each workflow whose profile is in `rate_profiles`
-        (a workflow without a schedule has cadence `unscheduled`) and whose state needs it."""
+        (a workflow without a schedule has cadence `unscheduled`) and whose state needs it.
+
+        `now` bounds the walks of the ledger (a day past it: see the statement), so the server
+        skips the month partitions no run can be in; None, for a look outside any evaluation
+        (tests, benchmarks), reads them all, with the same result.
+        """
         if not workflow_ids:
             return []
-        params = {"workflow_ids": list(workflow_ids), "unscheduled": unscheduled,
+        params = {"workflow_ids": list(workflow_ids), "unscheduled": unscheduled, "now": now,
                   "rate_cadences": [p[0] for p in rate_profiles], "rate_overrides": [p[1] for p in rate_profiles],
                   "rate_windows": [p[2] for p in rate_profiles], "rate_alert_afters": [p[3] for p in rate_profiles]}
         return self._records("monitoring_evaluation_inputs", params, EvaluationInput)
@@ -213,12 +219,14 @@ class MonitoringRepository(StoreBase):
             return []
         return [_transition(r) for r in self._batch("monitoring_open_alerts", wanted, {"now": now})]
 
-    def failure_rates(self, windows: dict[int, int]) -> dict[int, FailureRate]:
-        """Recount each workflow's failures among its last `window` confirmed scheduled ticks."""
+    def failure_rates(self, windows: dict[int, int], now: datetime | None = None) -> dict[int, FailureRate]:
+        """Recount each workflow's failures among its last `window` confirmed scheduled ticks (`now`: as
+        `evaluation_inputs`)."""
         if not windows:
             return {}
         ids = sorted(windows)
-        rows = self._rows("monitoring_failure_rates", {"workflow_ids": ids, "windows": [windows[i] for i in ids]})
+        rows = self._rows("monitoring_failure_rates", {"workflow_ids": ids, "windows": [windows[i] for i in ids],
+                                                       "now": now})
         return {r["workflow_id"]: FailureRate(**r) for r in rows}
 
     def record_alert_failures(self, updates: Sequence[FailureUpdate], now: datetime) -> list[Transition]:

@@ -88,6 +88,12 @@ SELECT count(pg_advisory_xact_lock(7301, (s.id %% 2147483647)::integer)) AS lock
 -- the same row a join finds), because as plain joins the generic plan the server caches
 -- for this prepared statement reads every schedule and every success of the fleet into
 -- hashes for a batch of a few workflows (0.77 ms instead of 0.21 ms on 1,000 workflows).
+-- Both walks of runs stop at a day past `now` (no bound for NULL): no run is ever ticked in
+-- the future (a check-in's tick in the future is refused; the day is for clocks that
+-- disagree), and with the bound the server leaves out, at run time, the month partitions
+-- retention keeps ahead and, once the newest success names a month, the DEFAULT one: each
+-- was an index probe per walk that never found a row (the streak walk was most of the
+-- pipeline benchmark's server time).
 SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_overrides::text AS policy_overrides,
        (w.shadow OR t.shadow) AS shadow,
        s.cadence_seconds,
@@ -112,6 +118,7 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
           FROM runs r
          WHERE r.workflow_id = w.id AND r.status IN ('failed', 'missed')
            AND r.scheduled_for > coalesce(ok.scheduled_for, '-infinity'::timestamptz)
+           AND r.scheduled_for <= coalesce(%(now)s::timestamptz + interval '1 day', 'infinity')
          ORDER BY r.scheduled_for DESC, r.id DESC
          LIMIT 1) lf ON true
   -- the open alert: one probe of alerts_one_open_idx per workflow (LIMIT 1 keeps it a
@@ -140,6 +147,7 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
           FROM (SELECT runs.status FROM runs
                  WHERE runs.workflow_id = w.id AND NOT runs.manual
                    AND runs.status IN ('succeeded', 'failed', 'missed')
+                   AND runs.scheduled_for <= coalesce(%(now)s::timestamptz + interval '1 day', 'infinity')
                  ORDER BY runs.scheduled_for DESC, runs.id DESC
                  LIMIT g.n) x
         HAVING w.monitoring_enabled
@@ -153,7 +161,8 @@ SELECT w.id AS workflow_id, w.tenant_id, w.monitoring_enabled, w.policy_override
 -- confirmed scheduled ticks (N per workflow, from its profile): no counter is stored.
 -- Each lateral is a walk of runs_workflow_recent_idx newest first, stopping after N
 -- terminal ticks, so the cost follows the window, never the ledger's length. Manual
--- runs are not ticks; cancelled and unfinished runs are no verdict either way.
+-- runs are not ticks; cancelled and unfinished runs are no verdict either way. The walk
+-- stops at a day past `now`, as monitoring_evaluation_inputs' walks do.
 SELECT u.workflow_id, count(*)::integer AS ticks,
        (count(*) FILTER (WHERE r.status IN ('failed', 'missed')))::integer AS failures
   FROM unnest(%(workflow_ids)b::bigint[], %(windows)b::integer[]) AS u (workflow_id, n)
@@ -162,6 +171,7 @@ SELECT u.workflow_id, count(*)::integer AS ticks,
           FROM runs
          WHERE runs.workflow_id = u.workflow_id AND NOT runs.manual
            AND runs.status IN ('succeeded', 'failed', 'missed')
+           AND runs.scheduled_for <= coalesce(%(now)s::timestamptz + interval '1 day', 'infinity')
          ORDER BY runs.scheduled_for DESC, runs.id DESC
          LIMIT u.n) r
  GROUP BY u.workflow_id;

@@ -88,6 +88,13 @@ class ThreadOpened:
     parent_ref: str | None
 
 
+# An outbox row the fan-out just wrote, with what deciding its hold needs (`holds.hold_new`): (its id,
+# its alert's workflow only where a maintenance window could cover it, when earlier held rows of its
+# alert and channel are released). A tuple, not a class of its own: the alert path copies its values
+# into as few shapes as it can.
+NewDelivery = tuple[int, int | None, datetime | None]
+
+
 class Waiting(NamedTuple):
     """The notifier's look: a sender's claim ran out, a held delivery's window ended, the earliest due."""
 
@@ -116,11 +123,12 @@ def _channel(row: dict[str, Any], prefix: str = "") -> Channel:
 
 
 class OutboxRepository(StoreBase):
-    def enqueue_notifications(self, event_ids: Sequence[int], now: datetime) -> list[int]:
-        """Write the outbox rows for these events (idempotent); return the ids of the new rows.
+    def enqueue_notifications(self, event_ids: Sequence[int], now: datetime) -> list[NewDelivery]:
+        """Write the outbox rows for these events (idempotent); return the new rows, each with its hold's scope.
 
         Only `alerts.notify` calls this: it holds the new rows a maintenance window covers
-        in the same transaction.
+        in the same transaction, deciding from what this returns, so a fan-out near no
+        window is one round trip.
         """
         if not event_ids:
             return []
@@ -128,7 +136,7 @@ class OutboxRepository(StoreBase):
         if rows:
             # delivered at commit: notifiers deliver now instead of at their next poll
             self._send("outbox_wake_notifier")
-        return [r["id"] for r in rows]
+        return [(r["outbox_id"], r["workflow_id"], r["held_until"]) for r in rows]
 
     # channels
 

@@ -15,28 +15,52 @@ SELECT pg_notify('tickwarden_wake', 'notifier');
 -- held: written, due only in the year 9999 (finite: drivers cannot read infinity),
 -- so no notifier sends them. Rows are numbered in (event, channel) order, which is
 -- the order a thread's deliveries and same-instant notifications follow.
-INSERT INTO notification_outbox (tenant_id, event_id, alert_id, channel_id, status, next_attempt_at, created_at)
-SELECT e.tenant_id, e.id, e.alert_id, c.id, 'pending',
-       CASE WHEN st.no_send THEN '9999-01-01 00:00:00+00'::timestamptz ELSE %(now)s END, %(now)s
-  FROM alert_events e
-  JOIN alerts a ON a.id = e.alert_id
-  LEFT JOIN selftests st ON st.tenant_id = e.tenant_id
-  JOIN notification_channels c
-    ON c.enabled
-   AND (c.tenant_id = e.tenant_id OR c.tenant_id IS NULL OR c.id = ANY (st.lent_channel_ids))
-   AND CASE WHEN a.shadow THEN c.audience = 'shadow'
-            ELSE (c.audience = 'customer' AND c.tenant_id = e.tenant_id)
-              OR (c.audience = 'engineering' AND (c.tenant_id IS NULL OR c.tenant_id = e.tenant_id))
-              OR (c.id = ANY (st.lent_channel_ids) AND c.audience <> 'shadow')
-       END
- WHERE e.id = ANY(%(event_ids)s::bigint[])
-   AND e.kind IN ('opened', 'escalated', 'reassigned', 'acknowledged', 'snoozed', 'paused', 'noted', 'resolved')
-   AND NOT (e.internal AND c.audience = 'customer')
-   AND (c.severities IS NULL OR e.severity = ANY (c.severities))
-   AND (c.events IS NULL OR e.kind = ANY (c.events))
- ORDER BY e.id, c.id  -- ids follow event then channel, whatever order the plan reads them in
-    ON CONFLICT (event_id, channel_id) DO NOTHING
-RETURNING id;
+--
+-- Each new row comes back with what `holds.hold_new` decides on, in the same round trip
+-- (it was a statement of its own after this one): its alert's workflow, only where a
+-- maintenance window of the workflow or its tenant exists at all (the usual answer, no
+-- window anywhere near, is NULL), and until when earlier deliveries of the same alert
+-- and channel are held (a row written after a window ended but before its release joins
+-- them, so the release decides the whole thread at once). The look at held rows sees the
+-- table as it was before this insert, which changes nothing: the rows it writes are
+-- pending, never held.
+WITH new AS (
+    INSERT INTO notification_outbox (tenant_id, event_id, alert_id, channel_id, status, next_attempt_at, created_at)
+    SELECT e.tenant_id, e.id, e.alert_id, c.id, 'pending',
+           CASE WHEN st.no_send THEN '9999-01-01 00:00:00+00'::timestamptz ELSE %(now)s END, %(now)s
+      FROM alert_events e
+      JOIN alerts a ON a.id = e.alert_id
+      LEFT JOIN selftests st ON st.tenant_id = e.tenant_id
+      JOIN notification_channels c
+        ON c.enabled
+       AND (c.tenant_id = e.tenant_id OR c.tenant_id IS NULL OR c.id = ANY (st.lent_channel_ids))
+       AND CASE WHEN a.shadow THEN c.audience = 'shadow'
+                ELSE (c.audience = 'customer' AND c.tenant_id = e.tenant_id)
+                  OR (c.audience = 'engineering' AND (c.tenant_id IS NULL OR c.tenant_id = e.tenant_id))
+                  OR (c.id = ANY (st.lent_channel_ids) AND c.audience <> 'shadow')
+           END
+     WHERE e.id = ANY(%(event_ids)s::bigint[])
+       AND e.kind IN ('opened', 'escalated', 'reassigned', 'acknowledged', 'snoozed', 'paused', 'noted', 'resolved')
+       AND NOT (e.internal AND c.audience = 'customer')
+       AND (c.severities IS NULL OR e.severity = ANY (c.severities))
+       AND (c.events IS NULL OR e.kind = ANY (c.events))
+     ORDER BY e.id, c.id  -- ids follow event then channel, whatever order the plan reads them in
+        ON CONFLICT (event_id, channel_id) DO NOTHING
+    RETURNING id, alert_id, channel_id
+)
+SELECT n.id AS outbox_id, s.workflow_id,
+       CASE WHEN s.workflow_id IS NOT NULL THEN
+            (SELECT max(h.next_attempt_at) FROM notification_outbox h
+              WHERE h.status = 'held' AND h.alert_id = n.alert_id AND h.channel_id = n.channel_id)
+       END AS held_until
+  FROM new n
+  LEFT JOIN LATERAL (
+        SELECT a.workflow_id FROM alerts a
+         WHERE a.id = n.alert_id
+           AND EXISTS (SELECT 1 FROM maintenance_windows m
+                        WHERE m.tenant_id = a.tenant_id AND (m.workflow_id IS NULL OR m.workflow_id = a.workflow_id))
+         LIMIT 1) s ON true
+ ORDER BY n.id;
 
 -- outbox_upsert_notification_channel --
 -- Create a channel or update its settings; (tenant, name) is its identity. The
