@@ -53,20 +53,19 @@ from tickwarden.ticker import Ticker
 HISTORY_DAYS = 460  # the first two months are past the 400-day retention, one of them whole
 # months filled at once, each on its own connection (the machine has two cores)
 LOADERS = 2
-ONE = {"workflow_ids": [1]}
+ONE = {"workflow_ids": [1], "rate_cadences": [], "rate_overrides": [], "rate_windows": [], "rate_alert_afters": [],
+       "unscheduled": 86400, "now": None}  # no rate rule; walks unbounded, as a look outside an evaluation
 
 # The evaluation's statement, and as it was before workflow_successes: the newest success
 # found by probing the success index of every month (a DEFAULT partition keeps the planner
 # from walking the months newest first). Both run as plain statements, side by side.
 COUNT_SQL = queries()["monitoring_evaluation_inputs"]
-PROBED_SQL = COUNT_SQL.replace("  LEFT JOIN workflow_successes ok ON ok.workflow_id = w.id\n", """\
-  LEFT JOIN LATERAL (
-        SELECT r.id AS run_id, r.scheduled_for, r.finished_at
-          FROM runs r
-         WHERE r.workflow_id = w.id AND r.status = 'succeeded'
-         ORDER BY r.scheduled_for DESC
-         LIMIT 1) ok ON true
-""")
+# (The store's texts come with each line's leading blanks and comments removed.)
+PROBED_SQL = COUNT_SQL.replace(
+    "SELECT su.run_id, su.scheduled_for, su.finished_at FROM workflow_successes su\n"
+    "WHERE su.workflow_id = w.id LIMIT 1) ok ON true\n",
+    "SELECT r.id AS run_id, r.scheduled_for, r.finished_at FROM runs r\n"
+    "WHERE r.workflow_id = w.id AND r.status = 'succeeded' ORDER BY r.scheduled_for DESC LIMIT 1) ok ON true\n")
 assert PROBED_SQL != COUNT_SQL
 
 

@@ -234,7 +234,7 @@ def test_the_consecutive_failure_count_walks_only_the_streak_through_the_indexes
         plan = "\n".join(row[0] for row in store.conn.execute(
             "EXPLAIN " + queries()["monitoring_evaluation_inputs"],
             {"workflow_ids": [workflow.id], "rate_cadences": [], "rate_overrides": [], "rate_windows": [],
-             "rate_alert_afters": [], "unscheduled": 86400}))
+             "rate_alert_afters": [], "unscheduled": 86400, "now": clock.now()}))
         # The ledger is partitioned: a plan names each partition's copy of the parent index.
         copies = dict(store.conn.execute(
             "SELECT parent.relname, array_agg(child.relname::text) FROM pg_inherits i"
