@@ -139,30 +139,26 @@ class LedgerRepository(StoreBase):
         return self.submit_tick_groups(groups, now, advances)()
 
     def submit_tick_groups(
-        self, groups: Sequence[TickGroup], now: datetime, advances: Sequence[Advance] = (), *, exclusive: bool = False
+        self, groups: Sequence[TickGroup], now: datetime, advances: Sequence[Advance] = ()
     ) -> Callable[[], int]:
-        """`create_tick_groups` sent now; the returned reader says how many runs it created (`StoreBase._submit`).
-
-        `exclusive`: the caller holds the fire rows of the schedules whose ticks these are,
-        and no other writer records them, so a plain insert suffices; a run already there
-        then fails the statement with `UniqueViolation` (the transaction is lost, nothing
-        is written twice) instead of being passed over.
-        """
+        """`create_tick_groups` sent now; the returned reader says how many runs it created (`StoreBase._submit`),
+        passing over a tick that already has its run."""
         if not groups and not advances:
             return lambda: 0
-        read = self._submit_text(_create_tick_runs(COUNTED, exclusive), tick_params(groups, now, advances))
+        read = self._submit_text(_create_tick_runs(COUNTED), tick_params(groups, now, advances))
         return lambda: int(read()[0]["created"])
 
     def send_tick_groups(self, groups: Sequence[TickGroup], now: datetime, advances: Sequence[Advance] = ()) -> None:
-        """`submit_tick_groups(exclusive=True)` with its count never read: every run it is given, or an error.
+        """Record the ticks with a plain insert whose count is never read: every run it is given, or an error.
 
-        For the one writer of its ticks, which knows how many runs it asked for: the plain
-        insert makes all of them or fails the statement (`UniqueViolation`), and the error is
-        raised where the transaction's next result is read, at the latest at its commit
-        (`StoreBase._send`), not by a read of its own.
+        For the caller that holds the fire rows of the schedules whose ticks these are, and so
+        is their one writer: a run already there fails the statement with `UniqueViolation`
+        (the transaction is lost, nothing is written twice) instead of being passed over. The
+        error is raised where the transaction's next result is read, at the latest at its
+        commit (`StoreBase._send`), not by a read of its own.
         """
         if groups or advances:
-            self._send_text(_create_tick_runs(COUNTED, True), tick_params(groups, now, advances))
+            self._send_text(_create_tick_runs(COUNTED, exclusive=True), tick_params(groups, now, advances))
 
     def create_tick_run(self, tick: TickRequest, now: datetime) -> Run | None:
         """Record one tick; None when another caller already did."""

@@ -7,7 +7,7 @@
 -- rows of every schedule whose ticks it records (the ticker, for workflows no check-in
 -- records) is the only writer of those ticks: its insert is a plain one, without a
 -- speculative insertion's probe and confirmation per run, and the unique index stays the
--- last line of defence (a duplicate fails the statement; `LedgerRepository.submit_tick_groups`).
+-- last line of defence (a duplicate fails the statement; `LedgerRepository.send_tick_groups`).
 -- Callers that only record ticks (a CronJob's report) pass no schedules to
 -- advance. A tick of an external workflow gets no attempt (no worker runs it): its run
 -- waits for check-ins, and the deadline detector misses it when none comes.
