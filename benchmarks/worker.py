@@ -38,6 +38,7 @@ a few hundred for CPU figures steadier than the clock tick).
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import statistics
@@ -372,7 +373,7 @@ def pending(db: Database) -> int:
         return conn.execute("SELECT count(*) FROM runs WHERE status <> 'succeeded'").fetchone()[0]
 
 
-_drains = [0]
+_drains = itertools.count(1)  # each process drain's number, in its workers' ids
 
 
 def served(db: Database, worker_ids: list[str]) -> int:
@@ -391,8 +392,8 @@ def through_processes(db: Database, wf, clock: WallClock, schema: str, attempts:
     env = {**os.environ, "TICKWARDEN_DATABASE_URL": BENCH_URL, "TICKWARDEN_SCHEMA": schema,
            "TICKWARDEN_SECRET_KEY": KEY}
     options = ["--batch", str(batch)] if batch else []
-    _drains[0] += 1
-    ids = [f"p{_drains[0]}-{i}" for i in range(n)]  # its own ids: `served` counts this drain's processes alone
+    drain = next(_drains)
+    ids = [f"p{drain}-{i}" for i in range(n)]  # its own ids: `served` counts this drain's processes alone
     procs = [subprocess.Popen([str(root / ".venv" / "bin" / "tickwarden"), "worker", "--poll", "0.02", "--id", wid,
                                *options],
                               cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for wid in ids]

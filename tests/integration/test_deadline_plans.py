@@ -87,6 +87,7 @@ def _read_partitions(plan: dict, table: str) -> int:
     walk(plan)
     return sum(_read(plan, name) for name in names)
 
+
 def test_a_pass_with_nothing_overdue_reads_no_open_run_and_each_taken_watermark_s_schedule_once(db: Database) -> None:
     taken = 500
     with db.connection() as conn:
