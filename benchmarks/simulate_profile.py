@@ -18,6 +18,7 @@ import collections
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -38,6 +39,12 @@ from tickwarden.store.queries import queries
 PLACEHOLDERS = ("{unnest}", "{months}", "{limit}")
 
 
+def _completed_pattern(text: str) -> re.Pattern[str]:
+    """A pattern of `text` with each placeholder standing for whatever completed it."""
+    parts = re.split("(" + "|".join(re.escape(p) for p in PLACEHOLDERS) + ")", text)
+    return re.compile("".join(".*?" if part in PLACEHOLDERS else re.escape(part) for part in parts), re.DOTALL)
+
+
 class Profile:
     """Counts per loop (the event being processed) and per (loop, query name)."""
 
@@ -50,9 +57,11 @@ class Profile:
         self.queries: collections.Counter[tuple[str, str]] = collections.Counter()
         self.query_seconds: collections.defaultdict[tuple[str, str], float] = collections.defaultdict(float)
         self._names = {text: name for name, text in queries().items()}
-        # A statement completed at run time (`{unnest}`, `{months}`, `{limit}`) is named by its text before them.
-        self._prefixes = [(min((text.split(p)[0] for p in PLACEHOLDERS), key=len), name) for name, text in queries().items()
-                          if any(p in text for p in PLACEHOLDERS)]
+        # A statement completed at run time (`{unnest}`, `{months}`, `{limit}`) is named by its whole text,
+        # each placeholder matching what completed it: two statements may share the text before their
+        # first one (`monitoring_open_alerts` and `monitoring_record_failures` both start `WITH wanted AS`).
+        self._completed = [(_completed_pattern(text), name) for name, text in queries().items()
+                           if any(p in text for p in PLACEHOLDERS)]
         self._since: float | None = None
 
     def name(self, query: Any) -> str:
@@ -60,8 +69,9 @@ class Profile:
         found = self._names.get(text)
         if found:
             return found
-        for prefix, name in self._prefixes:
-            if text.startswith(prefix):
+        for pattern, name in self._completed:
+            if pattern.fullmatch(text):
+                self._names[text] = name
                 return name
         return text.strip().splitlines()[0][:40] if text.strip() else "?"
 
