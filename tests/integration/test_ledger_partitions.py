@@ -18,7 +18,8 @@ from tickwarden.db import Database
 from tickwarden.models import Attempt, AttemptOutcome, Workflow
 from tickwarden.poller import OutcomePoller
 from tickwarden.retention import RetentionSpec, RetentionSweeper, month_starts, set_tenant_retention
-from tickwarden.store.ledger import TickRequest, finish_params, in_months
+from tickwarden.store.base import text_of
+from tickwarden.store.ledger import TickRequest, finish_params, finish_text, in_months
 
 DAY = timedelta(days=1)
 
@@ -539,8 +540,6 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
     the run's tick beside the attempt's id, so its plan holds that month's partitions alone,
     however many months retention keeps."""
 
-    from tickwarden.store.queries import queries
-
     wf = workflow(db, YEAR_START, cadence=DAILY)
     RetentionSweeper(db).create_months(YEAR_START)
     for index in (5, 70):  # January and March hold finished runs
@@ -556,7 +555,7 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
 
     def opened(name: str, params: dict[str, object]) -> set[str]:
         with db.transaction() as store:
-            plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()[name], params).fetchone()[0]
+            plan = store.conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + text_of(name), params).fetchone()[0]
         return ledger_tables(plan)
 
     def key(attempt: Attempt) -> dict[str, object]:
@@ -565,15 +564,16 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
 
     february = {"attempts_p202502", "runs_p202502"}
     assert opened("ledger_renew_lease", key(running)) == {"attempts_p202502"}
-    assert opened("execution_start_attempt", key(ahead)) == {"attempts_p202502"}
+    assert opened(in_months("execution_start_attempt", [ahead.run_scheduled_for]), key(ahead)) == {"attempts_p202502"}
     step = {"attempt_id": running.id, "step": "load", "position": 0, "status": "succeeded", "log": "",
             "output": None, "error": None}
-    finish = finish_params("w1", [(running, AttemptOutcome(status="succeeded"), now)], wake=False, steps=[step])
-    assert opened("ledger_finish_attempts", finish) == february
+    finished = [(running, AttemptOutcome(status="succeeded"), now)]
+    finish = finish_params("w1", finished, wake=False, steps=[step])
+    assert opened(finish_text(finished), finish) == february
     # Each of the month's tables is touched once: the attempt's update, the run's (its verdict
     # decided there), and neither read again beside its write.
     with db.transaction() as store:
-        plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + queries()["ledger_finish_attempts"], finish).fetchone()[0]
+        plan = store.conn.execute("EXPLAIN (FORMAT JSON) " + finish_text(finished), finish).fetchone()[0]
     assert sorted(relation_nodes(plan)) == ["attempts_p202502", "runs_p202502"]
     assert opened("execution_release_attempts", {
         "attempt_ids": [spare.id], "run_scheduled_fors": [spare.run_scheduled_for], "worker_id": "w1"}) == february
@@ -585,6 +585,48 @@ def test_a_worker_reads_and_writes_only_its_runs_month_for_each_attempt(db: Data
     assert rows(db, "SELECT attempt_id, step FROM attempt_steps WHERE run_scheduled_for = %s", ticks[0]) == [
         (running.id, "load")]
     assert rows(db, "SELECT started_at FROM attempts WHERE id = %s", ahead.id) == [(now,)]
+
+
+def ledger_locks(conn: psycopg.Connection) -> set[str]:
+    """The ledger's partitions this connection's transaction holds a lock on (of this test's schema)."""
+    return {name for (name,) in conn.execute(
+        "SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+        " WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND c.relkind = 'r'"
+        " AND c.relnamespace = current_schema()::regnamespace"
+        " AND c.relname ~ '^(runs|attempts|attempt_steps)_'").fetchall()}
+
+
+def test_the_exchanges_start_and_outcome_lock_only_their_attempts_month(db: Database) -> None:
+    """The exchange runs its statements as plans made once (`execution_generic_plans`). A plan
+    pruned only when it starts (the month bound as a parameter) locks every month's partitions
+    at each execution first; the start and the outcome name their attempt's month as constants,
+    so their plan, made once, holds and locks February's partitions alone."""
+    from tickwarden.store.execution import _start
+
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    ticks = [YEAR_START + index * DAY for index in (40, 41)]  # February
+    for tick in ticks:
+        create_tick(db, wf, tick, tick)
+    now = ticks[-1] + timedelta(minutes=1)
+    with db.autocommit() as store:
+        running, ahead = [a for a, _ in store.execution.exchange("w1", now, 600, lease=2).leased]
+    finished = [(running, AttemptOutcome(status="succeeded"), now)]
+    statements = [_start(ahead, "w1", now, 600), (finish_text(finished), finish_params("w1", finished, wake=False))]
+    with db.transaction() as store:
+        assert len(rows(db, "SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+                            " WHERE c.relnamespace = current_schema()::regnamespace"
+                            " AND c.relname ~ '^attempts_p'")) > 3  # months besides February's
+        store.conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+        assert ledger_locks(store.conn) == set()
+        for text, params in statements:
+            assert store.conn.execute(text, params, prepare=True).fetchall()
+        assert ledger_locks(store.conn) == {"attempts_p202502", "runs_p202502"}
+        for marker in ("SET started_at", "WITH reported AS"):  # both ran their one generic plan
+            assert store.conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                                      " WHERE strpos(statement, %s) > 0", [marker]).fetchall() == [(1, 0)]
+    assert rows(db, "SELECT status, started_at FROM attempts WHERE id = ANY (%s) ORDER BY id",
+                [running.id, ahead.id]) == [("succeeded", now), ("running", now)]
 
 
 def queued_in_february(db: Database) -> tuple[Workflow, list[datetime]]:

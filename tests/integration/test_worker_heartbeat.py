@@ -12,7 +12,7 @@ from tests.conftest import TEST_URL
 from tests.execution_helpers import SECRET, make_runnable, python_step, queue_run
 from tickwarden.models import AttemptOutcome
 from tickwarden.store.execution import ExecutionRepository
-from tickwarden.store.ledger import finish_params
+from tickwarden.store.ledger import finish_params, finish_text
 from tickwarden.worker import LeaseRenewer, Worker
 
 
@@ -108,8 +108,8 @@ def test_the_finish_statement_leaves_the_wake_to_a_caller_that_sends_it_itself(d
         listener.execute("LISTEN tickwarden_wake")
         with db.transaction() as store:
             backend = store.conn.info.backend_pid
-            store.ledger._rows("ledger_finish_attempts", finish_params(
-                "w1", [(attempt, AttemptOutcome(status="succeeded"), clock.now())], wake=False))
+            finished = [(attempt, AttemptOutcome(status="succeeded"), clock.now())]
+            store.ledger._fetch(finish_text(finished), finish_params("w1", finished, wake=False))
         listener.execute("SELECT 1")
         assert [n for n in listener.notifies(timeout=0.5) if n.pid == backend] == []
     with db.transaction() as store:

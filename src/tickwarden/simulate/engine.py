@@ -38,7 +38,7 @@ from tickwarden.migrate import upgrade
 from tickwarden.models import Attempt, AttemptOutcome
 from tickwarden.profile import default_timeout_seconds, derive_profile
 from tickwarden.sanitize import sanitize_error
-from tickwarden.store.ledger import finish_params
+from tickwarden.store.ledger import finish_params, finish_text
 from tickwarden.store.queries import queries
 from tickwarden.simulate.simulation import SimulationRepository, renew_params
 from tickwarden.errors import TickwardenError
@@ -385,7 +385,7 @@ class SimulatedWorker:
             # No notification: nothing listens on a simulation's connection, and the simulator wakes
             # the poller itself (`on_finished`). A notifying commit takes the server's one
             # notification lock, which every notifying commit of the cluster holds through its WAL flush.
-            statements.append(("ledger_finish_attempts", finish_params(WORKER_ID, self.finished, wake=False)))
+            statements.append((finish_text(self.finished), finish_params(WORKER_ID, self.finished, wake=False)))
             for attempt, _, _ in self.finished:
                 self.written_lease.pop(attempt.id, None)
             self.finished = []

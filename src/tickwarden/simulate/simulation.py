@@ -9,7 +9,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.pq import PipelineStatus
 
-from tickwarden.store.base import StoreBase
+from tickwarden.store.base import StoreBase, text_of
 
 
 class SimulationRepository(StoreBase):
@@ -35,6 +35,7 @@ class SimulationRepository(StoreBase):
     def worker_writes(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> None:
         """Apply the simulated worker's buffered writes (`simulation_renew_leases`, `finish_attempts`) in order.
 
+        Each is a query's name or its completed text (`text_of`), with its parameters.
         The statements are the worker's own, with the parameters and times they had when
         they happened, and nobody reads their results. On a connection already in
         pipeline mode (the simulator's `DedicatedDatabase`, inside one of its
@@ -47,12 +48,12 @@ class SimulationRepository(StoreBase):
             return
         if self.conn.pgconn.pipeline_status != PipelineStatus.OFF:
             for name, params in writes:
-                self._send(name, params)
+                self._send_text(text_of(name), params)
             return
         assert self.conn.autocommit, "pipelined writes are atomic only outside an explicit transaction"
         with self.conn.pipeline():
             for name, params in writes:
-                self._send(name, params)
+                self._send_text(text_of(name), params)
 
     def analyze(self) -> None:
         """Refresh the planner's statistics of this schema's tables once the catalog is loaded.

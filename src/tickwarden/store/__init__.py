@@ -6,6 +6,8 @@ caller's connection and transaction; a repository that needs another receives it
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import psycopg
 
 from tickwarden.store import (
@@ -17,30 +19,97 @@ from tickwarden.store.ledger import TickRequest
 
 
 class Store:
-    """Every area's repository, bound to one connection and its transaction."""
+    """Every area's repository, bound to one connection and its transaction.
+
+    Each is made at its first use on this store and kept for the rest of it: a borrow
+    (`Database.transaction`, `autocommit`, …) makes a store, and most use one or two of
+    twenty areas (the worker's exchange only `execution`), so building them all was a cost
+    of every borrow. A repository holds nothing but the connection, so when it is made
+    changes nothing it does.
+    """
 
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
-        self.api = api.ApiRepository(conn)
-        self.catalog = catalog.CatalogRepository(conn)
-        self.execution = execution.ExecutionRepository(conn)
-        self.ledger = ledger.LedgerRepository(conn)
-        self.outbox = outbox.OutboxRepository(conn)
-        self.monitoring = monitoring.MonitoringRepository(conn)
-        self.trigger = trigger.TriggerRepository(conn)
-        self.heartbeat = heartbeat.HeartbeatRepository(conn)
-        self.secrets = secrets.SecretsRepository(conn)
-        self.retention = retention.RetentionRepository(conn)
-        self.erasure = erasure.ErasureRepository(conn)
-        self.kubernetes = kubernetes.KubernetesRepository(conn)
-        self.checkins = checkins.CheckinsRepository(conn)
-        self.dashboard = dashboard.DashboardRepository(conn)
-        self.selftest = selftest.SelftestRepository(conn)
-        self.alert_content = alert_content.AlertContentRepository(conn)
-        self.watchdog = watchdog.WatchdogRepository(conn)
-        self.maintenance = maintenance.MaintenanceRepository(conn)
-        self.ack_links = ack_links.AckLinksRepository(conn)
-        self.environment_pods = environment_pods.EnvironmentPodsRepository(conn)
+
+    @cached_property
+    def api(self) -> api.ApiRepository:
+        return api.ApiRepository(self.conn)
+
+    @cached_property
+    def catalog(self) -> catalog.CatalogRepository:
+        return catalog.CatalogRepository(self.conn)
+
+    @cached_property
+    def execution(self) -> execution.ExecutionRepository:
+        return execution.ExecutionRepository(self.conn)
+
+    @cached_property
+    def ledger(self) -> ledger.LedgerRepository:
+        return ledger.LedgerRepository(self.conn)
+
+    @cached_property
+    def outbox(self) -> outbox.OutboxRepository:
+        return outbox.OutboxRepository(self.conn)
+
+    @cached_property
+    def monitoring(self) -> monitoring.MonitoringRepository:
+        return monitoring.MonitoringRepository(self.conn)
+
+    @cached_property
+    def trigger(self) -> trigger.TriggerRepository:
+        return trigger.TriggerRepository(self.conn)
+
+    @cached_property
+    def heartbeat(self) -> heartbeat.HeartbeatRepository:
+        return heartbeat.HeartbeatRepository(self.conn)
+
+    @cached_property
+    def secrets(self) -> secrets.SecretsRepository:
+        return secrets.SecretsRepository(self.conn)
+
+    @cached_property
+    def retention(self) -> retention.RetentionRepository:
+        return retention.RetentionRepository(self.conn)
+
+    @cached_property
+    def erasure(self) -> erasure.ErasureRepository:
+        return erasure.ErasureRepository(self.conn)
+
+    @cached_property
+    def kubernetes(self) -> kubernetes.KubernetesRepository:
+        return kubernetes.KubernetesRepository(self.conn)
+
+    @cached_property
+    def checkins(self) -> checkins.CheckinsRepository:
+        return checkins.CheckinsRepository(self.conn)
+
+    @cached_property
+    def dashboard(self) -> dashboard.DashboardRepository:
+        return dashboard.DashboardRepository(self.conn)
+
+    @cached_property
+    def selftest(self) -> selftest.SelftestRepository:
+        return selftest.SelftestRepository(self.conn)
+
+    @cached_property
+    def alert_content(self) -> alert_content.AlertContentRepository:
+        return alert_content.AlertContentRepository(self.conn)
+
+    @cached_property
+    def watchdog(self) -> watchdog.WatchdogRepository:
+        return watchdog.WatchdogRepository(self.conn)
+
+    @cached_property
+    def maintenance(self) -> maintenance.MaintenanceRepository:
+        return maintenance.MaintenanceRepository(self.conn)
+
+    @cached_property
+    def ack_links(self) -> ack_links.AckLinksRepository:
+        return ack_links.AckLinksRepository(self.conn)
+
+    @cached_property
+    def environment_pods(self) -> environment_pods.EnvironmentPodsRepository:
+        return environment_pods.EnvironmentPodsRepository(self.conn)
 
 
 __all__ = ["Store", "TickRequest"]

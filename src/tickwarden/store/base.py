@@ -66,6 +66,14 @@ def _read(cur: psycopg.Cursor[Row]) -> list[Row] | None:
     return cur.fetchall() if result is not None and result.status == TUPLES_OK else None
 
 
+def text_of(statement: str) -> str:
+    """The text of `statement`: a query's name, or a named query's text its caller completed (`ledger.in_months`).
+
+    A name is one word, a text never is; an unknown name still raises KeyError.
+    """
+    return statement if " " in statement else queries()[statement]
+
+
 def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.Cursor[Any]:
     """The cursor kept for `key` (statement text, row shape, occurrence), taken out while it runs; or a new one.
 
@@ -186,7 +194,8 @@ class StoreBase:
     def _exchange(self, statements: Sequence[tuple[str, dict[str, Any]]]) -> list[list[dict[str, Any]]]:
         """Send named statements together and read their rows after: one round trip, one transaction.
 
-        Only on a connection in autocommit outside any transaction: the statements then run in
+        Each is a query's name or its text as a caller completed it (`text_of`). Only on a
+        connection in autocommit outside any transaction: the statements then run in
         the implicit transaction of one pipeline sync, committed together when it is reached or,
         when one fails, rolled back together (and the error raised).
         """
@@ -194,7 +203,7 @@ class StoreBase:
         try:
             with self.conn.pipeline():
                 for name, params in statements:
-                    text = queries()[name]
+                    text = text_of(name)
                     # A statement sent twice in one exchange needs a cursor for each of its results.
                     key = (text, "dict", sum(1 for (t, _, _), _ in taken if t is text))
                     cur = _take(self.conn, key)

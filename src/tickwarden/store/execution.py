@@ -15,7 +15,9 @@ from tickwarden.models import (
     Attempt, AttemptOutcome, Environment, EnvironmentInstance, FinishedAttempt, User, Workflow, from_row,
 )
 from tickwarden.store.base import StoreBase
-from tickwarden.store.ledger import finish_params, finished_from_rows, lease_statements, leased_from_rows
+from tickwarden.store.ledger import (
+    finish_params, finish_text, finished_from_rows, in_months, lease_statements, leased_from_rows,
+)
 
 @dataclass(frozen=True)
 class ExecutionContext:
@@ -172,7 +174,7 @@ class ExecutionRepository(StoreBase):
         opening: list[tuple[str, dict[str, Any]]] = [("execution_begin", {}), ("execution_generic_plans", {})]
         statements = opening[:begun]
         if attempt is not None and finished:
-            statements.append(("ledger_finish_attempts", finish_params(
+            statements.append((finish_text(finished), finish_params(
                 worker_id, finished, wake=False, steps=[{**step, "attempt_id": attempt.id} for step in steps])))
         # A mark decided by the attempt the lease locks first is written behind the lease; without a
         # lease, it is decided on none (warm, as `LeaseMark.decided` then records it).
@@ -183,7 +185,7 @@ class ExecutionRepository(StoreBase):
         if instance is not None and not isinstance(instance, LeaseMark):
             statements.append(_mark(instance, now))
         if start is not None:
-            statements.append(("execution_start_attempt", _start_params(start, worker_id, now, lease_seconds)))
+            statements.append(_start(start, worker_id, now, lease_seconds))
         started_at = len(statements) - 1
         leasing = len(statements)
         if lease:
@@ -226,7 +228,7 @@ class ExecutionRepository(StoreBase):
         back by the reaper, perhaps leased since by another worker) or it was started already:
         the worker must then not run it.
         """
-        return bool(self._rows("execution_start_attempt", _start_params(attempt, worker_id, now, lease_seconds)))
+        return bool(self._fetch(*_start(attempt, worker_id, now, lease_seconds)))
 
     def ensure_default_environment(self, tenant_id: int, now: datetime) -> Environment:
         """Return the tenant's `default` environment, creating it once."""
@@ -302,6 +304,8 @@ class ExecutionRepository(StoreBase):
         return [from_row(EnvironmentInstance, r) for r in rows]
 
 
-def _start_params(attempt: Attempt, worker_id: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
-    return {"attempt_id": attempt.id, "run_scheduled_for": attempt.run_scheduled_for, "worker_id": worker_id, "now": now,
-            "lease_expires_at": now + timedelta(seconds=lease_seconds)}
+def _start(attempt: Attempt, worker_id: str, now: datetime, lease_seconds: float) -> tuple[str, dict[str, Any]]:
+    """`execution_start_attempt` for `attempt`: its text with the attempt's month (`in_months`), its parameters."""
+    return in_months("execution_start_attempt", [attempt.run_scheduled_for]), {
+        "attempt_id": attempt.id, "run_scheduled_for": attempt.run_scheduled_for, "worker_id": worker_id, "now": now,
+        "lease_expires_at": now + timedelta(seconds=lease_seconds)}

@@ -39,10 +39,11 @@ SELECT id FROM released;
 -- it under that lease (`started_at` NULL). A lease given back, or expired and given
 -- back by the reaper (then perhaps leased by another worker), returns no row: the
 -- worker skips the attempt, so no attempt runs on two workers. The attempt's tick names
--- its month: one partition is read.
+-- its month, as the key's parameter and as `{months}`, constants (`store.ledger.in_months`):
+-- a plan made once (the exchange's) then holds and locks that month's partition alone.
 UPDATE attempts
    SET started_at = %(now)s, heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
- WHERE id = %(attempt_id)s AND run_scheduled_for = %(run_scheduled_for)s
+ WHERE id = %(attempt_id)s AND run_scheduled_for = %(run_scheduled_for)s AND run_scheduled_for {months}
    AND status = 'running' AND worker_id = %(worker_id)s AND started_at IS NULL
 RETURNING id;
 
@@ -152,10 +153,12 @@ BEGIN;
 
 -- execution_generic_plans --
 -- The rest of the exchange's transaction runs plans made once per connection (generic), not
--- made afresh at each execution: the outcome's and the lease's writes bind their months as
--- scalars (`ledger_finish_attempts`, `ledger_lease_attempts`), which prune such a plan when
--- it starts, so it still touches their months' partitions alone; planning them anew cost
--- the server more than running them, at every attempt. Local to the transaction: the
+-- made afresh at each execution: planning them anew cost the server more than running them,
+-- at every attempt. The outcome's write and the start name their months as constants
+-- (`ledger_finish_attempts`, `execution_start_attempt`), so their plans hold and lock those
+-- months' partitions alone; the lease's writes, whose months only the server learns, bind
+-- them as scalars (`ledger_lease_attempts`), which prune such a plan when it starts but lock
+-- every month's partitions first (once per batch leased). Local to the transaction: the
 -- poller's wake after its commit, and every other statement of the connection, are as before.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 

@@ -240,8 +240,8 @@ class LedgerRepository(StoreBase):
         """Record the outcomes of several attempts of distinct runs in one statement, in order given."""
         if not finished:
             return []
-        return finished_from_rows(finished, self._rows("ledger_finish_attempts",
-                                                       finish_params(worker_id, finished, steps=steps)))
+        return finished_from_rows(finished, self._fetch(finish_text(finished),
+                                                        finish_params(worker_id, finished, steps=steps)))
 
     def expire_leases(self, now: datetime, limit: int = 500) -> list[FinishedAttempt]:
         """Act on up to `limit` expired leases (`reap_leases`); return the attempts marked lost."""
@@ -386,9 +386,9 @@ def finished_from_rows(finished: Sequence[tuple[Attempt, AttemptOutcome, datetim
     return results
 
 
-def _span(ticks: Sequence[datetime]) -> dict[str, datetime | None]:
-    """The first and last of a batch's ticks, as scalars: what prunes a plan made once (NULL: an empty batch)."""
-    return {"first_tick": min(ticks, default=None), "last_tick": max(ticks, default=None)}
+def finish_text(finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]]) -> str:
+    """The text of `ledger_finish_attempts` for these attempts: its `{months}` theirs (`in_months`; not empty)."""
+    return in_months("ledger_finish_attempts", [attempt.run_scheduled_for for attempt, _, _ in finished])
 
 
 def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]], *,
@@ -406,7 +406,6 @@ def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutco
     # dump than the statement's whole exchange. Timestamps travel as ISO text, exact to the microsecond.
     return {
         "worker_id": worker_id,
-        **_span([attempt.run_scheduled_for for attempt, _, _ in finished]),
         "outcomes": Jsonb([{
             "attempt_id": attempt.id, "run_scheduled_for": attempt.run_scheduled_for.isoformat(),
             "workflow_id": attempt.workflow_id, "status": outcome.status, "finished_at": at.isoformat(),

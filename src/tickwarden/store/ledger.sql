@@ -194,13 +194,13 @@ UPDATE attempts
 -- (`lost_requeues`) do not count against the budget. One statement for one attempt
 -- (the worker) or for a batch (the simulator), which never holds two attempts of one run.
 -- Each attempt comes with its run's tick, the ledger's partition key: every read and
--- write below names it, as a join key and by the span of the batch's ticks (its first and
--- last, two scalars), so the plan holds only those months' partitions instead of every
--- month retention keeps. Scalars prune a plan made once for every execution too (at its
--- start, in the executor), where an array of ticks prunes only a plan made afresh: the
--- worker's exchange runs it as such a generic plan (`execution_generic_plans`), whose
--- planning, several times its work, it then pays once per connection instead of at every
--- outcome. For the same reason the ledger is
+-- write below names it, as a join key and by `{months}`, the months from the batch's
+-- earliest tick to its latest as constants (`store.ledger.finish_text`), so the plan holds
+-- only those months' partitions however it is made. The worker's exchange runs it as a
+-- plan made once per connection (`execution_generic_plans`: planning it cost several times
+-- its work); a plan pruned only when it starts (by scalar parameters) still locks every
+-- month's partitions at each execution before it prunes them (PostgreSQL 15), which cost
+-- the server more than the writes themselves with a year of months. The ledger is
 -- touched twice only, each table once: the attempt's workflow comes with it (its
 -- `workflow_id`, as leased), so judging an empty result reads the workflow and not the
 -- attempt, and the run's verdict is decided inside the update that records it, from the
@@ -236,7 +236,7 @@ WITH reported AS (
            retryable = o.retryable, log_tail = o.log_tail, outputs = o.outputs, rows = o.rows
       FROM outcome o
      WHERE a.id = o.attempt_id AND a.run_scheduled_for = o.run_scheduled_for AND a.workflow_id = o.workflow_id
-       AND a.run_scheduled_for BETWEEN %(first_tick)s AND %(last_tick)s
+       AND a.run_scheduled_for {months}
        AND a.status = 'running' AND a.worker_id = %(worker_id)s
     RETURNING a.id, a.run_id, a.run_scheduled_for, a.number, a.status, a.retryable, a.error_category, a.error, a.failed_step,
               a.finished_at, a.rows, a.tenant_id, a.workflow_id
@@ -270,7 +270,7 @@ WITH reported AS (
            rows = done.rows
       FROM done
      WHERE r.id = done.run_id AND r.scheduled_for = done.run_scheduled_for
-       AND r.scheduled_for BETWEEN %(first_tick)s AND %(last_tick)s AND r.status = 'running'
+       AND r.scheduled_for {months} AND r.status = 'running'
     RETURNING r.id, r.status
 ), woken AS (
     -- the poller decides the retry or the verdict now, not at its next poll (sent at commit);
