@@ -582,7 +582,7 @@ class Worker:
         except RecipeError as exc:
             return _failed(("config", f"the stored recipe cannot run: {exc}", None), [], notes)
         try:
-            auth.authenticate(publisher, attempt.tenant_id, self.clock.now(), self._key)
+            auth.authenticate(publisher, attempt.tenant_id)
         except auth.AuthError as exc:
             return _failed(("auth", str(exc), None), _all_skipped(recipe), notes)
         refs = [r for s in recipe.steps for r in s.references()]

@@ -22,10 +22,10 @@ def test_a_credential_verifies_within_its_lifetime_and_expires_after_it():
 
 
 def test_authentication_refuses_deactivated_missing_and_foreign_publishers():
-    assert auth.authenticate(user(), 1, NOW, "k") == auth.Identity(7, 1)
+    assert auth.authenticate(user(), 1) == auth.Identity(7, 1)
     for publisher, tenant in ((user(active=False), 1), (None, 1), (user(tenant_id=2), 1)):
         with pytest.raises(auth.AuthError):
-            auth.authenticate(publisher, tenant, NOW, "k")
+            auth.authenticate(publisher, tenant)
 
 
 def test_a_generated_signing_key_is_created_once_and_private(tmp_path, monkeypatch):
