@@ -24,6 +24,7 @@ every one of them.
    workflows, each finishing one run per tick, so they meet that lock only by chance.
    The one-workflow figures stay beside them: the contended worst case (a backlog of
    one workflow's runs after an outage drains at that rate).
+The benchmark's pools are made as `tickwarden worker` makes its own (`generic_plans`).
 With `--warm-only`, only the warm attempt (with the CPU per warm attempt of the worker
 process, its database backends and the environment process beside it, read from /proc: the
 server runs on this machine), its round trips and the spread throughput of 1 and 4 worker
@@ -146,7 +147,7 @@ def round_trips(wf, clock: WallClock, schema: str, batch: int, attempts: int = 2
 
     with tempfile.TemporaryDirectory() as tmp:
         counter = TripCounter(Path(tmp) / "trace")
-        with Database(BENCH_URL, schema=schema, max_size=4, configure=counter.configure) as db:
+        with Database(BENCH_URL, schema=schema, max_size=4, configure=counter.configure, generic_plans=True) as db:
             worker = Worker(db, "bench-trips", clock=clock, secret_key=KEY, batch=batch)
             queue(db, wf, clock, attempts + 7)
             for _ in range(6):  # psycopg prepares a statement at its 5th use: a round trip once, not per attempt
@@ -193,7 +194,7 @@ def main() -> None:
     raw = common.raw_claims([(1, 1), (4, 1)], args.seconds, 1_000_000)
     peer_rates = {} if args.no_peers else peers.measure(args.seconds)
     figures: list[Figure] = []
-    with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12) as db:
+    with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12, generic_plans=True) as db:
         wf = setup(db, clock)
         ledger_months(db, clock.now(), args.months)
         worker = Worker(db, "bench-1", clock=clock, secret_key=KEY, batch=args.batch or DEFAULT_BATCH)
@@ -304,7 +305,7 @@ def warm_only(args) -> None:
     """The warm attempt, its client CPU and round trips, and the spread throughput of 1 and 4 threads."""
     clock = WallClock()
     batch = args.batch or DEFAULT_BATCH
-    with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12,
+    with bench_schema("benchw") as schema, Database(BENCH_URL, schema=schema, max_size=12, generic_plans=True,
                                                     application_name=f"bench-worker-{os.getpid()}") as db:
         wf = setup(db, clock)
         ledger_months(db, clock.now(), args.months)

@@ -52,6 +52,8 @@ READY_MARKER = "tickwarden-ready"
 # instead of the pool's full timeout: callers answer "unavailable" at once, and the
 # first borrower to get a connection again ends the outage for everyone.
 OUTAGE_TIMEOUT = 0.5
+# The session setting of `Database(generic_plans=True)`'s connections (see `store.execution`).
+GENERIC_PLANS = "plan_cache_mode=force_generic_plan"
 
 
 def data_dir() -> Path:
@@ -161,8 +163,17 @@ class Database:
         timeout: float = 10.0,
         application_name: str = "tickwarden",
         configure: Callable[[psycopg.Connection], None] | None = None,
+        generic_plans: bool = False,
     ):
         self._configure(url, schema, application_name)
+        if generic_plans:
+            # A pool that serves a worker's loops alone (`tickwarden worker`): every statement
+            # psycopg prepares on its connections runs the plan made once per connection. The
+            # worker's exchange needs that at every attempt (`execution_generic_plans`, which
+            # such a connection then skips: one statement fewer per exchange); its other
+            # statements name their keys or months as parameters or constants, and are as
+            # cheap either way. The control plane's pools keep the server's default.
+            self._kwargs["options"] = f"{self._kwargs['options']} -c {GENERIC_PLANS}"
         self.timeout = timeout
         self.configure = configure  # called on each new connection (a benchmark counts round trips with it)
         self._held = threading.local()

@@ -785,3 +785,36 @@ def test_a_cronjobs_pod_leases_its_tick_in_that_month_alone(db: Database) -> Non
         assert store.kubernetes.lease_tick_attempt(wf.id, tick, "pod-2", now, 60) is None
     assert rows(db, "SELECT a.status, r.status, r.started_at = %s FROM attempts a JOIN runs r ON r.id = a.run_id"
                     " WHERE r.scheduled_for = %s", now, tick) == [("running", "running", True)]
+
+
+def test_a_worker_pool_runs_the_exchange_generic_with_one_statement_fewer(db: Database, schema: str) -> None:
+    """A pool made for a worker process (`generic_plans=True`) starts its sessions with generic plans:
+    the exchange sends no setting for them, and its outcome still runs the plan made once, locking
+    its month alone; the other pools keep the server's default."""
+    sent: list[str] = []
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    ticks = [YEAR_START + index * DAY for index in (40, 41)]  # February
+    for tick in ticks:
+        create_tick(db, wf, tick, tick)
+    now = ticks[-1] + timedelta(minutes=1)
+    with Database(TEST_URL, schema=schema, min_size=1, max_size=1, generic_plans=True) as worker_db:
+        with worker_db.connection() as conn:
+            assert conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
+        with worker_db.autocommit() as store:
+            real = store.execution._exchange
+
+            def exchange(statements):  # type: ignore[no-untyped-def]
+                sent.extend(name for name, _ in statements)
+                return real(statements)
+
+            store.execution._exchange = exchange  # type: ignore[method-assign]
+            running, ahead = [a for a, _ in store.execution.exchange("w1", now, 600, lease=2).leased]
+            exchanged = store.execution.exchange("w1", now, 600, attempt=running,
+                                                 outcome=AttemptOutcome(status="succeeded"), start=ahead)
+            assert exchanged.finished is not None and exchanged.finished.applied and exchanged.started
+            assert store.conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                                      " WHERE strpos(statement, 'WITH reported AS') > 0").fetchall() == [(1, 0)]
+    assert "execution_generic_plans" not in sent and "execution_begin" in sent
+    with db.connection() as conn:
+        assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)

@@ -170,8 +170,12 @@ class ExecutionRepository(StoreBase):
         # after an outcome has a transaction of its own (a COMMIT without BEGIN would end the
         # pipeline's implicit one too, but the server warns of it in its log at every attempt).
         # Its statements then run plans made once per connection (`execution_generic_plans`).
-        begun = 2 if finished or lease else 0
-        opening: list[tuple[str, dict[str, Any]]] = [("execution_begin", {}), ("execution_generic_plans", {})]
+        # A connection whose session runs generic plans already (a worker process's pool) needs no
+        # setting for them: one statement fewer at every exchange.
+        opening: list[tuple[str, dict[str, Any]]] = [("execution_begin", {})]
+        if not _generic_session(self.conn):
+            opening.append(("execution_generic_plans", {}))
+        begun = len(opening) if finished or lease else 0
         statements = opening[:begun]
         if attempt is not None and finished:
             statements.append((finish_text(finished), finish_params(
@@ -302,6 +306,11 @@ class ExecutionRepository(StoreBase):
     def list_environment_instances(self, *, include_stopped: bool = False, limit: int = 200) -> list[EnvironmentInstance]:
         rows = self._rows("execution_list_environment_instances", {"include_stopped": include_stopped, "limit": limit})
         return [from_row(EnvironmentInstance, r) for r in rows]
+
+
+def _generic_session(conn: psycopg.Connection[Any]) -> bool:
+    """Whether `conn`'s session runs generic plans from its start (`db.GENERIC_PLANS` among its options)."""
+    return "plan_cache_mode=force_generic_plan" in conn.info.options
 
 
 def _start(attempt: Attempt, worker_id: str, now: datetime, lease_seconds: float) -> tuple[str, dict[str, Any]]:

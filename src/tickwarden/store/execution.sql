@@ -160,6 +160,8 @@ BEGIN;
 -- them as scalars (`ledger_lease_attempts`), which prune such a plan when it starts but lock
 -- every month's partitions first (once per batch leased). Local to the transaction: the
 -- poller's wake after its commit, and every other statement of the connection, are as before.
+-- Not sent on a connection whose session runs generic plans from its start (a worker process's
+-- pool, `Database(generic_plans=True)`).
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- execution_commit --
