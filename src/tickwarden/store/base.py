@@ -208,7 +208,9 @@ class StoreBase:
                     key = (text, "dict", sum(1 for (t, _, _), _ in taken if t is text))
                     cur = _take(self.conn, key)
                     taken.append((key, cur))
-                    cur.execute(text, params)
+                    # A statement without parameters (BEGIN, COMMIT, the wake) goes as its text: no
+                    # conversion of placeholders or dumping of an empty mapping (a `%` still needs one).
+                    cur.execute(text, params if params or "%" in text else None)
         except BaseException:
             for _, cur in taken:
                 cur.close()
