@@ -335,6 +335,8 @@ class Worker:
         return self._take_next(now)
 
     def _enqueue(self, exchanged: Exchanged, now: datetime) -> None:
+        if not exchanged.leased:  # most outcomes lease nothing: a batch is leased when the queue runs dry
+            return
         metrics.current().attempts_leased(exchanged.leased, now)
         if len(self._environments) >= MAX_RECIPES:
             self._environments.clear()
@@ -532,7 +534,8 @@ class Worker:
             with self._queue_lock:
                 if self._queue and self._queue[0].leased[0].id == start.id:
                     if exchanged.started:  # a full lease from now
-                        self._queue[0] = dataclasses.replace(self._queue[0], at=now, started=True)
+                        head = self._queue[0]
+                        self._queue[0] = _Ahead(head.leased, now, head.stamp, True)
                     else:  # no longer this worker's lease: another worker may run it
                         self._queue.popleft()
                         log.info("attempt %s: the lease taken ahead is no longer this worker's; skipped", start.id)
