@@ -337,8 +337,26 @@ def sanitize_error(message: object, limit: int = MAX_ERROR) -> str:
     return text
 
 
+# Short logs whose redacted tails are remembered: a warm attempt's tail (its environment's note
+# and each step's status) is the same text at every attempt, and redacting it again cost more
+# than the rest of the tail's work. Longer logs (a step's own output) are rarely seen twice.
+REMEMBERED_TAIL_CHARS = 512
+
+
 def sanitize_log_tail(log: str, lines: int = MAX_LOG_TAIL_LINES, limit: int = MAX_LOG_TAIL_CHARS) -> str:
     """Return the last `lines` lines of a log, redacted and bounded to `limit` characters."""
+    if len(log) <= REMEMBERED_TAIL_CHARS:
+        return _remembered_tail(log, lines, limit)
+    return _tail(log, lines, limit)
+
+
+@functools.lru_cache(maxsize=256)
+def _remembered_tail(log: str, lines: int, limit: int) -> str:
+    """`_tail` of a short log, computed once per text: redaction is a function of the text alone."""
+    return _tail(log, lines, limit)
+
+
+def _tail(log: str, lines: int, limit: int) -> str:
     # Redacted whole before it is cut, so `password:` on the last kept line and its
     # value on the next one, or a value whose key was cut off, are both seen.
     tail = [line.rstrip() for line in redact(log).splitlines()[-lines:]]

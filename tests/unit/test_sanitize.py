@@ -213,3 +213,13 @@ def test_a_delimiter_that_closes_what_wraps_the_pair_stays_in_the_text():
     assert sanitize.redact("[token=abc], rows=3") == "[token=[redacted]], rows=3"
     assert sanitize.redact("{'password': 'x', 'user': 'bob'}") == "{'password': [redacted], 'user': 'bob'}"
     assert sanitize.redact("PGPASSWORD=abc; exit 1") == "PGPASSWORD=[redacted]; exit 1"
+
+
+def test_a_short_log_seen_again_gets_the_same_redacted_tail() -> None:
+    # Short tails are remembered (a warm attempt's is the same text every time): a repeat must
+    # still be redacted, and bounded by its own arguments, not by an earlier call's.
+    log = "[noop] succeeded\n[noop] password=hunter2hunter2"
+    first = sanitize_log_tail(log)
+    assert "hunter2hunter2" not in first and sanitize_log_tail(log) == first
+    assert sanitize_log_tail(log, lines=1) == first.splitlines()[-1]
+    assert len(sanitize_log_tail(log, limit=10)) == 10
