@@ -17,6 +17,7 @@ then the value), or as a whole authorization value (`Authorization: Basic …`,
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -340,20 +341,25 @@ def sanitize_error(message: object, limit: int = MAX_ERROR) -> str:
 # Short logs whose redacted tails are remembered: a warm attempt's tail (its environment's note
 # and each step's status) is the same text at every attempt, and redacting it again cost more
 # than the rest of the tail's work. Longer logs (a step's own output) are rarely seen twice.
+# Remembered by a digest of the log, never the log itself: an unredacted text (a secret a step
+# printed) stays in memory no longer than the call that redacts it.
 REMEMBERED_TAIL_CHARS = 512
+REMEMBERED_TAILS = 256
+_remembered: dict[tuple[bytes, int, int], str] = {}
 
 
 def sanitize_log_tail(log: str, lines: int = MAX_LOG_TAIL_LINES, limit: int = MAX_LOG_TAIL_CHARS) -> str:
     """Return the last `lines` lines of a log, redacted and bounded to `limit` characters."""
-    if len(log) <= REMEMBERED_TAIL_CHARS:
-        return _remembered_tail(log, lines, limit)
-    return _tail(log, lines, limit)
-
-
-@functools.lru_cache(maxsize=256)
-def _remembered_tail(log: str, lines: int, limit: int) -> str:
-    """`_tail` of a short log, computed once per text: redaction is a function of the text alone."""
-    return _tail(log, lines, limit)
+    if len(log) > REMEMBERED_TAIL_CHARS:
+        return _tail(log, lines, limit)
+    key = (hashlib.blake2b(log.encode("utf-8", "surrogatepass"), digest_size=16).digest(), lines, limit)
+    tail = _remembered.get(key)
+    if tail is None:
+        tail = _tail(log, lines, limit)
+        if len(_remembered) >= REMEMBERED_TAILS:
+            _remembered.clear()  # a bound, not a policy: the texts that repeat come back at once
+        _remembered[key] = tail
+    return tail
 
 
 def _tail(log: str, lines: int, limit: int) -> str:

@@ -223,3 +223,6 @@ def test_a_short_log_seen_again_gets_the_same_redacted_tail() -> None:
     assert "hunter2hunter2" not in first and sanitize_log_tail(log) == first
     assert sanitize_log_tail(log, lines=1) == first.splitlines()[-1]
     assert len(sanitize_log_tail(log, limit=10)) == 10
+    # What is kept is the redacted tail under a digest: nothing of the unredacted log.
+    assert not any("hunter2" in repr(key) for key in sanitize._remembered)
+    assert all("hunter2" not in tail for tail in sanitize._remembered.values())
