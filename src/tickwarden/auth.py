@@ -1,9 +1,11 @@
-"""Publisher credentials: the worker acts as the user who published the schedule.
+"""Who a run acts as, and the credential its steps present.
 
-Before a run executes, the worker issues a short-lived signed credential naming
-the publisher (user and tenant) and verifies it: the signature, its age against
-the injected clock, and that the user still exists in that tenant and is active.
-A deactivated or missing publisher is a permanent `auth` failure, never retried.
+Before a run executes, the worker checks its publisher: a user recorded for the
+workflow, of the workflow's tenant, still active (`authenticate`). A deactivated or
+missing publisher is a permanent `auth` failure, never retried. A step's code is given
+a short-lived run credential (`issue_run_credential`) signed for its attempt, naming the
+tenant, the workflow, the publisher and the tick; the API checks its signature and its
+age against the injected clock (`verify_run_credential`).
 
 The signing key is `TICKWARDEN_SECRET_KEY`; without it, a key generated once into
 the data directory. The secret store derives its own key from the same one
@@ -32,7 +34,6 @@ from tickwarden.models import User
 SECRET_ENV = "TICKWARDEN_SECRET_KEY"
 KEY_FILE = "secret_key"
 CREDENTIAL_SECONDS = 300
-SALT = "tickwarden.publisher"
 
 
 class AuthError(Exception):
@@ -56,7 +57,7 @@ class _BadSignature(Exception):
 # Credentials are itsdangerous `TimestampSigner` tokens, byte for byte (`payload.stamp.mac`,
 # unpadded URL-safe base64; the MAC is HMAC-SHA1 under sha1(salt + "signer" + key), its
 # "django-concat" derivation), so tokens issued before and after this code verify alike.
-# Signed here directly: the worker signs two per attempt, and building a signer for each (key
+# Signed here directly: the worker signs one per attempt, and building a signer for each (key
 # derivation, key list, bytes coercions) cost several times the MAC itself.
 @functools.lru_cache(maxsize=32)
 def _mac(key: str | bytes, salt: str) -> hmac.HMAC:
@@ -69,8 +70,7 @@ def _mac(key: str | bytes, salt: str) -> hmac.HMAC:
     return hmac.new(hashlib.sha1(salt.encode() + b"signer" + raw).digest(), digestmod=hashlib.sha1)
 
 
-# json.dumps with options builds an encoder at every call: these are built once.
-_COMPACT = json.JSONEncoder(separators=(",", ":"))
+# json.dumps with options builds an encoder at every call: this one is built once.
 _COMPACT_SORTED = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
@@ -147,24 +147,6 @@ def secret_key(directory: Path | None = None) -> str:
     if not key:
         raise AuthError(f"the signing key file {path} is empty")
     return key
-
-
-def issue(identity: Identity, now: datetime, key: str) -> str:
-    """Return a signed credential for `identity`, stamped with `now`."""
-    payload = _COMPACT.encode({"u": identity.user_id, "t": identity.tenant_id})
-    return _sign(payload, now, key, SALT)
-
-
-def verify(token: str, now: datetime, key: str, max_age: int = CREDENTIAL_SECONDS) -> Identity:
-    """Check a credential's signature and age at `now`; return who it names."""
-    try:
-        raw = _unsign(token, now, [key], SALT, max_age)
-    except _Expired:
-        raise AuthError("the publisher credential has expired") from None
-    except _BadSignature:
-        raise AuthError("the publisher credential is not validly signed") from None
-    data = json.loads(raw)
-    return Identity(user_id=int(data["u"]), tenant_id=int(data["t"]))
 
 
 def authenticate(publisher: User | None, tenant_id: int) -> Identity:

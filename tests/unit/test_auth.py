@@ -12,13 +12,16 @@ def user(active=True, tenant_id=1):
     return User(id=7, tenant_id=tenant_id, email="a@b.test", display_name="a", active=active, created_at=NOW)
 
 
-def test_a_credential_verifies_within_its_lifetime_and_expires_after_it():
-    token = auth.issue(auth.Identity(7, 1), NOW, "k")
-    assert auth.verify(token, NOW + timedelta(seconds=60), "k") == auth.Identity(7, 1)
+RUN = auth.RunKey("acme", "nightly", NOW, 2, "ops@acme.test")
+
+
+def test_a_run_credential_verifies_within_its_lifetime_and_expires_after_it():
+    token = auth.issue_run_credential(RUN, NOW, "k")
+    assert auth.verify_run_credential(token, NOW + timedelta(seconds=60), "k")["attempt"] == 2
     with pytest.raises(auth.AuthError, match="expired"):
-        auth.verify(token, NOW + timedelta(seconds=auth.CREDENTIAL_SECONDS + 5), "k")
+        auth.verify_run_credential(token, NOW + timedelta(seconds=auth.CREDENTIAL_SECONDS + 5), "k")
     with pytest.raises(auth.AuthError, match="signed"):
-        auth.verify(token, NOW, "another key")
+        auth.verify_run_credential(token, NOW, "another key")
 
 
 def test_authentication_refuses_deactivated_missing_and_foreign_publishers():
@@ -44,16 +47,12 @@ def test_credentials_are_itsdangerous_timestamp_tokens_byte_for_byte_both_ways()
         def get_timestamp(self) -> int:
             return int(NOW.timestamp())
 
-    run = auth.RunKey("acme", "nightly", NOW, 2, "ops@acme.test")
     for key in ("k", "a longer platform key ünïcode"):
-        ours = auth.issue(auth.Identity(7, 1), NOW, key)
-        theirs = Fixed(key, salt=auth.SALT).sign('{"u":7,"t":1}').decode()
-        assert ours == theirs
-        run_token = auth.issue_run_credential(run, NOW, key)
+        run_token = auth.issue_run_credential(RUN, NOW, key)
         assert Fixed(key, salt=auth.RUN_SALT).unsign(run_token, max_age=60).decode().startswith('{"attempt":2,')
         payload = run_token.rsplit(".", 2)[0]
         assert run_token == Fixed(key, salt=auth.RUN_SALT).sign(payload).decode()
-        assert auth.verify(theirs, NOW, key) == auth.Identity(7, 1)
+        assert auth.verify_run_credential(run_token, NOW, key)["publisher"] == "ops@acme.test"
 
 
 def test_a_run_credential_verifies_under_any_key_of_a_rotation_and_no_other():
@@ -63,19 +62,24 @@ def test_a_run_credential_verifies_under_any_key_of_a_rotation_and_no_other():
     for keys in ("current", ["current"], [], ["current", "older"]):
         with pytest.raises(auth.AuthError, match="not validly signed"):
             auth.verify_run_credential(old, NOW, keys)
-    # A publisher credential is not a run credential: the salts keep them apart.
+    # A token signed under another salt (another purpose of the same key) is not a run credential.
+    from itsdangerous import TimestampSigner
+
+    other = TimestampSigner("old", salt="tickwarden.other").sign(old.rsplit(".", 2)[0]).decode()
     with pytest.raises(auth.AuthError, match="not validly signed"):
-        auth.verify_run_credential(auth.issue(auth.Identity(7, 1), NOW, "old"), NOW, "old")
+        auth.verify_run_credential(other, NOW, "old")
 
 
 def test_a_credential_stamped_after_now_or_altered_anywhere_is_refused():
-    token = auth.issue(auth.Identity(7, 1), NOW + timedelta(seconds=5), "k")
+    token = auth.issue_run_credential(RUN, NOW + timedelta(seconds=5), "k")
     with pytest.raises(auth.AuthError, match="expired"):
-        auth.verify(token, NOW, "k")
-    good = auth.issue(auth.Identity(7, 1), NOW, "k")
-    payload, stamp, signature = good.split(".")
+        auth.verify_run_credential(token, NOW, "k")
+    good = auth.issue_run_credential(RUN, NOW, "k")
+    payload, stamp, signature = good.rsplit(".", 2)
     flipped = signature[:-1] + ("A" if signature[-1] != "A" else "B")
-    for bad in (f"{payload}.{stamp}.{flipped}", f'{{"u":8,"t":1}}.{stamp}.{signature}', f"{payload}.{signature}",
+    forged = payload.replace('"attempt":2', '"attempt":3')
+    assert forged != payload
+    for bad in (f"{payload}.{stamp}.{flipped}", f"{forged}.{stamp}.{signature}", f"{payload}.{signature}",
                 "", ".", "..", "no-dots", f"{payload}.{stamp}.{signature}é", f"{payload}.AAAAAAAAAAAAAAAA.{signature}"):
         with pytest.raises(auth.AuthError, match="not validly signed"):
-            auth.verify(bad, NOW, "k")
+            auth.verify_run_credential(bad, NOW, "k")
