@@ -52,8 +52,6 @@ READY_MARKER = "tickwarden-ready"
 # instead of the pool's full timeout: callers answer "unavailable" at once, and the
 # first borrower to get a connection again ends the outage for everyone.
 OUTAGE_TIMEOUT = 0.5
-# The session setting of `Database(generic_plans=True)`'s connections (see `store.execution`).
-GENERIC_PLANS = "plan_cache_mode=force_generic_plan"
 
 
 def data_dir() -> Path:
@@ -173,6 +171,8 @@ class Database:
             # such a connection then skips: one statement fewer per exchange); its other
             # statements name their keys or months as parameters or constants, and are as
             # cheap either way. The control plane's pools keep the server's default.
+            from tickwarden.store.execution import GENERIC_PLANS
+
             self._kwargs["options"] = f"{self._kwargs['options']} -c {GENERIC_PLANS}"
         self.timeout = timeout
         self.configure = configure  # called on each new connection (a benchmark counts round trips with it)

@@ -19,6 +19,10 @@ from tickwarden.store.ledger import (
     finish_params, finish_text, finished_from_rows, in_months, lease_statements, leased_from_rows,
 )
 
+# The session setting of `Database(generic_plans=True)`'s connections: a worker process's pool.
+GENERIC_PLANS = "plan_cache_mode=force_generic_plan"
+
+
 @dataclass(frozen=True)
 class ExecutionContext:
     """What a worker needs to run an attempt: the workflow, its cadence, publisher and environment."""
@@ -309,8 +313,8 @@ class ExecutionRepository(StoreBase):
 
 
 def _generic_session(conn: psycopg.Connection[Any]) -> bool:
-    """Whether `conn`'s session runs generic plans from its start (`db.GENERIC_PLANS` among its options)."""
-    return "plan_cache_mode=force_generic_plan" in conn.info.options
+    """Whether `conn`'s session runs generic plans from its start (`GENERIC_PLANS` among its options)."""
+    return GENERIC_PLANS in conn.info.options
 
 
 def _start(attempt: Attempt, worker_id: str, now: datetime, lease_seconds: float) -> tuple[str, dict[str, Any]]:
