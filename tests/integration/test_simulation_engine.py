@@ -93,10 +93,49 @@ def test_a_renewal_is_written_only_for_a_lease_reader_that_would_find_the_lease_
     outcome = run(raw)
     long = [a for a in outcome.attempts if a["workflow"] == "sync" and a["finished_at"] is not None]
     assert len(long) >= 3 and {a["status"] for a in outcome.attempts if a["finished_at"]} == {"succeeded"}
-    assert renewals, "the deadline detector reads the long attempts' run-out leases"
     for reader, now, leases, params in renewals:
         assert reader in ("deadlines", "lease-reaper", "world"), reader
         for attempt_id in params["attempt_ids"]:
             assert now is None or leases[attempt_id] <= now, "the lease it replaces runs past the pass"
+    # The deadline detector reads the lease of an overdue run only: these runs end long before
+    # their deadlines, so none of their renewals is written for it (nor for the reaper, which
+    # has no crash to reap and never passes).
+    assert not [r for r in renewals if r[0] == "deadlines"]
     # The simulator wakes the poller itself: the outcomes notify nobody.
     assert finishes and not any(params["wake"] for params in finishes)
+
+
+def test_the_worker_knows_every_runs_deadline_as_the_ledger_holds_it(monkeypatch):
+    # The renewals it writes for the deadline detector hang on it: ticks and manual runs,
+    # mixed cadences and policies (the noise benchmark's fleet).
+    from benchmarks.noise import START as NOISE, build
+    from tickwarden.clock import isoformat_z
+    from tickwarden.simulate import engine
+
+    raw, _, _ = build(40, 1, 7)
+    raw["end"] = isoformat_z(NOISE + timedelta(hours=8))
+    managed = [f"{w['tenant']}/{w['name']}" for w in raw["workflows"] if w.get("kind", "managed") == "managed"]
+    raw["manual_runs"] = [{"workflow": key, "at": isoformat_z(NOISE + timedelta(hours=2 + i, minutes=7))}
+                          for i, key in enumerate(managed[:3])]
+    known: dict[int, datetime | None] = {}
+    in_ledger: dict[int, datetime] = {}
+    run_once, collect = engine.SimulatedWorker.run_once, engine.Simulation._collect
+
+    def leased(self, now):
+        following = run_once(self, now)
+        known.update(self.deadline)
+        return following
+
+    def collected(self, db, setup):
+        with db.transaction() as store:
+            rows = store.conn.execute(
+                "SELECT a.id, r.deadline_at FROM attempts a JOIN runs r ON r.id = a.run_id AND a.started_at IS NOT NULL"
+            ).fetchall()
+        in_ledger.update((row[0], row[1]) for row in rows)
+        return collect(self, db, setup)
+
+    monkeypatch.setattr(engine.SimulatedWorker, "run_once", leased)
+    monkeypatch.setattr(engine.Simulation, "_collect", collected)
+    outcome = Simulation(parse_scenario(raw, source="test"), url=TEST_URL).run()
+    assert any(r["manual"] for r in outcome.runs) and len(known) > 100
+    assert known == in_ledger

@@ -30,7 +30,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tickwarden import maintenance
 from tickwarden.cadence import cadence_of, parse_schedule
-from tickwarden.catalog import Publication, publish_all
+from tickwarden.catalog import Budget, Publication, budget_for, publish_all
 from tickwarden.categories import categorize
 from tickwarden.clock import VirtualClock
 from tickwarden.db import Database, DedicatedDatabase
@@ -66,7 +66,8 @@ ORDER = {
 # the attempts of runs the poller already judged (so written).
 SEES_WORKER = frozenset({"poller", "deadlines"})
 # Passes that read attempts' leases, and only where one has run out (`lease_expires_at <= now`):
-# a renewal is written for them alone (see SimulatedWorker.flush).
+# a renewal is written for them alone (see SimulatedWorker.flush). The deadline detector reads
+# a lease only for a run past its deadline (`monitoring_close_overdue_and_arm`).
 READS_LEASES = frozenset({"deadlines", "lease-reaper"})
 WORKER_ID = "simulated-worker"
 # Loops whose look is sent as soon as something leaves them stale, unread, so that it goes
@@ -321,7 +322,9 @@ class SimulatedWorker:
       an attempt shows a lease in the ledger that has run out by now (otherwise
       neither what the ledger shows nor what is pending makes it act);
     - a renewal is written only for a pass that reads leases (`READS_LEASES`), and only
-      once the lease it replaces has run out by then: the only leases they read;
+      once the lease it replaces has run out by then: the only leases they read; for the
+      deadline detector, only once its run's deadline has passed too (it reads the leases
+      of overdue runs alone), which the worker knows (`deadline_of`);
     - the other passes read neither attempts nor runs;
     - of several renewals of one attempt only the newest is written (it overwrites
       everything an earlier one set), and all of them in one statement;
@@ -330,8 +333,12 @@ class SimulatedWorker:
 
     name = "worker"
 
-    def __init__(self, db: Database, model: OutcomeModel, queue: EventQueue, workflows: dict[int, str]):
+    def __init__(self, db: Database, model: OutcomeModel, queue: EventQueue, workflows: dict[int, str],
+                 deadline_of: Callable[[int, datetime], datetime | None] = lambda workflow_id, tick: None):
         self.db = db
+        # (workflow id, its run's tick) -> the run's deadline, as the ticker and a manual run
+        # wrote it (None: unknown, its renewals are written for every lease reader)
+        self.deadline_of = deadline_of
         self.model = model
         self.queue = queue
         self.workflows = workflows
@@ -342,6 +349,7 @@ class SimulatedWorker:
         self.renewed: dict[int, datetime] = {}  # attempt id -> its newest renewal not yet written
         self.written_lease: dict[int, datetime] = {}  # attempt id -> lease expiry the ledger shows
         self.lease_until: dict[int, datetime] = {}  # attempt id in flight -> expiry of its newest lease or renewal
+        self.deadline: dict[int, datetime | None] = {}  # attempt id in flight -> its run's deadline (None: unknown)
         self.crashed: dict[int, datetime] = {}  # attempt id the worker died in -> when its last lease runs out
         self.on_crashed: Callable[[datetime, datetime], None] = lambda now, expiry: None  # wakes the lease reaper
         self.leased_all = False  # the last lease took every attempt queued by then
@@ -356,23 +364,32 @@ class SimulatedWorker:
         if reader in SEES_WORKER or (
             reader == "lease-reaper" and any(expiry <= now for expiry in self.written_lease.values())
         ):
-            self.flush(now, leases=reader in READS_LEASES, ahead=True)
+            self.flush(now, leases=reader if reader in READS_LEASES else None, ahead=True)
 
-    def flush(self, now: datetime, *, leases: bool = True, ahead: bool = False) -> None:
-        """Write every outcome not yet written, and (`leases`) every renewal a lease reader could tell apart.
+    def flush(self, now: datetime, *, leases: str | None = "any", ahead: bool = False) -> None:
+        """Write every outcome not yet written, and every renewal lease reader `leases` could tell apart.
 
         A lease is read only where it has run out (`lease_expires_at <= now`: the reaper,
         the deadline detector's overdue runs), so a lease the ledger shows running past
-        `now` reads as a renewed one would, and a pass that reads no lease reads no
-        renewal: a renewal waits for the first flush for a lease reader that finds the
-        lease it would replace run out. An outcome clears the lease, so the renewals of a
-        finished attempt are never written (its `heartbeat_at` is nobody's read).
+        `now` reads as a renewed one would, and a pass that reads no lease (`leases` None)
+        reads no renewal: a renewal waits for the first flush for a lease reader that finds
+        the lease it would replace run out. The deadline detector reads the lease of a run
+        only once the run's deadline has passed, which moves only forward (a check-in's, of
+        an external run, which no worker leases): before, it reads neither the old lease nor
+        the renewal. `leases="any"` (the world's flushes) writes what any reader could
+        see; `leases="all"` (the last flush) every renewal, so that the ledger a simulation
+        ends with shows each running attempt's last heartbeat, whichever passes it skipped.
+        An outcome clears the lease, so the renewals of a finished attempt are never written
+        (its `heartbeat_at` is nobody's read).
         """
         statements: list[tuple[str, dict[str, Any]]] = []
         for attempt, _, _ in self.finished:
             self.renewed.pop(attempt.id, None)
         due = {attempt_id: at for attempt_id, at in self.renewed.items()
-               if leases and (attempt_id not in self.written_lease or self.written_lease[attempt_id] <= now)}
+               if leases == "all" or (
+                   leases is not None
+                   and (attempt_id not in self.written_lease or self.written_lease[attempt_id] <= now)
+                   and (leases != "deadlines" or self._overdue(attempt_id, now)))}
         if due:
             statements.append(("simulation_renew_leases", renew_params(due, WORKER_ID, LEASE_SECONDS)))
             for attempt_id, at in due.items():
@@ -414,6 +431,7 @@ class SimulatedWorker:
             self.in_flight[attempt.id] = plan.at
             self.written_lease[attempt.id] = now + timedelta(seconds=LEASE_SECONDS)
             self.lease_until[attempt.id] = now + timedelta(seconds=LEASE_SECONDS)
+            self.deadline[attempt.id] = self.deadline_of(attempt.workflow_id, scheduled_for)
             self.queue.at(plan.at, ORDER["world"], self._ender(attempt, plan))
         return now + timedelta(seconds=WORKER_POLL_SECONDS)
 
@@ -421,6 +439,7 @@ class SimulatedWorker:
         def end(now: datetime) -> None:
             self.in_flight.pop(attempt.id, None)
             expiry = self.lease_until.pop(attempt.id)
+            self.deadline.pop(attempt.id, None)
             if plan.outcome is None:
                 # The worker died here: nothing more is written, the lease will run out.
                 self.crashed[attempt.id] = expiry
@@ -434,6 +453,11 @@ class SimulatedWorker:
             self.on_finished(now)
 
         return end
+
+    def _overdue(self, attempt_id: int, now: datetime) -> bool:
+        """Whether the deadline detector at `now` reads this attempt's lease: its run's deadline has passed (or is unknown)."""
+        deadline = self.deadline.get(attempt_id)
+        return deadline is None or deadline <= now
 
     def next_expiry(self) -> datetime | None:
         """The first instant a lease this worker took can be found expired in the ledger (None: none can).
@@ -511,6 +535,9 @@ class SimulationSetup:
     workflow_ids: dict[str, int]
     workflow_names: dict[int, str]
     timeouts: dict[str, int]
+    # workflow id -> what its ticks and manual runs get (`catalog.budget_for`, from what it was
+    # published with: no scenario edits a workflow), for the managed workflows, which the worker runs
+    budgets: dict[int, Budget] = field(default_factory=dict)
 
 
 class Simulation:
@@ -589,6 +616,7 @@ class Simulation:
         now = self.scenario.start
         ids: dict[str, int] = {}
         timeouts: dict[str, int] = {}
+        budgets: dict[str, Budget] = {}
         with db.transaction() as store:
             SimulationRepository(store.conn).create_channel(None, "platform", "engineering", now)
             tenants = {}
@@ -602,6 +630,9 @@ class Simulation:
                 policy = dict(self.overrides) if self.replace_policy else {**spec.policy, **self.overrides}
                 derive_profile(interval, policy)  # validated before anything runs
                 timeouts[spec.key] = default_timeout_seconds(interval)
+                if spec.kind == "managed":
+                    # as the ticker and `run_now` work it out from the published rows
+                    budgets[spec.key] = budget_for(interval, policy, True, timeouts[spec.key])
                 publications.append(Publication(
                     tenant_id=tenants[spec.tenant].id, name=spec.name, description="", environment_id=None,
                     publisher_id=None, recipe={"steps": []}, timeout_seconds=timeouts[spec.key],
@@ -619,7 +650,8 @@ class Simulation:
                 maintenance.add_window(store, window.tenant, covered, window.spec, "scenario", now)
         with db.transaction() as store:
             SimulationRepository(store.conn).analyze()
-        return SimulationSetup(ids, {v: k for k, v in ids.items()}, timeouts)
+        return SimulationSetup(ids, {v: k for k, v in ids.items()}, timeouts,
+                               {ids[key]: budget for key, budget in budgets.items()})
 
     # -- the run ------------------------------------------------------------------------------------
 
@@ -659,7 +691,12 @@ class Simulation:
             return any(start <= tick < end for start, end in outages.get(workflow_id, ()))
 
         model = self.model_factory(self.scenario, setup.timeouts)
-        worker = SimulatedWorker(db, model, self.queue, setup.workflow_names)
+        def deadline_of(workflow_id: int, tick: datetime) -> datetime | None:
+            """A run's deadline: `budget.deadline` of its tick, for a tick's run as for a manual one (its tick is its request)."""
+            budget = setup.budgets.get(workflow_id)
+            return budget.deadline(tick) if budget is not None else None
+
+        worker = SimulatedWorker(db, model, self.queue, setup.workflow_names, deadline_of)
         ticker = Ticker(db, suppressed=suppressed)
 
         def expired(cutoff: datetime) -> bool:
@@ -866,7 +903,7 @@ class Simulation:
             current["order"] = event.order
             event.action(event.at)
             send_looks(event.at)
-        worker.flush(self.clock.now())
+        worker.flush(self.clock.now(), leases="all")
 
     def _heartbeat(self, worker: SimulatedWorker) -> Callable[[datetime], None]:
         def beat(now: datetime) -> None:
