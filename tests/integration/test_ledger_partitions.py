@@ -596,6 +596,16 @@ def ledger_locks(conn: psycopg.Connection) -> set[str]:
         " AND c.relname ~ '^(runs|attempts|attempt_steps)_'").fetchall()}
 
 
+def _two_february_runs(db: Database) -> datetime:
+    """A daily workflow's runs of two February ticks, on a ledger with the year's months; a minute after the second."""
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    ticks = [YEAR_START + index * DAY for index in (40, 41)]
+    for tick in ticks:
+        create_tick(db, wf, tick, tick)
+    return ticks[-1] + timedelta(minutes=1)
+
+
 def test_the_exchanges_start_and_outcome_lock_only_their_attempts_month(db: Database) -> None:
     """The exchange runs its statements as plans made once (`execution_generic_plans`). A plan
     pruned only when it starts (the month bound as a parameter) locks every month's partitions
@@ -603,12 +613,7 @@ def test_the_exchanges_start_and_outcome_lock_only_their_attempts_month(db: Data
     so their plan, made once, holds and locks February's partitions alone."""
     from tickwarden.store.execution import _start
 
-    wf = workflow(db, YEAR_START, cadence=DAILY)
-    RetentionSweeper(db).create_months(YEAR_START)
-    ticks = [YEAR_START + index * DAY for index in (40, 41)]  # February
-    for tick in ticks:
-        create_tick(db, wf, tick, tick)
-    now = ticks[-1] + timedelta(minutes=1)
+    now = _two_february_runs(db)
     with db.autocommit() as store:
         running, ahead = [a for a, _ in store.execution.exchange("w1", now, 600, lease=2).leased]
     finished = [(running, AttemptOutcome(status="succeeded"), now)]
@@ -792,12 +797,7 @@ def test_a_worker_pool_runs_the_exchange_generic_with_one_statement_fewer(db: Da
     the exchange sends no setting for them, and its outcome still runs the plan made once, locking
     its month alone; the other pools keep the server's default."""
     sent: list[str] = []
-    wf = workflow(db, YEAR_START, cadence=DAILY)
-    RetentionSweeper(db).create_months(YEAR_START)
-    ticks = [YEAR_START + index * DAY for index in (40, 41)]  # February
-    for tick in ticks:
-        create_tick(db, wf, tick, tick)
-    now = ticks[-1] + timedelta(minutes=1)
+    now = _two_february_runs(db)
     with Database(TEST_URL, schema=schema, min_size=1, max_size=1, generic_plans=True) as worker_db:
         with worker_db.connection() as conn:
             assert conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
