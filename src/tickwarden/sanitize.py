@@ -271,7 +271,7 @@ def redact(text: str) -> str:
             text, lowered = _substituted(pattern, REDACTED, text, lowered)
     for pattern, replacement, needed in _LATE:
         if _may_match(needed, text, lowered):
-            text = pattern.sub(replacement, text)
+            text, lowered = _substituted(pattern, replacement, text, lowered)
     text = _CARD.sub(_card, text)
     text = _PHONE.sub(_phone, text)
     if "'" in text or '"' in text:
