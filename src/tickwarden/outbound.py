@@ -10,9 +10,9 @@ a range in `TICKWARDEN_ALLOW_PRIVATE_URLS` (comma-separated CIDR; tests and loca
 setups use `127.0.0.0/8`). IPv4-mapped IPv6 addresses are judged as the IPv4 address
 they carry.
 
-Webhooks check at connect time, on the very address the socket connects to, so a
-name that resolves differently the second time (DNS rebinding) gains nothing; and
-redirects are never followed. Platform channels (`env:` configuration, no tenant)
+Webhooks and SMTP hosts are checked at connect time, on the very address the socket
+connects to, so a name that resolves differently the second time (DNS rebinding) gains
+nothing; and redirects are never followed. Platform channels (`env:` configuration, no tenant)
 are the platform's own choice and are not restricted.
 """
 
@@ -116,11 +116,6 @@ def check_url(url: str, environ: Mapping[str, str] | None = None) -> None:
     if split.username or split.password:
         raise OutboundRefused("the URL must not carry credentials; use the channel's secret_ref")
     resolve(split.hostname, port, allowed_ranges(environ))
-
-
-def check_host(host: str, port: int, environ: Mapping[str, str] | None = None) -> None:
-    """Refuse a tenant-supplied host (an SMTP server) that resolves to a forbidden address."""
-    resolve(host, port, allowed_ranges(environ))
 
 
 class _GuardedBackend(httpcore.SyncBackend):

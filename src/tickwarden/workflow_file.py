@@ -36,6 +36,7 @@ from tickwarden.reserved import SELFTEST_TENANT_PREFIX, is_selftest_tenant
 from tickwarden.maintenance import MAX_WINDOWS_PER_WORKFLOW, window_spec
 from tickwarden.models import WindowSpec
 from tickwarden.retention import RetentionSpec
+from tickwarden.transports.email import login_problem
 
 TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 OBJECT_NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
@@ -446,17 +447,32 @@ def _check_tenant_ref(where: str, ref: str | None, tenant: str) -> None:
         raise _Invalid(where, exc.message) from None
 
 
-def _check_channel_config(where: str, kind: str, config: dict[str, Any]) -> None:
-    """A webhook needs somewhere to send: an http(s) URL with a host (no file://, no bare path)."""
+def channel_config_problem(kind: str, config: dict[str, Any]) -> tuple[str, str] | None:
+    """The first setting of a channel's config that cannot work, and why: (key, sentence body).
+
+    A webhook needs somewhere to send: an http(s) URL with a host (no file://, no bare
+    path); its address is never repeated, as it may carry a token. An email channel that
+    logs in needs TLS (`starttls` or `ssl`), or its password would cross the network in the
+    clear. The workflow file and `tickwarden channels add` both judge a channel by this.
+    """
+    if kind == "email":
+        problem = login_problem(config)
+        return None if problem is None else ("username", problem)
     if kind != "webhook":
-        return
+        return None
     url = config.get("url")
     if not isinstance(url, str) or not url.strip():
-        raise _Invalid(f"{where}.url", "a webhook channel needs 'url', an http or https address")
+        return "url", "a webhook channel needs 'url', an http or https address"
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        # The address is not repeated: it may carry a token in its path or query.
-        raise _Invalid(f"{where}.url", "not an http or https address with a host (the value is not shown)")
+        return "url", "not an http or https address with a host (the value is not shown)"
+    return None
+
+
+def _check_channel_config(where: str, kind: str, config: dict[str, Any]) -> None:
+    problem = channel_config_problem(kind, config)
+    if problem is not None:
+        raise _Invalid(f"{where}.{problem[0]}", problem[1])
 
 
 def _check_schedule(where: str, schedule: ScheduleSpec, now: datetime) -> int:

@@ -105,3 +105,21 @@ def test_a_channel_added_with_a_routing_lists_it_and_an_unknown_severity_exits_2
     refused = cli("channels", "add", "tickets", "--kind", "webhook", "--tenant", "acme", "--severity", "info")
     assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0
     assert "Severity 'info' is not one of warning, critical." in refused.stderr
+
+
+def test_a_channel_whose_settings_cannot_work_safely_is_refused_in_one_sentence(cli, db, clock):
+    mail = ("channels", "add", "mail", "--kind", "email", "--set", "host=smtp.example.test", "--set",
+            "from=tw@ops.example", "--set", "to=oncall@ops.example", "--set", "username=ops",
+            "--secret-ref", "env:TW_CLI_HOOK")
+    refused = cli(*mail)
+    assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0
+    assert ("Setting 'username': an email channel that logs in needs 'starttls' or 'ssl', or its password "
+            "would cross the network in the clear.") in refused.stderr
+    hook = cli("channels", "add", "hook", "--kind", "webhook", "--set", "url=file:///etc/passwd")
+    assert hook.returncode == 2 and "Setting 'url': not an http or https address with a host" in hook.stderr
+    assert "passwd" not in hook.stderr and "Traceback" not in refused.stderr + hook.stderr
+    assert json.loads(cli("channels", "--json").stdout) == []
+    added = cli(*mail, "--set", "starttls=true")
+    assert added.returncode == 0, added.stderr
+    (row,) = json.loads(cli("channels", "--json").stdout)
+    assert row["kind"] == "email"

@@ -4,18 +4,26 @@ told to fail, so tests see exactly what left tickwarden on the wire."""
 
 from __future__ import annotations
 
+import datetime as dt
+import ipaddress
 import json
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
 from email import message_from_bytes, policy
 from email.message import Message
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
 from aiosmtpd.controller import Controller
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from aiosmtpd.smtp import AuthResult
 
 
@@ -23,6 +31,29 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def self_signed(directory: Path, host: str = "127.0.0.1") -> tuple[Path, Path]:
+    """A self-signed certificate for `host` (an IP address or a name) and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    try:
+        alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        alt = x509.DNSName(host)
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = directory / "smtp-cert.pem", directory / "smtp-key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
 
 
 @dataclass
@@ -201,12 +232,19 @@ class _Collector:
 
 
 class SMTPFake:
-    """An aiosmtpd server on 127.0.0.1 and a free port; with `login`, AUTH is required."""
+    """An aiosmtpd server on 127.0.0.1 and a free port; with `login`, AUTH is required.
 
-    def __init__(self, login: tuple[str, str] | None = None) -> None:
+    With `certificate` (cert and key PEM files), the server speaks TLS: `tls="starttls"`
+    offers STARTTLS and advertises AUTH only after it, `tls="ssl"` is TLS from the first byte.
+    """
+
+    def __init__(self, login: tuple[str, str] | None = None, *, certificate: tuple[Path, Path] | None = None,
+                 tls: str = "starttls") -> None:
         self.port = free_port()
         self.collector = _Collector()
         self.login = login
+        self.certificate = certificate
+        self.tls = tls
         self.logins: list[str] = []
         self._controller: Controller | None = None
 
@@ -223,8 +261,12 @@ class SMTPFake:
     def start(self) -> SMTPFake:
         options: dict[str, Any] = {}
         if self.login is not None:
-            options = {"authenticator": self._authenticate, "auth_require_tls": False, "auth_required": True,
+            options = {"authenticator": self._authenticate, "auth_required": True,
                        "auth_exclude_mechanism": ["LOGIN"]}  # smtplib then tries PLAIN only
+        if self.certificate is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*self.certificate)
+            options["ssl_context" if self.tls == "ssl" else "tls_context"] = context
         self._controller = Controller(self.collector, hostname="127.0.0.1", port=self.port, **options)
         self._controller.start()
         return self

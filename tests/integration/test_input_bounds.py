@@ -41,6 +41,10 @@ FILES = {
     "webhook to a file": (("kind: email, config: {to: [\"oncall@platform.test\"]}",
                            "kind: webhook, config: {url: \"file:///etc/passwd\"}"),
                           "fleet.yaml: platform_channels[0].config.url: not an http or https address with a host"),
+    "email login in the clear": (("kind: email, config: {to: [\"oncall@platform.test\"]}",
+                                  "kind: email, config: {to: [\"oncall@platform.test\"], username: ops}"),
+                                 "fleet.yaml: platform_channels[0].config.username: an email channel that logs in "
+                                 "needs 'starttls' or 'ssl'"),
     "never fires": (('"*/5 * * * *"', '"0 0 31 2 *"'),
                     "fleet.yaml: workflows[1].schedule.cron: cron expression '0 0 31 2 *' never fires"),
 }
@@ -64,6 +68,16 @@ def test_a_webhook_channel_with_an_https_url_applies(db, tmp_path):
     text = GOOD.replace('kind: email, config: {to: ["oncall@platform.test"]}',
                         'kind: webhook, config: {url: "https://hooks.example.test/x"}')
     catalog.apply_file(db, write(tmp_path, text), NOW)
+
+
+@pytest.mark.parametrize("tls", ["starttls", "ssl"])
+def test_an_email_channel_that_logs_in_over_tls_applies(db, tmp_path, tls):
+    text = GOOD.replace('kind: email, config: {to: ["oncall@platform.test"]}',
+                        f'kind: email, config: {{to: ["oncall@platform.test"], username: ops, {tls}: true}}')
+    catalog.apply_file(db, write(tmp_path, text), NOW)
+    with db.transaction() as store:
+        (channel,) = [b.channel for b in store.outbox.list_notification_channels() if b.channel.kind == "email"]
+    assert channel.config["username"] == "ops" and channel.config[tls] is True
 
 
 @pytest.fixture(scope="module")

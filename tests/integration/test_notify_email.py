@@ -1,6 +1,8 @@
+import socket
+
 import pytest
 
-from tests.integration.fake_servers import SMTPFake
+from tests.integration.fake_servers import SMTPFake, self_signed
 from tests.integration.notify_builders import add_channel, add_event, channel_row, open_alert, outbox
 from tickwarden.notifier import Notifier
 from tickwarden.transports.email import EmailTransport
@@ -13,10 +15,10 @@ def smtp():
     server.stop()
 
 
-def email_channel(db, clock, port, tenant="acme", name="mail"):
+def email_channel(db, clock, port, tenant="acme", name="mail", **tls):
     return add_channel(db, clock.now(), tenant=tenant, name=name, kind="email", audience="customer",
                        config={"host": "127.0.0.1", "port": port, "from": "alerts@tickwarden.example",
-                               "to": ["oncall@acme.example", "data@acme.example"]})
+                               "to": ["oncall@acme.example", "data@acme.example"], **tls})
 
 
 def notifier(db):
@@ -86,14 +88,25 @@ def test_a_refused_mail_is_permanent_and_disables_the_channel(db, clock, smtp):
     assert outbox(db)[0]["status"] == "dead"
 
 
-def test_it_logs_in_with_the_password_from_the_secret_reference(db, clock, monkeypatch):
+def login_channel(db, clock, port, **tls):
+    return add_channel(db, clock.now(), tenant="acme", name="mail", kind="email", audience="customer",
+                       config={"host": "127.0.0.1", "port": port, "from": "tw@ops.example",
+                               "to": "oncall@acme.example", "username": "tickwarden", **tls},
+                       secret_ref="env:TW_TEST_SMTP_PASSWORD")
+
+
+@pytest.fixture
+def certificate(tmp_path):
+    return self_signed(tmp_path)
+
+
+def test_it_logs_in_over_verified_tls_with_the_password_from_the_secret_reference(db, clock, monkeypatch,
+                                                                                   certificate):
     monkeypatch.setenv("TW_TEST_SMTP_PASSWORD", "s3cret-smtp")
-    server = SMTPFake(login=("tickwarden", "s3cret-smtp")).start()
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))  # the server's certificate is the one trusted
+    server = SMTPFake(login=("tickwarden", "s3cret-smtp"), certificate=certificate).start()
     try:
-        add_channel(db, clock.now(), tenant="acme", name="mail", kind="email", audience="customer",
-                    config={"host": "127.0.0.1", "port": server.port, "from": "tw@ops.example",
-                            "to": "oncall@acme.example", "username": "tickwarden"},
-                    secret_ref="env:TW_TEST_SMTP_PASSWORD")
+        login_channel(db, clock, server.port, starttls=True)
         open_alert(db, clock.now())
         notifier(db).run_once(clock.now())
         assert server.logins == ["tickwarden"] and len(server.messages) == 1
@@ -102,20 +115,100 @@ def test_it_logs_in_with_the_password_from_the_secret_reference(db, clock, monke
         server.stop()
 
 
-def test_a_wrong_password_disables_the_channel(db, clock, monkeypatch):
+def test_a_wrong_password_disables_the_channel(db, clock, monkeypatch, certificate):
     monkeypatch.setenv("TW_TEST_SMTP_PASSWORD", "wrong")
-    server = SMTPFake(login=("tickwarden", "s3cret-smtp")).start()
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+    server = SMTPFake(login=("tickwarden", "s3cret-smtp"), certificate=certificate).start()
     try:
-        channel = add_channel(db, clock.now(), tenant="acme", name="mail", kind="email", audience="customer",
-                              config={"host": "127.0.0.1", "port": server.port, "from": "tw@ops.example",
-                                      "to": "oncall@acme.example", "username": "tickwarden"},
-                              secret_ref="env:TW_TEST_SMTP_PASSWORD")
+        channel = login_channel(db, clock, server.port, starttls=True)
         open_alert(db, clock.now())
         notifier(db).run_once(clock.now())
         row = channel_row(db, channel.id)
         assert not row["enabled"] and "refused the login" in row["disabled_reason"] and server.messages == []
     finally:
         server.stop()
+
+
+def test_an_ssl_channel_delivers_over_tls_verified_from_the_first_byte(db, clock, monkeypatch, certificate):
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+    server = SMTPFake(certificate=certificate, tls="ssl").start()
+    try:
+        email_channel(db, clock, server.port, ssl=True)
+        open_alert(db, clock.now())
+        notifier(db).run_once(clock.now())
+        assert len(server.messages) == 1
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("tls", ["starttls", "ssl"])
+def test_an_untrusted_certificate_disables_the_channel_and_sends_nothing(db, clock, monkeypatch, certificate, tls):
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    server = SMTPFake(certificate=certificate, tls=tls).start()
+    try:
+        channel = email_channel(db, clock, server.port, **{tls: True})
+        open_alert(db, clock.now())
+        notifier(db).run_once(clock.now())
+        row = channel_row(db, channel.id)
+        assert server.messages == []
+        assert not row["enabled"] and "certificate was not trusted" in row["disabled_reason"]
+    finally:
+        server.stop()
+
+
+def test_a_server_whose_certificate_is_not_trusted_never_sees_the_password(db, clock, monkeypatch, certificate):
+    # A man in the middle answers STARTTLS with a certificate of its own: smtplib's default
+    # context would accept it and hand over the password.
+    monkeypatch.setenv("TW_TEST_SMTP_PASSWORD", "s3cret-smtp")
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    server = SMTPFake(login=("tickwarden", "s3cret-smtp"), certificate=certificate).start()
+    try:
+        channel = login_channel(db, clock, server.port, starttls=True)
+        open_alert(db, clock.now())
+        notifier(db).run_once(clock.now())
+        row = channel_row(db, channel.id)
+        assert server.logins == [] and server.messages == []
+        assert not row["enabled"] and "certificate was not trusted" in row["disabled_reason"]
+        assert "s3cret" not in row["disabled_reason"]
+    finally:
+        server.stop()
+
+
+def test_a_channel_that_would_log_in_without_tls_sends_nothing(db, clock, monkeypatch):
+    # A row written before the configuration check (or by hand) still never sends the password in the clear.
+    monkeypatch.setenv("TW_TEST_SMTP_PASSWORD", "s3cret-smtp")
+    server = SMTPFake(login=("tickwarden", "s3cret-smtp")).start()
+    try:
+        channel = login_channel(db, clock, server.port)
+        open_alert(db, clock.now())
+        notifier(db).run_once(clock.now())
+        row = channel_row(db, channel.id)
+        assert server.logins == [] and server.messages == []
+        assert not row["enabled"] and "needs 'starttls' or 'ssl'" in row["disabled_reason"]
+    finally:
+        server.stop()
+
+
+def test_a_tenant_smtp_host_is_resolved_once_and_reached_at_the_address_checked(db, clock, smtp, monkeypatch):
+    # DNS rebinding: the name answers an allowed address to the check and another one after it.
+    # The mail must go to the checked address; a second lookup would connect elsewhere (refused).
+    answers = iter(["127.0.0.1", "127.0.0.2"])
+    lookups = []
+    real = socket.getaddrinfo
+
+    def rebinding(host, port, *args, **kwargs):
+        if host != "mail.rebind.test":
+            return real(host, port, *args, **kwargs)
+        lookups.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    add_channel(db, clock.now(), tenant="acme", name="mail", kind="email", audience="customer",
+                config={"host": "mail.rebind.test", "port": smtp.port, "from": "tw@ops.example",
+                        "to": "oncall@acme.example"})
+    open_alert(db, clock.now())
+    notifier(db).run_once(clock.now())
+    assert lookups == ["mail.rebind.test"] and len(smtp.messages) == 1
 
 
 def test_the_html_part_escapes_what_a_failure_wrote(db, clock, smtp):

@@ -105,7 +105,7 @@ def add_command(
     from tickwarden import secrets
     from tickwarden.db import Database
     from tickwarden.store.outbox import AUDIENCES, CHANNEL_KINDS
-    from tickwarden.workflow_file import ROUTABLE_EVENTS, ROUTABLE_SEVERITIES
+    from tickwarden.workflow_file import ROUTABLE_EVENTS, ROUTABLE_SEVERITIES, channel_config_problem
 
     for value, allowed, label in ((severity, ROUTABLE_SEVERITIES, "Severity"), (event, ROUTABLE_EVENTS, "Event")):
         unknown = [v for v in value if v not in allowed]
@@ -120,6 +120,11 @@ def add_command(
         raise InvalidInput("A customer channel belongs to a tenant: pass --tenant.")
     if secret_ref is not None and secrets.platform_variable(secret_ref) is None:
         raise InvalidInput("A secret reference looks like env:NAME; the value itself is never stored.")
+    config = _parse_config(set_)
+    problem = channel_config_problem(kind, config)
+    if problem is not None:
+        key, reason = problem
+        raise UsageError(f"Setting {key!r}: {reason}.")
     now = WallClock().now()
     with Database(max_size=1) as db, db.transaction() as store:
         tenant_id = None
@@ -129,7 +134,7 @@ def add_command(
                 raise NotFound(f"No tenant named {tenant!r}.")
             tenant_id = found.id
         channel = store.outbox.upsert_notification_channel(tenant_id=tenant_id, name=name, kind=kind, audience=audience,
-                                                    now=now, config=_parse_config(set_), secret_ref=secret_ref,
+                                                    now=now, config=config, secret_ref=secret_ref,
                                                     severities=sorted(set(severity)) or None,
                                                     events=sorted(set(event)) or None)
     console.print(f"channel {channel.label} ({channel.kind}, {channel.audience}) saved")

@@ -11,16 +11,73 @@ send carries the same id and a receiving server may drop the duplicate.
 Channel config: `host` (required), `port` (default 25, or 465 with `ssl`), `from`
 (required), `to` (an address or a list, required), `starttls` (bool), `ssl` (bool),
 `username` (login, with the password from the channel's `secret_ref`), `timeout`.
+
+A password never crosses the network in the clear: a channel that logs in must use
+`starttls` or `ssl` (refused when it is configured, and again here), and TLS verifies the
+server's certificate and host name against the system's trust store (`SSL_CERT_FILE`
+names another), where smtplib's own default accepts any certificate. A tenant's SMTP host is
+resolved and checked once (`outbound.resolve`) and the socket connects to an address that
+check passed, as webhooks do: a name that resolves elsewhere the second time (DNS
+rebinding) reaches nothing new.
 """
 
 from __future__ import annotations
 
 import smtplib
+import socket
+import ssl
 from email.message import EmailMessage
 from email.utils import format_datetime
 
 from tickwarden import outbound
 from tickwarden.transports.base import Delivery, OutgoingMessage, TransportError, channel_secret, config_value
+
+
+class _Pinned(smtplib.SMTP):
+    """Connects only to an address `outbound.resolve` checked for the host, never by a second lookup."""
+
+    def __init__(self, ranges: list[outbound.Network], host: str, port: int, *, timeout: float):
+        self.ranges = ranges  # read by `_get_socket`, which the constructor's connect calls
+        super().__init__(host, port, timeout=timeout)
+
+    def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
+        error: OSError | None = None
+        for address in outbound.resolve(host, port, self.ranges):
+            try:
+                return socket.create_connection((str(address), port), timeout, self.source_address)
+            except OSError as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+
+class _PinnedSSL(smtplib.SMTP_SSL, _Pinned):
+    """TLS from the first byte over `_Pinned`'s socket: SMTP_SSL wraps what its parent connects,
+    verifying the certificate against the configured host name, not the address."""
+
+    def __init__(self, ranges: list[outbound.Network], host: str, port: int, *, timeout: float,
+                 context: ssl.SSLContext):
+        self.ranges = ranges
+        smtplib.SMTP_SSL.__init__(self, host, port, timeout=timeout, context=context)
+
+
+def _connect(host: str, port: int, *, use_ssl: bool, timeout: float, pinned: list[outbound.Network] | None,
+             context: ssl.SSLContext) -> smtplib.SMTP:
+    """An open SMTP connection; with `pinned` (a tenant's host), to an address checked against those ranges."""
+    if pinned is None:
+        if use_ssl:
+            return smtplib.SMTP_SSL(host, port, timeout=timeout, context=context)
+        return smtplib.SMTP(host, port, timeout=timeout)
+    if use_ssl:
+        return _PinnedSSL(pinned, host, port, timeout=timeout, context=context)
+    return _Pinned(pinned, host, port, timeout=timeout)
+
+
+def login_problem(config: dict[str, object]) -> str | None:
+    """Why a channel's configuration would send its password in the clear, if it would."""
+    if config.get("username") and not (config.get("starttls") is True or config.get("ssl") is True):
+        return "an email channel that logs in needs 'starttls' or 'ssl', or its password would cross the network in the clear"
+    return None
 
 
 class EmailTransport:
@@ -62,20 +119,24 @@ class EmailTransport:
             # multipart/alternative: clients that show HTML pick the last part, the rest the text
             mail.add_alternative(message.rendered.html, subtype="html")
 
-        if channel.tenant_id is not None:
-            try:
-                outbound.check_host(host, port)
-            except outbound.OutboundRefused as exc:
-                raise TransportError(f"the SMTP host was refused: {exc.message}", permanent=True) from None
+        problem = login_problem(channel.config)
+        if problem is not None:
+            raise TransportError(problem, permanent=True)
+        pinned = outbound.allowed_ranges() if channel.tenant_id is not None else None
+        context = ssl.create_default_context()
         try:
-            smtp_class = smtplib.SMTP_SSL if use_ssl else smtplib.SMTP
-            with smtp_class(host, port, timeout=timeout) as smtp:
+            with _connect(host, port, use_ssl=use_ssl, timeout=timeout, pinned=pinned, context=context) as smtp:
                 if channel.config.get("starttls") and not use_ssl:
-                    smtp.starttls()
+                    smtp.starttls(context=context)
                 if username:
                     smtp.login(str(username), password or "")
                 # raises SMTPRecipientsRefused when nobody accepted it; a partial refusal still delivered
                 smtp.send_message(mail, from_addr=sender, to_addrs=to)
+        except outbound.OutboundRefused as exc:
+            raise TransportError(f"the SMTP host was refused: {exc.message}", permanent=True) from None
+        except ssl.SSLCertVerificationError as exc:
+            raise TransportError(f"the SMTP server's certificate was not trusted ({exc.verify_message})",
+                                 permanent=True) from None
         except smtplib.SMTPAuthenticationError as exc:
             raise TransportError(f"the SMTP server refused the login ({exc.smtp_code})", permanent=True) from None
         except smtplib.SMTPRecipientsRefused as exc:
