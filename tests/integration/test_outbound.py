@@ -1,11 +1,12 @@
 """Tenant channels reach only public addresses, unless the platform allows a range."""
 
 import ipaddress
+import socket
 
 import httpx
 import pytest
 
-from tests.integration.fake_servers import WebhookFake
+from tests.integration.fake_servers import SlackFake, WebhookFake
 from tests.integration.notify_builders import (
     add_channel,
     channel_row,
@@ -14,6 +15,7 @@ from tests.integration.notify_builders import (
 )
 from tickwarden import outbound
 from tickwarden.notifier import Notifier
+from tickwarden.transports.slack import SlackTransport
 from tickwarden.transports.webhook import WebhookTransport
 
 
@@ -114,6 +116,65 @@ def test_redirects_are_never_followed(db, clock, monkeypatch):
     finally:
         redirecting.stop()
         target.stop()
+
+
+def deliver_to_slack(db, clock, base_url, monkeypatch):
+    monkeypatch.setenv("TW_TEST_SLACK_TOKEN", "xoxb-outbound-test")
+    channel = add_channel(db, clock.now(), tenant="beta", name="alerts", kind="slack", audience="customer",
+                          config={"channel": "C0BETA", "base_url": base_url}, secret_ref="env:TW_TEST_SLACK_TOKEN")
+    open_alert(db, clock.now(), tenant="beta", owner="customer")
+    Notifier(db, "n1", {"slack": SlackTransport(timeout=2)}).run_once(clock.now())
+    return channel
+
+
+def test_a_tenant_slack_base_url_is_never_redirected(db, clock, monkeypatch):
+    # slack_sdk's own urllib opener follows a 302 (as a GET) wherever it points.
+    monkeypatch.setenv("TICKWARDEN_ALLOW_PRIVATE_URLS", "127.0.0.0/8")
+    target = WebhookFake().start()
+
+    class Redirecting(WebhookFake):
+        def answer(self, request):
+            return 302, {"Location": target.url + "/latest/meta-data/"}, b""
+
+    redirecting = Redirecting().start()
+    try:
+        deliver_to_slack(db, clock, redirecting.url + "/api/", monkeypatch)
+        assert len(redirecting.requests) == 1 and target.requests == []
+        assert outbox(db)[0]["status"] != "sent"
+    finally:
+        redirecting.stop()
+        target.stop()
+
+
+def test_a_tenant_slack_base_url_is_checked_at_connect_time(db, clock, monkeypatch):
+    # DNS rebinding: an allowed address for the check, a private one when the client connects.
+    monkeypatch.setenv("TICKWARDEN_ALLOW_PRIVATE_URLS", "127.0.0.0/8")
+    slack = SlackFake(token="xoxb-outbound-test").start()
+    answers = iter(["127.0.0.1"])
+    real = socket.getaddrinfo
+
+    def rebinding(host, port, *args, **kwargs):
+        if host != "slack.rebind.test":
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers, "10.0.0.1"), port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    try:
+        channel = deliver_to_slack(db, clock, f"http://slack.rebind.test:{slack.port}/api/", monkeypatch)
+        row = channel_row(db, channel.id)
+        assert slack.posts == [] and not row["enabled"] and "may not reach" in row["disabled_reason"]
+    finally:
+        slack.stop()
+
+
+def test_slack_sdk_still_sends_through_the_guarded_seam():
+    # The guard replaces slack_sdk's urllib call at one method; if slack_sdk renames it, fail loudly.
+    from slack_sdk.web.base_client import BaseClient
+
+    from tickwarden.transports.slack import _GuardedWebClient
+
+    assert "_perform_urllib_http_request_internal" in vars(BaseClient)
+    assert "_perform_urllib_http_request_internal" in vars(_GuardedWebClient)
 
 
 def test_httpx_is_still_the_client_underneath():

@@ -8,7 +8,11 @@
    be followed by an error that makes the notifier post it again.
 
 Channel config: `channel` (id or name, required), `base_url` (default Slack's API,
-a local server in tests), `timeout` (seconds). The bot token comes from the
+a local server in tests), `timeout` (seconds). A tenant's own `base_url` is a request
+the platform makes from inside its network: it is checked before the client is made, and
+each call then goes through `outbound.guarded_client` (the address checked at connect
+time, no redirects, no proxy from the environment) instead of slack_sdk's urllib opener,
+which would resolve the name again and follow a redirect anywhere. The bot token comes from the
 channel's `secret_ref` (`env:NAME`) and is never logged or put in a message.
 
 Never twice: every post carries Slack message metadata
@@ -33,6 +37,7 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
+from urllib.request import Request
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
@@ -55,6 +60,24 @@ PERMANENT_ERRORS = frozenset({
 PARENT_GONE_ERRORS = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
 
 
+class _GuardedWebClient(WebClient):
+    """A WebClient whose every request goes through `outbound.guarded_client`.
+
+    slack_sdk sends each call through `_perform_urllib_http_request_internal(url, req)`
+    and reads back `{"status", "headers", "body"}` (an HTTP error status included, as its
+    urllib path turns one into the same dict): this is that seam, with the same answer.
+    """
+
+    def _perform_urllib_http_request_internal(self, url: str, req: Request) -> dict[str, Any]:
+        headers = {key: str(value) for key, value in req.header_items() if key.lower() != "content-length"}
+        body = req.data
+        if body is not None and not isinstance(body, bytes):
+            raise TypeError("slack_sdk sends its request bodies as bytes")
+        with outbound.guarded_client(float(self.timeout)) as client:
+            response = client.request(req.get_method(), req.full_url, content=body, headers=headers)
+        return {"status": response.status_code, "headers": dict(response.headers), "body": response.text}
+
+
 class SlackTransport:
     """Post and update messages in Slack threads."""
 
@@ -68,7 +91,8 @@ class SlackTransport:
         if not token:
             raise TransportError(f"channel {channel.label} has no secret_ref for its Slack token", permanent=True)
         base_url = str(channel.config.get("base_url") or self.base_url or DEFAULT_BASE_URL)
-        if channel.tenant_id is not None and channel.config.get("base_url"):
+        guarded = channel.tenant_id is not None and bool(channel.config.get("base_url"))
+        if guarded:
             try:
                 outbound.check_url(base_url)
             except outbound.OutboundRefused as exc:
@@ -77,7 +101,8 @@ class SlackTransport:
             base_url += "/"
         timeout = int(channel.config.get("timeout") or self.timeout)
         # retry_handlers=[]: the notifier owns retries, with back-off that survives restarts.
-        return WebClient(token=token, base_url=base_url, timeout=timeout, retry_handlers=[])
+        return (_GuardedWebClient if guarded else WebClient)(token=token, base_url=base_url, timeout=timeout,
+                                                             retry_handlers=[])
 
     def send(self, message: OutgoingMessage) -> Delivery:
         channel_id = str(config_value(message.channel, "channel"))
@@ -195,6 +220,8 @@ def _call(method: Any, **kwargs: Any) -> dict[str, Any]:
         response = method(**kwargs)
     except SlackApiError as exc:
         raise _translate(exc) from None
+    except outbound.OutboundRefused as exc:  # a tenant's base_url that resolves elsewhere at connect time
+        raise TransportError(f"the Slack base_url was refused: {exc.message}", permanent=True) from None
     except Exception as exc:  # network: refused, reset, timeout, a non-JSON error page
         # No answer: Slack may have taken the message, so the next try looks for it first.
         raise TransportError(f"slack is unreachable: {type(exc).__name__}: {exc}", permanent=False,
