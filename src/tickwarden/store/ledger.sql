@@ -120,8 +120,9 @@ SELECT unnest(ids) AS id, unnest(run_ids) AS run_id, unnest(ticks) AS run_schedu
 -- Lease the attempts whose queue rows `ledger_lease_queue` locked just before it in this
 -- transaction, as that statement's settings name them (ids oldest first; the ticks' span as
 -- the scalars first and last; none when it locked none); the runs move to running in
--- the same statement, and the attempts leave the queue (its trigger, as they stop being
--- queued). The first %(start)s of them start now (`started_at`); the others are
+-- the same statement, and the attempts leave the queue in it too (`dequeued`: the lease owns
+-- that move, migration 0039; the queue rows are this transaction's since
+-- `ledger_lease_queue` locked them, so the delete waits for nobody). The first %(start)s of them start now (`started_at`); the others are
 -- leased ahead: `started_at` stays NULL until their worker starts them with the
 -- compare-and-set `execution_start_attempt`, and a lease that runs out before that
 -- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row also
@@ -174,6 +175,8 @@ WITH locked AS (
        AND r.scheduled_for BETWEEN nullif(current_setting('tickwarden.lease_first'), '')::timestamptz
                                AND nullif(current_setting('tickwarden.lease_last'), '')::timestamptz
        AND r.status IN ('queued', 'pending_retry')
+), dequeued AS (
+    DELETE FROM attempt_queue q WHERE q.attempt_id = ANY (ARRAY(SELECT id FROM leased))
 )
 SELECT leased.* FROM leased ORDER BY leased.queued_at, leased.id;
 
