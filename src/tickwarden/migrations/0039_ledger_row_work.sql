@@ -15,9 +15,9 @@
 -- The queue keeps one owner per transition: queued -> running is the lease's, and only
 -- the three leasing statements make it (a statement that moved an attempt to running
 -- otherwise would leave its queue row behind; no other does). Every other transition
--- stays the triggers': an insert of a queued attempt, a move into queued (a release, a
--- lease expired ahead, a retry), a move out of queued to anything but running (a cancel,
--- a missed run), a queued attempt's due time or number changing, and a delete (retention,
+-- stays the triggers': an insert of a queued attempt (a tick, a manual run, a retry), a
+-- move into queued (a release, a lease expired ahead), a move out of queued to anything but
+-- running (a cancel, a missed run), a queued attempt's due time or number changing, and a delete (retention,
 -- erasure, a run's cascade). The trigger is declared again with that narrower WHEN (dropped
 -- from the parent, it goes from every partition; declared there, it is cloned to every
 -- partition, present and future). No row moves: running attempts have no queue row
