@@ -14,6 +14,7 @@ from tickwarden import catalog, migrate
 from tickwarden.db import Database
 from tickwarden.erasure import delete_tenant
 from tickwarden.models import AttemptOutcome
+from tickwarden.store import Store
 
 NOW = datetime(2026, 3, 2, 2, 0, tzinfo=UTC)
 
@@ -226,11 +227,83 @@ def test_migrating_a_queue_gives_its_rows_their_numbers_and_retires_the_attempts
             assert queued_indexes(conn) == []
             conn.execute("SELECT tickwarden_ledger_partition(%s)", (NOW + timedelta(days=40),))
             assert queued_indexes(conn) == []   # nor does a month created later get one
-            conn.execute("UPDATE attempts SET status = 'running', lease_expires_at = %s WHERE status = 'queued'",
+            conn.execute("UPDATE attempts SET status = 'cancelled', finished_at = %s WHERE status = 'queued'",
                          (NOW,))
-            conn.execute("UPDATE attempts SET status = 'queued', lease_expires_at = NULL WHERE status = 'running'")
+            assert conn.execute("SELECT count(*) FROM attempt_queue").fetchone() == (0,)
+            conn.execute("UPDATE attempts SET status = 'queued', finished_at = NULL WHERE status = 'cancelled'")
             assert conn.execute("SELECT q.number, a.number FROM attempt_queue q JOIN attempts a ON a.id = q.attempt_id"
                                 " ORDER BY 1").fetchall() == [(1, 1), (2, 2)]
+            conn.rollback()
+    finally:
+        drop_schema(name)
+
+
+def test_each_lease_takes_its_attempts_out_of_the_queue_itself(db: Database) -> None:
+    """The move from queued to running is the leases' (migration 0039): the worker's and both
+    Kubernetes leases delete their attempts' queue rows, and the row trigger leaves that move alone."""
+    wf = make_workflow(db, NOW)
+    runs = [create_run(db, wf, NOW + timedelta(days=d), NOW) for d in range(4)]
+    assert_in_step(db, 4)
+
+    with db.transaction() as store:
+        assert [a.run_id for a in lease(store, "w1", NOW, 60, limit=1)] == [runs[0].id]
+    assert_in_step(db, 3)
+
+    with db.transaction() as store:
+        pod = store.kubernetes.lease_tick_attempt(wf.id, runs[1].scheduled_for, "pod-1", NOW, 60)
+        assert pod is not None and pod.run_id == runs[1].id
+    assert_in_step(db, 2)
+
+    with db.transaction() as store:
+        queued = store.conn.execute("SELECT attempt_id FROM attempt_queue WHERE run_id = %s",
+                                    (runs[2].id,)).fetchone()[0]
+        job = store.kubernetes.lease_attempt(queued, "job-1", NOW, 60)
+        assert job is not None and job.id == queued
+    assert_in_step(db, 1)
+
+    with db.transaction() as store:
+        store.conn.execute("UPDATE attempts SET status = 'running', lease_expires_at = %s WHERE run_id = %s",
+                           (NOW, runs[3].id))
+        # only a lease makes that move: any other statement that did would leave the row behind
+        assert store.conn.execute("SELECT run_id FROM attempt_queue").fetchall() == [(runs[3].id,)]
+
+
+def test_migrating_leaves_the_queue_exact_and_hands_the_lease_its_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0039 narrows the row trigger on a database with queued and running attempts: no queue row
+    moves, and from then on a lease takes its attempts out of the queue and a release puts them back."""
+    name = make_schema("mig")
+    everything = migrate.available_migrations()
+    try:
+        with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
+            monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in everything if m.version < 39])
+            migrate.upgrade(conn, NOW)
+            conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'Acme', %s)", (NOW,))
+            conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                         " SELECT id, w, %s, %s FROM tenants, unnest(ARRAY['a', 'b', 'c']) w", (NOW, NOW))
+            conn.execute("INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,"
+                         " attempts_count, deadline_at, created_at)"
+                         " SELECT tenant_id, id, %s, false, 'queued', 2, 1, %s, %s FROM workflows",
+                         (NOW, NOW + timedelta(hours=1), NOW))
+            conn.execute("INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status,"
+                         " queued_at) SELECT tenant_id, workflow_id, id, scheduled_for, 1, 'queued', %s FROM runs",
+                         (NOW,))
+            conn.execute("UPDATE attempts SET status = 'running', worker_id = 'w0', lease_expires_at = %s"
+                         " WHERE workflow_id = (SELECT id FROM workflows WHERE name = 'a')", (NOW,))
+            conn.commit()
+
+            def queue() -> list[str]:
+                return [r[0] for r in conn.execute("SELECT w.name FROM attempt_queue q"
+                                                   " JOIN workflows w ON w.id = q.workflow_id ORDER BY 1")]
+
+            assert queue() == ["b", "c"]
+            monkeypatch.setattr(migrate, "available_migrations", lambda: everything)
+            assert [m.version for m in migrate.upgrade(conn, NOW)] == [m.version for m in everything if m.version >= 39]
+            assert queue() == ["b", "c"]
+            store = Store(conn)
+            leased = lease(store, "w1", NOW, 60, limit=1)
+            assert len(leased) == 1 and queue() == ["c"]
+            assert store.execution.release_attempts(leased, "w1") == [leased[0].id]
+            assert queue() == ["b", "c"]
             conn.rollback()
     finally:
         drop_schema(name)

@@ -20,7 +20,8 @@ def race(schema: str, action: str, arg: str, racers: int) -> list[dict]:
     key = 900_000 + os.getpid()
     with psycopg.connect(TEST_URL, autocommit=True) as gate:
         gate.execute("SELECT pg_advisory_lock(%s)", (key,))
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # the racers import this checkout's package, not whichever one the environment has installed
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
         procs = [
             subprocess.Popen([sys.executable, str(RACER), TEST_URL, schema, action, arg, str(key)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -54,6 +54,9 @@ WITH next AS (
        SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
       FROM leased
      WHERE r.id = leased.run_id AND r.scheduled_for = %(scheduled_for)s AND r.status IN ('queued', 'pending_retry')
+), dequeued AS (
+    -- the lease owns the move out of the queue (migration 0039)
+    DELETE FROM attempt_queue q WHERE q.attempt_id = ANY (ARRAY(SELECT id FROM leased))
 )
 SELECT leased.* FROM leased;
 
@@ -95,5 +98,8 @@ WITH next AS (
        SET status = 'running', started_at = coalesce(r.started_at, %(now)s)
       FROM leased
      WHERE r.id = leased.run_id AND r.status IN ('queued', 'pending_retry')
+), dequeued AS (
+    -- the lease owns the move out of the queue (migration 0039)
+    DELETE FROM attempt_queue q WHERE q.attempt_id = ANY (ARRAY(SELECT id FROM leased))
 )
 SELECT leased.* FROM leased;

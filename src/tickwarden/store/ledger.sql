@@ -119,28 +119,28 @@ SELECT unnest(ids) AS id, unnest(run_ids) AS run_id, unnest(ticks) AS run_schedu
 -- ledger_lease_attempts --
 -- Lease the attempts whose queue rows `ledger_lease_queue` locked just before it in this
 -- transaction, as that statement's settings name them (ids oldest first; the ticks' span as
--- the scalars first and last; none when it locked none); the runs move to running in
--- the same statement, and the attempts leave the queue (its trigger, as they stop being
--- queued). The first %(start)s of them start now (`started_at`); the others are
--- leased ahead: `started_at` stays NULL until their worker starts them with the
--- compare-and-set `execution_start_attempt`, and a lease that runs out before that
--- goes back to the queue (`ledger_expire_leases`) instead of being lost. Each row also
--- carries its run's tick (`run_scheduled_for`), so no second look at the runs is needed
--- (a read of them after their update cost more to plan than to run). The ticks' span
--- (first and last) is a stable expression of the settings, so a plan made once
--- (`execution_generic_plans`; psycopg's prepared plan elsewhere) is pruned to their
--- months when it starts, as one given the span as parameters would be (planning every
--- month's partitions at every lease cost several times the writes themselves). Each
--- attempt is locked by its id and tick (the primary key), and updated by the row version
--- it locked (`ctid`, unchanged while this transaction holds the lock; the id and tick are
--- matched too): a plan made once with small months otherwise scanned the month and tested
--- the settings at every row. The attempts are locked SKIP LOCKED too: a writer that
--- changes a queued attempt (a cancel, a Kubernetes lease) locks the attempt first and
--- its queue row after, so a lease that waited for the attempt while holding the queue
--- row could deadlock with it; skipped, such an attempt is that writer's to move, and the
--- status guard leaves out any that stopped being queued before the queue row was locked.
--- Its commit waits for the WAL flush, as every commit that starts an attempt does: a
--- start lost in a crash would hand a running attempt back to the queue.
+-- the scalars first and last; none when it locked none); the runs move to running in the same
+-- statement, and the attempts leave the queue in it too (`dequeued`: the lease owns that move,
+-- migration 0039; the queue rows are this transaction's since `ledger_lease_queue` locked
+-- them, so the delete waits for nobody). The first %(start)s of them start now (`started_at`);
+-- the others are leased ahead: `started_at` stays NULL until their worker starts them with the
+-- compare-and-set `execution_start_attempt`, and a lease that runs out before that goes back
+-- to the queue (`ledger_expire_leases`) instead of being lost. Each row also carries its run's
+-- tick (`run_scheduled_for`), so no second look at the runs is needed (a read of them after
+-- their update cost more to plan than to run). The ticks' span (first and last) is a stable
+-- expression of the settings, so a plan made once (`execution_generic_plans`; psycopg's
+-- prepared plan elsewhere) is pruned to their months when it starts, as one given the span as
+-- parameters would be (planning every month's partitions at every lease cost several times the
+-- writes themselves). Each attempt is locked by its id and tick (the primary key), and updated
+-- by the row version it locked (`ctid`, unchanged while this transaction holds the lock; the
+-- id and tick are matched too): a plan made once with small months otherwise scanned the month
+-- and tested the settings at every row. The attempts are locked SKIP LOCKED too: a writer that
+-- changes a queued attempt (a cancel, a Kubernetes lease) locks the attempt first and its
+-- queue row after, so a lease that waited for the attempt while holding the queue row could
+-- deadlock with it; skipped, such an attempt is that writer's to move, and the status guard
+-- leaves out any that stopped being queued before the queue row was locked. Its commit waits
+-- for the WAL flush, as every commit that starts an attempt does: a start lost in a crash
+-- would hand a running attempt back to the queue.
 WITH locked AS (
     SELECT a.id, a.run_scheduled_for, a.ctid
       FROM unnest(current_setting('tickwarden.lease_ids')::bigint[],
@@ -174,6 +174,8 @@ WITH locked AS (
        AND r.scheduled_for BETWEEN nullif(current_setting('tickwarden.lease_first'), '')::timestamptz
                                AND nullif(current_setting('tickwarden.lease_last'), '')::timestamptz
        AND r.status IN ('queued', 'pending_retry')
+), dequeued AS (
+    DELETE FROM attempt_queue q WHERE q.attempt_id = ANY (ARRAY(SELECT id FROM leased))
 )
 SELECT leased.* FROM leased ORDER BY leased.queued_at, leased.id;
 
