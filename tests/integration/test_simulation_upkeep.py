@@ -279,7 +279,7 @@ def test_autovacuum_processes_partitions_and_never_their_partitioned_table(db, c
     assert reltuples(db, "runs_default") == 5 and reltuples(db, "runs") == 3
 
 
-def test_a_simulations_session_commits_without_waiting_for_the_wal_flush_and_keeps_generic_plans():
+def test_a_simulations_session_commits_without_waiting_for_the_wal_flush_keeps_generic_plans_and_samples_little():
     from tickwarden.simulate import Simulation, parse_scenario
 
     scenario = parse_scenario({"start": "2026-11-30T00:00:00Z", "end": "2026-11-30T00:10:00Z", "tenants": ["acme"],
@@ -294,6 +294,7 @@ def test_a_simulations_session_commits_without_waiting_for_the_wal_flush_and_kee
         with simulation.db.probe() as store:  # the closed connection opens again, with the same options
             assert store.conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
             assert store.conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
+            assert store.conn.execute("SHOW default_statistics_target").fetchone() == ("10",)
             assert store.conn.execute("SHOW statement_timeout").fetchone() == ("54321ms",)  # the URL's own kept
         with simulation.db.probe() as store:  # a connection option, not a SET: even a RESET keeps it
             store.conn.execute("RESET synchronous_commit")
