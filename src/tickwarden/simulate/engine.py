@@ -509,6 +509,11 @@ class SimulatedAutovacuum:
     created, not the server's statistics, so the passes fall at the same virtual times
     on every run of the same scenario. The session's statistics target is 10
     (`Simulation._session_url`): a pass's ANALYZE samples 3,000 rows a table, not 30,000.
+
+    VACUUM as well as ANALYZE, though the tables are unlogged scratch: the queues and the
+    ledger are updated and deleted from all day, and until a VACUUM records the room the
+    dead rows leave, new rows go to fresh pages. Analyzed only, three virtual days ended
+    with the ledger's partitions near twice the size and the queues seven times.
     """
 
     name = "autovacuum"
