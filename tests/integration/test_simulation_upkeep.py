@@ -139,6 +139,42 @@ def test_a_simulations_tables_are_unlogged_scratch_with_their_foreign_keys_intac
         simulation._drop_schema(TEST_URL)
 
 
+def schema_exists(name: str) -> bool:
+    with psycopg.connect(TEST_URL) as conn:
+        return conn.execute("SELECT to_regnamespace(%s) IS NOT NULL", (name,)).fetchone()[0]
+
+
+def test_a_simulations_schema_is_created_whole_or_not_at_all(monkeypatch):
+    from tickwarden.simulate import Simulation, engine, parse_scenario
+
+    scenario = parse_scenario({"start": "2026-11-30T00:00:00Z", "end": "2026-11-30T01:00:00Z", "tenants": ["acme"],
+                               "workflows": [{"tenant": "acme", "name": "sync", "cron": "*/5 * * * *"}]},
+                              source="test")
+    monkeypatch.setattr(engine, "queries", lambda: {"simulation_unlog_tables": "SELECT 1 / 0"})  # fails last
+    simulation = Simulation(scenario, url=TEST_URL)
+    try:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            simulation._create_schema(TEST_URL)
+        assert not schema_exists(simulation.schema)  # the schema and its migrations went with the failure
+    finally:
+        simulation._drop_schema(TEST_URL)
+
+
+def test_a_simulation_refused_while_its_schema_is_being_built_leaves_no_schema_behind():
+    from tickwarden.errors import InvalidPolicy
+    from tickwarden.simulate import Simulation, parse_scenario
+
+    scenario = parse_scenario({"start": "2026-11-30T00:00:00Z", "end": "2026-11-30T01:00:00Z", "tenants": ["acme"],
+                               "workflows": [{"tenant": "acme", "name": "sync", "cron": "*/5 * * * *"}]},
+                              source="test")
+    # the policy is refused while the schema is being built: the run waits for it, then drops it
+    simulation = Simulation(scenario, url=TEST_URL, overrides={"alert_after": 5, "escalate_after": 2})
+    with pytest.raises(InvalidPolicy):
+        simulation.run()
+    assert simulation.db is None  # refused before the first pass: nothing connected to the schema
+    assert not schema_exists(simulation.schema)
+
+
 def test_a_dedicated_transaction_is_pipelined_and_reads_each_result_at_its_statement(dedicated):
     with dedicated.transaction() as store:
         # BEGIN goes out with the first statement, not on its own round trip
@@ -279,7 +315,7 @@ def test_autovacuum_processes_partitions_and_never_their_partitioned_table(db, c
     assert reltuples(db, "runs_default") == 5 and reltuples(db, "runs") == 3
 
 
-def test_a_simulations_session_commits_without_waiting_for_the_wal_flush_and_keeps_generic_plans():
+def test_a_simulations_session_commits_without_waiting_for_the_wal_flush_keeps_generic_plans_and_samples_little():
     from tickwarden.simulate import Simulation, parse_scenario
 
     scenario = parse_scenario({"start": "2026-11-30T00:00:00Z", "end": "2026-11-30T00:10:00Z", "tenants": ["acme"],
@@ -294,6 +330,7 @@ def test_a_simulations_session_commits_without_waiting_for_the_wal_flush_and_kee
         with simulation.db.probe() as store:  # the closed connection opens again, with the same options
             assert store.conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
             assert store.conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
+            assert store.conn.execute("SHOW default_statistics_target").fetchone() == ("10",)
             assert store.conn.execute("SHOW statement_timeout").fetchone() == ("54321ms",)  # the URL's own kept
         with simulation.db.probe() as store:  # a connection option, not a SET: even a RESET keeps it
             store.conn.execute("RESET synchronous_commit")
@@ -376,7 +413,8 @@ def test_a_simulations_catalog_is_published_in_round_trips_that_do_not_grow_with
                                "workflows": workflows}, source="test")
     trace = tmp_path / "trace"
     with traced(dedicated, trace):
-        setup = Simulation(scenario, url=TEST_URL)._set_up(dedicated)
+        simulation = Simulation(scenario, url=TEST_URL)
+        setup = simulation._set_up(dedicated, simulation._plan_catalog())
     assert len(setup.workflow_ids) == 40
     with dedicated.probe() as store:
         assert store.conn.execute("SELECT count(*) FROM schedule_fires WHERE next_fire_at IS NOT NULL").fetchone() \
