@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import psycopg
 from psycopg import sql
@@ -301,8 +301,7 @@ class FaultWindowModel:
                                         rows=SIMULATED_ROWS if workflow in self.expect_rows else None))
 
 
-@dataclass(frozen=True)
-class _Event:
+class _Event(NamedTuple):
     at: datetime
     order: int
     seq: int
@@ -313,34 +312,30 @@ class _Event:
 class EventQueue:
     """A time-ordered queue of actions; a loop has at most one live wake-up at a time.
 
-    The heap holds (at, order, seq, event) tuples: they compare in C, and `seq` is
-    unique, so two events are never compared themselves.
+    The heap holds the events themselves: named tuples, which compare in C by (at, order,
+    seq), and `seq` is unique, so a comparison never reaches the action.
     """
 
     def __init__(self) -> None:
-        self._heap: list[tuple[datetime, int, int, _Event]] = []
+        self._heap: list[_Event] = []
         self._seq = itertools.count()
         self._generation: dict[str, int] = {}
 
-    def _push(self, event: _Event) -> None:
-        heapq.heappush(self._heap, (event.at, event.order, event.seq, event))
-
     def at(self, when: datetime, order: int, action: Callable[[datetime], None]) -> None:
-        self._push(_Event(when, order, next(self._seq), action))
+        heapq.heappush(self._heap, _Event(when, order, next(self._seq), action))
 
     def wake(self, name: str, when: datetime, action: Callable[[datetime], None]) -> None:
         """(Re)schedule loop `name`; an earlier pending wake-up of it is dropped."""
         generation = self._generation.get(name, 0) + 1
         self._generation[name] = generation
-        self._push(_Event(when, ORDER.get(name, 5), next(self._seq), action, (name, generation)))
-
-    def _live(self, event: _Event) -> bool:
-        return event.token is None or self._generation.get(event.token[0]) == event.token[1]
+        heapq.heappush(self._heap, _Event(when, ORDER.get(name, 5), next(self._seq), action, (name, generation)))
 
     def pop(self) -> _Event | None:
-        while self._heap:
-            event = heapq.heappop(self._heap)[3]
-            if self._live(event):
+        heap, generation = self._heap, self._generation
+        while heap:
+            event = heapq.heappop(heap)
+            token = event.token
+            if token is None or generation.get(token[0]) == token[1]:
                 return event
             # else superseded by a later wake-up of the same loop
         return None
