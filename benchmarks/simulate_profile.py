@@ -29,6 +29,7 @@ from psycopg import _pipeline_base
 
 from benchmarks.common import BENCH_URL, Figure
 from benchmarks.noise import START, build
+from tickwarden import db
 from tickwarden.clock import isoformat_z
 from tickwarden.simulate import engine, parse_scenario, run_policy
 from tickwarden.simulate.report import to_json
@@ -95,6 +96,16 @@ class Profile:
             return execute(cur, query, params, **kwargs)
 
         psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign]
+        command = db._command
+
+        def counted_command(conn: Any, statement: Any) -> None:  # BEGIN, COMMIT, a savepoint's: no cursor
+            profile.statements[profile.loop] += 1
+            profile.queries[(profile.loop, profile.name(statement))] += 1
+            if conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
+                profile.round_trips[profile.loop] += 1
+            command(conn, statement)
+
+        db._command = counted_command
 
         sync, fetch = _pipeline_base.BasePipeline._sync_gen, _pipeline_base.BasePipeline._fetch_gen
 

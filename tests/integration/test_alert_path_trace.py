@@ -34,6 +34,7 @@ from psycopg import sql
 from tests.conftest import TEST_URL
 from tests.integration.fake_servers import SlackFake
 from tests.integration.notify_builders import add_channel
+import tickwarden.db
 from tickwarden import catalog
 from tickwarden.db import BEGIN, COMMIT, ROLLBACK
 from tickwarden.service import build_loops
@@ -71,6 +72,7 @@ class Trace:
         trace = self
         real_execute = psycopg.Cursor.execute
         real_transaction = psycopg.Connection.transaction
+        real_command = tickwarden.db._command
 
         # Connections inside a transaction opened by a BEGIN sent as a statement (a pipelined
         # transaction): libpq reports a pipeline's transaction status only as of its last sync,
@@ -84,23 +86,34 @@ class Trace:
             text = " ".join(line for line in query.splitlines() if not line.lstrip().startswith("--"))
             return {"BEGIN": BEGIN, "COMMIT": COMMIT, "ROLLBACK": ROLLBACK}.get(text.strip().rstrip(";").upper(), query)
 
+        def controls(conn: psycopg.Connection[Any], query: Any) -> bool:
+            """Count BEGIN, COMMIT, ROLLBACK and a savepoint's statements as the transaction's edges, not as statements."""
+            kind = control(query)
+            if kind == BEGIN:  # a transaction, not a statement (as when psycopg sends its own BEGIN)
+                trace._begins(conn)
+                explicit.add(id(conn))
+            elif kind in (COMMIT, ROLLBACK):
+                explicit.discard(id(conn))
+            elif not (isinstance(query, sql.Composed) and query.as_string(conn).split()[0] in SAVEPOINTS):
+                return False
+            return True  # a savepoint sent in a pipeline: no statement, as psycopg's own savepoint block is none
+
         def execute(cur: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
             if cur.connection is trace.listener:
                 return real_execute(cur, query, *args, **kwargs)
             trace.backends.add(cur.connection.info.backend_pid)
-            kind = control(query)
-            if kind == BEGIN:  # a transaction, not a statement (as when psycopg sends its own BEGIN)
-                trace._begins(cur.connection)
-                explicit.add(id(cur.connection))
-            elif kind in (COMMIT, ROLLBACK):
-                explicit.discard(id(cur.connection))
-            elif isinstance(query, sql.Composed) and query.as_string(cur.connection).split()[0] in SAVEPOINTS:
-                pass  # a savepoint sent in a pipeline: no statement, as psycopg's own savepoint block is none
-            elif query != "":  # an empty query (the pool's full liveness check): no statement, no transaction
+            if not controls(cur.connection, query) and query != "":
+                # an empty query (the pool's full liveness check): no statement, no transaction
                 if id(cur.connection) not in explicit:
                     trace._begins(cur.connection)
                 trace.statements += trace.on
             return real_execute(cur, query, *args, **kwargs)
+
+        def command(conn: psycopg.Connection[Any], statement: Any) -> None:
+            """A transaction's BEGIN, COMMIT or savepoint, which `db._command` sends without a cursor."""
+            trace.backends.add(conn.info.backend_pid)
+            controls(conn, statement)
+            real_command(conn, statement)
 
         def transaction(conn: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
             trace._begins(conn)
@@ -108,6 +121,7 @@ class Trace:
 
         monkeypatch.setattr(psycopg.Cursor, "execute", execute)
         monkeypatch.setattr(psycopg.Connection, "transaction", transaction)
+        monkeypatch.setattr(tickwarden.db, "_command", command)
 
     def listen(self, conn: psycopg.Connection[Any]) -> None:
         self.listener = conn

@@ -6,6 +6,7 @@ import psycopg
 import pytest
 from psycopg.pq import PipelineStatus, TransactionStatus
 
+import tickwarden.db
 from tests.dbutil import TEST_URL
 from tickwarden.db import Database
 
@@ -95,22 +96,29 @@ def test_nested_savepoints_roll_back_only_their_own_block(one):
     lent_as_usual(one)
 
 
-def test_savepoints_one_after_another_send_the_same_statements_on_kept_cursors(one, monkeypatch):
-    """A savepoint is named by its depth: a pass's savepoint is the same text on the same cursor every time."""
-    sent: list[tuple[int, str]] = []
-    real = psycopg.Cursor.execute
+def test_savepoints_one_after_another_send_the_same_statements_without_a_cursor(one, monkeypatch):
+    """A savepoint is named by its depth: a pass's savepoint is the same statement every time, sent with no cursor."""
+    sent: list[tuple[int, str]] = []  # (the statement object, its text) of each transaction command
+    executed: list[str] = []  # what cursors ran
+    real_command, real_execute = tickwarden.db._command, psycopg.Cursor.execute
 
-    def recording(cur, query, *args, **kwargs):
-        if not isinstance(query, str):
-            sent.append((id(cur), query.as_string(cur.connection)))
-        return real(cur, query, *args, **kwargs)
+    def commanding(conn, statement):
+        sent.append((id(statement), statement.as_string(conn)))
+        real_command(conn, statement)
 
-    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+    def executing(cur, query, *args, **kwargs):
+        executed.append(query if isinstance(query, str) else query.as_string(cur.connection))
+        return real_execute(cur, query, *args, **kwargs)
+
+    monkeypatch.setattr(tickwarden.db, "_command", commanding)
+    monkeypatch.setattr(psycopg.Cursor, "execute", executing)
     for n in (1, 2):
         with one.transaction(pipelined=True) as store, store.conn.transaction():
             store.conn.execute("INSERT INTO pipelined_probe VALUES (%s)", (n,))
     savepoints = [s for s in sent if "SAVEPOINT" in s[1]]
     assert [text for _, text in savepoints] == ['SAVEPOINT "tickwarden_savepoint_1"',
                                                'RELEASE SAVEPOINT "tickwarden_savepoint_1"'] * 2
-    assert savepoints[:2] == savepoints[2:]  # the same cursors too
+    assert savepoints[:2] == savepoints[2:]  # the same objects too: composed once
+    assert [text for _, text in sent if "SAVEPOINT" not in text] == ["BEGIN", "COMMIT"] * 2
+    assert executed == ["INSERT INTO pipelined_probe VALUES (%s)"] * 2  # no cursor sent a transaction command
     assert rows(one) == [1, 2]
