@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import jinja2
 
@@ -136,16 +136,31 @@ class AlertMessage:
         return f"{self.dashboard_url.rstrip('/')}/dashboard/alerts/{self.alert_id}"
 
 
-@dataclass(frozen=True)
-class Rendered:
-    subject: str
-    text: str
-    slack_text: str
-    slack_blocks: list[dict[str, Any]]
-    slack_parent_text: str
-    slack_parent_blocks: list[dict[str, Any]]
-    payload: dict[str, Any]
-    html: str = ""  # the mail's HTML alternative (autoescaped)
+class Rendered(Protocol):
+    """One event as every transport would send it; each part is produced on its first read.
+
+    A transport reads only its own parts (a Slack delivery renders no mail template, a
+    mail delivery no Slack one), each at most once. Every transport reads the parts it
+    sends before it contacts its provider, so a template error still fails the delivery
+    before anything is sent, and the notifier retries it as it did any failed send.
+    """
+
+    @property
+    def subject(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def html(self) -> str: ...  # the mail's HTML alternative (autoescaped); empty for none
+    @property
+    def slack_text(self) -> str: ...
+    @property
+    def slack_blocks(self) -> list[dict[str, Any]]: ...
+    @property
+    def slack_parent_text(self) -> str: ...
+    @property
+    def slack_parent_blocks(self) -> list[dict[str, Any]]: ...
+    @property
+    def payload(self) -> dict[str, Any]: ...
 
 
 def format_duration(seconds: int | None) -> str:
@@ -376,33 +391,63 @@ def _section(text: str) -> dict[str, Any]:
     return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
 
 
+def _context(link: str) -> dict[str, Any]:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": slack_escape(link)}]}
+
+
+class _AlertRendered:
+    def __init__(self, message: AlertMessage) -> None:
+        self.message = message
+
+    @functools.cached_property
+    def values(self) -> dict[str, Any]:
+        return _clean(self.message)
+
+    def _template(self, flavour: str, name: str) -> str:
+        return _environment(flavour).get_template(name).render(**self.values).strip()
+
+    @functools.cached_property
+    def subject(self) -> str:
+        return str(self.values["subject"])
+
+    @functools.cached_property
+    def text(self) -> str:
+        return self._template("text", "email.txt.j2") + "\n"
+
+    @functools.cached_property
+    def html(self) -> str:
+        return self._template("html", "email.html.j2") + "\n"
+
+    @functools.cached_property
+    def slack_text(self) -> str:
+        return self._template("slack", "slack_reply.md.j2")
+
+    @functools.cached_property
+    def slack_parent_text(self) -> str:
+        return self._template("slack", "slack_parent.md.j2")
+
+    @functools.cached_property
+    def slack_blocks(self) -> list[dict[str, Any]]:
+        blocks = [_section(self.slack_text)]
+        tail = self.values["log_tail"]
+        # the resolved reply says it is over; the failure's log was in the thread already
+        if tail and self.message.event != "resolved":
+            blocks.append(_section("```" + slack_escape(tail).replace("```", "'''") + "```"))
+        blocks.append(_context(self.message.link))
+        return blocks
+
+    @functools.cached_property
+    def slack_parent_blocks(self) -> list[dict[str, Any]]:
+        return [_section(self.slack_parent_text), _context(self.message.link)]
+
+    @functools.cached_property
+    def payload(self) -> dict[str, Any]:
+        return payload(self.message, self.values)
+
+
 def render(message: AlertMessage) -> Rendered:
-    """Render one event of an alert for every transport."""
-    values = _clean(message)
-    env, slack_env = _environment(), _environment("slack")
-    text = env.get_template("email.txt.j2").render(**values).strip() + "\n"
-    html = _environment("html").get_template("email.html.j2").render(**values).strip() + "\n"
-    slack_text = slack_env.get_template("slack_reply.md.j2").render(**values).strip()
-    parent_text = slack_env.get_template("slack_parent.md.j2").render(**values).strip()
-    blocks = [_section(slack_text)]
-    # the resolved reply says it is over; the failure's log was in the thread already
-    if values["log_tail"] and message.event != "resolved":
-        blocks.append(_section("```" + slack_escape(values["log_tail"]).replace("```", "'''") + "```"))
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": slack_escape(message.link)}]})
-    parent_blocks = [
-        _section(parent_text),
-        {"type": "context", "elements": [{"type": "mrkdwn", "text": slack_escape(message.link)}]},
-    ]
-    return Rendered(
-        subject=values["subject"],
-        text=text,
-        slack_text=slack_text,
-        slack_blocks=blocks,
-        slack_parent_text=parent_text,
-        slack_parent_blocks=parent_blocks,
-        payload=payload(message, values),
-        html=html,
-    )
+    """Return one event of an alert as every transport would send it (rendered as each reads it)."""
+    return _AlertRendered(message)
 
 
 @dataclass(frozen=True)
@@ -439,46 +484,79 @@ def platform_headline(message: PlatformAlertMessage) -> str:
             f"{_time(message.last_pass_at)} (allowed: {format_duration(message.stall_seconds)})")
 
 
+class _PlatformRendered:
+    html = ""  # a platform alert's mail is plain text only
+
+    def __init__(self, message: PlatformAlertMessage) -> None:
+        self.message = message
+
+    @functools.cached_property
+    def headline(self) -> str:
+        return platform_headline(self.message)
+
+    @functools.cached_property
+    def replica(self) -> str:
+        return sanitize_error(self.message.replica, 120)
+
+    @functools.cached_property
+    def subject(self) -> str:
+        return f"[tickwarden platform] loop {self.message.loop}: platform alert #{self.message.alert_id}"
+
+    @functools.cached_property
+    def text(self) -> str:
+        message = self.message
+        lines = [self.headline, "", f"Loop:           {message.loop}", f"Event:          {message.event}",
+                 "Severity:       critical", "Owner:          engineering (the platform team)",
+                 f"Last pass:      {_time(message.last_pass_at)}", f"Opened at:      {_time(message.opened_at)}"]
+        if message.event == "resolved":
+            lines += [f"Resolved at:    {_time(message.resolved_at)}", f"Resolved by:    {self.replica}"]
+        else:
+            lines += [f"Noticed by:     {self.replica}",
+                      "Whatever this loop does is not happening on any replica until it passes again."]
+        lines += ["", f"Details: {message.link}"]
+        return "\n".join(lines) + "\n"
+
+    @functools.cached_property
+    def slack_text(self) -> str:
+        icon = ":white_check_mark:" if self.message.event == "resolved" else ":rotating_light:"
+        return f"{icon} *{slack_escape(self.headline)}*"
+
+    @functools.cached_property
+    def slack_blocks(self) -> list[dict[str, Any]]:
+        return [_section(slack_escape(self.text)), _context(self.message.link)]
+
+    @functools.cached_property
+    def slack_parent_text(self) -> str:
+        state = ("RESOLVED" if self.message.event == "resolved" else "CRITICAL · open") + f" · loop {self.message.loop}"
+        return slack_escape(state)
+
+    @functools.cached_property
+    def slack_parent_blocks(self) -> list[dict[str, Any]]:
+        return [_section(self.slack_parent_text), _context(self.message.link)]
+
+    @functools.cached_property
+    def payload(self) -> dict[str, Any]:
+        message = self.message
+        return {
+            "version": SCHEMA_VERSION,
+            "event": message.event,
+            "at": _time(message.event_at),
+            "platform": True,
+            "platform_alert": {
+                "id": message.alert_id, "loop": message.loop, "opened_at": isoformat_z(message.opened_at),
+                "last_pass_at": isoformat_z(message.last_pass_at), "stall_seconds": message.stall_seconds,
+                "resolved_at": isoformat_z(message.resolved_at), "replica": self.replica,
+            },
+            "alert": {"id": None, "status": "resolved" if message.event == "resolved" else "open",
+                      "severity": "critical", "owner": "engineering", "link": message.link},
+            "tenant": None,
+            "workflow": f"loop:{message.loop}",
+            "severity": "critical",
+            "owner": "engineering",
+            "summary": self.headline,
+        }
+
+
 def render_platform(message: PlatformAlertMessage) -> Rendered:
-    """Render one event of a platform alert for every transport (same shape as an alert's message)."""
-    headline_text = platform_headline(message)
-    replica = sanitize_error(message.replica, 120)
-    subject_text = f"[tickwarden platform] loop {message.loop}: platform alert #{message.alert_id}"
-    lines = [headline_text, "", f"Loop:           {message.loop}", f"Event:          {message.event}",
-             "Severity:       critical", "Owner:          engineering (the platform team)",
-             f"Last pass:      {_time(message.last_pass_at)}", f"Opened at:      {_time(message.opened_at)}"]
-    if message.event == "resolved":
-        lines += [f"Resolved at:    {_time(message.resolved_at)}", f"Resolved by:    {replica}"]
-    else:
-        lines += [f"Noticed by:     {replica}",
-                  "Whatever this loop does is not happening on any replica until it passes again."]
-    lines += ["", f"Details: {message.link}"]
-    text = "\n".join(lines) + "\n"
-    icon = ":white_check_mark:" if message.event == "resolved" else ":rotating_light:"
-    slack_text = f"{icon} *{slack_escape(headline_text)}*"
-    state = ("RESOLVED" if message.event == "resolved" else "CRITICAL · open") + f" · loop {message.loop}"
-    context = {"type": "context", "elements": [{"type": "mrkdwn", "text": slack_escape(message.link)}]}
-    payload = {
-        "version": SCHEMA_VERSION,
-        "event": message.event,
-        "at": _time(message.event_at),
-        "platform": True,
-        "platform_alert": {
-            "id": message.alert_id, "loop": message.loop, "opened_at": isoformat_z(message.opened_at),
-            "last_pass_at": isoformat_z(message.last_pass_at), "stall_seconds": message.stall_seconds,
-            "resolved_at": isoformat_z(message.resolved_at), "replica": replica,
-        },
-        "alert": {"id": None, "status": "resolved" if message.event == "resolved" else "open",
-                  "severity": "critical", "owner": "engineering", "link": message.link},
-        "tenant": None,
-        "workflow": f"loop:{message.loop}",
-        "severity": "critical",
-        "owner": "engineering",
-        "summary": headline_text,
-    }
-    return Rendered(
-        subject=subject_text, text=text, slack_text=slack_text,
-        slack_blocks=[_section(slack_escape(text)), context],
-        slack_parent_text=slack_escape(state), slack_parent_blocks=[_section(slack_escape(state)), context],
-        payload=payload,
-    )
+    """Return one event of a platform alert as every transport would send it (same parts as an alert's)."""
+    return _PlatformRendered(message)
