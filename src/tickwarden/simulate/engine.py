@@ -91,6 +91,8 @@ CONTROL_PLANE_OFFSET = timedelta(seconds=15)
 LEASE_SECONDS = 60
 WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
 LEASE_LIMIT = 10_000  # attempts the simulated worker leases at once
+# Successes the simulator lets wait in the outcome queue at most, unclaimed (see `Quiet`).
+QUIET_LIMIT = 32
 # Container allocations between two collections of the youngest generation while a simulation
 # runs (`fewer_collections`), instead of the collector's default of 700.
 YOUNG_COLLECTION_EVERY = 10_000
@@ -230,6 +232,65 @@ class IdlePasses:
             return None
         del self.jumped[name]
         return point
+
+
+class Quiet:
+    """Which finished successes need not wake the poller: their claim alone would change nothing.
+
+    The poller claims a success and does nothing more with it unless its workflow has an
+    open alert to resolve (`alert_open`). Alerts open and resolve only in poller and
+    deadline passes, and those report it (`EvaluationReport.opened`, `resolved`): after
+    such a pass the workflows with an open alert are read again, sent unread so that the
+    read goes out with the next pass's statements, and read after that pass. Until then
+    every success wakes the poller as before.
+
+    The claim they ride with must take what it would have taken without them: it is full
+    (`batch_size`) only if they filled it. The outcomes a pass can find besides them are
+    those of attempts in flight or crashed when they were left waiting, or leased since:
+    successes wait only while those together stay below the batch, and a lease that
+    crowds them has them claimed at once (`crowded`).
+    """
+
+    def __init__(self, enabled: bool, worker: SimulatedWorker, batch_size: int):
+        self.enabled = enabled
+        self.worker = worker
+        self.batch_size = batch_size
+        self.waiting = 0  # successes left unclaimed since the poller's last pass
+        self.excluded: set[int] = set()  # workflows whose successes always wake the poller
+        self.open_alerts: set[int] = set()  # workflows with an open alert, as last read
+        self._reading: Callable[[], set[int]] | None = None  # a read of them sent and not yet read
+
+    def wait(self, workflow_id: int) -> bool:
+        """Whether a success of this workflow, finished now, may wait for the poller's next pass (counted if so)."""
+        if (not self.enabled or self._reading is not None or self.waiting >= QUIET_LIMIT
+                or workflow_id in self.open_alerts or workflow_id in self.excluded
+                or self.waiting + 1 + self._unclaimed() >= self.batch_size):
+            return False
+        self.waiting += 1
+        return True
+
+    def crowded(self) -> bool:
+        """Whether successes wait while the attempts that may yet end could fill a batch with them."""
+        return self.waiting > 0 and self.waiting + self._unclaimed() >= self.batch_size
+
+    def _unclaimed(self) -> int:
+        """Attempts whose outcome may reach the outcome queue before the poller's next pass: in flight or crashed."""
+        return len(self.worker.in_flight) + len(self.worker.crashed)
+
+    def passed(self, db: Database, name: str, loop: Any) -> None:
+        """After a real pass of loop `name`: what it claimed, and whether it moved an alert."""
+        if not self.enabled:
+            return
+        if self._reading is not None:  # sent before this pass, answered with its statements
+            self.open_alerts, self._reading = self._reading(), None
+        if name == "poller":
+            if self.waiting and loop.last.claimed >= loop.batch_size:
+                raise AssertionError("successes left waiting filled the poller's batch: the simulation "
+                                     "would no longer be the service's")
+            self.waiting = 0  # the claim walks from the oldest outcome: theirs came first
+        if name in ("poller", "deadlines") and (loop.last.evaluation.opened or loop.last.evaluation.resolved):
+            with db.probe() as store:
+                self._reading = SimulationRepository(store.conn).submit_open_alert_workflows()
 
 
 @dataclass(frozen=True)
@@ -379,7 +440,9 @@ class SimulatedWorker:
         self.workflows = workflows
         self.in_flight: dict[int, datetime] = {}  # attempt id -> when it stops heartbeating
         self.on_busy: Callable[[datetime], None] = lambda now: None  # wakes the heartbeat
-        self.on_finished: Callable[[datetime], None] = lambda now: None  # wakes the poller, as NOTIFY does
+        # wakes the poller, as NOTIFY does: (now, the attempt, its outcome, its run's deadline or None)
+        self.on_finished: Callable[[datetime, Attempt, AttemptOutcome, datetime | None], None] = (
+            lambda now, attempt, outcome, deadline: None)
         self.finished: list[tuple[Attempt, AttemptOutcome, datetime]] = []  # outcomes not yet written
         self.renewed: dict[int, datetime] = {}  # attempt id -> its newest renewal not yet written
         self.written_lease: dict[int, datetime] = {}  # attempt id -> lease expiry the ledger shows
@@ -474,7 +537,7 @@ class SimulatedWorker:
         def end(now: datetime) -> None:
             self.in_flight.pop(attempt.id, None)
             expiry = self.lease_until.pop(attempt.id)
-            self.deadline.pop(attempt.id, None)
+            deadline = self.deadline.pop(attempt.id, None)
             if plan.outcome is None:
                 # The worker died here: nothing more is written, the lease will run out.
                 self.crashed[attempt.id] = expiry
@@ -485,7 +548,7 @@ class SimulatedWorker:
             # as the real worker's would. Until the outcome is written, the lease the ledger shows
             # still tells the reaper when to flush.
             self.finished.append((attempt, plan.outcome, now))
-            self.on_finished(now)
+            self.on_finished(now, attempt, plan.outcome, deadline)
 
         return end
 
@@ -837,11 +900,20 @@ class Simulation:
                         early[name] = (idle.changes[name],
                                        SimulationRepository(store.conn).submit_next_due(name, now, kinds))
         retries_due: list[datetime] = []  # a heap: when each retry the poller queued may be leased
+        # Successes whose claim waits for the poller's next pass (see `finished`).
+        quiet = Quiet(idle is not None, worker, by_name["poller"].batch_size)
+        poller_at = {"next": self.scenario.start}  # the poller's next wake-up by `schedule`
+        expects_rows = {setup.workflow_ids[spec.key] for spec in self.scenario.workflows if spec.expect_rows}
+        # Workflows whose runs an operator or a check-in may end: their successes always wake the poller.
+        quiet.excluded.update(setup.workflow_ids[key] for key, _, _ in self.scenario.cancellations)
+        quiet.excluded.update(setup.workflow_ids[checkin.workflow] for checkin in self.scenario.checkins)
         drained = {"resumed": False}  # whether the poller's next claim resumes its walk after a full batch
 
         def schedule(name: str, when: datetime) -> None:
             if idle is not None:
                 idle.jumped.pop(name, None)
+            if name == "poller":
+                poller_at["next"] = when
             self.queue.wake(name, when, lambda now, name=name: step(name, now))
 
         def touch(name: str, now: datetime, due: datetime | None = None) -> None:
@@ -930,9 +1002,21 @@ class Simulation:
                     target = idle.jump(name, now)
                     self.queue.wake(name, target, lambda at, name=name: step(name, at))
                     return
+            if name == "deadlines" and quiet.waiting:
+                # A deadline pass may open an alert on a workflow whose success waits: claimed after
+                # it, the success would read the alert open and have its workflow evaluated, which
+                # its claim at the finish never did. The waiting successes are claimed first.
+                touch("poller", now, now)
+                step("poller", now)
             worker.flush_for(name, now)  # the pass sees what the worker did before it
             loop = by_name[name]
             following = loop.run_once(now)
+            quiet.passed(db, name, loop)
+            if name == "worker" and quiet.crowded() and poller_at["next"] > now:
+                # The lease may have crowded the waiting successes: claimed now, before any attempt
+                # it took can end, they claim nothing else (a pass owed at this instant would).
+                touch("poller", now, now)
+                step("poller", now)
             if name == "lease-reaper":
                 worker.reaped([item.attempt_id for item in loop.last_reaped], now, following <= now)
             schedule(name, max(following, now + timedelta(milliseconds=1)))
@@ -959,7 +1043,23 @@ class Simulation:
             schedule(loop.name, first)
         self._heartbeat(worker)
 
-        def finished(now: datetime) -> None:  # an outcome, written or not yet, is the poller's work from now
+        def finished(now: datetime, attempt: Attempt, outcome: AttemptOutcome, deadline: datetime | None) -> None:
+            """An outcome, written or not yet, is the poller's work from now, unless its claim changes nothing.
+
+            The claim of a success that decides its run (before the run's deadline, so no
+            deadline pass closed the run first; with the rows its workflow expects, if any) of a
+            workflow with no open alert (`Quiet`) leads to no evaluation and writes nothing but
+            the claim. Such a success does not wake the poller: its claim rides with the next
+            pass, which reads the same alert state (alerts move only in poller and deadline
+            passes, and a deadline pass claims the waiting successes first), walks the queue
+            from its oldest outcome, and finds at most QUIET_LIMIT of them there (`drained`:
+            never behind a full batch). A pass owes nothing else to an earlier one: the poller's
+            `_busy` only spares a look, and no other loop reads the outcome queue.
+            """
+            if (not drained["resumed"] and outcome.status == "succeeded" and deadline is not None and now < deadline
+                    and (attempt.workflow_id not in expects_rows or outcome.rows)
+                    and quiet.wait(attempt.workflow_id)):
+                return
             touch("poller", now, now)
             schedule("poller", now)
 

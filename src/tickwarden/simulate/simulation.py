@@ -32,6 +32,11 @@ class SimulationRepository(StoreBase):
         row = self._row("simulation_run_in_progress", {"workflow_id": workflow_id})
         return row["id"] if row else None
 
+    def submit_open_alert_workflows(self) -> Callable[[], set[int]]:
+        """Send the read of which workflows have an open alert now; the returned reader gives its answer."""
+        read = self._submit("simulation_open_alert_workflows")
+        return lambda: {row["workflow_id"] for row in read()}
+
     def worker_writes(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> None:
         """Apply the simulated worker's buffered writes (`simulation_renew_leases`, `finish_attempts`) in order.
 

@@ -149,6 +149,10 @@ BEGIN
 END
 $$;
 
+-- simulation_open_alert_workflows --
+-- The workflows with an open alert: the condition of the poller's claim's `alert_open`.
+SELECT workflow_id FROM alerts WHERE status = 'open';
+
 -- simulation_run_in_progress --
 -- The newest run of a workflow that has no verdict yet: what a scenario's cancel stops.
 SELECT id FROM runs
