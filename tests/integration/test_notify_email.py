@@ -1,3 +1,4 @@
+import contextlib
 import socket
 
 import pytest
@@ -88,45 +89,52 @@ def test_a_refused_mail_is_permanent_and_disables_the_channel(db, clock, smtp):
     assert outbox(db)[0]["status"] == "dead"
 
 
-def login_channel(db, clock, port, **tls):
-    return add_channel(db, clock.now(), tenant="acme", name="mail", kind="email", audience="customer",
-                       config={"host": "127.0.0.1", "port": port, "from": "tw@ops.example",
-                               "to": "oncall@acme.example", "username": "tickwarden", **tls},
-                       secret_ref="env:TW_TEST_SMTP_PASSWORD")
-
-
 @pytest.fixture
 def certificate(tmp_path):
     return self_signed(tmp_path)
 
 
-def test_it_logs_in_over_verified_tls_with_the_password_from_the_secret_reference(db, clock, monkeypatch,
-                                                                                   certificate):
-    monkeypatch.setenv("TW_TEST_SMTP_PASSWORD", "s3cret-smtp")
-    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))  # the server's certificate is the one trusted
+@contextlib.contextmanager
+def login_server(monkeypatch, password, certificate=None, *, trusted=True):
+    """An SMTP server that wants tickwarden/s3cret-smtp; the channel's secret holds `password`.
+
+    With `certificate` it speaks STARTTLS, and `trusted` says whether the client trusts it.
+    """
+    monkeypatch.setenv("TW_TEST_SMTP_PASSWORD", password)
+    if certificate is not None and trusted:
+        monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))  # the server's certificate is the one trusted
+    else:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     server = SMTPFake(login=("tickwarden", "s3cret-smtp"), certificate=certificate).start()
     try:
-        login_channel(db, clock, server.port, starttls=True)
-        open_alert(db, clock.now())
-        notifier(db).run_once(clock.now())
-        assert server.logins == ["tickwarden"] and len(server.messages) == 1
-        assert "s3cret-smtp" not in server.messages[0].as_string()
+        yield server
     finally:
         server.stop()
+
+
+def send_one(db, clock, port, **tls):
+    """Open an alert, deliver it through a channel that logs in, and return the channel's row."""
+    channel = add_channel(db, clock.now(), tenant="acme", name="mail", kind="email", audience="customer",
+                          config={"host": "127.0.0.1", "port": port, "from": "tw@ops.example",
+                                  "to": "oncall@acme.example", "username": "tickwarden", **tls},
+                          secret_ref="env:TW_TEST_SMTP_PASSWORD")
+    open_alert(db, clock.now())
+    notifier(db).run_once(clock.now())
+    return channel_row(db, channel.id)
+
+
+def test_it_logs_in_over_verified_tls_with_the_password_from_the_secret_reference(db, clock, monkeypatch,
+                                                                                   certificate):
+    with login_server(monkeypatch, "s3cret-smtp", certificate) as server:
+        send_one(db, clock, server.port, starttls=True)
+        assert server.logins == ["tickwarden"] and len(server.messages) == 1
+        assert "s3cret-smtp" not in server.messages[0].as_string()
 
 
 def test_a_wrong_password_disables_the_channel(db, clock, monkeypatch, certificate):
-    monkeypatch.setenv("TW_TEST_SMTP_PASSWORD", "wrong")
-    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
-    server = SMTPFake(login=("tickwarden", "s3cret-smtp"), certificate=certificate).start()
-    try:
-        channel = login_channel(db, clock, server.port, starttls=True)
-        open_alert(db, clock.now())
-        notifier(db).run_once(clock.now())
-        row = channel_row(db, channel.id)
+    with login_server(monkeypatch, "wrong", certificate) as server:
+        row = send_one(db, clock, server.port, starttls=True)
         assert not row["enabled"] and "refused the login" in row["disabled_reason"] and server.messages == []
-    finally:
-        server.stop()
 
 
 def test_an_ssl_channel_delivers_over_tls_verified_from_the_first_byte(db, clock, monkeypatch, certificate):
@@ -159,34 +167,19 @@ def test_an_untrusted_certificate_disables_the_channel_and_sends_nothing(db, clo
 def test_a_server_whose_certificate_is_not_trusted_never_sees_the_password(db, clock, monkeypatch, certificate):
     # A man in the middle answers STARTTLS with a certificate of its own: smtplib's default
     # context would accept it and hand over the password.
-    monkeypatch.setenv("TW_TEST_SMTP_PASSWORD", "s3cret-smtp")
-    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    server = SMTPFake(login=("tickwarden", "s3cret-smtp"), certificate=certificate).start()
-    try:
-        channel = login_channel(db, clock, server.port, starttls=True)
-        open_alert(db, clock.now())
-        notifier(db).run_once(clock.now())
-        row = channel_row(db, channel.id)
+    with login_server(monkeypatch, "s3cret-smtp", certificate, trusted=False) as server:
+        row = send_one(db, clock, server.port, starttls=True)
         assert server.logins == [] and server.messages == []
         assert not row["enabled"] and "certificate was not trusted" in row["disabled_reason"]
         assert "s3cret" not in row["disabled_reason"]
-    finally:
-        server.stop()
 
 
 def test_a_channel_that_would_log_in_without_tls_sends_nothing(db, clock, monkeypatch):
     # A row written before the configuration check (or by hand) still never sends the password in the clear.
-    monkeypatch.setenv("TW_TEST_SMTP_PASSWORD", "s3cret-smtp")
-    server = SMTPFake(login=("tickwarden", "s3cret-smtp")).start()
-    try:
-        channel = login_channel(db, clock, server.port)
-        open_alert(db, clock.now())
-        notifier(db).run_once(clock.now())
-        row = channel_row(db, channel.id)
+    with login_server(monkeypatch, "s3cret-smtp") as server:
+        row = send_one(db, clock, server.port)
         assert server.logins == [] and server.messages == []
         assert not row["enabled"] and "needs 'starttls' or 'ssl'" in row["disabled_reason"]
-    finally:
-        server.stop()
 
 
 def test_a_tenant_smtp_host_is_resolved_once_and_reached_at_the_address_checked(db, clock, smtp, monkeypatch):
