@@ -5,9 +5,13 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
+from datetime import datetime
 
 import psycopg
+import pytest
 from psycopg import sql
+
+from tickwarden import migrate
 
 TEST_URL = os.environ.get("TICKWARDEN_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 _counter = itertools.count()
@@ -185,3 +189,12 @@ def drop_database(url: str) -> None:
     name = url.rsplit("/", 1)[1].split("?")[0]
     with psycopg.connect(TEST_URL, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def upgrade_before(conn: psycopg.Connection, version: int, now: datetime) -> None:
+    """Apply only the migrations numbered below `version`: the schema as a deployment had it
+    before that migration, for a test to fill with rows and then `migrate.upgrade` the rest."""
+    everything = migrate.available_migrations()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(migrate, "available_migrations", lambda: [m for m in everything if m.version < version])
+        migrate.upgrade(conn, now)

@@ -6,9 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import psycopg
-import pytest
 
-from tests.dbutil import TEST_URL, drop_schema, make_schema
+from tests.dbutil import TEST_URL, drop_schema, make_schema, upgrade_before
 from tests.helpers import create_run, lease, make_workflow, tick
 from tickwarden import catalog, migrate
 from tickwarden.db import Database
@@ -186,8 +185,7 @@ def test_the_retry_launcher_and_the_selftest_read_the_queued_retries_from_the_qu
         assert ledger_relations(plan) == set()
 
 
-def test_migrating_a_queue_gives_its_rows_their_numbers_and_retires_the_attempts_queued_index(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_migrating_a_queue_gives_its_rows_their_numbers_and_retires_the_attempts_queued_index() -> None:
     """0036 copies each queued attempt's number into its queue row and drops attempts_queued_idx,
     every month partition's copy with it; the triggers copy the number from then on."""
     name = make_schema("mig")
@@ -202,8 +200,7 @@ def test_migrating_a_queue_gives_its_rows_their_numbers_and_retires_the_attempts
 
     try:
         with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
-            monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in everything if m.version < 36])
-            migrate.upgrade(conn, NOW)
+            upgrade_before(conn, 36, NOW)
             conn.execute("SELECT tickwarden_ledger_partition(%s)", (NOW,))
             assert len(queued_indexes(conn)) == 3   # the parent's, the month's, the DEFAULT partition's
             conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'Acme', %s)", (NOW,))
@@ -220,7 +217,6 @@ def test_migrating_a_queue_gives_its_rows_their_numbers_and_retires_the_attempts
                          " CASE WHEN n = r.attempts_count THEN NULL ELSE %s::timestamptz END"
                          " FROM runs r, generate_series(1, r.attempts_count) n", (NOW, NOW))
             conn.commit()
-            monkeypatch.setattr(migrate, "available_migrations", lambda: everything)
             assert [m.version for m in migrate.upgrade(conn, NOW)] == [m.version for m in everything if m.version >= 36]
             assert conn.execute("SELECT w.name, q.number FROM attempt_queue q JOIN workflows w ON w.id = q.workflow_id"
                                 " ORDER BY 1").fetchall() == [("a", 1), ("b", 2)]
@@ -268,15 +264,14 @@ def test_each_lease_takes_its_attempts_out_of_the_queue_itself(db: Database) -> 
         assert store.conn.execute("SELECT run_id FROM attempt_queue").fetchall() == [(runs[3].id,)]
 
 
-def test_migrating_leaves_the_queue_exact_and_hands_the_lease_its_move(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_migrating_leaves_the_queue_exact_and_hands_the_lease_its_move() -> None:
     """0039 narrows the row trigger on a database with queued and running attempts: no queue row
     moves, and from then on a lease takes its attempts out of the queue and a release puts them back."""
     name = make_schema("mig")
     everything = migrate.available_migrations()
     try:
         with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
-            monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in everything if m.version < 39])
-            migrate.upgrade(conn, NOW)
+            upgrade_before(conn, 39, NOW)
             conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'Acme', %s)", (NOW,))
             conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
                          " SELECT id, w, %s, %s FROM tenants, unnest(ARRAY['a', 'b', 'c']) w", (NOW, NOW))
@@ -296,7 +291,6 @@ def test_migrating_leaves_the_queue_exact_and_hands_the_lease_its_move(monkeypat
                                                    " JOIN workflows w ON w.id = q.workflow_id ORDER BY 1")]
 
             assert queue() == ["b", "c"]
-            monkeypatch.setattr(migrate, "available_migrations", lambda: everything)
             assert [m.version for m in migrate.upgrade(conn, NOW)] == [m.version for m in everything if m.version >= 39]
             assert queue() == ["b", "c"]
             store = Store(conn)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from tests.dbutil import TEST_URL, drop_schema, make_schema
+from tests.dbutil import TEST_URL, drop_schema, make_schema, upgrade_before
 from tests.helpers import create_run, make_workflow
 from tickwarden import migrate
 from tickwarden.db import Database
@@ -53,8 +53,7 @@ def test_deleting_a_workflow_or_its_tenant_takes_their_runs_and_attempts(db: Dat
     assert ledger() == [(0, 0, 0)]
 
 
-def test_migrating_keys_the_runs_and_attempts_already_there_by_their_workflow(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_migrating_keys_the_runs_and_attempts_already_there_by_their_workflow() -> None:
     """0039 keeps the ledger's rows, replaces each table's keys to tenants and to workflows with
     one to the workflow by (id, tenant_id), and from then on refuses a tenant that is not the workflow's."""
     name = make_schema("mig")
@@ -68,8 +67,7 @@ def test_migrating_keys_the_runs_and_attempts_already_there_by_their_workflow(
 
     try:
         with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
-            monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in everything if m.version < 39])
-            migrate.upgrade(conn, NOW)
+            upgrade_before(conn, 39, NOW)
             conn.execute("SELECT tickwarden_ledger_partition(%s)", (NOW,))
             conn.execute("INSERT INTO tenants (name, display_name, created_at)"
                          " VALUES ('acme', 'Acme', %s), ('globex', 'Globex', %s)", (NOW, NOW))
@@ -85,7 +83,6 @@ def test_migrating_keys_the_runs_and_attempts_already_there_by_their_workflow(
             assert {(t, f) for t, f, _ in keys(conn)} == {("runs", "tenants"), ("runs", "workflows"),
                                                         ("attempts", "tenants"), ("attempts", "workflows")}
 
-            monkeypatch.setattr(migrate, "available_migrations", lambda: everything)
             assert [m.version for m in migrate.upgrade(conn, NOW)] == [m.version for m in everything if m.version >= 39]
             assert keys(conn) == [
                 ("attempts", "workflows",

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from tests.dbutil import TEST_URL, drop_schema, make_schema
+from tests.dbutil import TEST_URL, drop_schema, make_schema, upgrade_before
 from tests.integration.pipeline import DAILY, create_tick, manual_run, workflow
 from tests.integration.test_retention import YEAR_START, run_tick
 from tests.helpers import streak
@@ -289,13 +289,12 @@ ATTEMPT_COLUMNS = ("id, tenant_id, workflow_id, run_id, number, status, worker_i
                    " heartbeat_at, finished_at, retryable, error_category, error, failed_step, log_tail, outputs, rows")
 
 
-def test_migrating_a_populated_ledger_in_place_keeps_every_row_id_and_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_migrating_a_populated_ledger_in_place_keeps_every_row_id_and_rule() -> None:
     name = make_schema("mig")
     everything = migrate.available_migrations()
     try:
         with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
-            monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in everything if m.version < 23])
-            migrate.upgrade(conn, YEAR_START)
+            upgrade_before(conn, 23, YEAR_START)
             conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'Acme', %s), ('globex', 'Globex', %s)",
                          (YEAR_START, YEAR_START))
             conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
@@ -332,7 +331,6 @@ def test_migrating_a_populated_ledger_in_place_keeps_every_row_id_and_rule(monke
                                    " WHERE processed_at IS NULL AND finished_at IS NOT NULL ORDER BY id").fetchall()
             conn.commit()
 
-            monkeypatch.setattr(migrate, "available_migrations", lambda: everything)
             applied = migrate.upgrade(conn, YEAR_START)
             assert [m.version for m in applied] == [m.version for m in everything if m.version >= 23]
 

@@ -525,10 +525,10 @@ def sent_before_each_answer(trace: Path) -> list[list[str]]:
     return bursts
 
 
-def test_migrating_populated_schedules_keeps_each_fire_time_and_the_ticker_goes_on_from_it(monkeypatch):
+def test_migrating_populated_schedules_keeps_each_fire_time_and_the_ticker_goes_on_from_it():
     import psycopg
 
-    from tests.dbutil import TEST_URL, drop_schema, make_schema
+    from tests.dbutil import TEST_URL, drop_schema, make_schema, upgrade_before
     from tickwarden import migrate
     from tickwarden.db import Database
 
@@ -537,8 +537,7 @@ def test_migrating_populated_schedules_keeps_each_fire_time_and_the_ticker_goes_
     last_fired = minute(11, 59)
     try:
         with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
-            monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in everything if m.version < 28])
-            migrate.upgrade(conn, T0)
+            upgrade_before(conn, 28, T0)
             conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'Acme', %s)", (T0,))
             conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
                          " SELECT id, w, %s, %s FROM tenants, unnest(ARRAY['live', 'held']) w", (T0, T0))
@@ -549,7 +548,6 @@ def test_migrating_populated_schedules_keeps_each_fire_time_and_the_ticker_goes_
                                    60, %(t)s, %(t)s, %(next)s, %(last)s FROM workflows""",
                          {"t": T0, "next": minute(12, 0), "last": last_fired})
             conn.commit()
-            monkeypatch.setattr(migrate, "available_migrations", lambda: everything)
             assert [m.version for m in migrate.upgrade(conn, T0)] == [m.version for m in everything if m.version >= 28]
             fires = conn.execute("SELECT w.name, f.next_fire_at, f.last_fired_at FROM schedule_fires f"
                                  " JOIN workflows w ON w.id = f.workflow_id ORDER BY 1").fetchall()
