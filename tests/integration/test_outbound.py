@@ -1,5 +1,6 @@
 """Tenant channels reach only public addresses, unless the platform allows a range."""
 
+import contextlib
 import ipaddress
 import socket
 
@@ -100,22 +101,29 @@ def test_a_platform_webhook_is_the_platforms_choice(db, clock, hook, monkeypatch
     assert len(hook.requests) == 1
 
 
-def test_redirects_are_never_followed(db, clock, monkeypatch):
-    monkeypatch.setenv("TICKWARDEN_ALLOW_PRIVATE_URLS", "127.0.0.0/8")
+@contextlib.contextmanager
+def redirecting(status, path):
+    """A server that answers every request with `status` to `path` on a second one: (the first, the second)."""
     target = WebhookFake().start()
 
     class Redirecting(WebhookFake):
         def answer(self, request):
-            return 307, {"Location": target.url + "/internal"}, b""
+            return status, {"Location": target.url + path}, b""
 
-    redirecting = Redirecting().start()
+    first = Redirecting().start()
     try:
-        deliver(db, clock, redirecting.url, "beta")
-        assert len(redirecting.requests) == 1 and target.requests == []
-        assert outbox(db)[0]["status"] != "sent"
+        yield first, target
     finally:
-        redirecting.stop()
+        first.stop()
         target.stop()
+
+
+def test_redirects_are_never_followed(db, clock, monkeypatch):
+    monkeypatch.setenv("TICKWARDEN_ALLOW_PRIVATE_URLS", "127.0.0.0/8")
+    with redirecting(307, "/internal") as (first, target):
+        deliver(db, clock, first.url, "beta")
+        assert len(first.requests) == 1 and target.requests == []
+        assert outbox(db)[0]["status"] != "sent"
 
 
 def deliver_to_slack(db, clock, base_url, monkeypatch):
@@ -130,20 +138,10 @@ def deliver_to_slack(db, clock, base_url, monkeypatch):
 def test_a_tenant_slack_base_url_is_never_redirected(db, clock, monkeypatch):
     # slack_sdk's own urllib opener follows a 302 (as a GET) wherever it points.
     monkeypatch.setenv("TICKWARDEN_ALLOW_PRIVATE_URLS", "127.0.0.0/8")
-    target = WebhookFake().start()
-
-    class Redirecting(WebhookFake):
-        def answer(self, request):
-            return 302, {"Location": target.url + "/latest/meta-data/"}, b""
-
-    redirecting = Redirecting().start()
-    try:
-        deliver_to_slack(db, clock, redirecting.url + "/api/", monkeypatch)
-        assert len(redirecting.requests) == 1 and target.requests == []
+    with redirecting(302, "/latest/meta-data/") as (first, target):
+        deliver_to_slack(db, clock, first.url + "/api/", monkeypatch)
+        assert len(first.requests) == 1 and target.requests == []
         assert outbox(db)[0]["status"] != "sent"
-    finally:
-        redirecting.stop()
-        target.stop()
 
 
 def test_a_tenant_slack_base_url_is_checked_at_connect_time(db, clock, monkeypatch):
