@@ -356,11 +356,11 @@ def _plan(document: WorkflowFile, source: str, now: datetime) -> FilePlan:
         if channel.audience == "engineering":
             raise _Invalid(f"channels[{i}].audience", "engineering channels belong to the platform: declare them under platform_channels")
         _check_tenant_ref(f"channels[{i}].secret_ref", channel.secret_ref, tenant)
-        _check_channel_config(f"channels[{i}].config", channel.kind, channel.config)
+        _check_channel_config(f"channels[{i}]", channel.kind, channel.config, channel.secret_ref)
     _no_duplicates("platform_channels", [c.name for c in document.platform_channels], label="channel")
     for i, channel in enumerate(document.platform_channels):
         _check_secret_ref(f"platform_channels[{i}].secret_ref", channel.secret_ref)
-        _check_channel_config(f"platform_channels[{i}].config", channel.kind, channel.config)
+        _check_channel_config(f"platform_channels[{i}]", channel.kind, channel.config, channel.secret_ref)
 
     env_names = {(t, e.name) for t, e in environments}
     emails = {(t, u.email) for t, u in users}
@@ -447,17 +447,30 @@ def _check_tenant_ref(where: str, ref: str | None, tenant: str) -> None:
         raise _Invalid(where, exc.message) from None
 
 
-def channel_config_problem(kind: str, config: dict[str, Any]) -> tuple[str, str] | None:
-    """The first setting of a channel's config that cannot work, and why: (key, sentence body).
+# The secret each kind of channel cannot deliver without: what its transport reads from `secret_ref`.
+_CHANNEL_SECRETS = {"slack": "its Slack token", "pagerduty": "its PagerDuty routing key",
+                    "teams": "its Teams webhook URL"}
 
-    A webhook needs somewhere to send: an http(s) URL with a host (no file://, no bare
-    path); its address is never repeated, as it may carry a token. An email channel that
-    logs in needs TLS (`starttls` or `ssl`), or its password would cross the network in the
-    clear. The workflow file and `tickwarden channels add` both judge a channel by this.
+
+def channel_config_problem(kind: str, config: dict[str, Any], secret_ref: str | None = None
+                           ) -> tuple[str, str] | None:
+    """The first setting of a channel that cannot work, and why: (key, sentence body).
+
+    The key is `secret_ref` or a key of the config. Each kind is held to what its
+    transport reads when it delivers, so a channel that could never deliver is refused
+    when it is declared, not found out by the first alert that needs it: an email channel
+    needs `host`, `from` and `to` (and TLS when it logs in, or its password would cross
+    the network in the clear), Slack a `channel`, a webhook an http(s) URL with a host;
+    Slack, PagerDuty and Teams take their token, key or URL from `secret_ref`. A value is
+    never repeated: a webhook's address may carry a token. The workflow file and
+    `tickwarden channels add` both judge a channel by this.
     """
+    if kind in _CHANNEL_SECRETS and not secret_ref:
+        return "secret_ref", f"a {kind} channel needs 'secret_ref' for {_CHANNEL_SECRETS[kind]}"
     if kind == "email":
-        problem = login_problem(config)
-        return None if problem is None else ("username", problem)
+        return _email_config_problem(config)
+    if kind == "slack" and not _text(config.get("channel")):
+        return "channel", "a slack channel needs 'channel', the conversation to post in (an ID such as C0123 or #name)"
     if kind != "webhook":
         return None
     url = config.get("url")
@@ -469,10 +482,34 @@ def channel_config_problem(kind: str, config: dict[str, Any]) -> tuple[str, str]
     return None
 
 
-def _check_channel_config(where: str, kind: str, config: dict[str, Any]) -> None:
-    problem = channel_config_problem(kind, config)
+def _text(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _email_config_problem(config: dict[str, Any]) -> tuple[str, str] | None:
+    if not _text(config.get("host")):
+        return "host", "an email channel needs 'host', the SMTP server to send through"
+    port = config.get("port")
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535):
+        return "port", "an SMTP port is a whole number from 1 to 65535"
+    sender = config.get("from")
+    if not isinstance(sender, str) or "@" not in sender.strip(" @"):
+        return "from", "an email channel needs 'from', the address it sends as (name@domain)"
+    to = config.get("to")
+    recipients = [to] if isinstance(to, str) else to
+    if (not isinstance(recipients, list) or not recipients
+            or not all(isinstance(r, str) and "@" in r.strip(" @") for r in recipients)):
+        return "to", "an email channel needs 'to', an address or a list of addresses (name@domain)"
+    problem = login_problem(config)
+    return None if problem is None else ("username", problem)
+
+
+def _check_channel_config(where: str, kind: str, config: dict[str, Any], secret_ref: str | None) -> None:
+    """Refuse a channel that could not deliver; `where` names the channel (channels[0])."""
+    problem = channel_config_problem(kind, config, secret_ref)
     if problem is not None:
-        raise _Invalid(f"{where}.{problem[0]}", problem[1])
+        key = problem[0] if problem[0] == "secret_ref" else f"config.{problem[0]}"
+        raise _Invalid(f"{where}.{key}", problem[1])
 
 
 def _check_schedule(where: str, schedule: ScheduleSpec, now: datetime) -> int:

@@ -118,6 +118,12 @@ def test_a_channel_whose_settings_cannot_work_safely_is_refused_in_one_sentence(
     hook = cli("channels", "add", "hook", "--kind", "webhook", "--set", "url=file:///etc/passwd")
     assert hook.returncode == 2 and "Setting 'url': not an http or https address with a host" in hook.stderr
     assert "passwd" not in hook.stderr and "Traceback" not in refused.stderr + hook.stderr
+    nowhere = cli("channels", "add", "mail", "--kind", "email", "--set", "to=oncall@ops.example")
+    assert nowhere.returncode == 2 and nowhere.stderr.strip().count("\n") == 0
+    assert "Setting 'host': an email channel needs 'host', the SMTP server to send through." in nowhere.stderr
+    tokenless = cli("channels", "add", "chat", "--kind", "slack", "--set", "channel=C0123")
+    assert tokenless.returncode == 2
+    assert "Option --secret-ref: a slack channel needs 'secret_ref' for its Slack token." in tokenless.stderr
     assert json.loads(cli("channels", "--json").stdout) == []
     added = cli(*mail, "--set", "starttls=true")
     assert added.returncode == 0, added.stderr

@@ -27,7 +27,7 @@ environments:
 channels:
   - {tenant: acme, name: acme-slack, kind: slack, audience: customer, config: {channel: "#alerts"}, secret_ref: "secret:SLACK_TOKEN"}
 platform_channels:
-  - {name: platform, kind: email, config: {to: ["oncall@platform.test"]}}
+  - {name: platform, kind: email, config: {host: smtp.platform.test, from: tickwarden@platform.test, to: ["oncall@platform.test"]}}
 workflows:
   - tenant: acme
     name: nightly

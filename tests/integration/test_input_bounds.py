@@ -19,6 +19,8 @@ from tickwarden.errors import InvalidInput
 from tickwarden.migrate import upgrade
 
 DEEP = "[" * 3000 + "]" * 3000
+EMAIL = 'kind: email, config: {host: smtp.platform.test, from: tickwarden@platform.test, to: ["oncall@platform.test"]}'
+SLACK = 'kind: slack, audience: customer, config: {channel: "#alerts"}, secret_ref: "secret:SLACK_TOKEN"}'
 
 FILES = {
     "huge description": (("monitoring: false", "monitoring: false\n    description: " + "x" * 10_000_000),
@@ -36,15 +38,27 @@ FILES = {
                          "fleet.yaml: workflows[0].steps[0].params.count"),
     "boolean timeout": (("monitoring: false", "monitoring: false\n    timeout_seconds: true"),
                         "fleet.yaml: workflows[1].timeout_seconds: input should be a valid integer."),
-    "webhook without url": (("kind: email, config: {to: [\"oncall@platform.test\"]}", "kind: webhook, config: {}"),
+    "webhook without url": ((EMAIL, "kind: webhook, config: {}"),
                             "fleet.yaml: platform_channels[0].config.url: a webhook channel needs 'url'"),
-    "webhook to a file": (("kind: email, config: {to: [\"oncall@platform.test\"]}",
-                           "kind: webhook, config: {url: \"file:///etc/passwd\"}"),
+    "webhook to a file": ((EMAIL, "kind: webhook, config: {url: \"file:///etc/passwd\"}"),
                           "fleet.yaml: platform_channels[0].config.url: not an http or https address with a host"),
-    "email login in the clear": (("kind: email, config: {to: [\"oncall@platform.test\"]}",
-                                  "kind: email, config: {to: [\"oncall@platform.test\"], username: ops}"),
+    "email login in the clear": ((EMAIL, EMAIL.replace("}", ", username: ops}")),
                                  "fleet.yaml: platform_channels[0].config.username: an email channel that logs in "
                                  "needs 'starttls' or 'ssl'"),
+    "email with nowhere to send": ((EMAIL, EMAIL.replace("host: smtp.platform.test, ", "")),
+                                   "fleet.yaml: platform_channels[0].config.host: an email channel needs 'host'"),
+    "email to nobody": ((EMAIL, EMAIL.replace('to: ["oncall@platform.test"]', "to: []")),
+                        "fleet.yaml: platform_channels[0].config.to: an email channel needs 'to'"),
+    "email from no address": ((EMAIL, EMAIL.replace("from: tickwarden@platform.test", "from: tickwarden")),
+                              "fleet.yaml: platform_channels[0].config.from: an email channel needs 'from'"),
+    "smtp port not a number": ((EMAIL, EMAIL.replace("}", ', port: "25; /etc/passwd"}')),
+                               "fleet.yaml: platform_channels[0].config.port: an SMTP port is a whole number"),
+    "slack without a token": ((SLACK, SLACK.replace(', secret_ref: "secret:SLACK_TOKEN"', "")),
+                              "fleet.yaml: channels[0].secret_ref: a slack channel needs 'secret_ref' for its Slack token"),
+    "slack without a conversation": ((SLACK, SLACK.replace('{channel: "#alerts"}', "{}")),
+                                     "fleet.yaml: channels[0].config.channel: a slack channel needs 'channel'"),
+    "pagerduty without a key": ((EMAIL, "kind: pagerduty, config: {}"),
+                                "fleet.yaml: platform_channels[0].secret_ref: a pagerduty channel needs 'secret_ref'"),
     "never fires": (('"*/5 * * * *"', '"0 0 31 2 *"'),
                     "fleet.yaml: workflows[1].schedule.cron: cron expression '0 0 31 2 *' never fires"),
 }
@@ -65,15 +79,13 @@ def test_it_refuses_a_hostile_workflow_file_in_one_sentence(db, tmp_path, case):
 
 
 def test_a_webhook_channel_with_an_https_url_applies(db, tmp_path):
-    text = GOOD.replace('kind: email, config: {to: ["oncall@platform.test"]}',
-                        'kind: webhook, config: {url: "https://hooks.example.test/x"}')
+    text = GOOD.replace(EMAIL, 'kind: webhook, config: {url: "https://hooks.example.test/x"}')
     catalog.apply_file(db, write(tmp_path, text), NOW)
 
 
 @pytest.mark.parametrize("tls", ["starttls", "ssl"])
 def test_an_email_channel_that_logs_in_over_tls_applies(db, tmp_path, tls):
-    text = GOOD.replace('kind: email, config: {to: ["oncall@platform.test"]}',
-                        f'kind: email, config: {{to: ["oncall@platform.test"], username: ops, {tls}: true}}')
+    text = GOOD.replace(EMAIL, EMAIL.replace("}", f", username: ops, {tls}: true}}"))
     catalog.apply_file(db, write(tmp_path, text), NOW)
     with db.transaction() as store:
         (channel,) = [b.channel for b in store.outbox.list_notification_channels() if b.channel.kind == "email"]

@@ -121,10 +121,10 @@ def add_command(
     if secret_ref is not None and secrets.platform_variable(secret_ref) is None:
         raise InvalidInput("A secret reference looks like env:NAME; the value itself is never stored.")
     config = _parse_config(set_)
-    problem = channel_config_problem(kind, config)
+    problem = channel_config_problem(kind, config, secret_ref)
     if problem is not None:
         key, reason = problem
-        raise UsageError(f"Setting {key!r}: {reason}.")
+        raise UsageError(f"Option --secret-ref: {reason}." if key == "secret_ref" else f"Setting {key!r}: {reason}.")
     now = WallClock().now()
     with Database(max_size=1) as db, db.transaction() as store:
         tenant_id = None
