@@ -13,17 +13,37 @@ import psycopg
 from psycopg.pq import ExecStatus, PipelineStatus
 from psycopg.rows import Row, dict_row
 
+from tickwarden.store import arrays
 from tickwarden.store.queries import queries
 
 TUPLES_OK = ExecStatus.TUPLES_OK
 COMMAND_OK = ExecStatus.COMMAND_OK
 R = TypeVar("R")
+arrays.register(psycopg.adapters)  # every connection dumps the store's array parameters in one step
 _CHECKED: set[tuple[str, type]] = set()  # (query, dataclass) pairs whose columns `_records` checked
 # Cursors kept on their connection (an attribute of its own, so they go with it), one per statement
 # text and use (see `_take`).
 _KEPT = "_tickwarden_kept_cursors"
 KEEP_ROWS = 64  # a cursor that read more rows is closed rather than kept: a kept one holds its last result
 SQL_TYPES = {int: "bigint", str: "text", bool: "boolean", float: "double precision", datetime: "timestamptz"}
+
+
+# How `_batch` sends a field of each SQL type: one array in one step where the store has one (`arrays`).
+ARRAYS: dict[str, Callable[[list[Any]], list[Any]]] = {
+    "bigint": arrays.BigintArray, "text": arrays.TextArray, "timestamptz": arrays.TimestamptzArray}
+
+
+def _base_type(hint: Any) -> type:
+    """The type of a field's annotation, without its `| None`."""
+    base: type = next(a for a in hint.__args__ if a is not type(None)) if isinstance(hint, types.UnionType) else hint
+    return base
+
+
+@functools.cache
+def batch_columns(cls: type) -> tuple[tuple[str, Callable[[list[Any]], list[Any]]], ...]:
+    """Each field of dataclass `cls` with what `_batch` sends its values as."""
+    hints = get_type_hints(cls)
+    return tuple((f.name, ARRAYS.get(SQL_TYPES[_base_type(hints[f.name])], list)) for f in fields(cls))
 
 
 @functools.cache
@@ -35,13 +55,12 @@ def unnested(name: str, cls: type) -> str:
     Timestamps go in binary (see `queries`); a field's SQL type follows from its annotation.
     """
     hints = get_type_hints(cls)
-    arrays, names = [], []
+    parts, names = [], []
     for field in fields(cls):
-        hint = hints[field.name]
-        base = next(a for a in hint.__args__ if a is not type(None)) if isinstance(hint, types.UnionType) else hint
-        arrays.append(f"%({field.name}){'b' if base is datetime else 's'}::{SQL_TYPES[base]}[]")
+        base = _base_type(hints[field.name])
+        parts.append(f"%({field.name}){'b' if base is datetime else 's'}::{SQL_TYPES[base]}[]")
         names.append(field.name)
-    return queries()[name].replace("{unnest}", f"unnest({', '.join(arrays)}) AS w ({', '.join(names)})")
+    return queries()[name].replace("{unnest}", f"unnest({', '.join(parts)}) AS w ({', '.join(names)})")
 
 
 def _read(cur: psycopg.Cursor[Row]) -> list[Row] | None:
@@ -109,7 +128,7 @@ class StoreBase:
     def _batch(self, name: str, rows: Sequence[Any], params: dict[str, Any]) -> list[dict[str, Any]]:
         """Run `name` over `rows`, instances of one dataclass, as arrays of their fields (see `unnested`)."""
         cls = rows[0].__class__
-        columns = {f.name: [getattr(r, f.name) for r in rows] for f in fields(cls)}
+        columns = {name: array([getattr(r, name) for r in rows]) for name, array in batch_columns(cls)}
         return self._fetch(unnested(name, cls), {**params, **columns})
 
     def _records(self, name: str, params: dict[str, Any], cls: type[R], text: str | None = None) -> list[R]:
