@@ -73,3 +73,15 @@ def test_a_statement_submitted_again_before_its_rows_are_read_is_answered_on_a_c
         with database.transaction() as store:
             reads = [store.outbox._submit_text(SQUARE, {"n": n}) for n in (2, 3, 4)]
             assert [read() for read in reversed(reads)] == [[{"sq": 16}], [{"sq": 9}], [{"sq": 4}]]
+
+
+
+def test_a_kept_cursor_decodes_its_statements_column_names_once(database):
+    with database.transaction() as store:
+        assert store.outbox._fetch(SQUARE, {"n": 2}) == [{"sq": 4}]
+        factory = store.conn.__dict__["_tickwarden_kept_cursors"][(SQUARE, "dict", 0)].row_factory
+        made = factory.make
+        assert made is not None  # the row maker of the first result, with its names
+    with database.transaction() as store:
+        assert store.outbox._fetch(SQUARE, {"n": 4}) == [{"sq": 16}]
+    assert factory.make is made

@@ -92,6 +92,34 @@ def text_of(statement: str) -> str:
     return statement if " " in statement else queries()[statement]
 
 
+class _DictRows:
+    """`dict_row` for a kept cursor, which runs one statement text: its column names are decoded once.
+
+    psycopg's `dict_row` decodes every column name of every result again; a statement's
+    text fixes its columns, so the cursor kept for it (`_take`) reuses the names of its
+    first result with rows for as long as the count of columns agrees.
+    """
+
+    __slots__ = ("make",)
+
+    def __init__(self) -> None:
+        self.make: tuple[int, Callable[[Sequence[Any]], dict[str, Any]]] | None = None
+
+    def __call__(self, cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], dict[str, Any]]:
+        result = cursor.pgresult
+        if result is None or result.status != TUPLES_OK:
+            return dict_row(cursor)  # no rows to make (a command, an error): as psycopg answers
+        made = self.make
+        if made is None or made[0] != result.nfields:
+            names = [result.fname(i).decode(cursor._encoding) for i in range(result.nfields)]  # type: ignore[union-attr]
+
+            def make(values: Sequence[Any]) -> dict[str, Any]:
+                return dict(zip(names, values, strict=False))
+
+            made = self.make = (result.nfields, make)
+        return made[1]
+
+
 def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.Cursor[Any]:
     """The cursor kept for `key` (statement text, row shape, occurrence), taken out while it runs; or a new one.
 
@@ -105,7 +133,7 @@ def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.C
     kept: dict[tuple[str, str, int], psycopg.Cursor[Any]] | None = conn.__dict__.get(_KEPT)
     cur = kept.pop(key, None) if kept else None
     if cur is None:
-        return conn.cursor(row_factory=dict_row) if key[1] == "dict" else conn.cursor()
+        return conn.cursor(row_factory=_DictRows()) if key[1] == "dict" else conn.cursor()
     return cur
 
 
