@@ -830,6 +830,12 @@ class Simulation:
                 return True
             return any(start <= tick < end for start, end in outages.get(workflow_id, ()))
 
+        spans = [span for spans in outages.values() for span in spans]
+
+        def suppressing(first: datetime, last: datetime) -> bool:
+            """Whether `suppressed` may reject a tick in [first, last]: a scenario's own rule may, an outage that overlaps it."""
+            return self.suppress is not None or any(start <= last and first < end for start, end in spans)
+
         model = self.model_factory(self.scenario, setup.timeouts)
         def deadline_of(workflow_id: int, tick: datetime) -> datetime | None:
             """A run's deadline: `budget.deadline` of its tick, for a tick's run as for a manual one (its tick is its request)."""
@@ -837,7 +843,7 @@ class Simulation:
             return budget.deadline(tick) if budget is not None else None
 
         worker = SimulatedWorker(db, model, self.queue, setup.workflow_names, deadline_of)
-        ticker = Ticker(db, suppressed=suppressed)
+        ticker = Ticker(db, suppressed=suppressed, suppressing=suppressing)
 
         def expired(cutoff: datetime) -> bool:
             """Whether a lease the simulated worker took has run out by `cutoff` (`next_expiry`).
