@@ -393,7 +393,7 @@ def test_a_window_no_outage_touches_fires_its_group_without_asking_member_by_mem
         return workflow_id == down and outage[0] <= tick < outage[1]
 
     ticker = Ticker(db, suppressed=suppressed,
-                    suppressing=lambda first, last: outage[0] <= last and first < outage[1])
+                    suppressing=lambda first, last: {down} if outage[0] <= last and first < outage[1] else set())
     drive(db, T0, minute(12, 5) + timedelta(seconds=15), ticker=ticker)
     assert sorted(set(asked)) == [minute(12, 2), minute(12, 3)]  # the windows of minutes 1, 4 and 5: never asked
     assert ticks(db, "wf-2") == [minute(12, 1), minute(12, 4), minute(12, 5)]

@@ -830,11 +830,20 @@ class Simulation:
                 return True
             return any(start <= tick < end for start, end in outages.get(workflow_id, ()))
 
-        spans = [span for spans in outages.values() for span in spans]
+        spans = [(start, end, workflow_id) for workflow_id, spans in outages.items() for start, end in spans]
+        exposed: dict[tuple[datetime, datetime], frozenset[int]] = {}  # the last window's answer: a pass asks per group
 
-        def suppressing(first: datetime, last: datetime) -> bool:
-            """Whether `suppressed` may reject a tick in [first, last]: a scenario's own rule may, an outage that overlaps it."""
-            return self.suppress is not None or any(start <= last and first < end for start, end in spans)
+        def suppressing(first: datetime, last: datetime) -> frozenset[int] | None:
+            """The workflows of which `suppressed` may reject a tick in [first, last]: those of an outage
+            overlapping it, or any when the scenario has its own rule."""
+            if self.suppress is not None:
+                return None
+            found = exposed.get((first, last))
+            if found is None:
+                found = frozenset(w for start, end, w in spans if start <= last and first < end)
+                exposed.clear()
+                exposed[(first, last)] = found
+            return found
 
         model = self.model_factory(self.scenario, setup.timeouts)
         def deadline_of(workflow_id: int, tick: datetime) -> datetime | None:
