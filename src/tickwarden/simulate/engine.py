@@ -321,12 +321,20 @@ class FaultWindowModel:
         # secret detector's pattern over the text).
         self.errors: dict[str, tuple[str, str]] = {
             text: (categorize(text), sanitize_error(text)) for text in {f.error for f in scenario.faults}}
+        self._spans: dict[str, tuple[timedelta, timedelta]] = {}  # workflow -> (duration, timeout), made once
 
     def plan(self, workflow: str, attempt: Attempt, scheduled_for: datetime, start: datetime) -> Plan:
-        duration = timedelta(seconds=self.durations[workflow])
+        spans = self._spans.get(workflow)
+        if spans is None:
+            spans = self._spans[workflow] = (timedelta(seconds=self.durations[workflow]),
+                                             timedelta(seconds=self.timeouts[workflow]))
+        duration, timeout = spans
         end = start + duration
-        hits = [f for f in self.faults.get(workflow, ()) if f.start < end and f.end > start]
-        timeout = timedelta(seconds=self.timeouts[workflow])
+        faults = self.faults.get(workflow)
+        if faults is None and duration < timeout:  # the usual attempt: no fault of its workflow, on time
+            return Plan(end, AttemptOutcome(status="succeeded",
+                                            rows=SIMULATED_ROWS if workflow in self.expect_rows else None))
+        hits = [f for f in faults or () if f.start < end and f.end > start]
         # An empty window does not stop the attempt: it succeeds on time having committed nothing.
         empty = any(f.mode == "empty" for f in hits)
         hits = [f for f in hits if f.mode != "empty"]
@@ -908,9 +916,12 @@ class Simulation:
             """Send the look of every loop of EARLY_LOOKS left stale by what just happened, unless sent already."""
             if idle is None:
                 return
+            stale = idle._stale  # after every event: read in place, not through `stale`
             for name in EARLY_LOOKS:
+                if name not in stale:
+                    continue
                 sent = early.get(name)
-                if idle.stale(name) and (sent is None or sent[0] != idle.changes[name]):
+                if sent is None or sent[0] != idle.changes[name]:
                     with db.probe() as store:
                         early[name] = (idle.changes[name],
                                        SimulationRepository(store.conn).submit_next_due(name, now, kinds))
