@@ -24,6 +24,7 @@ _CHECKED: set[tuple[str, type]] = set()  # (query, dataclass) pairs whose column
 # Cursors kept on their connection (an attribute of its own, so they go with it), one per statement
 # text and use (see `_take`).
 _KEPT = "_tickwarden_kept_cursors"
+_ROWS = "_tickwarden_dict_rows"  # statement text -> the row factory of its dict cursors on the connection
 KEEP_ROWS = 64  # a cursor that read more rows is closed rather than kept: a kept one holds its last result
 SQL_TYPES = {int: "bigint", str: "text", bool: "boolean", float: "double precision", datetime: "timestamptz"}
 
@@ -96,8 +97,9 @@ class _DictRows:
     """`dict_row` for a kept cursor, which runs one statement text: its column names are decoded once.
 
     psycopg's `dict_row` decodes every column name of every result again; a statement's
-    text fixes its columns, so the cursor kept for it (`_take`) reuses the names of its
-    first result with rows for as long as the count of columns agrees.
+    text fixes its columns, so the cursors made for it on one connection (`_take`: a kept
+    one, or a new one where a large result closed the last) reuse the names of its first
+    result with rows for as long as the count of columns agrees.
     """
 
     __slots__ = ("make",)
@@ -133,7 +135,13 @@ def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.C
     kept: dict[tuple[str, str, int], psycopg.Cursor[Any]] | None = conn.__dict__.get(_KEPT)
     cur = kept.pop(key, None) if kept else None
     if cur is None:
-        return conn.cursor(row_factory=_DictRows()) if key[1] == "dict" else conn.cursor()
+        if key[1] != "dict":
+            return conn.cursor()
+        rows: dict[str, _DictRows] = conn.__dict__.setdefault(_ROWS, {})
+        factory = rows.get(key[0])
+        if factory is None:
+            factory = rows[key[0]] = _DictRows()
+        return conn.cursor(row_factory=factory)
     return cur
 
 
