@@ -89,6 +89,7 @@ SIMULATED_ROWS = 1
 # are not in lockstep with the round times faults are usually written at.
 CONTROL_PLANE_OFFSET = timedelta(seconds=15)
 LEASE_SECONDS = 60
+LEASE = timedelta(seconds=LEASE_SECONDS)
 WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
 LEASE_LIMIT = 10_000  # attempts the simulated worker leases at once
 # Successes the simulator lets wait in the outcome queue at most, unclaimed (see `Quiet`).
@@ -532,11 +533,12 @@ class SimulatedWorker:
         self.leased_all = len(leased) < LEASE_LIMIT  # every attempt queued by now is leased
         if leased and not self.in_flight:
             self.on_busy(now)
+        expiry = now + LEASE
         for attempt, scheduled_for in leased:
             plan = self.model.plan(self.workflows[attempt.workflow_id], attempt, scheduled_for, now)
             self.in_flight[attempt.id] = plan.at
-            self.written_lease[attempt.id] = now + timedelta(seconds=LEASE_SECONDS)
-            self.lease_until[attempt.id] = now + timedelta(seconds=LEASE_SECONDS)
+            self.written_lease[attempt.id] = expiry
+            self.lease_until[attempt.id] = expiry
             self.deadline[attempt.id] = self.deadline_of(attempt.workflow_id, scheduled_for)
             self.queue.at(plan.at, ORDER["world"], self._ender(attempt, plan))
         return now + timedelta(seconds=WORKER_POLL_SECONDS)
@@ -589,10 +591,11 @@ class SimulatedWorker:
 
         Returns None when nothing is in flight: the next lease wakes the heartbeat again.
         """
+        expiry = now + LEASE
         for attempt_id, stops in self.in_flight.items():
             if stops > now:
                 self.renewed[attempt_id] = now
-                self.lease_until[attempt_id] = now + timedelta(seconds=LEASE_SECONDS)
+                self.lease_until[attempt_id] = expiry
         if not self.in_flight:
             return None
         return now + timedelta(seconds=LEASE_SECONDS / 3)
