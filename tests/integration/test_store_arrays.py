@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from tests.dbutil import TEST_URL
-from tickwarden.store import base  # noqa: F401  (registers the array dumpers)
+from tickwarden.store import base  # registers the array dumpers and the JSON loads
 from tickwarden.store.arrays import BigintArray, TextArray, TimestamptzArray
 from tickwarden.store.ledger import TickGroup, expire_params, tick_params
 from tickwarden.store.trigger import Advance
@@ -63,3 +63,19 @@ def test_the_ledger_sends_its_batch_columns_as_store_arrays():
     assert isinstance(reaped["attempt_ids"], BigintArray)
     assert isinstance(reaped["run_scheduled_fors"], TimestamptzArray)
 
+
+
+def test_an_empty_json_object_is_read_as_a_fresh_dict_each_time_and_others_are_parsed(conn):
+    first, second, other = conn.execute("SELECT '{}'::jsonb, '{}'::json, '{\"a\": [1, {}]}'::jsonb").fetchone()
+    assert first == {} and second == {} and first is not second
+    first["x"] = 1
+    assert conn.execute("SELECT '{}'::jsonb").fetchone()[0] == {}
+    assert other == {"a": [1, {}]}
+
+
+def test_the_store_reads_an_empty_json_object_without_parsing_it(monkeypatch):
+    parsed = []
+    monkeypatch.setattr(base.json, "loads", lambda data: parsed.append(data) or {"parsed": True})
+    assert base._json_loads(b"{}") == {}
+    assert base._json_loads(b'{"a": 1}') == {"parsed": True}
+    assert parsed == [b'{"a": 1}']

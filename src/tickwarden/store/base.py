@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -10,6 +11,7 @@ from datetime import datetime
 from typing import Any, TypeVar, get_type_hints
 
 import psycopg
+import psycopg.types.json
 from psycopg.pq import ExecStatus, PipelineStatus
 from psycopg.rows import Row, dict_row
 
@@ -20,6 +22,14 @@ TUPLES_OK = ExecStatus.TUPLES_OK
 COMMAND_OK = ExecStatus.COMMAND_OK
 R = TypeVar("R")
 arrays.register(psycopg.adapters)  # every connection dumps the store's array parameters in one step
+
+
+def _json_loads(data: str | bytes) -> Any:
+    """`json.loads`, but the empty object, which most jsonb values read are (a leased attempt's outputs), unparsed."""
+    return {} if data == b"{}" else json.loads(data)
+
+
+psycopg.types.json.set_json_loads(_json_loads)  # every connection of the process
 _CHECKED: set[tuple[str, type]] = set()  # (query, dataclass) pairs whose columns `_records` checked
 # Cursors kept on their connection (an attribute of its own, so they go with it), one per statement
 # text and use (see `_take`).
