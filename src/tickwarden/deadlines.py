@@ -118,13 +118,18 @@ class DeadlineDetector:
             result.audited_schedules = len(audits)
             advances: list[tuple[int, datetime, datetime | None]] = []
             wanted: list[tuple[int, int, datetime]] = []
+            # Schedules of one expression checked up to the same instant walk the same ticks: once a pass.
+            walks: dict[tuple[str, str, datetime, timedelta], tuple[datetime, datetime | None, list[datetime]]] = {}
             for audit in audits:
                 if audit.status != "active" or audit.archived:
                     advances.append((audit.schedule_id, audit.checked_until, None))  # re-armed on resume
                     continue
+                key = (audit.cron, audit.timezone, audit.checked_until, _audit_grace(audit))
                 try:
-                    checked, next_check, ticks = self._walk(audit.cron, audit.timezone, audit.checked_until,
-                                                            _audit_grace(audit), now)
+                    walked = walks.get(key)
+                    if walked is None:
+                        walked = walks[key] = self._walk(*key, now)
+                    checked, next_check, ticks = walked
                 except Exception as exc:  # one bad expression must not stop the others
                     log.error("tick audit of schedule %d failed: %s", audit.schedule_id,
                               sanitize_error(f"{type(exc).__name__}: {exc}"))

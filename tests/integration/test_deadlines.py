@@ -241,3 +241,18 @@ def test_a_replica_arming_a_schedule_holds_no_other_replica_back(db, clock):
         assert other.last.audited_schedules == 1
     finally:
         other.db.close()
+
+
+def test_schedules_of_one_expression_audited_together_walk_their_ticks_once_a_pass(db, clock, monkeypatch):
+    # Two workflows of one expression, a third of another: all published at once, all missed during a trigger outage.
+    flows = [workflow(db, clock.now(), name=name, cadence=HOURLY, cron=cron)
+             for name, cron in (("a", "0 * * * *"), ("b", "0 * * * *"), ("c", "30 * * * *"))]
+    detector = DeadlineDetector(db)
+    detector.run_once(clock.now())
+    walked = []
+    walk = DeadlineDetector._walk
+    monkeypatch.setattr(DeadlineDetector, "_walk", lambda self, cron, *rest: walked.append(cron) or walk(self, cron, *rest))
+    detector.run_once(clock.now() + timedelta(hours=2))
+    assert sorted(walked) == ["0 * * * *", "30 * * * *"]
+    assert [len(runs_of(db, wf)) for wf in flows] == [2, 2, 2]
+    assert {r.status for wf in flows for r in runs_of(db, wf)} == {"missed"}

@@ -73,3 +73,26 @@ def test_a_statement_submitted_again_before_its_rows_are_read_is_answered_on_a_c
         with database.transaction() as store:
             reads = [store.outbox._submit_text(SQUARE, {"n": n}) for n in (2, 3, 4)]
             assert [read() for read in reversed(reads)] == [[{"sq": 16}], [{"sq": 9}], [{"sq": 4}]]
+
+
+
+def test_a_kept_cursor_decodes_its_statements_column_names_once(database):
+    with database.transaction() as store:
+        assert store.outbox._fetch(SQUARE, {"n": 2}) == [{"sq": 4}]
+        factory = store.conn.__dict__["_tickwarden_kept_cursors"][(SQUARE, "dict", 0)].row_factory
+        made = factory.make
+        assert made is not None  # the row maker of the first result, with its names
+    with database.transaction() as store:
+        assert store.outbox._fetch(SQUARE, {"n": 4}) == [{"sq": 16}]
+    assert factory.make is made
+
+
+def test_a_statement_whose_large_result_closed_its_cursor_keeps_its_column_names_for_the_next(database):
+    many = "SELECT generate_series(1, %(n)s::int) AS i"
+    with database.transaction() as store:
+        assert len(store.outbox._fetch(many, {"n": 100})) == 100  # more than a kept cursor holds: closed
+        factory = store.conn.__dict__["_tickwarden_dict_rows"][many]
+        made = factory.make
+        assert store.outbox._fetch(many, {"n": 2}) == [{"i": 1}, {"i": 2}]
+        assert store.conn.__dict__["_tickwarden_kept_cursors"][(many, "dict", 0)].row_factory is factory
+    assert factory.make is made

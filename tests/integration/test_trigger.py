@@ -382,6 +382,25 @@ def test_a_trigger_outage_of_one_member_leaves_the_rest_of_its_group_firing(db, 
         assert ticks(db, f"wf-{i}") == [minute(12, m) for m in range(1, 6)]
 
 
+def test_a_window_no_outage_touches_fires_its_group_without_asking_member_by_member(db, tmp_path):
+    apply(db, tmp_path, T0)
+    ids = add_workflows(db, [(f"wf-{i}", "* * * * *", "UTC") for i in range(5)])
+    down, outage = ids["wf-2"], (minute(12, 2), minute(12, 4))
+    asked: list[datetime] = []
+
+    def suppressed(workflow_id: int, tick: datetime) -> bool:
+        asked.append(tick)
+        return workflow_id == down and outage[0] <= tick < outage[1]
+
+    ticker = Ticker(db, suppressed=suppressed,
+                    suppressing=lambda first, last: {down} if outage[0] <= last and first < outage[1] else set())
+    drive(db, T0, minute(12, 5) + timedelta(seconds=15), ticker=ticker)
+    assert sorted(set(asked)) == [minute(12, 2), minute(12, 3)]  # the windows of minutes 1, 4 and 5: never asked
+    assert ticks(db, "wf-2") == [minute(12, 1), minute(12, 4), minute(12, 5)]
+    for i in (0, 1, 3, 4):
+        assert ticks(db, f"wf-{i}") == [minute(12, m) for m in range(1, 6)]
+
+
 def test_shared_fire_times_match_each_schedule_computed_on_its_own_across_dst_and_zones(db, tmp_path):
     apply(db, tmp_path, T0)
     # 2027-03-14 (New York) and 2027-03-28 (Berlin) move clocks forward; 2027-04-04 (Sydney) back:

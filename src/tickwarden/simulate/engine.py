@@ -89,6 +89,7 @@ SIMULATED_ROWS = 1
 # are not in lockstep with the round times faults are usually written at.
 CONTROL_PLANE_OFFSET = timedelta(seconds=15)
 LEASE_SECONDS = 60
+LEASE = timedelta(seconds=LEASE_SECONDS)
 WORKER_POLL_SECONDS = 60  # the simulated worker is also woken whenever attempts are queued
 LEASE_LIMIT = 10_000  # attempts the simulated worker leases at once
 # Successes the simulator lets wait in the outcome queue at most, unclaimed (see `Quiet`).
@@ -321,12 +322,20 @@ class FaultWindowModel:
         # secret detector's pattern over the text).
         self.errors: dict[str, tuple[str, str]] = {
             text: (categorize(text), sanitize_error(text)) for text in {f.error for f in scenario.faults}}
+        self._spans: dict[str, tuple[timedelta, timedelta]] = {}  # workflow -> (duration, timeout), made once
 
     def plan(self, workflow: str, attempt: Attempt, scheduled_for: datetime, start: datetime) -> Plan:
-        duration = timedelta(seconds=self.durations[workflow])
+        spans = self._spans.get(workflow)
+        if spans is None:
+            spans = self._spans[workflow] = (timedelta(seconds=self.durations[workflow]),
+                                             timedelta(seconds=self.timeouts[workflow]))
+        duration, timeout = spans
         end = start + duration
-        hits = [f for f in self.faults.get(workflow, ()) if f.start < end and f.end > start]
-        timeout = timedelta(seconds=self.timeouts[workflow])
+        faults = self.faults.get(workflow)
+        if faults is None and duration < timeout:  # the usual attempt: no fault of its workflow, on time
+            return Plan(end, AttemptOutcome(status="succeeded",
+                                            rows=SIMULATED_ROWS if workflow in self.expect_rows else None))
+        hits = [f for f in faults or () if f.start < end and f.end > start]
         # An empty window does not stop the attempt: it succeeds on time having committed nothing.
         empty = any(f.mode == "empty" for f in hits)
         hits = [f for f in hits if f.mode != "empty"]
@@ -524,11 +533,12 @@ class SimulatedWorker:
         self.leased_all = len(leased) < LEASE_LIMIT  # every attempt queued by now is leased
         if leased and not self.in_flight:
             self.on_busy(now)
+        expiry = now + LEASE
         for attempt, scheduled_for in leased:
             plan = self.model.plan(self.workflows[attempt.workflow_id], attempt, scheduled_for, now)
             self.in_flight[attempt.id] = plan.at
-            self.written_lease[attempt.id] = now + timedelta(seconds=LEASE_SECONDS)
-            self.lease_until[attempt.id] = now + timedelta(seconds=LEASE_SECONDS)
+            self.written_lease[attempt.id] = expiry
+            self.lease_until[attempt.id] = expiry
             self.deadline[attempt.id] = self.deadline_of(attempt.workflow_id, scheduled_for)
             self.queue.at(plan.at, ORDER["world"], self._ender(attempt, plan))
         return now + timedelta(seconds=WORKER_POLL_SECONDS)
@@ -581,10 +591,11 @@ class SimulatedWorker:
 
         Returns None when nothing is in flight: the next lease wakes the heartbeat again.
         """
+        expiry = now + LEASE
         for attempt_id, stops in self.in_flight.items():
             if stops > now:
                 self.renewed[attempt_id] = now
-                self.lease_until[attempt_id] = now + timedelta(seconds=LEASE_SECONDS)
+                self.lease_until[attempt_id] = expiry
         if not self.in_flight:
             return None
         return now + timedelta(seconds=LEASE_SECONDS / 3)
@@ -830,6 +841,21 @@ class Simulation:
                 return True
             return any(start <= tick < end for start, end in outages.get(workflow_id, ()))
 
+        spans = [(start, end, workflow_id) for workflow_id, spans in outages.items() for start, end in spans]
+        exposed: dict[tuple[datetime, datetime], frozenset[int]] = {}  # the last window's answer: a pass asks per group
+
+        def suppressing(first: datetime, last: datetime) -> frozenset[int] | None:
+            """The workflows of which `suppressed` may reject a tick in [first, last]: those of an outage
+            overlapping it, or any when the scenario has its own rule."""
+            if self.suppress is not None:
+                return None
+            found = exposed.get((first, last))
+            if found is None:
+                found = frozenset(w for start, end, w in spans if start <= last and first < end)
+                exposed.clear()
+                exposed[(first, last)] = found
+            return found
+
         model = self.model_factory(self.scenario, setup.timeouts)
         def deadline_of(workflow_id: int, tick: datetime) -> datetime | None:
             """A run's deadline: `budget.deadline` of its tick, for a tick's run as for a manual one (its tick is its request)."""
@@ -837,7 +863,7 @@ class Simulation:
             return budget.deadline(tick) if budget is not None else None
 
         worker = SimulatedWorker(db, model, self.queue, setup.workflow_names, deadline_of)
-        ticker = Ticker(db, suppressed=suppressed)
+        ticker = Ticker(db, suppressed=suppressed, suppressing=suppressing)
 
         def expired(cutoff: datetime) -> bool:
             """Whether a lease the simulated worker took has run out by `cutoff` (`next_expiry`).
@@ -893,9 +919,12 @@ class Simulation:
             """Send the look of every loop of EARLY_LOOKS left stale by what just happened, unless sent already."""
             if idle is None:
                 return
+            stale = idle._stale  # after every event: read in place, not through `stale`
             for name in EARLY_LOOKS:
+                if name not in stale:
+                    continue
                 sent = early.get(name)
-                if idle.stale(name) and (sent is None or sent[0] != idle.changes[name]):
+                if sent is None or sent[0] != idle.changes[name]:
                     with db.probe() as store:
                         early[name] = (idle.changes[name],
                                        SimulationRepository(store.conn).submit_next_due(name, now, kinds))

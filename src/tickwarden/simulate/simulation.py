@@ -9,6 +9,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.pq import PipelineStatus
 
+from tickwarden.store.arrays import BigintArray, TimestamptzArray
 from tickwarden.store.base import StoreBase, text_of
 
 
@@ -124,8 +125,8 @@ class SimulationRepository(StoreBase):
 def renew_params(renewals: Mapping[int, datetime], worker_id: str, lease_seconds: float) -> dict[str, Any]:
     """Parameters of `simulation_renew_leases`: each attempt with the time of its newest heartbeat."""
     return {
-        "attempt_ids": list(renewals),
-        "renewed_ats": list(renewals.values()),
+        "attempt_ids": BigintArray(renewals),
+        "renewed_ats": TimestamptzArray(renewals.values()),
         "worker_id": worker_id,
         "lease_seconds": lease_seconds,
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -10,20 +11,50 @@ from datetime import datetime
 from typing import Any, TypeVar, get_type_hints
 
 import psycopg
+import psycopg.types.json
 from psycopg.pq import ExecStatus, PipelineStatus
 from psycopg.rows import Row, dict_row
 
+from tickwarden.store import arrays
 from tickwarden.store.queries import queries
 
 TUPLES_OK = ExecStatus.TUPLES_OK
 COMMAND_OK = ExecStatus.COMMAND_OK
 R = TypeVar("R")
+arrays.register(psycopg.adapters)  # every connection dumps the store's array parameters in one step
+
+
+def _json_loads(data: str | bytes) -> Any:
+    """`json.loads`, but the empty object, which most jsonb values read are (a leased attempt's outputs), unparsed."""
+    return {} if data == b"{}" else json.loads(data)
+
+
+psycopg.types.json.set_json_loads(_json_loads)  # every connection of the process
 _CHECKED: set[tuple[str, type]] = set()  # (query, dataclass) pairs whose columns `_records` checked
 # Cursors kept on their connection (an attribute of its own, so they go with it), one per statement
 # text and use (see `_take`).
 _KEPT = "_tickwarden_kept_cursors"
+_ROWS = "_tickwarden_dict_rows"  # statement text -> the row factory of its dict cursors on the connection
 KEEP_ROWS = 64  # a cursor that read more rows is closed rather than kept: a kept one holds its last result
 SQL_TYPES = {int: "bigint", str: "text", bool: "boolean", float: "double precision", datetime: "timestamptz"}
+
+
+# How `_batch` sends a field of each SQL type: one array in one step where the store has one (`arrays`).
+ARRAYS: dict[str, Callable[[list[Any]], list[Any]]] = {
+    "bigint": arrays.BigintArray, "text": arrays.TextArray, "timestamptz": arrays.TimestamptzArray}
+
+
+def _base_type(hint: Any) -> type:
+    """The type of a field's annotation, without its `| None`."""
+    base: type = next(a for a in hint.__args__ if a is not type(None)) if isinstance(hint, types.UnionType) else hint
+    return base
+
+
+@functools.cache
+def batch_columns(cls: type) -> tuple[tuple[str, Callable[[list[Any]], list[Any]]], ...]:
+    """Each field of dataclass `cls` with what `_batch` sends its values as."""
+    hints = get_type_hints(cls)
+    return tuple((f.name, ARRAYS.get(SQL_TYPES[_base_type(hints[f.name])], list)) for f in fields(cls))
 
 
 @functools.cache
@@ -35,13 +66,12 @@ def unnested(name: str, cls: type) -> str:
     Timestamps go in binary (see `queries`); a field's SQL type follows from its annotation.
     """
     hints = get_type_hints(cls)
-    arrays, names = [], []
+    parts, names = [], []
     for field in fields(cls):
-        hint = hints[field.name]
-        base = next(a for a in hint.__args__ if a is not type(None)) if isinstance(hint, types.UnionType) else hint
-        arrays.append(f"%({field.name}){'b' if base is datetime else 's'}::{SQL_TYPES[base]}[]")
+        base = _base_type(hints[field.name])
+        parts.append(f"%({field.name}){'b' if base is datetime else 's'}::{SQL_TYPES[base]}[]")
         names.append(field.name)
-    return queries()[name].replace("{unnest}", f"unnest({', '.join(arrays)}) AS w ({', '.join(names)})")
+    return queries()[name].replace("{unnest}", f"unnest({', '.join(parts)}) AS w ({', '.join(names)})")
 
 
 def _read(cur: psycopg.Cursor[Row]) -> list[Row] | None:
@@ -73,6 +103,35 @@ def text_of(statement: str) -> str:
     return statement if " " in statement else queries()[statement]
 
 
+class _DictRows:
+    """`dict_row` for a kept cursor, which runs one statement text: its column names are decoded once.
+
+    psycopg's `dict_row` decodes every column name of every result again; a statement's
+    text fixes its columns, so the cursors made for it on one connection (`_take`: a kept
+    one, or a new one where a large result closed the last) reuse the names of its first
+    result with rows for as long as the count of columns agrees.
+    """
+
+    __slots__ = ("make",)
+
+    def __init__(self) -> None:
+        self.make: tuple[int, Callable[[Sequence[Any]], dict[str, Any]]] | None = None
+
+    def __call__(self, cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], dict[str, Any]]:
+        result = cursor.pgresult
+        if result is None or result.status != TUPLES_OK:
+            return dict_row(cursor)  # no rows to make (a command, an error): as psycopg answers
+        made = self.make
+        if made is None or made[0] != result.nfields:
+            names = [result.fname(i).decode(cursor._encoding) for i in range(result.nfields)]  # type: ignore[union-attr]
+
+            def make(values: Sequence[Any]) -> dict[str, Any]:
+                return dict(zip(names, values, strict=False))
+
+            made = self.make = (result.nfields, make)
+        return made[1]
+
+
 def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.Cursor[Any]:
     """The cursor kept for `key` (statement text, row shape, occurrence), taken out while it runs; or a new one.
 
@@ -86,7 +145,13 @@ def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.C
     kept: dict[tuple[str, str, int], psycopg.Cursor[Any]] | None = conn.__dict__.get(_KEPT)
     cur = kept.pop(key, None) if kept else None
     if cur is None:
-        return conn.cursor(row_factory=dict_row) if key[1] == "dict" else conn.cursor()
+        if key[1] != "dict":
+            return conn.cursor()
+        rows: dict[str, _DictRows] = conn.__dict__.setdefault(_ROWS, {})
+        factory = rows.get(key[0])
+        if factory is None:
+            factory = rows[key[0]] = _DictRows()
+        return conn.cursor(row_factory=factory)
     return cur
 
 
@@ -109,7 +174,7 @@ class StoreBase:
     def _batch(self, name: str, rows: Sequence[Any], params: dict[str, Any]) -> list[dict[str, Any]]:
         """Run `name` over `rows`, instances of one dataclass, as arrays of their fields (see `unnested`)."""
         cls = rows[0].__class__
-        columns = {f.name: [getattr(r, f.name) for r in rows] for f in fields(cls)}
+        columns = {name: array([getattr(r, name) for r in rows]) for name, array in batch_columns(cls)}
         return self._fetch(unnested(name, cls), {**params, **columns})
 
     def _records(self, name: str, params: dict[str, Any], cls: type[R], text: str | None = None) -> list[R]:

@@ -17,6 +17,7 @@ from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
 from tickwarden.models import Attempt, AttemptOutcome, FinishedAttempt, Run, from_row
+from tickwarden.store.arrays import BigintArray, TextArray, TimestamptzArray
 from tickwarden.store.base import StoreBase
 from tickwarden.store.queries import queries
 from tickwarden.store.trigger import Advance, int_array_literal
@@ -286,8 +287,9 @@ class LedgerRepository(StoreBase):
             return list
         ticks = sorted({t for _, t in runs})
         read = self._submit_text(in_months("ledger_queue_retries", ticks),
-                                 {"run_ids": [r for r, _ in runs], "run_scheduled_fors": ticks, "now": now,
-                                  "patient": list(patient)})
+                                 {"run_ids": BigintArray([r for r, _ in runs]),
+                                  "run_scheduled_fors": TimestamptzArray(ticks), "now": now,
+                                  "patient": TextArray(patient)})
         return lambda: [LaunchedRetry(**row) for row in read()]  # the statement returns exactly its fields
 
     def cancel_run(self, run_id: int, actor: str, now: datetime) -> Run | None:
@@ -329,17 +331,17 @@ def tick_params(groups: Sequence[TickGroup], now: datetime, advances: Sequence[A
             scheduled_fors.append(scheduled_for)
             deadlines.append(deadline_at)
     return {
-        "workflow_ids": [g.workflow_ids for g in groups],
-        "tenant_ids": [g.tenant_ids for g in groups],
-        "retry_budgets": [g.retry_budget for g in groups],
-        "retry_backoffs": [int_array_literal(g.retry_backoff_seconds) for g in groups],
-        "first_attempts": [g.first_attempt for g in groups],
-        "tick_groups": tick_groups,
-        "scheduled_fors": scheduled_fors,
-        "deadlines": deadlines,
-        "advance_ids": [a.schedule_ids for a in advances],
-        "advance_next": [a.next_fire_at for a in advances],
-        "advance_last": [a.last_fired_at for a in advances],
+        "workflow_ids": TextArray([g.workflow_ids for g in groups]),
+        "tenant_ids": TextArray([g.tenant_ids for g in groups]),
+        "retry_budgets": BigintArray([g.retry_budget for g in groups]),
+        "retry_backoffs": TextArray([int_array_literal(g.retry_backoff_seconds) for g in groups]),
+        "first_attempts": BigintArray([g.first_attempt for g in groups]),
+        "tick_groups": BigintArray(tick_groups),
+        "scheduled_fors": TimestamptzArray(scheduled_fors),
+        "deadlines": TimestamptzArray(deadlines),
+        "advance_ids": TextArray([a.schedule_ids for a in advances]),
+        "advance_next": TimestamptzArray([a.next_fire_at for a in advances]),
+        "advance_last": TimestamptzArray([a.last_fired_at for a in advances]),
         "now": now,
     }
 
@@ -362,8 +364,9 @@ def lease_statements(worker_id: str, now: datetime, lease_seconds: float, limit:
 
 def expire_params(now: datetime, expired: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The parameters of `expire_leases`, with the rows `lock_expired_leases` locked."""
-    return {"now": now, "free_requeues": FREE_LOST_REQUEUES, "attempt_ids": [e["id"] for e in expired],
-            "run_scheduled_fors": [e["run_scheduled_for"] for e in expired], "aheads": [e["ahead"] for e in expired]}
+    return {"now": now, "free_requeues": FREE_LOST_REQUEUES, "attempt_ids": BigintArray([e["id"] for e in expired]),
+            "run_scheduled_fors": TimestamptzArray([e["run_scheduled_for"] for e in expired]),
+            "aheads": [e["ahead"] for e in expired]}
 
 
 def leased_from_rows(rows: list[dict[str, Any]]) -> list[tuple[Attempt, datetime]]:

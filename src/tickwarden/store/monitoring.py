@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwarden.models import Alert, AlertEvent, AlertView, from_row
+from tickwarden.store.arrays import BigintArray, TextArray, TimestamptzArray
 from tickwarden.store.base import StoreBase
 from tickwarden.store.ledger import in_months
 from tickwarden.store.queries import queries
@@ -194,7 +195,7 @@ class MonitoringRepository(StoreBase):
         every lock, and an error it raises fails the transaction at the next read.
         """
         if workflow_ids:
-            self._send("monitoring_lock_workflows", {"workflow_ids": sorted(set(workflow_ids))})
+            self._send("monitoring_lock_workflows", {"workflow_ids": BigintArray(sorted(set(workflow_ids)))})
 
     def evaluation_inputs(
         self, workflow_ids: Sequence[int], rate_profiles: Sequence[RateProfile] = (), unscheduled: int = 0,
@@ -209,9 +210,11 @@ class MonitoringRepository(StoreBase):
         """
         if not workflow_ids:
             return []
-        params = {"workflow_ids": list(workflow_ids), "unscheduled": unscheduled, "now": now,
-                  "rate_cadences": [p[0] for p in rate_profiles], "rate_overrides": [p[1] for p in rate_profiles],
-                  "rate_windows": [p[2] for p in rate_profiles], "rate_alert_afters": [p[3] for p in rate_profiles]}
+        params = {"workflow_ids": BigintArray(workflow_ids), "unscheduled": unscheduled, "now": now,
+                  "rate_cadences": BigintArray([p[0] for p in rate_profiles]),
+                  "rate_overrides": TextArray([p[1] for p in rate_profiles]),
+                  "rate_windows": BigintArray([p[2] for p in rate_profiles]),
+                  "rate_alert_afters": BigintArray([p[3] for p in rate_profiles])}
         return self._records("monitoring_evaluation_inputs", params, EvaluationInput)
 
     def open_alerts(self, wanted: Sequence[OpenAlert], now: datetime) -> list[Transition]:
@@ -342,12 +345,12 @@ class MonitoringRepository(StoreBase):
         if not ticks and not advances:
             return []
         params = {
-            "tenant_ids": [t[0] for t in ticks],
-            "workflow_ids": [t[1] for t in ticks],
-            "scheduled_fors": [t[2] for t in ticks],
-            "schedule_ids": [a[0] for a in advances],
-            "checked_untils": [a[1] for a in advances],
-            "next_check_ats": [a[2] for a in advances],
+            "tenant_ids": BigintArray([t[0] for t in ticks]),
+            "workflow_ids": BigintArray([t[1] for t in ticks]),
+            "scheduled_fors": TimestamptzArray([t[2] for t in ticks]),
+            "schedule_ids": BigintArray([a[0] for a in advances]),
+            "checked_untils": TimestamptzArray([a[1] for a in advances]),
+            "next_check_ats": TimestamptzArray([a[2] for a in advances]),
             "error": error,
             "now": now,
         }
