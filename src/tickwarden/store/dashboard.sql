@@ -15,12 +15,11 @@ SELECT r.id, r.scheduled_for, r.status, r.recovered, r.manual, r.started_at, r.f
  LIMIT %(limit)s;
 
 -- dashboard_last_success --
--- A workflow's newest success, one probe on the success index whatever the history's length.
-SELECT r.id, r.scheduled_for, r.finished_at
-  FROM runs r
- WHERE r.workflow_id = %(workflow_id)s AND r.status = 'succeeded'
- ORDER BY r.scheduled_for DESC
- LIMIT 1;
+-- A workflow's newest success: its workflow_successes row (migration 0026, kept by a
+-- trigger on the runs), one probe whatever the history's length.
+SELECT s.run_id AS id, s.scheduled_for, s.finished_at
+  FROM workflow_successes s
+ WHERE s.workflow_id = %(workflow_id)s;
 
 -- dashboard_runs --
 -- Runs of every visible workflow (of one tenant, when named) in the window, newest first,

@@ -50,8 +50,12 @@ SELECT claimed.attempt_id, claimed.run_id, claimed.run_scheduled_for, claimed.wo
         AND EXISTS (SELECT 1 FROM alerts a WHERE a.workflow_id = claimed.workflow_id AND a.status = 'open'))
        AS alert_open
   FROM claimed
+  -- LIMIT 1 (the key names one run) keeps this a probe for each claimed row: a plain lateral
+  -- is pulled up into a join, which a plan made while the ledger was small (a simulation's
+  -- first hours, until its next ANALYZE) answered by hashing a scan of the whole month
   CROSS JOIN LATERAL (SELECT status, error_category FROM runs
-                       WHERE runs.id = claimed.run_id AND runs.scheduled_for = claimed.run_scheduled_for) r;
+                       WHERE runs.id = claimed.run_id AND runs.scheduled_for = claimed.run_scheduled_for
+                       LIMIT 1) r;
 
 -- monitoring_fail_unretryable --
 -- A run pending a retry whose error category can never succeed on retry (config,

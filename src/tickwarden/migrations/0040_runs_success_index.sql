@@ -1,0 +1,12 @@
+-- The runs' success index goes: a workflow's newest success is workflow_successes' row.
+--
+-- `runs_workflow_success_idx` (workflow_id, scheduled_for DESC) WHERE status = 'succeeded'
+-- was written at every run's move to succeeded, some 13,000 entries a simulated day of
+-- 1,000 workflows, and tested against every other write of a run (its predicate names the
+-- status, so no status change of a run is a heap-only update either way), and VACUUM
+-- scanned it whole at each pass over the ledger. Since 0026 the consecutive-failure count reads
+-- the newest success from workflow_successes, and its one other reader, the dashboard's
+-- newest success of a workflow (`dashboard_last_success`), now reads it there too: the
+-- same run (the newest tick, then the highest id), one probe of that table's key where the
+-- index was one probe of every month's partition.
+DROP INDEX runs_workflow_success_idx;
