@@ -75,7 +75,6 @@ def test_a_statement_submitted_again_before_its_rows_are_read_is_answered_on_a_c
             assert [read() for read in reversed(reads)] == [[{"sq": 16}], [{"sq": 9}], [{"sq": 4}]]
 
 
-
 def test_a_kept_cursor_decodes_its_statements_column_names_once(database):
     with database.transaction() as store:
         assert store.outbox._fetch(SQUARE, {"n": 2}) == [{"sq": 4}]

@@ -196,26 +196,20 @@ SELECT min(CASE WHEN failure_count - manual_failures >= escalate_after
 -- simulation_next_due_notifier --
 -- The earliest claimable delivery (as outbox_waiting: the head of each thread's queue),
 -- and the earliest sender's claim to run out.
-SELECT -- the claimable rows through the partial index of each status set (pending or failed, held):
-       -- the three in one test match neither index, and the plan read every row delivered ever since
-       least((SELECT min(o.next_attempt_at)
-                FROM notification_outbox o
-               WHERE o.status IN ('pending', 'failed')
-                 AND EXISTS (SELECT 1 FROM notification_channels c
-                              WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
-                 AND NOT EXISTS (
-                     SELECT 1 FROM notification_outbox p
-                      WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
-                        AND p.status IN ('pending', 'failed', 'sending', 'held')
-                        AND p.event_id < o.event_id)),
-             (SELECT min(o.next_attempt_at)
-                FROM notification_outbox o
-               WHERE o.status = 'held'
-                 AND EXISTS (SELECT 1 FROM notification_channels c
-                              WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
-                 AND NOT EXISTS (
-                     SELECT 1 FROM notification_outbox p
-                      WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
-                        AND p.status IN ('pending', 'failed', 'sending', 'held')
-                        AND p.event_id < o.event_id))) AS due,
+SELECT -- the claimable rows read through the partial index of each status set (pending or
+       -- failed; held): one test of the three statuses matches neither index, and its plan read
+       -- every row delivered ever since
+       (SELECT min(o.next_attempt_at)
+          FROM (SELECT alert_id, channel_id, event_id, next_attempt_at FROM notification_outbox
+                 WHERE status IN ('pending', 'failed')
+                UNION ALL
+                SELECT alert_id, channel_id, event_id, next_attempt_at FROM notification_outbox
+                 WHERE status = 'held') o
+         WHERE EXISTS (SELECT 1 FROM notification_channels c
+                        WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
+           AND NOT EXISTS (
+               SELECT 1 FROM notification_outbox p
+                WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
+                  AND p.status IN ('pending', 'failed', 'sending', 'held')
+                  AND p.event_id < o.event_id)) AS due,
        (SELECT min(locked_until) FROM notification_outbox WHERE status = 'sending') AS stale;

@@ -270,25 +270,19 @@ SELECT o.id, o.status, o.tries, o.next_attempt_at, o.last_error, o.alert_id, e.k
 -- when this says there is none (neither can appear at the same `now`).
 SELECT EXISTS (SELECT 1 FROM notification_outbox WHERE status = 'sending' AND locked_until <= %(now)s) AS stale,
        EXISTS (SELECT 1 FROM notification_outbox WHERE status = 'held' AND next_attempt_at <= %(now)s) AS held,
-       -- the claimable rows through the partial index of each status set (pending or failed, held):
-       -- the three in one test match neither index, and the plan read every row delivered ever since
-       least((SELECT min(o.next_attempt_at)
-                FROM notification_outbox o
-               WHERE o.status IN ('pending', 'failed')
-                 AND EXISTS (SELECT 1 FROM notification_channels c
-                              WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
-                 AND NOT EXISTS (
-                     SELECT 1 FROM notification_outbox p
-                      WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
-                        AND p.status IN ('pending', 'failed', 'sending', 'held')
-                        AND p.event_id < o.event_id)),
-             (SELECT min(o.next_attempt_at)
-                FROM notification_outbox o
-               WHERE o.status = 'held'
-                 AND EXISTS (SELECT 1 FROM notification_channels c
-                              WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
-                 AND NOT EXISTS (
-                     SELECT 1 FROM notification_outbox p
-                      WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
-                        AND p.status IN ('pending', 'failed', 'sending', 'held')
-                        AND p.event_id < o.event_id))) AS due;
+       -- the claimable rows read through the partial index of each status set (pending or
+       -- failed; held): one test of the three statuses matches neither index, and its plan read
+       -- every row delivered ever since
+       (SELECT min(o.next_attempt_at)
+          FROM (SELECT alert_id, channel_id, event_id, next_attempt_at FROM notification_outbox
+                 WHERE status IN ('pending', 'failed')
+                UNION ALL
+                SELECT alert_id, channel_id, event_id, next_attempt_at FROM notification_outbox
+                 WHERE status = 'held') o
+         WHERE EXISTS (SELECT 1 FROM notification_channels c
+                        WHERE c.id = o.channel_id AND c.kind = ANY(%(kinds)s::text[]))
+           AND NOT EXISTS (
+               SELECT 1 FROM notification_outbox p
+                WHERE p.alert_id = o.alert_id AND p.channel_id = o.channel_id
+                  AND p.status IN ('pending', 'failed', 'sending', 'held')
+                  AND p.event_id < o.event_id)) AS due;
