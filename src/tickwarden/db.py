@@ -31,6 +31,7 @@ from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tickwarden.errors import DatabaseUnavailable, InvalidInput
+from tickwarden.pipeline import pipeline
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -728,7 +729,7 @@ class DedicatedDatabase(Database):
         """Enter pipeline mode unless the connection is in the kept pipeline already."""
         if self._pipeline is None:
             stack = contextlib.ExitStack()
-            stack.enter_context(conn.pipeline())
+            stack.enter_context(pipeline(conn))
             self._pipeline = stack
 
     @contextlib.contextmanager
@@ -777,7 +778,7 @@ def check_lent(conn: psycopg.Connection) -> None:
 def _pipelined_transaction(conn: psycopg.Connection) -> Iterator[None]:
     """Run the block as one transaction, BEGIN … COMMIT, in pipeline mode on `conn` (in autocommit)."""
     try:
-        with conn.pipeline():
+        with pipeline(conn):
             _command(conn, BEGIN)
             if isinstance(conn, PipelinedConnection):
                 conn.in_block = True  # a savepoint inside joins the pipeline (see PipelinedConnection)

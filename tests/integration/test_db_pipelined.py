@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 from psycopg.pq import PipelineStatus, TransactionStatus
@@ -55,6 +57,25 @@ def test_a_failing_statement_nobody_reads_fails_the_commit(one):
         store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
     assert rows(one) == []
     lent_as_usual(one)
+
+
+def test_a_failure_that_arrives_while_the_commit_is_sent_is_raised_as_itself(one):
+    """The ticker fires a pass again over a unique violation that surfaces at the commit: it must see that error.
+
+    The failing insert goes out at once and the block then waits, as a busy machine does
+    between sends: its error is read while the COMMIT and the sync are sent, and the
+    COMMIT's skipped result only after, where psycopg raised `PipelineAborted` instead.
+    """
+    with one.transaction() as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+    for _ in range(5):
+        with pytest.raises(psycopg.errors.UniqueViolation), one.transaction(pipelined=True) as store:
+            store.conn.execute("INSERT INTO pipelined_probe VALUES (2)")
+            store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+            store.conn.pgconn.flush()
+            time.sleep(0.05)
+        assert rows(one) == [1]
+        lent_as_usual(one)
 
 
 def test_an_exception_in_the_block_rolls_it_back(one):

@@ -9,6 +9,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.pq import PipelineStatus
 
+from tickwarden.pipeline import pipeline
 from tickwarden.store.arrays import BigintArray, TimestamptzArray
 from tickwarden.store.base import StoreBase, text_of
 
@@ -57,7 +58,7 @@ class SimulationRepository(StoreBase):
                 self._send_text(text_of(name), params)
             return
         assert self.conn.autocommit, "pipelined writes are atomic only outside an explicit transaction"
-        with self.conn.pipeline():
+        with pipeline(self.conn):
             for name, params in writes:
                 self._send_text(text_of(name), params)
 

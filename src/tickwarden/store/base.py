@@ -15,6 +15,7 @@ import psycopg.types.json
 from psycopg.pq import ExecStatus, PipelineStatus
 from psycopg.rows import Row, dict_row
 
+from tickwarden.pipeline import pipeline
 from tickwarden.store import arrays
 from tickwarden.store.queries import queries
 
@@ -265,7 +266,7 @@ class StoreBase:
         """
         taken: list[tuple[tuple[str, str, int], psycopg.Cursor[Any]]] = []
         try:
-            with self.conn.pipeline():
+            with pipeline(self.conn):
                 for name, params in statements:
                     text = text_of(name)
                     # A statement sent twice in one exchange needs a cursor for each of its results.
