@@ -33,7 +33,7 @@ from tickwarden import db
 from tickwarden.clock import isoformat_z
 from tickwarden.simulate import engine, parse_scenario, run_policy
 from tickwarden.simulate.report import to_json
-from tickwarden.store import base
+from tickwarden.store import base, prepared
 from tickwarden.store.queries import queries
 
 
@@ -96,6 +96,16 @@ class Profile:
             return execute(cur, query, params, **kwargs)
 
         psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign]
+        send = prepared.send
+
+        def counted_send(conn: Any, text: str, params: Any) -> Any:  # the store's, in pipeline mode: no cursor
+            sent = send(conn, text, params)
+            if sent is not None:  # else a cursor ran it, and counted it
+                profile.statements[profile.loop] += 1
+                profile.queries[(profile.loop, profile.name(text))] += 1
+            return sent
+
+        prepared.send = counted_send
         command = db._command
 
         def counted_command(conn: Any, statement: Any) -> None:  # BEGIN, COMMIT, a savepoint's: no cursor
