@@ -105,7 +105,14 @@ class Profile:
                 profile.queries[(profile.loop, profile.name(text))] += 1
             return sent
 
-        prepared.send = counted_send
+        prepared.send = counted_send  # type: ignore[assignment]
+        read = prepared.Sent._read_gen
+
+        def counted_read(sent: Any, pipeline: Any) -> Iterator[Any]:  # a read that sends a flush request
+            profile.round_trips[profile.loop] += 1
+            return (yield from read(sent, pipeline))
+
+        prepared.Sent._read_gen = counted_read  # type: ignore[method-assign]
         command = db._command
 
         def counted_command(conn: Any, statement: Any) -> None:  # BEGIN, COMMIT, a savepoint's: no cursor

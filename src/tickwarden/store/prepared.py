@@ -125,15 +125,22 @@ class Sent:
             if pipeline is None:
                 raise e.ProgrammingError("the pipeline that carried the statement has ended without its result")
             with conn.lock:
-                conn.wait(pipeline._communicate_gen())
-                if self.result is None:
-                    conn.wait(pipeline._fetch_gen(flush=True))
+                # The flush request goes out with what is queued, in the same write: the server
+                # then sends every result so far, and the read waits for them (a cursor's fetch
+                # writes the queue, then the request, then waits).
+                pipeline.command_queue.append(conn.pgconn.send_flush_request)
+                conn.wait(self._read_gen(pipeline))
             result = self.result
             if result is None:
                 raise e.ProgrammingError("no result available")
         if result.status not in (TUPLES_OK, COMMAND_OK):
             _raise(result, self.statement.tx.encoding)
         return result
+
+    def _read_gen(self, pipeline: Any) -> Any:
+        yield from pipeline._communicate_gen()  # sends what is queued, processes what has arrived
+        if self.result is None:
+            yield from pipeline._fetch_gen(flush=False)
 
     def rows(self, shape: str) -> list[Any] | None:
         """The rows, as tuples (`shape` "tuple") or dicts ("dict"); None for a statement that returns none."""
