@@ -39,10 +39,12 @@ COMMAND_OK = ExecStatus.COMMAND_OK
 FATAL_ERROR = ExecStatus.FATAL_ERROR
 PIPELINE_ABORTED = ExecStatus.PIPELINE_ABORTED
 _STATEMENTS = "_tickwarden_prepared"  # the connection's attribute: statement text -> `_Statement`
-# Statement texts prepared on one connection at most; one more goes through a cursor instead. A
-# long-lived connection sees few texts (the store's, some completed with a constant), but no bound
-# is no guarantee.
-MAX_STATEMENTS = 512
+# Statement texts prepared on one connection at most; one more goes through a cursor instead (whose
+# prepared statements psycopg keeps in a bounded cache of its own). A simulated day uses about 50; a
+# long-lived pooled connection (the ticker's pipelined transactions) may meet texts completed with
+# constants that change (the months a statement names), and a prepared statement holds its plan
+# on the server for as long as the session lasts.
+MAX_STATEMENTS = 128
 _NAMES = itertools.count()  # names prepared statements apart within the process (and so on each connection)
 
 
