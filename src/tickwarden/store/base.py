@@ -164,7 +164,11 @@ def _keep(conn: psycopg.Connection[Any], key: tuple[str, str, int], cur: psycopg
 
 
 class StoreBase:
-    """Runs named queries on one connection (inside the caller's transaction)."""
+    """Runs named queries on one connection (inside the caller's transaction).
+
+    In pipeline mode (the simulator's connection, a pipelined transaction) a statement goes
+    without a cursor, prepared once per connection (`prepared`); otherwise on a kept cursor (`_take`).
+    """
 
     def __init__(self, conn: psycopg.Connection):
         self.conn = conn
