@@ -71,11 +71,13 @@ class CronSchedule:
 
     def fire_times(self, after: datetime) -> Iterator[datetime]:
         """Yield fire times strictly after `after`, ascending, as aware UTC."""
-        current: datetime | None = ensure_utc(after)
-        while current is not None:
-            current = _CHAINS.next_after(self, current)
-            if current is not None:
-                yield current
+        current = ensure_utc(after)
+        while True:
+            fires = _CHAINS.following(self, current)  # a few at a time: one lookup, not one a fire
+            if not fires:
+                return
+            yield from fires
+            current = fires[-1]
 
     def walk(self, after: datetime) -> Iterator[datetime]:
         """Yield fire times strictly after `after` straight from cronsim, remembering nothing."""
@@ -142,6 +144,7 @@ class _FireChains:
     MAX_CHAINS = 2048
     MAX_FIRES = 128
     MAX_EXTEND = 256
+    BATCH = 16  # fires `following` hands out at once: a walk rarely wants more, and a look wants one
 
     def __init__(self) -> None:
         self._chains: dict[tuple[str, str], _FireChain] = {}
@@ -172,6 +175,24 @@ class _FireChains:
                     chain = self._replace(key, schedule, instant)
                     return chain.fires[-1] if chain.extend() else None
             return None
+
+    def following(self, schedule: CronSchedule, instant: datetime) -> list[datetime]:
+        """Return the next fire times strictly after `instant`, consecutive: up to `BATCH` the chain holds, or one.
+
+        The fires a chain holds past `instant` are its next ones (none is missing between
+        neighbours), so a walk over many of them (a cadence's sample, a ticker's window)
+        takes a lookup per batch, not per fire. Empty when the schedule never fires again.
+        """
+        key = (schedule.expression, schedule.timezone)
+        with self._lock:
+            chain = self._chains.get(key)
+            if chain is not None and chain.covers(instant):
+                fires = chain.fires
+                index = bisect.bisect_right(fires, instant)
+                if index < len(fires):
+                    return fires[index:index + self.BATCH]
+        fire = self.next_after(schedule, instant)
+        return [] if fire is None else [fire]
 
     def _replace(self, key: tuple[str, str], schedule: CronSchedule, start: datetime) -> _FireChain:
         chain = _FireChain(schedule, start)

@@ -77,3 +77,22 @@ def test_a_leap_day_schedule_jumps_years_ahead_and_back(small_chains):
 def test_fire_times_come_from_the_shared_chain_and_agree_with_a_walk():
     schedule = parse_schedule("7 */3 * * *", "America/New_York")
     assert list(itertools.islice(schedule.fire_times(BASE), 50)) == list(itertools.islice(schedule.walk(BASE), 50))
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "Australia/Lord_Howe"])
+def test_fire_times_taken_a_batch_at_a_time_agree_with_a_walk_across_trims_and_restarts(zone, small_chains, monkeypatch):
+    schedule = parse_schedule("*/20 1-3 * * *", zone)
+    monkeypatch.setattr("tickwarden.cadence._CHAINS", small_chains)
+    monkeypatch.setattr(small_chains, "BATCH", 3)
+    for start in (BASE, BASE + timedelta(days=90, minutes=7), BASE + timedelta(days=30)):
+        assert list(itertools.islice(schedule.fire_times(start), 200)) == list(itertools.islice(schedule.walk(start), 200))
+
+
+def test_following_hands_out_several_fires_with_one_lookup():
+    schedule = parse_schedule("*/5 * * * *")
+    chains = _FireChains()
+    for _ in range(20):
+        chains.next_after(schedule, BASE + timedelta(minutes=5 * _))  # the chain holds 20 fires
+    assert chains.following(schedule, BASE) == [BASE + timedelta(minutes=5 * k) for k in range(1, 17)]
+    assert chains.following(schedule, BASE + timedelta(minutes=96)) == [BASE + timedelta(minutes=100)]  # its last
+    assert chains.following(schedule, BASE + timedelta(minutes=100)) == [BASE + timedelta(minutes=105)]  # extended
