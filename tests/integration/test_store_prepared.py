@@ -158,3 +158,13 @@ def test_outside_pipeline_mode_the_store_runs_on_cursors(schema):
         with database.transaction(pipelined=True) as store:  # the ticker's: in pipeline mode
             assert store.outbox._fetch(SQUARE, {"n": 3}) == [{"sq": 9}]
             assert SQUARE in store.conn.__dict__["_tickwarden_prepared"]
+
+
+def test_a_psycopg_without_the_members_the_path_uses_runs_the_store_on_cursors(dedicated, monkeypatch):
+    assert prepared.SUPPORTED  # this psycopg has them: the path is taken (see the first test)
+    monkeypatch.setattr(prepared, "SUPPORTED", False)
+    with dedicated.transaction() as store:
+        store.outbox._send_text(ADD, {"n": 5})
+        assert store.outbox._fetch(PICK, {"n": 5}) == [{"n": 5, "twice": 10}]
+        assert "_tickwarden_prepared" not in store.conn.__dict__
+        assert (PICK, "dict", 0) in store.conn.__dict__["_tickwarden_kept_cursors"]

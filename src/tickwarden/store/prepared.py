@@ -48,9 +48,34 @@ MAX_STATEMENTS = 128
 _NAMES = itertools.count()  # names prepared statements apart within the process (and so on each connection)
 
 
+def _supported() -> bool:
+    """Whether this psycopg has the members of its pipeline, query and transformer the path uses.
+
+    They are psycopg's own, not its public interface: a release without one of them sends
+    every statement through a cursor (as psycopg's public path), not into a broken pipeline.
+    """
+    from psycopg._pipeline import Pipeline
+
+    wanted = [(Pipeline, ("_communicate_gen", "_fetch_gen")), (PostgresQuery, ("convert",)),
+              (Transformer, ("dump_sequence", "load_rows", "set_pgresult"))]
+    if not all(hasattr(owner, member) for owner, members in wanted for member in members):
+        return False
+    try:
+        probe = PostgresQuery(Transformer())
+        probe.convert("SELECT %(x)s", {"x": 1})
+        return isinstance(probe.query, bytes) and probe._order == ["x"] and hasattr(probe, "_want_formats")
+    except Exception:  # any other shape of psycopg's query conversion
+        return False
+
+
+SUPPORTED = _supported()
+
+
 def usable(conn: psycopg.Connection[Any]) -> bool:
     """Whether `conn` is in pipeline mode and prepares statements (`prepare_threshold` not None)."""
-    return conn._pipeline is not None and conn.prepare_threshold is not None
+    pipeline = conn._pipeline
+    return (SUPPORTED and pipeline is not None and conn.prepare_threshold is not None
+            and hasattr(pipeline, "command_queue") and hasattr(pipeline, "result_queue"))
 
 
 class _Statement:
