@@ -1167,28 +1167,58 @@ class Simulation:
 
     def _collect(self, db: Database, setup: SimulationSetup) -> SimulationOutcome:
         with db.transaction() as store:
+            simulation = SimulationRepository(store.conn)
+            runs = simulation.runs()
             return SimulationOutcome(
                 scenario=self.scenario,
-                runs=SimulationRepository(store.conn).runs(),
-                attempts=SimulationRepository(store.conn).attempts(),
-                alerts=SimulationRepository(store.conn).alerts(),
-                alert_events=SimulationRepository(store.conn).alert_events(),
-                notifications=SimulationRepository(store.conn).notifications(),
+                runs=runs,
+                attempts=simulation.attempts(runs),
+                alerts=simulation.alerts(),
+                alert_events=simulation.alert_events(),
+                notifications=simulation.notifications(),
                 extra={"overrides": self.overrides, "replace_policy": self.replace_policy},
             )
 
 
-@dataclass
 class SimulationOutcome:
-    """What a simulation left in its ledger, as plain rows."""
+    """What a simulation left in its ledger, as plain rows.
 
-    scenario: Scenario
-    runs: list[dict[str, Any]]
-    attempts: list[dict[str, Any]]
-    alerts: list[dict[str, Any]]
-    alert_events: list[dict[str, Any]]
-    notifications: list[dict[str, Any]]
-    extra: dict[str, Any] = field(default_factory=dict)
+    `attempts` may be given as a function that makes them: they are then made at their
+    first read (a month holds half a million, and a noise score reads none).
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        runs: list[dict[str, Any]],
+        attempts: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]],
+        alerts: list[dict[str, Any]],
+        alert_events: list[dict[str, Any]],
+        notifications: list[dict[str, Any]],
+        extra: dict[str, Any] | None = None,
+    ):
+        self.scenario = scenario
+        self.runs = runs
+        self._attempts = attempts
+        self.alerts = alerts
+        self.alert_events = alert_events
+        self.notifications = notifications
+        self.extra: dict[str, Any] = {} if extra is None else extra
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        if callable(self._attempts):
+            self._attempts = self._attempts()
+        return self._attempts
+
+    @property
+    def attempts_maker(self) -> list[dict[str, Any]] | Callable[[], list[dict[str, Any]]]:
+        """The attempts as given: made or still a maker (so that a copy of the outcome makes them only if read)."""
+        return self._attempts
+
+    def __repr__(self) -> str:
+        return (f"SimulationOutcome({self.scenario.name!r}: {len(self.runs)} runs, {len(self.alerts)} alerts, "
+                f"{len(self.notifications)} notifications)")
 
 
 def simulate(scenario: Scenario, **kwargs: Any) -> SimulationOutcome:

@@ -112,7 +112,7 @@ def apply_message_rule(outcome: SimulationOutcome, policy: Policy) -> Simulation
     return SimulationOutcome(
         scenario=outcome.scenario,
         runs=outcome.runs,
-        attempts=outcome.attempts,
+        attempts=outcome.attempts_maker,
         alerts=alerts,
         alert_events=events,
         notifications=notifications,
