@@ -61,7 +61,7 @@ def _fillfactors(conn: psycopg.Connection) -> dict[str, list[str] | None]:
 
 def test_migrating_keeps_the_rows_and_the_metrics_read_the_same_without_the_status_indexes() -> None:
     """0042 keeps every run, names no status in any index of the runs (the open runs' deadline index says
-    finished_at IS NULL, the tenants' success index is gone), fills the runs' partitions to 50 %, present
+    finished_at IS NULL, the tenants' success index is gone), fills the runs' partitions to 75 %, present
     and future, and the in-flight and last-success metrics answer as they did from the old indexes."""
     name = make_schema("mig")
     everything = migrate.available_migrations()
@@ -111,7 +111,7 @@ def test_migrating_keeps_the_rows_and_the_metrics_read_the_same_without_the_stat
             assert not [d for d in defs if "(tenant_id, finished_at DESC)" in d]
             conn.execute("SELECT tickwarden_ledger_partition(%s)", (NOW + timedelta(days=40),))
             fills = _fillfactors(conn)
-            assert len(fills) == 3 and all(options == ["fillfactor=50"] for options in fills.values()), fills
+            assert len(fills) == 3 and all(options == ["fillfactor=75"] for options in fills.values()), fills
 
             assert sorted(conn.execute(queries()["api_metrics_runs_in_flight"]).fetchall()) == in_flight
             assert in_flight == [("pending_retry", 1), ("queued", 2), ("running", 1)]

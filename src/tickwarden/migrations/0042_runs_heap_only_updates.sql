@@ -16,16 +16,19 @@
 -- * The tenants' success index goes (`runs_tenant_success_idx`, written at every success
 --   and named status): its one reader, the tenants' last-success metric, reads each tenant's
 --   workflows' newest successes from workflow_successes (migration 0026), one row a workflow.
--- * The runs' partitions are filled to 50 %, so the lease's new version of a row finds room
---   on its page (a new version on another page is never heap-only): a day of ticks is
+-- * The runs' partitions are filled to 75 %, so the lease's new version of a row finds room
+--   on its page (a new version on another page is never heap-only): a fleet's ticks are
 --   inserted into the same pages, and then each of them is leased and finished within
 --   minutes. Dead versions are pruned from a page when its free space falls below the fill
---   factor's, so the room comes back for the next change of the page's rows. Partitions
---   made from now on get it as they are created (`tickwarden_ledger_partition`, below);
---   pages written before this migration keep their layout until their rows move.
+--   factor's, so the room comes back for the next change of the page's rows. On a simulated
+--   day (1,000 workflows) 75 % made every lease, move to pending_retry and retry heap-only
+--   (17,046 of 30,580 updates), as 50 % did, where 90 % left 16,037 and 100 % 13,682.
+--   Partitions made from now on get it as they are created (`tickwarden_ledger_partition`,
+--   below); pages written before this migration keep their layout until their rows move.
 --
--- The move to a verdict still writes every index (the finish is in the deadline index's
--- predicate); the lease, the move to pending_retry and the retry's queued no longer do.
+-- The move to a verdict still writes an entry into the key, the one-run-per-tick and the recent
+-- runs' indexes (its finish is in the deadline index's predicate, so it is no heap-only update);
+-- the lease, the move to pending_retry and the retry's queued write none.
 DROP INDEX runs_open_deadline_idx;
 CREATE INDEX runs_open_deadline_idx ON runs (deadline_at) WHERE finished_at IS NULL;
 DROP INDEX runs_tenant_success_idx;
@@ -35,7 +38,7 @@ DECLARE
     part regclass;
 BEGIN
     FOR part IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 'runs'::regclass LOOP
-        EXECUTE format('ALTER TABLE %s SET (fillfactor = 50)', part);
+        EXECUTE format('ALTER TABLE %s SET (fillfactor = 75)', part);
     END LOOP;
 END
 $$;
@@ -71,7 +74,7 @@ BEGIN
         -- attempts and steps go with their runs (ON DELETE CASCADE)
         DELETE FROM runs_default WHERE scheduled_for >= lower_bound AND scheduled_for < upper_bound;
     END IF;
-    EXECUTE format('CREATE TABLE %I PARTITION OF runs %s WITH (fillfactor = 50)', 'runs_' || suffix, bounds);
+    EXECUTE format('CREATE TABLE %I PARTITION OF runs %s WITH (fillfactor = 75)', 'runs_' || suffix, bounds);
     EXECUTE format('CREATE TABLE %I PARTITION OF attempts %s', 'attempts_' || suffix, bounds);
     EXECUTE format('CREATE TABLE %I PARTITION OF attempt_steps %s', 'attempt_steps_' || suffix, bounds);
     EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I FOREIGN KEY (run_id, run_scheduled_for)'
