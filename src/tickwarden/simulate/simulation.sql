@@ -175,7 +175,7 @@ SELECT min(finished_at) AS due FROM outcome_queue;
 -- simulation_next_due_deadlines --
 -- A schedule without a watermark, or edited since, is armed by the next pass: due now.
 SELECT least(
-    (SELECT min(deadline_at) FROM runs WHERE status IN ('queued', 'running', 'pending_retry')),
+    (SELECT min(deadline_at) FROM runs WHERE finished_at IS NULL),
     (SELECT min(next_check_at) FROM tick_audits),
     (SELECT %(now)s::timestamptz
       WHERE EXISTS (SELECT 1 FROM schedules s

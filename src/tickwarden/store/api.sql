@@ -258,17 +258,19 @@ SELECT a.*, t.name AS tenant_name, w.name AS workflow_name
  LIMIT %(limit)s;
 
 -- api_metrics_runs_in_flight --
--- Runs still waiting for a verdict, by status: only the deadline index's partial range, never the ledger.
+-- Runs still waiting for a verdict (queued, running, pending_retry: no finish yet), by status:
+-- only the deadline index's partial range, never the ledger.
 SELECT status, count(*) AS n FROM runs
- WHERE status IN ('queued', 'running', 'pending_retry') GROUP BY status;
+ WHERE finished_at IS NULL GROUP BY status;
 
 -- api_metrics_tenant_last_success --
--- Each tenant's newest success: one probe per tenant on runs_tenant_success_idx.
-SELECT t.id AS tenant_id,
-       (SELECT r.finished_at FROM runs r
-         WHERE r.tenant_id = t.id AND r.status = 'succeeded'
-         ORDER BY r.finished_at DESC LIMIT 1) AS last_success_at
+-- Each tenant's newest success: the latest finish among its workflows' newest successes
+-- (workflow_successes, one row a workflow: the success of the newest tick), not a read of the
+-- runs (their success index went with migration 0042).
+SELECT t.id AS tenant_id, max(s.finished_at) AS last_success_at
   FROM tenants t
+  LEFT JOIN workflow_successes s ON s.tenant_id = t.id
+ GROUP BY t.id
  ORDER BY t.id;
 
 -- api_metrics_open_alerts --

@@ -453,7 +453,7 @@ SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
 WITH overdue AS (
     SELECT r.id, r.scheduled_for
       FROM runs r
-     WHERE r.status IN ('queued', 'running', 'pending_retry')
+     WHERE r.finished_at IS NULL  -- open: queued, running or pending_retry (runs_open_deadline_idx)
        AND r.deadline_at <= %(now)s
        AND NOT EXISTS (
             SELECT 1 FROM attempts a

@@ -143,7 +143,7 @@ class RetentionRepository(StoreBase):
         if not self._is_partition(names[-1]):
             return False  # another replica expired it
         open_runs = self.conn.execute(
-            sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE status IN ('queued', 'running', 'pending_retry'))")
+            sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE finished_at IS NULL)")  # open: runs_open_deadline_idx
             .format(sql.Identifier(names[-1]))).fetchone()
         if open_runs is None or open_runs[0]:
             return False

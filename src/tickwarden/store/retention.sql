@@ -374,7 +374,7 @@ WITH candidates AS MATERIALIZED (
 SELECT EXISTS (
            SELECT 1 FROM runs r
             WHERE r.scheduled_for >= %(lower)s AND r.scheduled_for < %(upper)s
-              AND r.status IN ('queued', 'running', 'pending_retry'))
+              AND r.finished_at IS NULL)
     OR EXISTS (
            SELECT 1
              FROM candidates c
