@@ -143,3 +143,45 @@ def test_savepoints_one_after_another_send_the_same_statements_without_a_cursor(
     assert [text for _, text in sent if "SAVEPOINT" not in text] == ["BEGIN", "COMMIT"] * 2
     assert executed == ["INSERT INTO pipelined_probe VALUES (%s)"] * 2  # no cursor sent a transaction command
     assert rows(one) == [1, 2]
+
+
+def test_transaction_commands_are_encoded_once_per_connection(one, monkeypatch):
+    """BEGIN, COMMIT and a savepoint's statements are queued as bytes encoded at their first use, not every time."""
+    encoded: list[str] = []  # each whole statement encoded (a composed one's parts are encoded inside it)
+    depth = [0]
+
+    def counting(real):
+        def as_bytes(self, context=None):
+            depth[0] += 1
+            try:
+                data = real(self, context)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                encoded.append(data.decode())
+            return data
+        return as_bytes
+
+    monkeypatch.setattr(psycopg.sql.SQL, "as_bytes", counting(psycopg.sql.SQL.as_bytes))
+    monkeypatch.setattr(psycopg.sql.Composed, "as_bytes", counting(psycopg.sql.Composed.as_bytes))
+    for n in (1, 2, 3):
+        with one.transaction(pipelined=True) as store, store.conn.transaction():
+            store.conn.execute("INSERT INTO pipelined_probe VALUES (%s)", (n,))
+    assert sorted(encoded) == sorted(['BEGIN', 'SAVEPOINT "tickwarden_savepoint_1"',
+                                      'RELEASE SAVEPOINT "tickwarden_savepoint_1"', 'COMMIT'])
+    assert rows(one) == [1, 2, 3]
+    lent_as_usual(one)
+
+
+def test_a_queued_command_raises_its_own_error_and_a_skipped_one_pipeline_aborted():
+    with psycopg.connect(TEST_URL, autocommit=True) as conn, conn.pipeline() as queued:
+        tickwarden.db._command(conn, psycopg.sql.SQL("RELEASE SAVEPOINT nowhere"))  # outside any transaction block
+        with pytest.raises(psycopg.errors.NoActiveSqlTransaction):
+            queued.sync()
+        failing = conn.execute("SELECT 1 / 0")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            failing.fetchall()
+        tickwarden.db._command(conn, tickwarden.db.BEGIN)  # the server skips it until the sync
+        with pytest.raises(psycopg.errors.PipelineAborted):
+            queued.sync()
+        assert conn.execute("SELECT 2").fetchone() == (2,)  # the sync ended the aborted state
