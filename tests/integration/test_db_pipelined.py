@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import psycopg
@@ -185,3 +186,41 @@ def test_a_queued_command_raises_its_own_error_and_a_skipped_one_pipeline_aborte
         with pytest.raises(psycopg.errors.PipelineAborted):
             queued.sync()
         assert conn.execute("SELECT 2").fetchone() == (2,)  # the sync ended the aborted state
+
+
+@pytest.fixture
+def dedicated(schema):
+    with psycopg.connect(TEST_URL, options=f"-c search_path={schema}", autocommit=True) as conn:
+        conn.execute("CREATE TABLE pipelined_probe (n int PRIMARY KEY)")
+    database = tickwarden.db.DedicatedDatabase(TEST_URL, schema=schema)
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+def test_a_dedicated_transaction_is_one_context_manager_and_lends_the_connection_back(dedicated, monkeypatch):
+    """`transaction` and `autocommit` are the pipelined borrow itself: one generator entered per transaction, not three."""
+    with dedicated.transaction():  # the first enters the kept pipeline too
+        pass
+    entered: list[str] = []
+    real_enter = contextlib._GeneratorContextManager.__enter__
+
+    def entering(self):
+        entered.append(self.gen.__name__)
+        return real_enter(self)
+
+    monkeypatch.setattr(contextlib._GeneratorContextManager, "__enter__", entering)
+    with dedicated.transaction() as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+    with dedicated.autocommit() as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (2)")
+    assert entered == ["_pipelined", "_pipelined"]
+    with pytest.raises(ZeroDivisionError), dedicated.transaction() as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (3)")
+        with pytest.raises(RuntimeError, match="already lent"), dedicated.autocommit():
+            pass
+        raise ZeroDivisionError
+    monkeypatch.undo()
+    with dedicated.probe() as store:  # lent back after the error, the failed transaction rolled back
+        assert store.conn.execute("SELECT n FROM pipelined_probe ORDER BY n").fetchall() == [(1,), (2,)]
