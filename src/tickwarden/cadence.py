@@ -28,7 +28,7 @@ import bisect
 import functools
 import statistics
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -230,6 +230,17 @@ def parse_schedule(cron: str, timezone: str = "UTC") -> CronSchedule:
     """Validate a cron expression and zone; raise InvalidSchedule with one clear sentence."""
     if not isinstance(cron, str) or not cron.strip():
         raise InvalidSchedule("The cron expression is empty.")
+    if not isinstance(timezone, str):
+        raise InvalidSchedule(f"Unknown timezone {timezone!r}: use an IANA name such as 'Europe/Berlin'.")
+    return _parsed(cron, timezone)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(cron: str, timezone: str) -> CronSchedule:
+    """`parse_schedule` of two strings, remembered: a schedule is immutable, and its check builds a cronsim walker.
+
+    A failure is not remembered (lru_cache keeps no exception): it raises again each time.
+    """
     try:
         ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError, TypeError):
@@ -267,18 +278,40 @@ def cadence_of(schedule: CronSchedule, now: datetime) -> Cadence:
     Cached: a fleet repeats a few expressions, and the walk over a year of fires is long.
     """
     now = ensure_utc(now)
-    shifted = _shift(schedule)
-    candidates = schedule.fire_times(now) if shifted is None else _shifted_fires(*shifted, now)
-    fires: list[datetime] = []
     limit = now + HORIZON
-    for fire in candidates:
+    shifted = _shift(schedule)
+    if shifted is not None:
+        # The schedule's fires are the shape's shifted by a constant: their gaps are the
+        # shape's, so the summary of a stretch of the shape's fires serves every shift
+        # that samples the same stretch (`_shape_cadence`).
+        shape, shift, bound = shifted
+        anchor = now - bound
+        shape_fires = _shape_fires(shape, anchor, bound)
+        # the schedule's fires are the shape's with fire + shift > now; the sample takes
+        # them while fire + shift <= limit, at most SAMPLE_FIRES + 1 of them
+        start = bisect.bisect_right(shape_fires, now - shift)
+        end = min(start + SAMPLE_FIRES + 1, bisect.bisect_right(shape_fires, limit - shift))
+        if end - start < 2:
+            _no_cadence(schedule)
+        return _shape_cadence(shape, anchor, bound, start, end)
+    fires: list[datetime] = []
+    for fire in schedule.fire_times(now):
         if fire > limit or len(fires) > SAMPLE_FIRES:
             break
         fires.append(fire)
     if len(fires) < 2:
-        raise InvalidSchedule(
-            f"Cron expression {schedule.cron!r} does not fire at least twice in eight years, so it has no cadence."
-        )
+        _no_cadence(schedule)
+    return _summarised(fires)
+
+
+def _no_cadence(schedule: CronSchedule) -> None:
+    raise InvalidSchedule(
+        f"Cron expression {schedule.cron!r} does not fire at least twice in eight years, so it has no cadence."
+    )
+
+
+def _summarised(fires: Sequence[datetime]) -> Cadence:
+    """The cadence of consecutive fire times (two or more): the median gap, and whether the gaps agree."""
     gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:], strict=False)]
     interval = int(statistics.median(gaps))
     # A DST transition stretches or shrinks one gap by an hour; that is not irregularity.
@@ -286,6 +319,12 @@ def cadence_of(schedule: CronSchedule, now: datetime) -> Cadence:
         interval > 2 * 3600 or all(gap == interval for gap in gaps)
     )
     return Cadence(interval_seconds=max(interval, 1), regular=regular, gaps_sampled=len(gaps))
+
+
+@functools.lru_cache(maxsize=1024)
+def _shape_cadence(shape: CronSchedule, anchor: datetime, bound: timedelta, start: int, end: int) -> Cadence:
+    """`_summarised` of the shape's fires [start:end] after `anchor` (`_shape_fires`): a shift moves no gap."""
+    return _summarised(_shape_fires(shape, anchor, bound)[start:end])
 
 
 def _shift(schedule: CronSchedule) -> tuple[CronSchedule, timedelta, timedelta] | None:
@@ -307,13 +346,6 @@ def _shift(schedule: CronSchedule) -> tuple[CronSchedule, timedelta, timedelta] 
         shape = CronSchedule(" ".join(["0", "0", *days]), "UTC")
         return shape, timedelta(hours=int(hour), minutes=int(minute)), timedelta(days=1)
     return CronSchedule(" ".join(["0", hour, *days]), "UTC"), timedelta(minutes=int(minute)), timedelta(hours=1)
-
-
-def _shifted_fires(shape: CronSchedule, shift: timedelta, bound: timedelta, now: datetime) -> Iterator[datetime]:
-    """The fire times after `now` of the schedule `shift` after `shape` (see `_shift`), ascending."""
-    for fire in _shape_fires(shape, now - bound, bound):
-        if fire + shift > now:
-            yield fire + shift
 
 
 @functools.lru_cache(maxsize=256)

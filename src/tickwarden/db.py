@@ -457,11 +457,53 @@ def _command(conn: psycopg.Connection, statement: sql.SQL | sql.Composed) -> Non
     placeholders to convert and no write of its own: it goes out with the next statement
     executed or the next sync, ahead of it, and a read of an earlier statement's result
     leaves it queued. Its error is raised where the result arrives, as any pipelined
-    statement's. Outside pipeline mode it runs at once and raises its error there. Nearly
-    a third of a simulated day's statements are these; sent by a cursor, each cost the
-    client about as much as a statement with parameters.
+    statement's (psycopg's own check of a command's result: its error, or `PipelineAborted`
+    when an earlier error made the server skip it). Outside pipeline mode it runs at once
+    and raises its error there. Nearly a third of a simulated day's statements are these:
+    queued here directly, with the text encoded once per connection (`_encoded`), rather
+    than through psycopg's generator, which composes and encodes the text every time.
     """
-    conn.wait(conn._exec_command(statement))
+    pipeline = conn._pipeline
+    if pipeline is None or not _QUEUES_COMMANDS:
+        conn.wait(conn._exec_command(statement))
+        return
+    conn._check_connection_ok()
+    pgconn = conn.pgconn
+    pipeline.command_queue.append(functools.partial(pgconn.send_query_params, _encoded(conn, statement), None))
+    pipeline.result_queue.append(None)
+
+
+def _queues_commands() -> bool:
+    """Whether this psycopg's pipeline and connection have the members `_command` queues a command with."""
+    from psycopg._pipeline_base import BasePipeline
+
+    annotated = getattr(BasePipeline, "__annotations__", {})
+    return ("command_queue" in annotated and "result_queue" in annotated
+            and hasattr(psycopg.Connection, "_check_connection_ok") and hasattr(BasePipeline, "_process_results"))
+
+
+_QUEUES_COMMANDS = _queues_commands()
+_ENCODED = "_tickwarden_commands"  # the connection's attribute: id of a command -> (the command, encoding, bytes)
+
+
+def _encoded(conn: psycopg.Connection, statement: sql.SQL | sql.Composed) -> bytes:
+    """`statement` as the bytes psycopg would send on `conn`, encoded once per connection and client encoding.
+
+    Keyed by the object's id, the object kept beside its bytes so that the id cannot be
+    another's: the commands are module constants and `_savepoint_statements`' few.
+    """
+    cache: dict[int, tuple[object, str, bytes]] | None = conn.__dict__.get(_ENCODED)
+    if cache is None:
+        cache = conn.__dict__[_ENCODED] = {}
+    encoding = conn.pgconn._encoding
+    entry = cache.get(id(statement))
+    if entry is not None and entry[0] is statement and entry[1] == encoding:
+        return entry[2]
+    if len(cache) >= 256:
+        cache.clear()
+    encoded = statement.as_bytes(conn)
+    cache[id(statement)] = (statement, encoding, encoded)
+    return encoded
 
 
 class PipelinedConnection(psycopg.Connection[Any]):
@@ -583,15 +625,20 @@ class DedicatedDatabase(Database):
 
     @contextlib.contextmanager
     def _borrow(self) -> Iterator[psycopg.Connection]:
+        conn = self._lend()
+        try:
+            yield conn
+        finally:
+            self._lent = False
+
+    def _lend(self) -> psycopg.Connection:
+        """Mark the connection lent, opened anew when it was closed; the borrower sets `_lent` back."""
         if self._lent:
             raise RuntimeError("the dedicated connection is already lent: nested use needs a pooled Database")
         if self._conn.closed:
             self._conn, self._pipeline, self._ahead_writes, self._chained = self._open(), None, False, False
         self._lent = True
-        try:
-            yield self._conn
-        finally:
-            self._lent = False
+        return self._conn
 
     def _leave_pipeline(self, exc: BaseException | None = None) -> None:
         """Sync the kept pipeline and leave pipeline mode: every result, and every error, is in."""
@@ -607,8 +654,8 @@ class DedicatedDatabase(Database):
                 stack.__exit__(type(exc), exc, exc.__traceback__)  # logs, never raises, a second error
 
     @contextlib.contextmanager
-    def _pipelined(self) -> Iterator[psycopg.Connection]:
-        """Lend the connection in the kept pipeline for one transaction; on an error, roll it back.
+    def _pipelined(self) -> Iterator[Store]:
+        """Lend the store bound to the connection in the kept pipeline for one transaction; on an error, roll it back.
 
         A transaction ends with COMMIT AND CHAIN, which commits it and opens the next, so
         the next transaction sends no BEGIN: one statement fewer per transaction, about a
@@ -620,7 +667,10 @@ class DedicatedDatabase(Database):
         the one the implicit transaction kept too; leaving the pipeline (`connection`,
         `maintenance`, `close`) commits it first, so VACUUM runs outside any transaction.
         """
-        with self._borrow() as conn:
+        # `_borrow`'s work done here rather than in a context manager of its own: a simulated
+        # day opens some 12,000 of these, and each layer of generator costs as much as a command.
+        conn = self._lend()
+        try:
             self._keep_pipeline(conn)
             try:
                 if not self._chained:
@@ -629,7 +679,7 @@ class DedicatedDatabase(Database):
                 self._ahead_writes = False  # this transaction takes them
                 conn.in_block = True
                 try:
-                    yield conn
+                    yield self._store(conn)
                 finally:
                     conn.in_block = False
                 _command(conn, CHAIN)
@@ -641,6 +691,8 @@ class DedicatedDatabase(Database):
                 if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     _command(conn, ROLLBACK)
                 raise
+        finally:
+            self._lent = False
 
     @contextlib.contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
@@ -656,8 +708,9 @@ class DedicatedDatabase(Database):
                         conn.rollback()
                     conn.autocommit = True
 
-    @contextlib.contextmanager
-    def transaction(self, timeout: float | None = None, *, pipelined: bool = True) -> Iterator[Store]:
+    def transaction(  # `_pipelined` itself, without a layer of its own
+        self, timeout: float | None = None, *, pipelined: bool = True
+    ) -> contextlib._GeneratorContextManager[Store]:
         """Run one transaction in the kept pipeline and hand out the store bound to it (always pipelined).
 
         The same statements, in the same order, with the same results as `Database.transaction`,
@@ -665,8 +718,7 @@ class DedicatedDatabase(Database):
         after them. A statement whose result is read waits for it (a flush, not a sync: the
         pipeline goes on), so what a pass reads is what it would have read.
         """
-        with self._pipelined() as conn:
-            yield self._store(conn)
+        return self._pipelined()
 
     @contextlib.contextmanager
     def probe(self) -> Iterator[Store]:
@@ -680,8 +732,8 @@ class DedicatedDatabase(Database):
         and whatever it left open rolled back, as a transaction's error is.
         """
         if self._ahead_writes:
-            with self._pipelined() as conn:
-                yield self._store(conn)
+            with self._pipelined() as store:
+                yield store
             return
         with self._borrow() as conn:
             self._keep_pipeline(conn)
@@ -693,11 +745,9 @@ class DedicatedDatabase(Database):
                     _command(conn, ROLLBACK)
                 raise
 
-    @contextlib.contextmanager
-    def autocommit(self) -> Iterator[Store]:
+    def autocommit(self) -> contextlib._GeneratorContextManager[Store]:  # as `transaction`
         """One-statement operations, as one transaction of the kept pipeline (see the class)."""
-        with self._pipelined() as conn:
-            yield self._store(conn)
+        return self._pipelined()
 
     @contextlib.contextmanager
     def ahead(self) -> Iterator[psycopg.Connection]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import psycopg
@@ -143,3 +144,83 @@ def test_savepoints_one_after_another_send_the_same_statements_without_a_cursor(
     assert [text for _, text in sent if "SAVEPOINT" not in text] == ["BEGIN", "COMMIT"] * 2
     assert executed == ["INSERT INTO pipelined_probe VALUES (%s)"] * 2  # no cursor sent a transaction command
     assert rows(one) == [1, 2]
+
+
+def test_transaction_commands_are_encoded_once_per_connection(one, monkeypatch):
+    """BEGIN, COMMIT and a savepoint's statements are queued as bytes encoded at their first use, not every time."""
+    encoded: list[str] = []  # each whole statement encoded (a composed one's parts are encoded inside it)
+    depth = [0]
+
+    def counting(real):
+        def as_bytes(self, context=None):
+            depth[0] += 1
+            try:
+                data = real(self, context)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                encoded.append(data.decode())
+            return data
+        return as_bytes
+
+    monkeypatch.setattr(psycopg.sql.SQL, "as_bytes", counting(psycopg.sql.SQL.as_bytes))
+    monkeypatch.setattr(psycopg.sql.Composed, "as_bytes", counting(psycopg.sql.Composed.as_bytes))
+    for n in (1, 2, 3):
+        with one.transaction(pipelined=True) as store, store.conn.transaction():
+            store.conn.execute("INSERT INTO pipelined_probe VALUES (%s)", (n,))
+    assert sorted(encoded) == sorted(['BEGIN', 'SAVEPOINT "tickwarden_savepoint_1"',
+                                      'RELEASE SAVEPOINT "tickwarden_savepoint_1"', 'COMMIT'])
+    assert rows(one) == [1, 2, 3]
+    lent_as_usual(one)
+
+
+def test_a_queued_command_raises_its_own_error_and_a_skipped_one_pipeline_aborted():
+    with psycopg.connect(TEST_URL, autocommit=True) as conn, conn.pipeline() as queued:
+        tickwarden.db._command(conn, psycopg.sql.SQL("RELEASE SAVEPOINT nowhere"))  # outside any transaction block
+        with pytest.raises(psycopg.errors.NoActiveSqlTransaction):
+            queued.sync()
+        failing = conn.execute("SELECT 1 / 0")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            failing.fetchall()
+        tickwarden.db._command(conn, tickwarden.db.BEGIN)  # the server skips it until the sync
+        with pytest.raises(psycopg.errors.PipelineAborted):
+            queued.sync()
+        assert conn.execute("SELECT 2").fetchone() == (2,)  # the sync ended the aborted state
+
+
+@pytest.fixture
+def dedicated(schema):
+    with psycopg.connect(TEST_URL, options=f"-c search_path={schema}", autocommit=True) as conn:
+        conn.execute("CREATE TABLE pipelined_probe (n int PRIMARY KEY)")
+    database = tickwarden.db.DedicatedDatabase(TEST_URL, schema=schema)
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+def test_a_dedicated_transaction_is_one_context_manager_and_lends_the_connection_back(dedicated, monkeypatch):
+    """`transaction` and `autocommit` are the pipelined borrow itself: one generator entered per transaction, not three."""
+    with dedicated.transaction():  # the first enters the kept pipeline too
+        pass
+    entered: list[str] = []
+    real_enter = contextlib._GeneratorContextManager.__enter__
+
+    def entering(self):
+        entered.append(self.gen.__name__)
+        return real_enter(self)
+
+    monkeypatch.setattr(contextlib._GeneratorContextManager, "__enter__", entering)
+    with dedicated.transaction() as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+    with dedicated.autocommit() as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (2)")
+    assert entered == ["_pipelined", "_pipelined"]
+    with pytest.raises(ZeroDivisionError), dedicated.transaction() as store:
+        store.conn.execute("INSERT INTO pipelined_probe VALUES (3)")
+        with pytest.raises(RuntimeError, match="already lent"), dedicated.autocommit():
+            pass
+        raise ZeroDivisionError
+    monkeypatch.undo()
+    with dedicated.probe() as store:  # lent back after the error, the failed transaction rolled back
+        assert store.conn.execute("SELECT n FROM pipelined_probe ORDER BY n").fetchall() == [(1,), (2,)]

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tickwarden import cadence as cadence_module
 from tickwarden.cadence import cadence_of, parse_schedule
 from tickwarden.errors import InvalidSchedule
 
@@ -126,3 +127,22 @@ def test_a_utc_schedule_at_a_fixed_minute_has_the_cadence_of_its_own_walk(minute
     cron = f"{minute} {hour} {day} {month} {weekday}"
     now = NOW + timedelta(minutes=offset)
     assert _cadence_or_error(cron, "UTC", now) == _cadence_or_error(cron, "Etc/UTC", now)
+
+
+def test_schedules_of_one_shape_share_the_summary_of_its_fires():
+    # Sixty hourly schedules at sixty minutes sample two stretches of `0 * * * *`'s fires
+    # (the top of the hour `now` falls on, and the next): two summaries, not sixty.
+    now = datetime(2031, 5, 6, 7, 0, tzinfo=UTC)
+    cadence_module._shape_cadence.cache_clear()
+    cadences = {cadence_of(parse_schedule(f"{minute} * * * *"), now) for minute in range(60)}
+    assert cadences == {cadence_of(parse_schedule("0 * * * *", "Etc/UTC"), now)}
+    assert cadence_module._shape_cadence.cache_info().misses == 2
+
+
+def test_a_schedule_is_parsed_once_and_a_bad_one_fails_every_time():
+    assert parse_schedule("7 3 * * 1", "Europe/Berlin") is parse_schedule("7 3 * * 1", "Europe/Berlin")
+    for _ in range(2):
+        with pytest.raises(InvalidSchedule, match="Unknown timezone"):
+            parse_schedule("0 2 * * *", ["Europe/Berlin"])  # type: ignore[arg-type]  # unhashable: no TypeError
+        with pytest.raises(InvalidSchedule, match="minute"):
+            parse_schedule("61 * * * *")
