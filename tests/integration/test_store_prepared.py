@@ -168,3 +168,31 @@ def test_a_psycopg_without_the_members_the_path_uses_runs_the_store_on_cursors(d
         assert store.outbox._fetch(PICK, {"n": 5}) == [{"n": 5, "twice": 10}]
         assert "_tickwarden_prepared" not in store.conn.__dict__
         assert (PICK, "dict", 0) in store.conn.__dict__["_tickwarden_kept_cursors"]
+
+
+@pytest.mark.parametrize("pipelined_drop", [False, True])
+def test_statements_survive_psycopg_deallocating_every_prepared_statement_of_the_session(schema, pipelined_drop):
+    """psycopg sends DEALLOCATE ALL after a DROP, ALTER or ROLLBACK run on a cursor while it holds
+    prepared statements of its own (they may name what changed): the store's are prepared again."""
+    with Database(TEST_URL, schema=schema, min_size=1, max_size=1) as database:
+        with database.connection() as conn:
+            conn.execute("CREATE TABLE prepared_probe (n int PRIMARY KEY)")
+            conn.commit()
+        for round_ in range(3):
+            with database.transaction(pipelined=True) as store:
+                assert store.outbox._fetch(SQUARE, {"n": round_}) == [{"sq": round_ * round_}]
+                conn = store.conn
+                for _ in range(6):  # past psycopg's prepare threshold: a prepared statement of its own
+                    conn.execute("SELECT count(*) FROM prepared_probe").fetchall()
+                conn.execute(f"CREATE TABLE scratch_{round_} (n int)")
+                if pipelined_drop:
+                    conn.execute(f"DROP TABLE scratch_{round_}")  # its result is processed at the next read
+                    assert store.outbox._fetch(SQUARE, {"n": 7}) == [{"sq": 49}]
+                else:
+                    conn.execute(f"DROP TABLE scratch_{round_}")
+                    assert conn._pipeline is not None
+                    conn._pipeline.sync()  # its result processed, and the DEALLOCATE ALL sent, before the next send
+                assert store.outbox._fetch(SQUARE, {"n": 5}) == [{"sq": 25}]
+                assert store.outbox._fetch(PICK, {"n": 0}) == []
+            with database.transaction(pipelined=True) as store:
+                assert store.outbox._fetch(SQUARE, {"n": 3}) == [{"sq": 9}]

@@ -56,7 +56,10 @@ def _supported() -> bool:
     """
     from psycopg._pipeline import Pipeline
 
+    from psycopg._preparing import PrepareManager
+
     wanted = [(Pipeline, ("_communicate_gen", "_fetch_gen")), (PostgresQuery, ("convert",)),
+              (PrepareManager, ("clear", "maintain_gen")),
               (Transformer, ("dump_sequence", "load_rows", "set_pgresult"))]
     if not all(hasattr(owner, member) for owner, members in wanted for member in members):
         return False
@@ -202,6 +205,29 @@ def _raise(result: psycopg.pq.abc.PGresult, encoding: str) -> None:
     raise e.InternalError(f"unexpected result status from query: {ExecStatus(result.status).name}")
 
 
+def _watch_deallocations(conn: psycopg.Connection[Any]) -> dict[str, _Statement]:
+    """The connection's statements, forgotten whenever psycopg deallocates every prepared statement.
+
+    psycopg sends DEALLOCATE ALL when a DROP, ALTER, ROLLBACK or DISCARD ALL runs on a cursor while
+    it holds prepared statements of its own (`PrepareManager.clear`, which says whether it will):
+    that removes these too, so their names are forgotten with its own and prepared again at their
+    next send, after the DEALLOCATE ALL (`send` queues a pending one first).
+    """
+    statements: dict[str, _Statement] = {}
+    manager = conn._prepared
+    clear = manager.clear
+
+    def cleared() -> bool:
+        deallocating = clear()
+        if deallocating:
+            for statement in statements.values():
+                statement.names.clear()
+        return deallocating
+
+    manager.clear = cleared  # type: ignore[method-assign]
+    return statements
+
+
 def send(conn: psycopg.Connection[Any], text: str, params: dict[str, Any] | None) -> Sent | None:
     """Queue `text` with `params` in `conn`'s pipeline (see the module); None when it goes through a cursor instead.
 
@@ -216,7 +242,7 @@ def send(conn: psycopg.Connection[Any], text: str, params: dict[str, Any] | None
     assert pipeline is not None
     statements: dict[str, _Statement] | None = conn.__dict__.get(_STATEMENTS)
     if statements is None:
-        statements = conn.__dict__[_STATEMENTS] = {}
+        statements = conn.__dict__[_STATEMENTS] = _watch_deallocations(conn)
     statement = statements.get(text)
     params = params or {}
     if statement is None:
@@ -239,6 +265,10 @@ def send(conn: psycopg.Connection[Any], text: str, params: dict[str, Any] | None
     pgconn = conn.pgconn
     name = statement.names.get(types)
     if name is None:
+        manager = conn._prepared
+        if manager._to_flush:
+            # psycopg owes the server a DEALLOCATE (ALL): queued ahead of this prepare, not after it
+            conn.wait(manager.maintain_gen(conn))
         name = statement.names[types] = b"tickwarden_%d" % next(_NAMES)
         pipeline.command_queue.append(functools.partial(pgconn.send_prepare, name, statement.query, param_types=types))
         pipeline.result_queue.append((_Prepare(statement, types, name), None))  # type: ignore[arg-type]
