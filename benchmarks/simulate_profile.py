@@ -33,7 +33,7 @@ from tickwarden import db
 from tickwarden.clock import isoformat_z
 from tickwarden.simulate import engine, parse_scenario, run_policy
 from tickwarden.simulate.report import to_json
-from tickwarden.store import base, prepared
+from tickwarden.store import base
 from tickwarden.store.queries import queries
 
 
@@ -96,23 +96,6 @@ class Profile:
             return execute(cur, query, params, **kwargs)
 
         psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign]
-        send = prepared.send
-
-        def counted_send(conn: Any, text: str, params: Any) -> Any:  # the store's, in pipeline mode: no cursor
-            sent = send(conn, text, params)
-            if sent is not None:  # else a cursor ran it, and counted it
-                profile.statements[profile.loop] += 1
-                profile.queries[(profile.loop, profile.name(text))] += 1
-            return sent
-
-        prepared.send = counted_send  # type: ignore[assignment]
-        read = prepared.Sent._read_gen
-
-        def counted_read(sent: Any, pipeline: Any) -> Iterator[Any]:  # a read that sends a flush request
-            profile.round_trips[profile.loop] += 1
-            return (yield from read(sent, pipeline))
-
-        prepared.Sent._read_gen = counted_read  # type: ignore[method-assign]
         command = db._command
 
         def counted_command(conn: Any, statement: Any) -> None:  # BEGIN, COMMIT, a savepoint's: no cursor

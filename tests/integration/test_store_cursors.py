@@ -75,21 +75,7 @@ def test_a_statement_submitted_again_before_its_rows_are_read_is_answered_on_a_c
             assert [read() for read in reversed(reads)] == [[{"sq": 16}], [{"sq": 9}], [{"sq": 4}]]
 
 
-@pytest.fixture
-def pooled(db):
-    """A pool of one connection: outside pipeline mode, the store's statements run on kept cursors.
-
-    (The dedicated connection's, in pipeline mode, go without a cursor: tests/integration/test_store_prepared.py.)
-    """
-    database = Database(TEST_URL, schema=db.schema, min_size=1, max_size=1)
-    try:
-        yield database
-    finally:
-        database.close()
-
-
-def test_a_kept_cursor_decodes_its_statements_column_names_once(pooled):
-    database = pooled
+def test_a_kept_cursor_decodes_its_statements_column_names_once(database):
     with database.transaction() as store:
         assert store.outbox._fetch(SQUARE, {"n": 2}) == [{"sq": 4}]
         factory = store.conn.__dict__["_tickwarden_kept_cursors"][(SQUARE, "dict", 0)].row_factory
@@ -100,8 +86,7 @@ def test_a_kept_cursor_decodes_its_statements_column_names_once(pooled):
     assert factory.make is made
 
 
-def test_a_statement_whose_large_result_closed_its_cursor_keeps_its_column_names_for_the_next(pooled):
-    database = pooled
+def test_a_statement_whose_large_result_closed_its_cursor_keeps_its_column_names_for_the_next(database):
     many = "SELECT generate_series(1, %(n)s::int) AS i"
     with database.transaction() as store:
         assert len(store.outbox._fetch(many, {"n": 100})) == 100  # more than a kept cursor holds: closed

@@ -16,7 +16,7 @@ from psycopg.pq import ExecStatus, PipelineStatus
 from psycopg.rows import Row, dict_row
 
 from tickwarden.pipeline import pipeline
-from tickwarden.store import arrays, prepared
+from tickwarden.store import arrays
 from tickwarden.store.queries import queries
 
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -164,11 +164,7 @@ def _keep(conn: psycopg.Connection[Any], key: tuple[str, str, int], cur: psycopg
 
 
 class StoreBase:
-    """Runs named queries on one connection (inside the caller's transaction).
-
-    In pipeline mode (the simulator's connection, a pipelined transaction) a statement goes
-    without a cursor, prepared once per connection (`prepared`); otherwise on a kept cursor (`_take`).
-    """
+    """Runs named queries on one connection (inside the caller's transaction)."""
 
     def __init__(self, conn: psycopg.Connection):
         self.conn = conn
@@ -191,28 +187,21 @@ class StoreBase:
         the statement as completed by its caller (a constant written into `name`'s text).
         """
         text = text or queries()[name]
-        conn = self.conn
-        sent = prepared.send(conn, text, params) if prepared.usable(conn) else None
-        if sent is not None:
-            rows = sent.rows("tuple") or []
-            if (name, cls) not in _CHECKED:
-                _check_columns(name, cls, sent.columns())
-            return [cls(*row) for row in rows]
         key = (text, "tuple", 0)
-        cur = _take(conn, key)
+        cur = _take(self.conn, key)
         with _closed_on_error(cur):
             cur.execute(text, params)
             rows = _read(cur) or []
             if (name, cls) not in _CHECKED:
-                _check_columns(name, cls, [c.name for c in cur.description or ()])
-        _keep(conn, key, cur, len(rows))
+                columns = [c.name for c in cur.description or ()]
+                expected = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+                if columns != expected:
+                    raise AssertionError(f"{name} returns {columns}, {cls.__name__} has {expected}")
+                _CHECKED.add((name, cls))
+        _keep(self.conn, key, cur, len(rows))
         return [cls(*row) for row in rows]
 
     def _fetch(self, text: str, params: dict[str, Any] | None) -> list[dict[str, Any]]:
-        if prepared.usable(self.conn):
-            sent = prepared.send(self.conn, text, params)
-            if sent is not None:
-                return sent.rows("dict") or []
         key = (text, "dict", 0)
         cur = _take(self.conn, key)
         with _closed_on_error(cur):
@@ -234,10 +223,6 @@ class StoreBase:
         server still runs them one after the other, in the order sent, so a later one sees
         an earlier one's writes, and an error stops the rest and is raised by its reader.
         """
-        if prepared.usable(self.conn):
-            sent = prepared.send(self.conn, text, params)
-            if sent is not None:
-                return functools.partial(_dict_rows, sent)
         key = (text, "dict", 0)
         cur = _take(self.conn, key)  # out until its rows are read: a statement sent again meanwhile takes another
         with _closed_on_error(cur):
@@ -263,8 +248,6 @@ class StoreBase:
 
     def _send_text(self, text: str, params: dict[str, Any] | None) -> None:
         """`_send` for a statement completed by its caller (a constant written into a named text)."""
-        if prepared.usable(self.conn) and prepared.send(self.conn, text, params) is not None:
-            return  # its result, or error, arrives with the next read's (see `prepared`)
         # Its own kind of kept cursor, shared by the sends of this statement alone: nobody reads what
         # a send returns, so a result still on its way to one is never taken for another's.
         key = (text, "send", 0)
@@ -311,10 +294,6 @@ class StoreBase:
 
     def _execute(self, name: str, params: dict[str, Any] | None = None) -> int:
         text = queries()[name]
-        if prepared.usable(self.conn):
-            sent = prepared.send(self.conn, text, params)
-            if sent is not None:
-                return sent.count()
         key = (text, "tuple", 0)
         cur = _take(self.conn, key)
         with _closed_on_error(cur):
@@ -323,18 +302,6 @@ class StoreBase:
             count = cur.rowcount
         _keep(self.conn, key, cur, len(rows or ()))
         return count
-
-
-def _dict_rows(sent: prepared.Sent) -> list[dict[str, Any]]:
-    return sent.rows("dict") or []
-
-
-def _check_columns(name: str, cls: type, columns: list[str]) -> None:
-    """Check once that query `name` returns the fields of dataclass `cls`, in order (see `StoreBase._records`)."""
-    expected = [f.name for f in fields(cls)]
-    if columns != expected:
-        raise AssertionError(f"{name} returns {columns}, {cls.__name__} has {expected}")
-    _CHECKED.add((name, cls))
 
 
 class _closed_on_error:
