@@ -10,6 +10,7 @@ import pytest
 
 from tests.dbutil import TEST_URL
 from tickwarden.db import Database, DedicatedDatabase
+from tickwarden.store import base
 
 SQUARE = "SELECT %(n)s::int * %(n)s::int AS sq"
 INVERSE = "SELECT 10 / %(d)s::int AS x"
@@ -66,6 +67,32 @@ def test_a_submitted_statement_that_failed_is_not_answered_by_its_cursor_again(d
     for d in (5, 2):  # the transaction after a failed one too: its BEGIN and COMMIT go on the cursors kept for them
         with database.transaction() as store:
             assert store.outbox._submit_text(INVERSE, {"d": d})() == [{"x": 10 // d}]
+
+
+@pytest.mark.parametrize("way", ["fetch", "submit", "execute"])
+def test_the_cursor_of_a_statement_that_failed_is_closed_not_kept(database, monkeypatch, way):
+    taken = []
+    real_take = base._take
+    monkeypatch.setattr(base, "_take", lambda conn, key: taken.append(real_take(conn, key)) or taken[-1])
+    monkeypatch.setitem(base.queries(), "test_inverse", INVERSE)
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        with database.transaction() as store:
+            taken.clear()
+            if way == "fetch":
+                store.outbox._fetch(INVERSE, {"d": 0})
+            elif way == "submit":
+                store.outbox._submit_text(INVERSE, {"d": 0})()
+            else:
+                store.outbox._execute("test_inverse", {"d": 0})
+    [cur] = [cur for cur in taken if cur.closed]
+    assert cur not in database_kept(database)
+    with database.transaction() as store:
+        assert store.outbox._fetch(INVERSE, {"d": 5}) == [{"x": 2}]
+
+
+def database_kept(database) -> list:
+    with database.transaction() as store:
+        return list(store.conn.__dict__.get(base._KEPT, {}).values())
 
 
 def test_a_statement_submitted_again_before_its_rows_are_read_is_answered_on_a_cursor_of_its_own(database):
