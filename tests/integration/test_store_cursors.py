@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import traceback
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -122,3 +123,26 @@ def test_a_statement_whose_large_result_closed_its_cursor_keeps_its_column_names
         assert store.outbox._fetch(many, {"n": 2}) == [{"i": 1}, {"i": 2}]
         assert store.conn.__dict__["_tickwarden_kept_cursors"][(many, "dict", 0)].row_factory is factory
     assert factory.make is made
+
+
+def test_the_tickers_claim_makes_no_cursor_once_warm(database, monkeypatch):
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    for _ in range(2):
+        with database.transaction() as store:
+            assert store.trigger.claim_due_and_earliest(now, 10) == ([], None)  # an empty catalog: one row, no group
+    created = []
+    real_cursor = psycopg.Connection.cursor
+    passes = threading.get_ident()
+
+    def cursor(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.get_ident() == passes and not any(
+                frame.name == "check_connection" for frame in traceback.extract_stack()):
+            created.append(1)
+        return real_cursor(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "cursor", cursor)
+    for _ in range(3):
+        with database.transaction() as store:
+            assert store.trigger.claim_due_and_earliest(now, 10) == ([], None)
+    monkeypatch.undo()
+    assert created == []

@@ -229,6 +229,21 @@ class StoreBase:
         _keep(self.conn, key, cur, len(rows))
         return [cls(*row) for row in rows]
 
+    def _tuples(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run query `name` and return its rows as tuples, on a kept cursor (see `_take`): for a caller that
+        reads its columns by position (the ticker's claim, 1,441 passes a simulated day, made a cursor each)."""
+        text = queries()[name]
+        key = (text, "tuple", 0)
+        cur = _take(self.conn, key)
+        try:
+            cur.execute(text, params)
+            rows: list[tuple[Any, ...]] = _read(cur) or []
+        except BaseException:
+            cur.close()
+            raise
+        _keep(self.conn, key, cur, len(rows))
+        return rows
+
     def _fetch(self, text: str, params: dict[str, Any] | None) -> list[dict[str, Any]]:
         key = (text, "dict", 0)
         cur = _take(self.conn, key)
