@@ -15,7 +15,7 @@ import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -84,12 +84,16 @@ class Budget:
     backoffs: tuple[int, ...] = ()
 
     def deadline(self, scheduled_for: datetime) -> datetime:
-        return profile.run_deadline(
-            scheduled_for,
-            timeout_seconds=self.timeout_seconds,
-            backoffs=self.backoffs,
-            interval_seconds=self.interval_seconds,
-        )
+        """`profile.run_deadline` of a tick under this budget: the tick plus the budget's span."""
+        return scheduled_for + self.deadline_span
+
+    @functools.cached_property
+    def deadline_span(self) -> timedelta:
+        """`profile.run_deadline_span` of this budget, computed once: a budget is shared by every tick of
+        its workflows (`budget_for` remembers it), and the simulator asks for a deadline per attempt.
+        """
+        return profile.run_deadline_span(timeout_seconds=self.timeout_seconds, backoffs=self.backoffs,
+                                         interval_seconds=self.interval_seconds)
 
     def external_deadline(self, scheduled_for: datetime, *, started: bool = False) -> datetime:
         """The deadline of an external workflow's tick: no retries count (`profile.external_run_deadline`)."""

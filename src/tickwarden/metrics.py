@@ -276,6 +276,12 @@ class ProcessMetrics:
         self._runs_by_status = {status: self.runs.labels(status, replica) for status in TERMINAL}
         self._run_duration_by_status = {status: self.run_duration.labels(status, replica) for status in TERMINAL}
         self._schedule_lag = self.schedule_lag.labels(replica)
+        # The control plane's series, likewise: the poller counts its retries at every pass with work.
+        self._retries = self.retries.labels(replica)
+        self._lost = self._attempts_by_status["lost"]
+        self._notifications = {(kind, outcome): self.notifications.labels(kind, outcome, replica)
+                               for kind in CHANNEL_KINDS for outcome in NOTIFICATION_OUTCOMES}
+        self._delivery_latency = {kind: self.delivery_latency.labels(kind, replica) for kind in CHANNEL_KINDS}
         self._ticks: OrderedDict[int, datetime] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -311,29 +317,32 @@ class ProcessMetrics:
     def leases_expired(self, reaped: Iterable[FinishedAttempt]) -> None:
         """Count attempts the lease reaper declared lost, and the verdicts that gave."""
         for item in reaped:
-            self.attempts.labels("lost", self.replica).inc()
+            self._lost.inc()
             if item.run_status in TERMINAL:
-                self.runs.labels(item.run_status, self.replica).inc()
+                self._runs_by_status[item.run_status].inc()
 
     def retries_decided(self, outcome: RetryOutcome) -> None:
         """Count retries the retry engine launched, and runs it failed because retrying cannot help."""
-        self.retries.labels(self.replica).inc(len(outcome.launched))
+        if outcome.launched:  # adding nothing changes no series (each exists from the start)
+            self._retries.inc(len(outcome.launched))
         if outcome.failed:
-            self.runs.labels("failed", self.replica).inc(len(outcome.failed))
+            self._runs_by_status["failed"].inc(len(outcome.failed))
 
     def runs_closed(self, status: str, count: int = 1) -> None:
         """Count runs closed without an attempt's outcome: `missed` by the deadline detector, or `cancelled`."""
         if count:
-            self.runs.labels(status, self.replica).inc(count)
+            (self._runs_by_status.get(status) or self.runs.labels(status, self.replica)).inc(count)
 
     def notification_outcome(self, ctx: DeliveryContext, outcome: str | None, now: datetime) -> None:
         """Count one delivery's outcome; a sent one observes the latency from its event."""
         if outcome is None:  # deferred behind its channel's back-off, or taken over: nothing happened yet
             return
         kind = ctx.channel.kind
-        self.notifications.labels(kind, outcome, self.replica).inc()
+        counted = self._notifications.get((kind, outcome))
+        (counted or self.notifications.labels(kind, outcome, self.replica)).inc()
         if outcome == "sent":
-            self.delivery_latency.labels(kind, self.replica).observe(max(0.0, (now - ctx.event_at).total_seconds()))
+            latency = self._delivery_latency.get(kind) or self.delivery_latency.labels(kind, self.replica)
+            latency.observe(max(0.0, (now - ctx.event_at).total_seconds()))
 
 
 _current: ProcessMetrics | None = None

@@ -254,8 +254,18 @@ def run_deadline(
         deadline = scheduled_for + (retries + 1) × timeout + Σ backoffs + grace
         grace    = clamp(cadence / 4, 60 s, 900 s)
     """
+    return scheduled_for + run_deadline_span(timeout_seconds=timeout_seconds, backoffs=backoffs,
+                                             interval_seconds=interval_seconds)
+
+
+def run_deadline_span(*, timeout_seconds: int, backoffs: tuple[int, ...], interval_seconds: int) -> timedelta:
+    """What `run_deadline` adds to a tick: `(retries + 1) × timeout + Σ backoffs + grace`, the one formula.
+
+    A function of the budget alone, so a holder of one budget (`catalog.Budget`) computes it
+    once and adds it to every tick it is given.
+    """
     total = (len(backoffs) + 1) * timeout_seconds + sum(backoffs) + deadline_grace_seconds(interval_seconds)
-    return scheduled_for + timedelta(seconds=total)
+    return timedelta(seconds=total)
 
 
 def deadline_grace_seconds(interval_seconds: int) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+from psycopg.pq import Format
 import pytest
 
 from tests.dbutil import TEST_URL
@@ -79,3 +80,14 @@ def test_the_store_reads_an_empty_json_object_without_parsing_it(monkeypatch):
     assert base._json_loads(b"{}") == {}
     assert base._json_loads(b'{"a": 1}') == {"parsed": True}
     assert parsed == [b'{"a": 1}']
+
+
+def test_json_read_as_text_is_loaded_in_the_stores_loader_alone(conn, monkeypatch):
+    """One call a value: the store's loader parses (or not, for `{}`) without psycopg's loader calling a function."""
+    assert conn.adapters.get_loader(psycopg.adapters.types["jsonb"].oid, Format.TEXT) is base._TextJsonLoader
+    parsed = []
+    monkeypatch.setattr(base.json, "loads", lambda data: parsed.append(data) or {"parsed": True})
+    monkeypatch.setattr(base, "_json_loads", lambda data: pytest.fail("psycopg's loader was used"))
+    row = conn.execute("SELECT '{}'::jsonb, '{\"a\": 1}'::jsonb, '[1]'::json").fetchone()
+    assert row == ({}, {"parsed": True}, {"parsed": True})
+    assert parsed == [b'{"a": 1}', b"[1]"]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 import traceback
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
 
 from tests.dbutil import TEST_URL
 from tickwarden.db import Database, DedicatedDatabase
+from tickwarden.store import base
 
 SQUARE = "SELECT %(n)s::int * %(n)s::int AS sq"
 INVERSE = "SELECT 10 / %(d)s::int AS x"
@@ -68,6 +70,32 @@ def test_a_submitted_statement_that_failed_is_not_answered_by_its_cursor_again(d
             assert store.outbox._submit_text(INVERSE, {"d": d})() == [{"x": 10 // d}]
 
 
+@pytest.mark.parametrize("way", ["fetch", "submit", "execute"])
+def test_the_cursor_of_a_statement_that_failed_is_closed_not_kept(database, monkeypatch, way):
+    taken = []
+    real_take = base._take
+    monkeypatch.setattr(base, "_take", lambda conn, key: taken.append(real_take(conn, key)) or taken[-1])
+    monkeypatch.setitem(base.queries(), "test_inverse", INVERSE)
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        with database.transaction() as store:
+            taken.clear()
+            if way == "fetch":
+                store.outbox._fetch(INVERSE, {"d": 0})
+            elif way == "submit":
+                store.outbox._submit_text(INVERSE, {"d": 0})()
+            else:
+                store.outbox._execute("test_inverse", {"d": 0})
+    [cur] = [cur for cur in taken if cur.closed]
+    assert cur not in database_kept(database)
+    with database.transaction() as store:
+        assert store.outbox._fetch(INVERSE, {"d": 5}) == [{"x": 2}]
+
+
+def database_kept(database) -> list:
+    with database.transaction() as store:
+        return list(store.conn.__dict__.get(base._KEPT, {}).values())
+
+
 def test_a_statement_submitted_again_before_its_rows_are_read_is_answered_on_a_cursor_of_its_own(database):
     for _ in range(3):
         with database.transaction() as store:
@@ -95,3 +123,26 @@ def test_a_statement_whose_large_result_closed_its_cursor_keeps_its_column_names
         assert store.outbox._fetch(many, {"n": 2}) == [{"i": 1}, {"i": 2}]
         assert store.conn.__dict__["_tickwarden_kept_cursors"][(many, "dict", 0)].row_factory is factory
     assert factory.make is made
+
+
+def test_the_tickers_claim_makes_no_cursor_once_warm(database, monkeypatch):
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    for _ in range(2):
+        with database.transaction() as store:
+            assert store.trigger.claim_due_and_earliest(now, 10) == ([], None)  # an empty catalog: one row, no group
+    created = []
+    real_cursor = psycopg.Connection.cursor
+    passes = threading.get_ident()
+
+    def cursor(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.get_ident() == passes and not any(
+                frame.name == "check_connection" for frame in traceback.extract_stack()):
+            created.append(1)
+        return real_cursor(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "cursor", cursor)
+    for _ in range(3):
+        with database.transaction() as store:
+            assert store.trigger.claim_due_and_earliest(now, 10) == ([], None)
+    monkeypatch.undo()
+    assert created == []

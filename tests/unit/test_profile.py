@@ -4,6 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tickwarden import profile as profile_module
+from tickwarden.catalog import Budget
 from tickwarden.errors import InvalidPolicy
 from tickwarden.profile import BANDS, derive_profile, parse_overrides, run_deadline
 
@@ -132,3 +134,25 @@ def test_the_failure_rate_rule_is_overridable_and_refuses_a_resolve_bound_above_
         derive_profile(300, {"rate_window": 1})
     with pytest.raises(InvalidPolicy, match="rate_window"):
         derive_profile(300, {"rate_window": 101})
+
+
+@given(timeout=st.integers(1, 7200), backoffs=st.lists(st.integers(0, 3600), max_size=6).map(tuple),
+       interval=st.integers(1, 8 * 86400), minute=st.integers(0, 10**6))
+def test_a_budget_gives_every_tick_the_run_deadline(timeout, backoffs, interval, minute):
+    tick = datetime(2026, 11, 30, tzinfo=UTC) + timedelta(minutes=minute)
+    budget = Budget(retries=len(backoffs), timeout_seconds=timeout, interval_seconds=interval, backoffs=backoffs)
+    expected = run_deadline(tick, timeout_seconds=timeout, backoffs=backoffs, interval_seconds=interval)
+    assert budget.deadline(tick) == expected
+    assert budget.deadline(tick + timedelta(days=1)) == expected + timedelta(days=1)
+
+
+def test_a_budget_computes_its_deadline_span_once(monkeypatch):
+    """The simulator asks a shared budget for a deadline per attempt: the formula runs once per budget."""
+    calls = []
+    span = profile_module.run_deadline_span
+    monkeypatch.setattr(profile_module, "run_deadline_span", lambda **kw: calls.append(kw) or span(**kw))
+    budget = Budget(retries=1, timeout_seconds=600, interval_seconds=3600, backoffs=(60,))
+    tick = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    deadlines = [budget.deadline(tick + timedelta(hours=h)) for h in range(5)]
+    assert deadlines == [tick + timedelta(hours=h, seconds=2 * 600 + 60 + 900) for h in range(5)]
+    assert len(calls) == 1

@@ -89,7 +89,7 @@ class TextArrayDumper(_ArrayDumper):
         if not n:
             return _EMPTY.pack(0, 0, TEXT)
         encoded = [None if v is None else v.encode() for v in obj]
-        body = b"".join(_NULL if b is None else struct.pack("!i", len(b)) + b for b in encoded)
+        body = b"".join([_NULL if b is None else struct.pack("!i", len(b)) + b for b in encoded])  # a list: no generator
         return _HEADER.pack(1, 1 if None in encoded else 0, TEXT, n, 1) + body
 
 

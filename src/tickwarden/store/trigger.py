@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tickwarden.store.base import StoreBase
-from tickwarden.store.queries import queries
 
 
 @dataclass(frozen=True)
@@ -65,9 +64,7 @@ class TriggerRepository(StoreBase):
         claim's snapshot: a schedule written after it wakes the ticker itself, as one
         written after the pass did. When nothing was claimed it is `earliest_fire`.
         """
-        with self.conn.cursor() as cur:
-            cur.execute(queries()["trigger_claim_due"], {"now": now, "limit": limit})
-            rows = cur.fetchall()
+        rows = self._tuples("trigger_claim_due", {"now": now, "limit": limit})
         # every row carries `later`; a claim that took nothing is one row without a group
         return [DueGroup(*row[1:]) for row in rows if row[1] is not None], rows[0][0]
 
