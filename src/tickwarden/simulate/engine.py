@@ -250,6 +250,17 @@ class Quiet:
     those of attempts in flight or crashed when they were left waiting, or leased since:
     successes wait only while those together stay below the batch, and a lease that
     crowds them has them claimed at once (`crowded`).
+
+    A deadline pass does not claim them first (that was a round trip at half the deadline
+    passes of a day): it never reads the outcome queue, and its evaluation reads the ledger,
+    in which a waiting success is already its run's verdict, so it decides what it would
+    have decided after their claim. What it can change is the alert state their claim then
+    reads: a success of a workflow on which it opened an alert reads the alert open, and the
+    poller evaluates that workflow. That evaluation decides nothing: the workflow's history
+    is the one the deadline pass judged (the waiting success is older than any outcome of
+    the workflow still to come, every one of which the same claim takes, and a later
+    verdict's own pass evaluates it first), its failures are the alert's count, and a
+    decision that changes nothing writes nothing.
     """
 
     def __init__(self, enabled: bool, worker: SimulatedWorker, batch_size: int):
@@ -1031,12 +1042,6 @@ class Simulation:
                     target = idle.jump(name, now)
                     self.queue.wake(name, target, lambda at, name=name: step(name, at))
                     return
-            if name == "deadlines" and quiet.waiting:
-                # A deadline pass may open an alert on a workflow whose success waits: claimed after
-                # it, the success would read the alert open and have its workflow evaluated, which
-                # its claim at the finish never did. The waiting successes are claimed first.
-                touch("poller", now, now)
-                step("poller", now)
             worker.flush_for(name, now)  # the pass sees what the worker did before it
             loop = by_name[name]
             following = loop.run_once(now)
@@ -1079,8 +1084,9 @@ class Simulation:
             deadline pass closed the run first; with the rows its workflow expects, if any) of a
             workflow with no open alert (`Quiet`) leads to no evaluation and writes nothing but
             the claim. Such a success does not wake the poller: its claim rides with the next
-            pass, which reads the same alert state (alerts move only in poller and deadline
-            passes, and a deadline pass claims the waiting successes first), walks the queue
+            pass, which decides what its claim at the finish would have (alerts move only in
+            poller and deadline passes, and a deadline pass's only leave it an evaluation that
+            decides nothing: see `Quiet`), walks the queue
             from its oldest outcome, and finds at most QUIET_LIMIT of them there (`drained`:
             never behind a full batch). A pass owes nothing else to an earlier one: the poller's
             `_busy` only spares a look, and no other loop reads the outcome queue.
