@@ -76,8 +76,9 @@ READS_LEASES = frozenset({"deadlines", "lease-reaper"})
 WORKER_ID = "simulated-worker"
 # Loops whose look is sent as soon as something leaves them stale, unread, so that it goes
 # out with the next statement read and is answered by the time the loop wakes (their looks
-# are most of the simulator's: each pass of theirs, and each alert the poller opens or
-# counts a failure on, leaves one stale). The look then reads the ledger as it was when the
+# are most of the simulator's: each pass of theirs leaves one stale; an alert the poller or
+# the deadline detector opens or counts up does not, its evaluation says when it could first
+# escalate). The look then reads the ledger as it was when the
 # loop went stale, not when it wakes: any write in between that could bring its work
 # forward touches the loop (`IdlePasses.touch`) and voids the look, and any other write
 # can only push its work back, so the earlier answer is a lower bound all the same.
@@ -978,7 +979,8 @@ class Simulation:
             whose claim walked from the start without filling its batch has nothing left. The ticker's
             runs: attempts queued now (the worker is woken) and deadlines; a reaped attempt: the poller's, now; the
             poller's retries: queued for when they fall due; an alert opened or counting
-            more failures may escalate (the escalation clock); every alert event is a
+            more failures may escalate (the escalation clock), at the earliest when its
+            evaluation says (`EvaluationReport.escalation_due`); every alert event is a
             delivery (the notifier is woken). The other loops a pass cannot have brought
             forward, only pushed back.
             """
@@ -1017,8 +1019,9 @@ class Simulation:
                 touch("poller", now, now)
             elif name in ("poller", "deadlines"):
                 evaluation = loop.last.evaluation
-                if evaluation.opened or evaluation.updated:  # a new warning, or one with more failures
-                    touch("escalation", now)
+                if evaluation.escalation_due is not None:  # a new warning, or one whose failures reached escalation
+                    # when, at the earliest, as the pass knows it: no look at the ledger needed for it
+                    touch("escalation", now, evaluation.escalation_due)
                 if name == "poller" and loop.last.retry_due:
                     touch("worker", now, min(loop.last.retry_due))
                     for due in loop.last.retry_due:
