@@ -121,6 +121,9 @@ class EvaluationReport:
     # Outbox rows the events made (`notify`): what wakes a notifier (outbox_wake_notifier is
     # sent only with new rows), unlike `event_ids`, whose `failed` events are history only.
     notified: int = 0
+    # The earliest instant at which an alert this evaluation opened or counted a failure on
+    # could be the escalation clock's work (a lower bound: see `_apply`); None when none can.
+    escalation_due: datetime | None = None
 
     def merge(self, other: EvaluationReport) -> None:
         self.evaluated += other.evaluated
@@ -131,6 +134,11 @@ class EvaluationReport:
         self.event_ids += other.event_ids
         self.failed_workflows += other.failed_workflows
         self.notified += other.notified
+        self.note_escalation_due(other.escalation_due)
+
+    def note_escalation_due(self, due: datetime | None) -> None:
+        if due is not None and (self.escalation_due is None or due < self.escalation_due):
+            self.escalation_due = due
 
 
 @functools.lru_cache(maxsize=4096)
@@ -346,6 +354,18 @@ def _apply(store: Store, changes: Sequence[Change], now: datetime, report: Evalu
     report.escalated += [t.alert_id for t in escalated]
     report.resolved += [t.alert_id for t in resolved]
     report.event_ids += event_ids
+    # What the escalation clock's look (monitoring_escalation_waiting) may find sooner now, at
+    # the earliest: an opened warning that was not promoted at once escalates by time at its
+    # escalate_at (written as decided here; a maintenance window's deferral only moves it
+    # later), and a warning whose failures reached escalation that the compare-and-set left a
+    # warning (snoozed) from now. A failure counted short of escalation leaves its alert's
+    # escalate_at as it was; a resolve or a promotion only takes work away.
+    promoted = {t.workflow_id for t in escalated}
+    dues = [c.escalate_at for c in changes
+            if isinstance(c, OpenAlert) and c.severity == "warning" and c.workflow_id not in promoted]
+    if any(t.escalates and t.workflow_id not in promoted for t in (*opened, *updated)):
+        dues.append(now)
+    report.note_escalation_due(min(dues, default=None))
 
 
 def notify(store: Store, event_ids: Sequence[int], now: datetime) -> int:

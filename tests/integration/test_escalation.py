@@ -89,3 +89,26 @@ def test_an_alert_that_opens_with_enough_failures_opens_and_escalates_in_order(d
     (alert,) = alerts_of(db, wf)
     assert (alert.first_severity, alert.severity, alert.failure_count) == ("warning", "critical", 7)
     assert [e.kind for e in events_of(db, alert.id)] == ["opened", "escalated"]
+
+
+def test_an_evaluation_says_when_its_alerts_may_first_be_the_clocks_work(db, clock, poller):
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="check")  # default: open at 3, escalate at 6
+    base = clock.now()
+    for i in range(2):
+        tick(db, poller, wf, base + timedelta(minutes=5 * (i + 1)), [fail()], clock)
+        assert poller.last.evaluation.escalation_due is None  # no alert yet
+    tick(db, poller, wf, base + timedelta(minutes=15), [fail()], clock)
+    (alert,) = alerts_of(db, wf)
+    assert poller.last.evaluation.opened == [alert.id]
+    assert poller.last.evaluation.escalation_due == alert.escalate_at  # a new warning escalates by time
+    tick(db, poller, wf, base + timedelta(minutes=20), [fail()], clock)
+    # a failure counted short of escalation leaves escalate_at where it was: nothing sooner
+    assert poller.last.evaluation.updated == [alert.id] and poller.last.evaluation.escalation_due is None
+    tick(db, poller, wf, base + timedelta(minutes=25), [fail()], clock)
+    with db.connection() as conn:  # snoozed: the evaluator cannot promote it when its failures reach 6
+        conn.execute("UPDATE alerts SET snoozed_until = %s WHERE id = %s", (clock.now() + timedelta(hours=1), alert.id))
+    tick(db, poller, wf, base + timedelta(minutes=30), [fail()], clock)
+    (after,) = alerts_of(db, wf)
+    assert (after.severity, after.failure_count) == ("warning", 6)
+    due = poller.last.evaluation.escalation_due
+    assert due is not None and after.last_failure_at <= due <= clock.now() < after.escalate_at  # at once, at the earliest

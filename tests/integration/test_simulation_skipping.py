@@ -136,6 +136,24 @@ def test_the_escalation_clocks_and_the_notifiers_looks_are_sent_ahead_and_cost_n
     assert not {"escalation", "notifier"} & set(waited), waited
 
 
+def test_an_alert_the_evaluation_opens_or_counts_up_leaves_the_escalation_clock_no_look_to_take():
+    """The evaluation says when its alerts may first be the clock's work (`EvaluationReport.escalation_due`)."""
+    scenario = parse_scenario({
+        "start": "2026-11-30T00:00:00Z", "end": "2026-11-30T02:00:00Z", "tenants": ["acme"],
+        "workflows": [{"tenant": "acme", "name": f"sync-{d}", "cron": "*/5 * * * *", "duration": d} for d in (20, 40)],
+        "faults": [{"workflow": "acme/sync-40", "start": "2026-11-30T00:30:00Z", "end": "2026-11-30T01:20:00Z",
+                    "error": "table analytics.orders is stale", "retryable": False}],
+    }, source="test")
+    skipping, skipped, stepped = both(scenario)
+    for part in stepped:
+        assert skipped[part] == stepped[part], part
+    [alert] = skipped["alerts"]  # opened, counted up to escalation by failures, resolved
+    assert (alert["severity"], alert["status"]) == ("critical", "resolved")
+    # looks only after the clock's own passes: none for the pass that opened the alert or those that
+    # counted its failures (each left the clock stale before: 9 looks in all)
+    assert skipping.idle is not None and skipping.idle.looks["escalation"] <= 2, skipping.idle.looks
+
+
 def test_a_manual_run_makes_the_worker_due_at_once_without_a_look():
     """A manual run queues its first attempt when requested: the worker leases it then, and never looks."""
     raw, _, _ = build(40, 2, 7)

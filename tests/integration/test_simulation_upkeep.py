@@ -476,3 +476,20 @@ def test_a_dedicated_transaction_opens_the_next_so_only_the_first_sends_begin(de
     dedicated.close()
     with psycopg.connect(TEST_URL, options=f"-c search_path={schema}") as other:
         assert other.execute("SELECT count(*) FROM tenants").fetchone() == (4,)
+
+
+def test_a_simulated_autovacuum_pass_reads_its_tables_with_the_sync_that_leaves_the_pipeline(db, clock, dedicated,
+                                                                                             tmp_path):
+    wf = make_workflow(db, clock.now())
+    for minute in range(60):
+        create_run(db, wf, clock.now() + timedelta(minutes=minute), clock.now())
+    upkeep = SimulatedAutovacuum(dedicated, lambda: 60)
+    trace = tmp_path / "trace"
+    with traced(dedicated, trace):
+        upkeep.run_once(NOW)
+    sent = trace.read_text(errors="replace")
+    assert upkeep.passes == 1 and reltuples(db, "runs_default") == 60
+    # two waits: the sync leaving pipeline mode (a Sync and a Flush), which brings the table
+    # list sent before it, and the VACUUM; no statement of its own for the list outside the pipeline
+    assert waits(sent) == ["Sync", "Flush", "Query"], waits(sent)
+    assert sent.index("pg_relation_size") < sent.index("\tSync") < sent.index("VACUUM")

@@ -76,8 +76,9 @@ READS_LEASES = frozenset({"deadlines", "lease-reaper"})
 WORKER_ID = "simulated-worker"
 # Loops whose look is sent as soon as something leaves them stale, unread, so that it goes
 # out with the next statement read and is answered by the time the loop wakes (their looks
-# are most of the simulator's: each pass of theirs, and each alert the poller opens or
-# counts a failure on, leaves one stale). The look then reads the ledger as it was when the
+# are most of the simulator's: each pass of theirs leaves one stale; an alert the poller or
+# the deadline detector opens or counts up does not, its evaluation says when it could first
+# escalate). The look then reads the ledger as it was when the
 # loop went stale, not when it wakes: any write in between that could bring its work
 # forward touches the loop (`IdlePasses.touch`) and voids the look, and any other write
 # can only push its work back, so the earlier answer is a lower bound all the same.
@@ -250,6 +251,17 @@ class Quiet:
     those of attempts in flight or crashed when they were left waiting, or leased since:
     successes wait only while those together stay below the batch, and a lease that
     crowds them has them claimed at once (`crowded`).
+
+    A deadline pass does not claim them first (that was a round trip at half the deadline
+    passes of a day): it never reads the outcome queue, and its evaluation reads the ledger,
+    in which a waiting success is already its run's verdict, so it decides what it would
+    have decided after their claim. What it can change is the alert state their claim then
+    reads: a success of a workflow on which it opened an alert reads the alert open, and the
+    poller evaluates that workflow. That evaluation decides nothing: the workflow's history
+    is the one the deadline pass judged (the waiting success is older than any outcome of
+    the workflow still to come, every one of which the same claim takes, and a later
+    verdict's own pass evaluates it first), its failures are the alert's count, and a
+    decision that changes nothing writes nothing.
     """
 
     def __init__(self, enabled: bool, worker: SimulatedWorker, batch_size: int):
@@ -638,8 +650,12 @@ class SimulatedAutovacuum:
     def run_once(self, now: datetime) -> datetime:
         rows = self.rows()
         if rows - self.rows_at_last_pass > self.THRESHOLD + self.SCALE_FACTOR * self.rows_at_last_pass:
+            written = None
+            if self.db.late_reads:  # the kept pipeline: the table list rides with the sync that leaves it
+                with self.db.probe() as store:
+                    written = SimulationRepository(store.conn).submit_tables_written()
             with self.db.maintenance() as store:
-                SimulationRepository(store.conn).vacuum_analyze()
+                SimulationRepository(store.conn).vacuum_analyze(written() if written is not None else None)
             self.rows_at_last_pass = rows
             self.passes += 1
         return now + self.NAPTIME
@@ -963,7 +979,8 @@ class Simulation:
             whose claim walked from the start without filling its batch has nothing left. The ticker's
             runs: attempts queued now (the worker is woken) and deadlines; a reaped attempt: the poller's, now; the
             poller's retries: queued for when they fall due; an alert opened or counting
-            more failures may escalate (the escalation clock); every alert event is a
+            more failures may escalate (the escalation clock), at the earliest when its
+            evaluation says (`EvaluationReport.escalation_due`); every alert event is a
             delivery (the notifier is woken). The other loops a pass cannot have brought
             forward, only pushed back.
             """
@@ -1002,8 +1019,9 @@ class Simulation:
                 touch("poller", now, now)
             elif name in ("poller", "deadlines"):
                 evaluation = loop.last.evaluation
-                if evaluation.opened or evaluation.updated:  # a new warning, or one with more failures
-                    touch("escalation", now)
+                if evaluation.escalation_due is not None:  # a new warning, or one whose failures reached escalation
+                    # when, at the earliest, as the pass knows it: no look at the ledger needed for it
+                    touch("escalation", now, evaluation.escalation_due)
                 if name == "poller" and loop.last.retry_due:
                     touch("worker", now, min(loop.last.retry_due))
                     for due in loop.last.retry_due:
@@ -1031,12 +1049,6 @@ class Simulation:
                     target = idle.jump(name, now)
                     self.queue.wake(name, target, lambda at, name=name: step(name, at))
                     return
-            if name == "deadlines" and quiet.waiting:
-                # A deadline pass may open an alert on a workflow whose success waits: claimed after
-                # it, the success would read the alert open and have its workflow evaluated, which
-                # its claim at the finish never did. The waiting successes are claimed first.
-                touch("poller", now, now)
-                step("poller", now)
             worker.flush_for(name, now)  # the pass sees what the worker did before it
             loop = by_name[name]
             following = loop.run_once(now)
@@ -1079,8 +1091,9 @@ class Simulation:
             deadline pass closed the run first; with the rows its workflow expects, if any) of a
             workflow with no open alert (`Quiet`) leads to no evaluation and writes nothing but
             the claim. Such a success does not wake the poller: its claim rides with the next
-            pass, which reads the same alert state (alerts move only in poller and deadline
-            passes, and a deadline pass claims the waiting successes first), walks the queue
+            pass, which decides what its claim at the finish would have (alerts move only in
+            poller and deadline passes, and a deadline pass's only leave it an evaluation that
+            decides nothing: see `Quiet`), walks the queue
             from its oldest outcome, and finds at most QUIET_LIMIT of them there (`drained`:
             never behind a full batch). A pass owes nothing else to an earlier one: the poller's
             `_busy` only spares a look, and no other loop reads the outcome queue.

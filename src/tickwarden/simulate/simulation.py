@@ -93,17 +93,30 @@ class SimulationRepository(StoreBase):
         if tables:
             self.conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
 
-    def vacuum_analyze(self) -> None:
+    def vacuum_analyze(self, tables: Sequence[str] | None = None) -> None:
         """Vacuum this schema's tables and refresh their statistics, as autovacuum would have by now.
 
-        Only the tables a row ever reached (`simulation_tables_written`): an empty table
-        was analyzed with the catalog (`analyze`), and a pass over it now would change
-        nothing, yet cost a transaction of its own. VACUUM cannot run inside a
-        transaction or a pipeline: call it on `Database.maintenance`.
+        Only the tables a row ever reached (`simulation_tables_written`; `tables`: as
+        `submit_tables_written` read them): an empty table was analyzed with the catalog
+        (`analyze`), and a pass over it now would change nothing, yet cost a transaction
+        of its own. VACUUM cannot run inside a transaction or a pipeline: call it on
+        `Database.maintenance`.
         """
-        tables = [row["tablename"] for row in self._rows("simulation_tables_written")]
+        if tables is None:
+            tables = self.submit_tables_written()()
         if tables:
             self.conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
+
+    def submit_tables_written(self) -> Callable[[], list[str]]:
+        """Send the look for the tables `vacuum_analyze` visits now; the returned reader gives them.
+
+        On the kept pipeline the look goes out with the sync that leaves pipeline mode for
+        the VACUUM, instead of waiting on its own once outside it. A table's pages are what
+        the statements sent before it left them, committed or not, so it lists the tables
+        the look made after that sync would.
+        """
+        read = self._submit("simulation_tables_written")
+        return lambda: [row["tablename"] for row in read()]
 
     def next_due(self, loop: str, now: datetime, kinds: Sequence[str]) -> tuple[datetime | None, datetime | None]:
         """When loop `loop` could next find work in the ledger as it stands (a lower bound; None: never).
