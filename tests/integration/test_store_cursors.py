@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import psycopg
@@ -38,9 +39,8 @@ def one_pass(database) -> None:
         assert store.outbox._submit_text(SQUARE, {"n": 5})() == [{"sq": 25}]
 
 
-def test_transactions_with_sent_and_submitted_statements_make_no_cursor_once_warm(database, monkeypatch):
-    for _ in range(2):
-        one_pass(database)
+def cursors_made(monkeypatch, work: Callable[[], None], times: int = 3) -> int:
+    """How many cursors this thread makes running `work` `times` times."""
     created = []
     real_cursor = psycopg.Connection.cursor
     passes = threading.get_ident()
@@ -55,10 +55,19 @@ def test_transactions_with_sent_and_submitted_statements_make_no_cursor_once_war
         return real_cursor(self, *args, **kwargs)
 
     monkeypatch.setattr(psycopg.Connection, "cursor", cursor)
-    for _ in range(3):
+    try:
+        for _ in range(times):
+            work()
+    finally:
+        monkeypatch.undo()
+    return len(created)
+
+
+def test_transactions_with_sent_and_submitted_statements_make_no_cursor_once_warm(database, monkeypatch):
+    for _ in range(2):
         one_pass(database)
-    monkeypatch.undo()
-    assert created == []  # BEGIN, COMMIT, the sends and the submitted statements all ran on kept cursors
+    # BEGIN, COMMIT, the sends and the submitted statements all run on kept cursors
+    assert cursors_made(monkeypatch, lambda: one_pass(database)) == 0
 
 
 def test_a_submitted_statement_that_failed_is_not_answered_by_its_cursor_again(database):
@@ -127,22 +136,11 @@ def test_a_statement_whose_large_result_closed_its_cursor_keeps_its_column_names
 
 def test_the_tickers_claim_makes_no_cursor_once_warm(database, monkeypatch):
     now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
-    for _ in range(2):
+
+    def claim() -> None:
         with database.transaction() as store:
             assert store.trigger.claim_due_and_earliest(now, 10) == ([], None)  # an empty catalog: one row, no group
-    created = []
-    real_cursor = psycopg.Connection.cursor
-    passes = threading.get_ident()
 
-    def cursor(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if threading.get_ident() == passes and not any(
-                frame.name == "check_connection" for frame in traceback.extract_stack()):
-            created.append(1)
-        return real_cursor(self, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Connection, "cursor", cursor)
-    for _ in range(3):
-        with database.transaction() as store:
-            assert store.trigger.claim_due_and_earliest(now, 10) == ([], None)
-    monkeypatch.undo()
-    assert created == []
+    for _ in range(2):
+        claim()
+    assert cursors_made(monkeypatch, claim) == 0
