@@ -97,11 +97,22 @@ def in_months(name: str, ticks: Sequence[datetime]) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _in_months(name: str, first: tuple[int, int], last: tuple[int, int]) -> str:
+    return queries()[name].replace("{months}", month_bounds(first, last))
+
+
+def month_bounds(first: tuple[int, int], last: tuple[int, int]) -> str:
+    """`BETWEEN` the first instant of month `first` (year, month) and the last of `last`, as constants (UTC)."""
     start = datetime(*first, 1, tzinfo=UTC)
     year, month = last
     end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC) - timedelta(microseconds=1)
-    bounds = (f"BETWEEN '{start.isoformat(sep=' ')}'::timestamptz AND '{end.isoformat(sep=' ')}'::timestamptz")
-    return queries()[name].replace("{months}", bounds)
+    return f"BETWEEN '{start.isoformat(sep=' ')}'::timestamptz AND '{end.isoformat(sep=' ')}'::timestamptz"
+
+
+def recent_months(now: datetime) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The month before `now`'s and `now`'s own (year, month; UTC): where the ticks of work finishing now lie."""
+    at = now.astimezone(UTC)
+    before = (at.year, at.month - 1) if at.month > 1 else (at.year - 1, 12)
+    return before, (at.year, at.month)
 
 
 @functools.cache
