@@ -23,6 +23,9 @@ from tickwarden.db import Database
 from tickwarden.poller import OutcomePoller
 from tickwarden.retries import PATIENT_LIST
 from tickwarden.store import TickRequest, monitoring
+from tickwarden.store.ledger import month_bounds
+from tickwarden.store.monitoring import claim_text
+from tickwarden.store.queries import queries
 
 
 def failed_with_retries(db, clock, count: int = 1, category: str = "connection"):
@@ -163,3 +166,19 @@ def test_the_claims_months_are_nows_and_the_one_before_across_a_new_year():
     assert recent_months(datetime(2026, 1, 1, tzinfo=UTC)) == ((2025, 12), (2026, 1))
     assert recent_months(datetime(2026, 3, 31, 23, 30, tzinfo=timezone(timedelta(hours=-2)))) == (
         (2026, 3), (2026, 4))
+
+
+def test_the_claims_retry_launch_is_the_retry_engines_own_writes():
+    """One owner of a retry's launch: the claim's CTEs are `ledger_queue_retries`' text, its runs the claim's."""
+    engine = queries()["ledger_queue_retries"].removesuffix(";")
+    claim = claim_text(10, ((2026, 2), (2026, 3)))
+    assert "{retry_launch}" not in claim and "{months}" not in claim
+    moved, insert = engine.removeprefix("WITH ").split("\n)\nINSERT INTO attempts ")
+    given = {"ANY(%(run_ids)b::bigint[])": "ANY (ARRAY(SELECT run_id FROM looked WHERE retry_sent))",
+             "ANY(%(run_scheduled_fors)b::timestamptz[])":
+                 "ANY (ARRAY(SELECT run_scheduled_for FROM looked WHERE retry_sent))"}
+    for bound, taken in given.items():
+        moved = moved.replace(bound, taken)
+    bounds = month_bounds((2026, 2), (2026, 3))
+    assert moved.replace("{months}", bounds) in claim
+    assert ("), launched AS (\nINSERT INTO attempts " + insert.replace("{months}", bounds) + "\n)") in claim

@@ -155,7 +155,31 @@ def claim_text(limit: int, months: tuple[tuple[int, int], tuple[int, int]]) -> s
     if limit < 1:
         raise ValueError("a claim takes at least one attempt")
     return (queries()["monitoring_claim_finished_attempts"].replace("{limit}", str(int(limit)))
-            .replace("{months}", month_bounds(*months)))
+            .replace("{retry_launch}", retry_launch()).replace("{months}", month_bounds(*months)))
+
+
+# What `retry_launch` replaces in `ledger_queue_retries` (compacted, as `queries()` holds it).
+_GIVEN_RUNS = "= ANY(%(run_ids)b::bigint[])"
+_GIVEN_TICKS = "= ANY(%(run_scheduled_fors)b::timestamptz[])"
+_INSERT = "\n)\nINSERT INTO attempts "
+
+
+@functools.cache
+def retry_launch() -> str:
+    """`ledger_queue_retries` as the claim's CTEs `moved` and `launched`, for the runs its `looked` marks `retry_sent`.
+
+    The writes are that statement's own, word for word (one owner of a retry's launch), with
+    their runs taken from the claim's rows instead of bound arrays; `{months}` stays for
+    `claim_text` to fill.
+    """
+    text = queries()["ledger_queue_retries"]
+    if (not text.startswith("WITH moved AS (") or text.count(_GIVEN_RUNS) != 1 or text.count(_GIVEN_TICKS) != 1
+            or text.count(_INSERT) != 1):
+        raise AssertionError("ledger_queue_retries changed: retry_launch must be told what to replace")
+    text = (text.removeprefix("WITH ").removesuffix(";")
+            .replace(_GIVEN_RUNS, "= ANY (ARRAY(SELECT run_id FROM looked WHERE retry_sent))")
+            .replace(_GIVEN_TICKS, "= ANY (ARRAY(SELECT run_scheduled_for FROM looked WHERE retry_sent))"))
+    return text.replace(_INSERT, "\n), launched AS (\nINSERT INTO attempts ") + "\n)"
 
 
 def _transition(row: dict[str, Any]) -> Transition:

@@ -23,9 +23,11 @@
 -- (`%(not_retryable)s`: those get their verdict from `monitoring_fail_unretryable`), and
 -- whose tick lies in `{months}` (the month of the pass's `now` and the one before it, as
 -- constants: the writes' plan holds those months' partitions alone, as
--- `ledger_queue_retries`'s does) is moved to queued and its next attempt inserted exactly
--- as `ledger_queue_retries` does it (the same compare-and-set on pending_retry and UNIQUE
--- (run_id, number): replicas and a retry engine racing it launch each retry once). Such
+-- `ledger_queue_retries`'s does) is moved to queued and its next attempt inserted by
+-- `ledger_queue_retries`' own writes, word for word (`{retry_launch}`: its `moved` and its
+-- insert as `launched`, told the runs `looked` marks; `store.monitoring.retry_launch`), so
+-- the same compare-and-set on pending_retry and UNIQUE (run_id, number) keep replicas and a
+-- retry engine racing it to one launch of each retry. Such
 -- a row says `retry_sent`, with the attempt launched (`retry_attempt_id`, NULL when the
 -- compare-and-set found the run moved) and when it may start; any other run pending a
 -- retry (a tick outside those months, an unretryable category) is the caller's, as before.
@@ -73,32 +75,7 @@ WITH next AS (
       CROSS JOIN LATERAL (SELECT status, error_category FROM runs
                            WHERE runs.id = claimed.run_id AND runs.scheduled_for = claimed.run_scheduled_for
                            LIMIT 1) r
-), moved AS (
-    -- `ledger_queue_retries`' compare-and-set, the runs by id (= ANY (ARRAY(…)): a probe of
-    -- each, as the claim's lookups) and by tick within `{months}`
-    UPDATE runs r
-       SET status = 'queued', attempts_count = r.attempts_count + 1
-     WHERE r.id = ANY (ARRAY(SELECT run_id FROM looked WHERE retry_sent))
-       AND r.scheduled_for = ANY (ARRAY(SELECT run_scheduled_for FROM looked WHERE retry_sent))
-       AND r.scheduled_for {months}
-       AND r.status = 'pending_retry'
-    RETURNING r.id, r.tenant_id, r.workflow_id, r.attempts_count, r.error_category, r.retry_backoff_seconds,
-              r.scheduled_for
-), launched AS (
-    -- `ledger_queue_retries`' insert: not before the backoff since the failed attempt finished
-    -- for a category time can heal (`%(patient)s`), at once for any other
-    INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at)
-    SELECT m.tenant_id, m.workflow_id, m.id, m.scheduled_for, m.attempts_count, 'queued',
-           CASE WHEN m.error_category = ANY(%(patient)s::text[])
-                THEN greatest(%(now)s, failed.finished_at
-                              + make_interval(secs => coalesce(m.retry_backoff_seconds[m.attempts_count - 1], 0)))
-                ELSE %(now)s END
-      FROM moved m
-      JOIN attempts failed ON failed.run_id = m.id AND failed.run_scheduled_for = m.scheduled_for
-                         AND failed.run_scheduled_for {months}
-                         AND failed.number = m.attempts_count - 1
-    RETURNING id, run_id, queued_at
-)
+), {retry_launch}
 SELECT looked.attempt_id, looked.run_id, looked.run_scheduled_for, looked.workflow_id, looked.finished_at,
        looked.run_status, looked.run_error_category, looked.alert_open, looked.retry_sent,
        launched.id AS retry_attempt_id, launched.queued_at AS retry_queued_at
