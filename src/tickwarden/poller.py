@@ -12,12 +12,16 @@ One pass:
    replicas get disjoint batches, and an attempt leaves the queue at claim time, so
    a fault further down is logged once and never reprocessed forever (the next run
    is evaluated afresh).
-2. In the same transaction, hand runs now `pending_retry` to the retry engine
-   (one statement for the batch), which queues each next attempt with its
-   not-before time (the profile's backoff for categories time can heal). Its result
-   is read after the evaluation: the statement goes out with the evaluation's first
-   read instead of waiting on its own (the evaluation does not depend on it, nor it on
-   the evaluation's savepoint: an error it raises still fails the whole pass).
+2. The claim's own statement queues the next attempt of each claimed run now
+   `pending_retry`, with its not-before time (the profile's backoff for categories
+   time can heal), when its category may be retried and its tick lies in the month of
+   `now` or the one before (the writes' plan holds those months alone): a pass over
+   failures with retries left waits for the server once, not once more for the launch.
+   Any other such run goes, in the same transaction, to the retry engine (one statement
+   for the batch), whose result is read after the evaluation: the statement goes out
+   with the evaluation's first read instead of waiting on its own (the evaluation does
+   not depend on it, nor it on the evaluation's savepoint: an error it raises still
+   fails the whole pass).
 3. Evaluate, in the same transaction under a savepoint, the workflows of runs with
    a verdict, once per workflow per batch, set-based: every failure (failed,
    missed), and a success only when its workflow has an open alert to resolve (a
@@ -33,7 +37,8 @@ One pass:
 The transaction of a pass with work runs in pipeline mode (`Database.transaction(pipelined=True)`):
 its BEGIN goes out with the claim, the evaluation's savepoint and workflow lock with its
 inputs, and the savepoint's release with the COMMIT, so the client waits for the server only
-where it reads a result (a pass with a retry and a verdict: four waits instead of nine). The
+where it reads a result (a pass with a retry and a verdict: four waits instead of nine; with
+a retry alone, two: the claim and the commit). The
 statements still run one after the other in the order sent, as before.
 
 A pass right after a full batch resumes the claim's walk of the queue's index
@@ -52,13 +57,14 @@ from datetime import datetime, timedelta
 
 from tickwarden import alerts, metrics, retries
 from tickwarden.db import Database
-from tickwarden.categories import is_retryable
+from tickwarden.categories import NOT_RETRYABLE, is_retryable
 from tickwarden.alerts import EvaluationReport
 
 log = logging.getLogger(__name__)
 
 FAILURES = ("failed", "missed")
 RESUME_LIMIT = 16  # full batches in a row that may resume the walk before one starts it again
+NOT_RETRYABLE_LIST = tuple(sorted(NOT_RETRYABLE))  # sent with every claim: built once
 
 
 @dataclass
@@ -96,11 +102,14 @@ class OutcomePoller:
                     return result  # the usual idle pass: one read-only statement
         after = self._resume if self._resumed < RESUME_LIMIT else None
         with self.db.transaction(pipelined=True) as store:  # BEGIN rides with the claim, COMMIT with the end
-            claimed = store.monitoring.claim_finished_attempts(now, self.batch_size, after)
+            # The claim launches, in its own statement, the retries of the runs it can (see
+            # `claim_finished_attempts`); the rest of the runs pending one go as before.
+            claimed = store.monitoring.claim_finished_attempts(
+                now, self.batch_size, after, not_retryable=NOT_RETRYABLE_LIST, patient=retries.PATIENT_LIST)
             self._busy = bool(claimed)
             result.claimed = len(claimed)
             result.finished_at = [c.finished_at for c in claimed]
-            pending = [c for c in claimed if c.run_status == "pending_retry"]
+            pending = [c for c in claimed if c.run_status == "pending_retry" and not c.retry_sent]
             failed, read_retries = retries.send_retries(
                 store,
                 sorted({(c.run_id, c.run_scheduled_for) for c in pending}),
@@ -117,6 +126,7 @@ class OutcomePoller:
             workflows |= {workflow_id for _, workflow_id in failed}
             result.evaluation, redo = alerts.evaluate_batch(store, workflows, now)
             outcome = read_retries()  # came back with the evaluation's first read, when there was one
+            outcome = retries.with_claimed(outcome, claimed)
             result.retried = outcome.launched
             result.retry_due = outcome.due
         # Only a committed claim moves the position: a rolled-back batch is walked again.

@@ -126,7 +126,9 @@ class LeaseReaper:
             self.last_reaped, self.last_requeued = [], []
             return min(hold, now + self.interval)
         try:
-            with self.db.transaction() as store:
+            # Pipelined: BEGIN goes out with the reaping, and the abandon with the COMMIT (one round
+            # trip for the reaping, one for the commit). The statements run in the order sent.
+            with self.db.transaction(pipelined=True) as store:
                 reaped = store.ledger.reap_leases(cutoff, limit=self.batch)
                 # After the reaping, so a busy instance whose worker's attempts it just marked lost is
                 # abandoned in this pass; its count is not read (no round trip of its own when pipelined).

@@ -32,8 +32,10 @@ from tickwarden.categories import NOT_RETRYABLE
 
 if TYPE_CHECKING:
     from tickwarden.store import Store
+    from tickwarden.store.monitoring import ClaimedAttempt
 
 PATIENT_CATEGORIES = frozenset({"connection", "environment", "lost", "timeout", "internal"})
+PATIENT_LIST = tuple(sorted(PATIENT_CATEGORIES))  # as the statements take them
 
 
 @dataclass
@@ -71,10 +73,29 @@ def send_retries(
         return [], RetryOutcome
     failed = store.monitoring.fail_unretryable(runs, sorted(NOT_RETRYABLE), now) if check_retryable else []
     done = {run_id for run_id, _ in failed}
-    read = store.ledger.submit_queue_retries([r for r in runs if r[0] not in done], now, sorted(PATIENT_CATEGORIES))
+    read = store.ledger.submit_queue_retries([r for r in runs if r[0] not in done], now, PATIENT_LIST)
 
     def outcome() -> RetryOutcome:
         queued = read()
         return RetryOutcome([a.run_id for a in queued], [a.queued_at for a in queued], failed)
 
     return failed, outcome
+
+
+def with_claimed(outcome: RetryOutcome, claimed: Sequence[ClaimedAttempt]) -> RetryOutcome:
+    """`outcome` with the retries the poller's claim launched itself (`ClaimedAttempt.retry_sent`).
+
+    Their runs are disjoint from the outcome's (the claim's are not sent again); a run is
+    counted once however many of its attempts the claim returned. Those first, in claim order.
+    """
+    seen: set[int] = set()
+    launched: list[int] = []
+    due: list[datetime] = []
+    for c in claimed:
+        if c.retry_attempt_id is not None and c.run_id not in seen and c.retry_queued_at is not None:
+            seen.add(c.run_id)
+            launched.append(c.run_id)
+            due.append(c.retry_queued_at)
+    if not launched:
+        return outcome
+    return RetryOutcome(launched + outcome.launched, due + outcome.due, outcome.failed)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from psycopg import sql
 
 from tickwarden.db import Database
+from tickwarden.store.ledger import recent_months
 from tickwarden.store.monitoring import claim_text
 from tickwarden.store.queries import queries
 
@@ -152,8 +153,9 @@ def test_the_claim_deletes_the_rows_it_locked_by_their_position(db: Database) ->
                      {"at": at})
         conn.execute("ANALYZE outcome_queue")
         conn.execute("SET LOCAL tickwarden.platform = 'on'")
-        params = {"now": at, "after_at": None, "after_id": None}
-        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim_text(500), params).fetchone()[0][0]["Plan"]
+        params = {"now": at, "after_at": None, "after_id": None, "launch": False, "not_retryable": [], "patient": []}
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim_text(500, recent_months(at)),
+                            params).fetchone()[0][0]["Plan"]
         conn.rollback()
     scans = [s for s in _scans_of(plan, "outcome_queue") if s["Node Type"] != "ModifyTable"]  # the delete itself
     assert sorted((s["Node Type"], s.get("Index Name")) for s in scans) == [
@@ -188,8 +190,9 @@ def test_the_claim_looks_for_an_open_alert_for_successes_alone(db: Database) -> 
                      " finished_at) SELECT id, 1, workflow_id, id, scheduled_for, finished_at FROM runs")
         conn.commit()
         conn.execute("SET LOCAL tickwarden.platform = 'on'")
-        params = {"now": at, "after_at": None, "after_id": None}
-        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim_text(500), params).fetchone()[0][0]["Plan"]
+        params = {"now": at, "after_at": None, "after_id": None, "launch": False, "not_retryable": [], "patient": []}
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim_text(500, recent_months(at)),
+                            params).fetchone()[0][0]["Plan"]
         conn.rollback()
     probes = sum(s["Actual Loops"] for s in _scans_of(plan, "alerts"))
     assert probes == 3, plan  # workflows 3, 6 and 9: the successes

@@ -719,6 +719,49 @@ def test_a_reaper_pass_writes_only_the_months_of_the_leases_it_locked(db: Databa
         (started.id, "lost", "pending_retry"), (ahead.id, "queued", "queued")]
 
 
+def test_a_reaper_pass_in_one_statement_writes_only_the_recent_months_and_takes_older_leases_after(
+        db: Database) -> None:
+    """The pass's one statement (`reap_text`) locks expired leases in every month, and its writes
+    are planned with the month of `now` and the one before as constants, so they hold those
+    months' partitions alone (kept plan or fresh). A lease of an older month is locked by it, left
+    to the lock and the bound writes after it, in the same pass: lost (or given back) all the same."""
+    from tickwarden.reaper import LeaseReaper
+    from tickwarden.store.ledger import FREE_LOST_REQUEUES, recent_months, reap_text
+
+    wf = workflow(db, YEAR_START, cadence=DAILY)
+    RetentionSweeper(db).create_months(YEAR_START)
+    old, recent = YEAR_START + 5 * DAY, YEAR_START + 70 * DAY  # January; March
+    for tick in (old, recent):
+        create_tick(db, wf, tick, tick)
+    leased_at = recent + timedelta(minutes=1)
+    with db.autocommit() as store:
+        leased = [a for a, _ in store.execution.exchange("w1", leased_at, 60, lease=2).leased]
+    assert sorted(a.run_scheduled_for for a in leased) == [old, recent]
+    now = leased_at + timedelta(minutes=5)
+    assert recent_months(now) == ((2025, 2), (2025, 3))
+
+    def outside_locked(node: dict, inside: bool = False) -> set[str]:
+        inside = inside or node.get("Subplan Name") == "CTE locked"
+        name = node.get("Relation Name", "")
+        found = {name} if name.startswith(("runs_", "attempts_")) and not inside else set()
+        for child in node.get("Plans", []):
+            found |= outside_locked(child, inside)
+        return found
+
+    params = {"now": now, "limit": 10, "free_requeues": FREE_LOST_REQUEUES}
+    with db.transaction() as store:
+        plan = generic_plan(store.conn, reap_text(recent_months(now)), params)
+        assert outside_locked(plan[0]["Plan"]) == {"attempts_p202502", "attempts_p202503", "runs_p202502",
+                                                   "runs_p202503"}
+        assert {"attempts_p202501", "attempts_default"} <= ledger_tables(plan), sorted(ledger_tables(plan))  # the lock: all
+
+    reaper = LeaseReaper(db)
+    reaper.run_once(now)
+    assert sorted(r.attempt_id for r in reaper.last_reaped) == sorted(a.id for a in leased if a.started_at)
+    assert sorted(reaper.last_requeued) == sorted(a.id for a in leased if not a.started_at)
+    assert rows(db, "SELECT count(*) FROM attempts WHERE status = 'running'") == [(0,)]
+
+
 def test_a_retry_is_launched_in_its_runs_month_alone(db: Database) -> None:
     """The poller hands the retry engine each run with its tick, so the statements that
     fail an unretryable run and queue the next attempt plan that month's partitions alone,

@@ -15,6 +15,7 @@ from tickwarden.alerts import profile_of
 from tickwarden.db import Database
 from tickwarden.poller import OutcomePoller
 from tickwarden.store.ledger import LedgerRepository
+from tickwarden.store import monitoring
 from tickwarden.store.monitoring import MonitoringRepository
 
 
@@ -126,7 +127,9 @@ def test_a_database_error_in_the_batch_evaluation_keeps_the_claim_and_the_retrie
 
 def test_a_database_error_in_the_retry_launch_read_after_the_evaluation_fails_the_whole_pass(db, clock, monkeypatch):
     """The retry launch's result is read after the evaluation, its error all the same: the pass
-    raises and rolls back whole (claim, retry, evaluation), and the next pass does it all."""
+    raises and rolls back whole (claim, retry, evaluation), and the next pass does it all.
+    (The launch the claim leaves to the pass: a run whose tick lies outside the claim's months.)"""
+    monkeypatch.setattr(monitoring, "recent_months", lambda now: ((2000, 1), (2000, 1)))
     wf, verdict, retried = a_verdict_and_a_retry(db, clock, alert_after=1)
     real = LedgerRepository.submit_queue_retries
     faults: list[int] = []

@@ -139,6 +139,21 @@ def test_replicas_reap_each_attempt_once(db, clock, schema):
         assert conn.execute("SELECT count(*) FROM attempts WHERE status = 'lost'").fetchone()[0] == 60
 
 
+def test_replicas_reap_each_attempt_once_across_months_the_one_statement_leaves_to_the_bound_writes(
+        db, clock, schema):
+    """Leases whose ticks lie months back are locked by the pass's one statement and reaped by the
+    lock and bound writes after it; with replicas racing, every attempt is still reaped once."""
+    wf = make_workflow(db, clock.now())
+    for i in range(40):
+        create_run(db, wf, clock.now() - timedelta(days=9 * i), clock.now())  # ten months and more back
+    lease_all(db, clock.now())
+    seen, _ = race_reapers(schema, clock.now() + timedelta(minutes=1))
+    assert len(seen) == len(set(seen)) == 40
+    with db.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM attempts WHERE status = 'lost'").fetchone()[0] == 40
+        assert conn.execute("SELECT count(*) FROM outcome_queue").fetchone()[0] == 40
+
+
 def test_it_marks_instances_left_by_a_vanished_worker_dead(db, clock):
     with db.transaction() as store:
         t = store.catalog.upsert_tenant("acme", clock.now())
@@ -226,9 +241,10 @@ def test_a_pipelined_pass_abandons_the_instances_with_its_commit_after_reaping_t
         tracer.configure(dedicated._conn)
         tracer.reset()
         LeaseReaper(dedicated).run_once(clock.now() + timedelta(hours=2))
-        # the look; the lock of the expired lease; its reaping. The abandon, sent unread after it,
-        # goes out with the COMMIT, which nobody waits for (the next borrow, or the close, settles it).
-        assert tracer.waits() == 3
+        # the look; the lock of the expired lease with its reaping, one statement (the lock, then
+        # the reaping, waited for apart before: 3). The abandon, sent unread after it, goes out
+        # with the COMMIT, which nobody waits for (the next borrow, or the close, settles it).
+        assert tracer.waits() == 2
     finally:
         dedicated.close()
     with db.transaction() as store:
@@ -268,3 +284,30 @@ def test_a_caller_that_knows_a_lease_ran_out_spares_the_pass_its_look_on_the_vir
     walled = LeaseReaper(db, expired=lambda cutoff: True, monotonic=lambda: 0.0)
     walled.run_once(later + timedelta(minutes=2))
     assert len(looks) == 1
+
+
+def test_a_pass_with_a_lease_to_reap_waits_for_the_server_three_times_on_a_pooled_connection(db, clock, tmp_path):
+    """The look; BEGIN with the reaping (the lock and the writes, one statement); the abandon with
+    the COMMIT. Six before: the look, BEGIN, the lock, the writes, the abandon and the COMMIT each alone."""
+    from psycopg.pq import Trace
+
+    from tests.integration.test_poller_pipeline import round_trips
+
+    run = create_run(db, make_workflow(db, clock.now()), clock.now(), clock.now(), budget=1)
+    lease_all(db, clock.now())
+    path = tmp_path / "trace"
+    with path.open("w") as trace_file:
+        def configure(conn) -> None:
+            conn.pgconn.trace(trace_file.fileno())
+            conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+
+        with Database(TEST_URL, schema=db.schema, min_size=1, max_size=1, configure=configure) as traced:
+            reaper = LeaseReaper(traced)
+            reaper.run_once(clock.now() + timedelta(minutes=1))
+            trace_file.flush()
+    assert [a.run_id for a in reaper.last_reaped] == [run.id]
+    # the look's Sync; the reaping's Flush; the commit's Sync and the Flush that reads its results (one wait)
+    assert round_trips(path) == ["Sync", "Flush", "Sync", "Flush"], round_trips(path)
+    with db.transaction() as store:
+        [attempt] = store.ledger.list_attempts(run.id)
+    assert attempt.status == "lost"

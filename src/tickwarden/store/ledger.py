@@ -97,11 +97,22 @@ def in_months(name: str, ticks: Sequence[datetime]) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _in_months(name: str, first: tuple[int, int], last: tuple[int, int]) -> str:
+    return queries()[name].replace("{months}", month_bounds(first, last))
+
+
+def month_bounds(first: tuple[int, int], last: tuple[int, int]) -> str:
+    """`BETWEEN` the first instant of month `first` (year, month) and the last of `last`, as constants (UTC)."""
     start = datetime(*first, 1, tzinfo=UTC)
     year, month = last
     end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC) - timedelta(microseconds=1)
-    bounds = (f"BETWEEN '{start.isoformat(sep=' ')}'::timestamptz AND '{end.isoformat(sep=' ')}'::timestamptz")
-    return queries()[name].replace("{months}", bounds)
+    return f"BETWEEN '{start.isoformat(sep=' ')}'::timestamptz AND '{end.isoformat(sep=' ')}'::timestamptz"
+
+
+def recent_months(now: datetime) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The month before `now`'s and `now`'s own (year, month; UTC): where the ticks of work finishing now lie."""
+    at = now.astimezone(UTC)
+    before = (at.year, at.month - 1) if at.month > 1 else (at.year - 1, 12)
+    return before, (at.year, at.month)
 
 
 @functools.cache
@@ -255,11 +266,21 @@ class LedgerRepository(StoreBase):
         run re-queued for free (`FREE_LOST_REQUEUES` per run, before its deadline) keeps
         its budget. An attempt leased ahead and never started goes back to the queue as
         it was, its run untouched but for running → queued, nothing spent.
+
+        One statement (`reap_text`): the lock of the expired leases and the writes acting on
+        those whose ticks lie in the month of `now` or the one before, the writes' plan holding
+        those months' partitions alone. Only when it locked a lease outside them (a row of no
+        attempt says so) does the pass go on as two statements, the lock again and the
+        writes with the locked rows bound (`ledger_expire_leases`), whose plan holds their months:
+        the rows this transaction locked are its own, still running and locked again.
         """
-        expired = self._rows("ledger_lock_expired_leases", {"now": now, "limit": limit})
-        if not expired:
-            return ReapedLeases(lost=[], requeued=[])
-        rows = self._rows("ledger_expire_leases", expire_params(now, expired))
+        rows = self._fetch(reap_text(recent_months(now)),
+                           {"now": now, "limit": limit, "free_requeues": FREE_LOST_REQUEUES})
+        if any(r["attempt_id"] is None for r in rows):
+            rows = [r for r in rows if r["attempt_id"] is not None]
+            expired = self._rows("ledger_lock_expired_leases", {"now": now, "limit": limit})
+            if expired:
+                rows += self._rows("ledger_expire_leases", expire_params(now, expired))
         return ReapedLeases(
             lost=[FinishedAttempt(applied=True, attempt_id=r["attempt_id"], run_id=r["run_id"], number=r["number"],
                                   run_status=r["run_status"]) for r in rows if not r["requeued"]],
@@ -360,6 +381,35 @@ def lease_statements(worker_id: str, now: datetime, lease_seconds: float, limit:
     params = {"worker_id": worker_id, "now": now, "lease_expires_at": now + timedelta(seconds=lease_seconds),
               "limit": limit, "start": limit if start is None else start}
     return [("ledger_lease_queue", params), ("ledger_lease_attempts", params)]
+
+
+# What `reap_text` replaces in `ledger_expire_leases` (compacted, as `queries()` holds it).
+_BOUND_EXPIRED = ("WITH expired AS (\nSELECT * FROM unnest(%(attempt_ids)s::bigint[], %(run_scheduled_fors)b::timestamptz[],"
+                  " %(aheads)s::boolean[])\nAS e (id, run_scheduled_for, ahead)\n)")
+_BOUND_TICKS = "= ANY (%(run_scheduled_fors)b::timestamptz[])"
+
+
+@functools.lru_cache(maxsize=4)
+def reap_text(months: tuple[tuple[int, int], tuple[int, int]]) -> str:
+    """The reaper's pass in one statement: `ledger_lock_expired_leases`, then `ledger_expire_leases` on what it locked.
+
+    The writes are `ledger_expire_leases`' own, word for word, with their `expired` the locked
+    rows whose ticks lie in `months` and their ticks those months as constants (`month_bounds`),
+    so their plan holds those months' partitions alone, as with the locked rows bound, and the
+    server keeps one plan a month. The rows are the writes' and, when the lock took a lease
+    outside the months (left locked, for the caller's writes with it bound), one more, all NULL.
+    The pass waits for the server once instead of twice: for the lock's rows, then for the writes'.
+    """
+    lock = queries()["ledger_lock_expired_leases"].removesuffix(";")
+    expire = queries()["ledger_expire_leases"].removesuffix(";")
+    bounds = month_bounds(*months)
+    if expire.count(_BOUND_EXPIRED) != 1 or expire.count(_BOUND_TICKS) != 5:
+        raise AssertionError("ledger_expire_leases changed: reap_text must be told what to replace")
+    text = (expire.replace(_BOUND_EXPIRED, f"WITH locked AS (\n{lock}\n), expired AS (\n"
+                                           f"SELECT * FROM locked WHERE run_scheduled_for {bounds}\n)")
+            .replace(_BOUND_TICKS, bounds))
+    return (f"{text}\nUNION ALL\nSELECT NULL, NULL, NULL, NULL, NULL"
+            f" FROM (SELECT 1 FROM locked WHERE NOT (run_scheduled_for {bounds}) LIMIT 1) outside;")
 
 
 def expire_params(now: datetime, expired: Sequence[dict[str, Any]]) -> dict[str, Any]:

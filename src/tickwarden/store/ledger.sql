@@ -292,7 +292,10 @@ SELECT done.id AS attempt_id, done.run_id, done.number, moved.status AS run_stat
 -- until the pass's transaction ends, so `ledger_expire_leases` (sent with these rows, in
 -- the same transaction) acts on rows nobody else can change meanwhile. Only this read
 -- scans every month retention keeps (which leases ran out is not known ahead); the writes
--- after it are told the months, so their plans hold only those.
+-- after it are told the months, so their plans hold only those. A reaper pass sends this
+-- and `ledger_expire_leases` as one statement (`store.ledger.reap_text`: the writes told
+-- the month of its `now` and the one before, as constants), and the two apart only after
+-- it locked a lease of an older month.
 SELECT id, run_scheduled_for, started_at IS NULL AS ahead FROM attempts
  WHERE status = 'running' AND lease_expires_at <= %(now)s
  ORDER BY lease_expires_at

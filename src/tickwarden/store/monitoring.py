@@ -16,7 +16,7 @@ from typing import Any
 from tickwarden.models import Alert, AlertEvent, AlertView, from_row
 from tickwarden.store.arrays import BigintArray, TextArray, TimestamptzArray
 from tickwarden.store.base import StoreBase
-from tickwarden.store.ledger import in_months
+from tickwarden.store.ledger import in_months, month_bounds, recent_months
 from tickwarden.store.queries import queries
 
 
@@ -30,6 +30,12 @@ class ClaimedAttempt:
     run_status: str
     run_error_category: str | None
     alert_open: bool  # a success's workflow has an open alert to resolve; false for any other status
+    # The claim took charge of the run's retry (pending_retry, retryable, its tick in the claim's
+    # months): the caller launches none for it. Then the attempt it launched and when that may
+    # start, both None when the compare-and-set found the run moved on.
+    retry_sent: bool = False
+    retry_attempt_id: int | None = None
+    retry_queued_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -140,11 +146,40 @@ class TickAudit:
 
 
 @functools.lru_cache(maxsize=16)
-def claim_text(limit: int) -> str:
-    """The claim with its batch size written in: a poller has one, so the server keeps one plan of it."""
+def claim_text(limit: int, months: tuple[tuple[int, int], tuple[int, int]]) -> str:
+    """The claim with its batch size and its retry launch's months written in.
+
+    A poller has one batch size and, a month long, the same months (`recent_months`), so
+    the server keeps one plan of the text.
+    """
     if limit < 1:
         raise ValueError("a claim takes at least one attempt")
-    return queries()["monitoring_claim_finished_attempts"].replace("{limit}", str(int(limit)))
+    return (queries()["monitoring_claim_finished_attempts"].replace("{limit}", str(int(limit)))
+            .replace("{retry_launch}", retry_launch()).replace("{months}", month_bounds(*months)))
+
+
+# What `retry_launch` replaces in `ledger_queue_retries` (compacted, as `queries()` holds it).
+_GIVEN_RUNS = "= ANY(%(run_ids)b::bigint[])"
+_GIVEN_TICKS = "= ANY(%(run_scheduled_fors)b::timestamptz[])"
+_INSERT = "\n)\nINSERT INTO attempts "
+
+
+@functools.cache
+def retry_launch() -> str:
+    """`ledger_queue_retries` as the claim's CTEs `moved` and `launched`, for the runs its `looked` marks `retry_sent`.
+
+    The writes are that statement's own, word for word (one owner of a retry's launch), with
+    their runs taken from the claim's rows instead of bound arrays; `{months}` stays for
+    `claim_text` to fill.
+    """
+    text = queries()["ledger_queue_retries"]
+    if (not text.startswith("WITH moved AS (") or text.count(_GIVEN_RUNS) != 1 or text.count(_GIVEN_TICKS) != 1
+            or text.count(_INSERT) != 1):
+        raise AssertionError("ledger_queue_retries changed: retry_launch must be told what to replace")
+    text = (text.removeprefix("WITH ").removesuffix(";")
+            .replace(_GIVEN_RUNS, "= ANY (ARRAY(SELECT run_id FROM looked WHERE retry_sent))")
+            .replace(_GIVEN_TICKS, "= ANY (ARRAY(SELECT run_scheduled_for FROM looked WHERE retry_sent))"))
+    return text.replace(_INSERT, "\n), launched AS (\nINSERT INTO attempts ") + "\n)"
 
 
 def _transition(row: dict[str, Any]) -> Transition:
@@ -163,17 +198,25 @@ class MonitoringRepository(StoreBase):
         return bool(row and row["found"])
 
     def claim_finished_attempts(
-        self, now: datetime, limit: int, after: tuple[datetime, int] | None = None
+        self, now: datetime, limit: int, after: tuple[datetime, int] | None = None, *,
+        not_retryable: Sequence[str] | None = None, patient: Sequence[str] = (),
     ) -> list[ClaimedAttempt]:
         """Claim up to `limit` finished attempts waiting for the poller, deleting their queue rows.
 
         With `after` (finished_at, attempt id) only attempts past that position are
         looked at: what lies before it waits for a claim without one.
+
+        Given `not_retryable` (the categories that never succeed on retry), the same statement
+        launches the retry of each claimed run pending one whose category is not among them and
+        whose tick lies in the month of `now` or the one before (`retry_sent`), as
+        `ledger.queue_retries` would with `patient`; the caller launches the others' as before.
         """
         after_at, after_id = after if after is not None else (None, None)
-        return self._records("monitoring_claim_finished_attempts", {"now": now, "after_at": after_at,
-                                                                     "after_id": after_id},
-                             ClaimedAttempt, claim_text(limit))
+        return self._records("monitoring_claim_finished_attempts",
+                             {"now": now, "after_at": after_at, "after_id": after_id,
+                              "launch": not_retryable is not None, "not_retryable": TextArray(not_retryable or ()),
+                              "patient": TextArray(patient)},
+                             ClaimedAttempt, claim_text(limit, recent_months(now)))
 
     def fail_unretryable(
         self, runs: Sequence[tuple[int, datetime]], categories: Sequence[str], now: datetime

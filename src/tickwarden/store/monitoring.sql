@@ -2,7 +2,8 @@
 -- Claim a batch of finished attempts waiting for the poller: delete their outcome_queue
 -- rows and return them, in one statement. SKIP LOCKED hands concurrent pollers disjoint
 -- batches; the row goes at claim time, so an outcome is claimed once, and a later fault
--- is logged once instead of reprocessed forever. Nothing of the ledger is written. The
+-- is logged once instead of reprocessed forever. The claim writes nothing of the ledger
+-- (the retry launch below does, for the runs it names). The
 -- run's status, read as it is now (it may have moved since the finish: a cancel, a
 -- missed deadline), says what to do next (pending_retry: launch a retry; terminal:
 -- evaluate), and alert_open whether a success has anything to resolve (false for any other
@@ -14,6 +15,22 @@
 -- until vacuum, and while any older snapshot is open each costs the walk a heap visit: a
 -- walk from the start pays for every outcome claimed since the last vacuum, one that
 -- resumes after the previous batch only for what that batch left.
+--
+-- The same statement launches the retries of the runs it claimed that are pending one
+-- (`%(launch)s`; the poller's pass, which would otherwise wait for the claim's rows and send
+-- `ledger_queue_retries` with them, a round trip more): each claimed run whose status read
+-- here is pending_retry, whose category is not one that never succeeds on retry
+-- (`%(not_retryable)s`: those get their verdict from `monitoring_fail_unretryable`), and
+-- whose tick lies in `{months}` (the month of the pass's `now` and the one before it, as
+-- constants: the writes' plan holds those months' partitions alone, as
+-- `ledger_queue_retries`'s does) is moved to queued and its next attempt inserted by
+-- `ledger_queue_retries`' own writes, word for word (`{retry_launch}`: its `moved` and its
+-- insert as `launched`, told the runs `looked` marks; `store.monitoring.retry_launch`), so
+-- the same compare-and-set on pending_retry and UNIQUE (run_id, number) keep replicas and a
+-- retry engine racing it to one launch of each retry. Such
+-- a row says `retry_sent`, with the attempt launched (`retry_attempt_id`, NULL when the
+-- compare-and-set found the run moved) and when it may start; any other run pending a
+-- retry (a tick outside those months, an unretryable category) is the caller's, as before.
 --
 -- `{limit}` is the batch size, a constant of the text (`claim_text`): with it a parameter,
 -- the server found each fresh plan cheaper than the one it could keep (which cannot know
@@ -41,21 +58,28 @@ WITH next AS (
     DELETE FROM outcome_queue q
      WHERE q.ctid = ANY (ARRAY(SELECT ctid FROM next))
     RETURNING q.attempt_id, q.run_id, q.run_scheduled_for, q.workflow_id, q.finished_at
-)
-SELECT claimed.attempt_id, claimed.run_id, claimed.run_scheduled_for, claimed.workflow_id, claimed.finished_at,
-       r.status AS run_status, r.error_category AS run_error_category,
-       -- looked up for a success alone, the one status it decides anything for (a failure is
-       -- evaluated whatever it says): the AND stops before the probe for every other one
-       (r.status = 'succeeded'
-        AND EXISTS (SELECT 1 FROM alerts a WHERE a.workflow_id = claimed.workflow_id AND a.status = 'open'))
-       AS alert_open
-  FROM claimed
-  -- LIMIT 1 (the key names one run) keeps this a probe for each claimed row: a plain lateral
-  -- is pulled up into a join, which a plan made while the ledger was small (a simulation's
-  -- first hours, until its next ANALYZE) answered by hashing a scan of the whole month
-  CROSS JOIN LATERAL (SELECT status, error_category FROM runs
-                       WHERE runs.id = claimed.run_id AND runs.scheduled_for = claimed.run_scheduled_for
-                       LIMIT 1) r;
+), looked AS (
+    SELECT claimed.attempt_id, claimed.run_id, claimed.run_scheduled_for, claimed.workflow_id, claimed.finished_at,
+           r.status AS run_status, r.error_category AS run_error_category,
+           -- looked up for a success alone, the one status it decides anything for (a failure is
+           -- evaluated whatever it says): the AND stops before the probe for every other one
+           (r.status = 'succeeded'
+            AND EXISTS (SELECT 1 FROM alerts a WHERE a.workflow_id = claimed.workflow_id AND a.status = 'open'))
+           AS alert_open,
+           (%(launch)s AND r.status = 'pending_retry' AND claimed.run_scheduled_for {months}
+            AND coalesce(r.error_category, '') <> ALL (%(not_retryable)s::text[])) AS retry_sent
+      FROM claimed
+      -- LIMIT 1 (the key names one run) keeps this a probe for each claimed row: a plain lateral
+      -- is pulled up into a join, which a plan made while the ledger was small (a simulation's
+      -- first hours, until its next ANALYZE) answered by hashing a scan of the whole month
+      CROSS JOIN LATERAL (SELECT status, error_category FROM runs
+                           WHERE runs.id = claimed.run_id AND runs.scheduled_for = claimed.run_scheduled_for
+                           LIMIT 1) r
+), {retry_launch}
+SELECT looked.attempt_id, looked.run_id, looked.run_scheduled_for, looked.workflow_id, looked.finished_at,
+       looked.run_status, looked.run_error_category, looked.alert_open, looked.retry_sent,
+       launched.id AS retry_attempt_id, launched.queued_at AS retry_queued_at
+  FROM looked LEFT JOIN launched ON launched.run_id = looked.run_id AND looked.retry_sent;
 
 -- monitoring_fail_unretryable --
 -- A run pending a retry whose error category can never succeed on retry (config,
