@@ -1,4 +1,4 @@
-"""The simulator's set-up: loading its catalog costs one statement a stage whatever the fleet's size."""
+"""The simulator's set-up: loading its catalog costs the same statements and round trips whatever the fleet's size."""
 
 from __future__ import annotations
 
@@ -67,6 +67,12 @@ def test_the_catalog_load_is_one_statement_a_stage_for_the_workflows_and_schedul
     # workflows and schedules: 234 more workflows and 4 more tenants cost 8 statements,
     # where one statement a workflow a stage cost 3 x 234 more.
     assert large[0] - small[0] == 2 * 4
+
+
+def test_the_catalog_load_is_a_fixed_number_of_round_trips_whatever_the_fleet(loads):
+    small, large = loads
+    # The tenants together, their channels together, each publishing stage one.
+    assert large[1] == small[1]
 
 
 @pytest.mark.parametrize("bad, complaint", [

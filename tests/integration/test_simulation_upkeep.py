@@ -419,9 +419,10 @@ def test_a_simulations_catalog_is_published_in_round_trips_that_do_not_grow_with
     with dedicated.probe() as store:
         assert store.conn.execute("SELECT count(*) FROM schedule_fires WHERE next_fire_at IS NOT NULL").fetchone() \
             == (40,)
-    # the two channels and the tenant, then one round trip each for the workflows' locks, the
-    # workflows and their schedules (not three per workflow), then the ANALYZE
-    assert len(waits(trace.read_text(errors="replace"))) == 7
+    # the platform's channel and the tenant, then one round trip each for the workflows' locks
+    # (with the tenant's channel), the workflows and their schedules (not three per workflow),
+    # then the ANALYZE
+    assert len(waits(trace.read_text(errors="replace"))) == 5
 
 
 def test_a_notifier_pass_sends_its_unread_statements_with_the_next_read(db, dedicated, tmp_path):

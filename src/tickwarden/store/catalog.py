@@ -186,7 +186,11 @@ class CatalogRepository(StoreBase):
         return applied
 
     def apply_tenant(self, name: str, display_name: str, shadow: bool, now: datetime) -> Applied:
-        return self._applied(
+        return self.send_apply_tenant(name, display_name, shadow, now)()
+
+    def send_apply_tenant(self, name: str, display_name: str, shadow: bool, now: datetime) -> Callable[[], Applied]:
+        """`apply_tenant`, sent now and read later (see `send_lock_workflows`): the simulator sends its tenants together."""
+        return self._send_applied(
             "tenant", Tenant, "catalog_apply_tenant",
             {"name": name, "display_name": display_name, "shadow": shadow, "now": now},
         )
