@@ -37,7 +37,7 @@ from tickwarden.store import base
 from tickwarden.store.queries import queries
 
 
-PLACEHOLDERS = ("{unnest}", "{months}", "{limit}")
+PLACEHOLDERS = ("{unnest}", "{unnest_numbered}", "{months}", "{limit}")
 
 
 def _completed_pattern(text: str) -> re.Pattern[str]:

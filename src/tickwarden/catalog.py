@@ -290,9 +290,9 @@ def publish_all(store: Store, pubs: Sequence[Publication], now: datetime, *, act
         return []
     assert len({(pub.tenant_id, pub.name) for pub in pubs}) == len(pubs), "publish_all publishes distinct workflows"
     names = list(labels) if labels is not None else [""] * len(pubs)
-    found = store.catalog.send_lock_workflows([(pub.tenant_id, pub.name) for pub in pubs])()
+    found = store.catalog.lock_workflows([(pub.tenant_id, pub.name) for pub in pubs])
     existing_ids = [existing.id for existing in found if existing is not None]
-    stored = store.catalog.send_get_schedules_for_workflows(existing_ids)() if existing_ids else {}
+    stored = store.catalog.get_schedules_for_workflows(existing_ids) if existing_ids else {}
     currents = [stored.get(existing.id) if existing else None for existing in found]
     results: list[Published | None] = [None] * len(pubs)
     writing: list[int] = []  # the publications whose workflow is written, in the order given
@@ -306,13 +306,13 @@ def publish_all(store: Store, pubs: Sequence[Publication], now: datetime, *, act
             report.warnings.append(f"{names[i]} is paused; this file resumes it (set schedule.status: paused "
                                    "to keep it paused).")
         writing.append(i)
-    written = store.catalog.send_apply_workflows([WorkflowContent(
+    written = store.catalog.apply_workflows([WorkflowContent(
         tenant_id=pub.tenant_id, name=pub.name, description=pub.description,
         environment_id=pub.environment_id, publisher_id=pub.publisher_id,
         recipe=pub.recipe, timeout_seconds=pub.timeout_seconds, monitoring_enabled=pub.monitoring_enabled,
         policy_overrides=pub.policy_overrides, shadow=pub.shadow, expect_rows=pub.expect_rows, kind=pub.kind,
         keep_outputs=pub.keep_outputs,
-    ) for pub in (pubs[i] for i in writing)], now)() if writing else []
+    ) for pub in (pubs[i] for i in writing)], now) if writing else []
     workflows = dict(zip(writing, written, strict=True))
     for i, workflow in workflows.items():
         pub = pubs[i]
@@ -323,11 +323,11 @@ def publish_all(store: Store, pubs: Sequence[Publication], now: datetime, *, act
         if pub.archived and _archive(store, workflow.id, actor, now) is not None:
             workflows[i] = workflow = Applied(
                 workflow.kind, workflow.id, "created" if workflow.change == "created" else "updated", workflow.row)
-    schedules = store.catalog.send_apply_schedules([ScheduleContent(
+    schedules = store.catalog.apply_schedules([ScheduleContent(
         tenant_id=pubs[i].tenant_id, workflow_id=workflows[i].id, cron=pubs[i].cron, timezone=pubs[i].timezone,
         status=pubs[i].status, cadence_seconds=pubs[i].cadence_seconds,
         starting_deadline_seconds=pubs[i].starting_deadline_seconds,
-    ) for i in writing], now)() if writing else []
+    ) for i in writing], now) if writing else []
     for i, schedule in zip(writing, schedules, strict=True):
         results[i] = Published(workflows[i], schedule)
     published_all = [published for published in results if published is not None]

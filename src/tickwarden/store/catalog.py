@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 
 from tickwarden.cadence import parse_schedule
 from tickwarden.models import Environment, Schedule, Tenant, User, Workflow, from_row
-from tickwarden.store.arrays import BigintArray, TextArray, TimestamptzArray
+from tickwarden.store.arrays import BigintArray, TextArray
 from tickwarden.store.base import StoreBase
 
 
@@ -55,7 +55,7 @@ class WorkflowSummary:
 
 @dataclass(frozen=True)
 class WorkflowContent:
-    """What an upsert of a workflow writes (`CatalogRepository.send_apply_workflows`), its tenant's id resolved."""
+    """What an upsert of a workflow writes (`CatalogRepository.apply_workflows`), its tenant's id resolved."""
 
     tenant_id: int
     name: str
@@ -74,7 +74,7 @@ class WorkflowContent:
 
 @dataclass(frozen=True)
 class ScheduleContent:
-    """What an upsert of a workflow's schedule writes (`CatalogRepository.send_apply_schedules`)."""
+    """What an upsert of a workflow's schedule writes (`CatalogRepository.apply_schedules`)."""
 
     tenant_id: int
     workflow_id: int
@@ -83,10 +83,9 @@ class ScheduleContent:
     status: str
     cadence_seconds: int
     starting_deadline_seconds: int
-
-
-def _one(model: type, rows: list[dict[str, Any]]) -> Any:
-    return from_row(model, rows[0]) if rows else None
+    # Its first tick strictly after the write (`first_fire_after`), for a new or changed one:
+    # set by `apply_schedules`, not by its callers.
+    next_fire_at: datetime | None = None
 
 
 def _in_order(rows: list[dict[str, Any]], count: int) -> list[dict[str, Any] | None]:
@@ -124,18 +123,17 @@ class CatalogRepository(StoreBase):
 
     def lock_workflow(self, tenant_id: int, name: str) -> Workflow | None:
         """A tenant's workflow by name, locked until the transaction ends (see `catalog.publish`)."""
-        return self.send_lock_workflows([(tenant_id, name)])()[0]
+        return self.lock_workflows([(tenant_id, name)])[0]
 
-    def send_lock_workflows(self, keys: Sequence[tuple[int, str]]) -> Callable[[], list[Workflow | None]]:
-        """Send the lock of tenants' workflows by (tenant id, name), held until the transaction ends; the reader of their rows.
+    def lock_workflows(self, keys: Sequence[tuple[int, str]]) -> list[Workflow | None]:
+        """Tenants' workflows by (tenant id, name), locked until the transaction ends, in the order given.
 
-        One statement for them all, locking in the order given; the reader gives each
-        key's workflow in that order (None where there is none). Sent now, read later
-        (see `StoreBase._submit_text`): `catalog.publish_all` reads it when it needs it.
+        One statement for them all (`catalog.publish_all`), locking in that order; None
+        where a key has no workflow.
         """
-        read = self._submit("catalog_lock_workflow", {"tenant_ids": BigintArray(k[0] for k in keys),
-                                                      "names": TextArray(k[1] for k in keys)})
-        return lambda: [from_row(Workflow, row) if row else None for row in _in_order(read(), len(keys))]
+        rows = self._rows("catalog_lock_workflow", {"tenant_ids": BigintArray(k[0] for k in keys),
+                                                     "names": TextArray(k[1] for k in keys)})
+        return [from_row(Workflow, row) if row else None for row in _in_order(rows, len(keys))]
 
     def list_workflows(self, tenant_id: int) -> list[Workflow]:
         return [from_row(Workflow, row) for row in self._rows("catalog_list_workflows", {"tenant_id": tenant_id})]
@@ -144,10 +142,10 @@ class CatalogRepository(StoreBase):
         row = self._row("catalog_get_schedule_for_workflow", {"workflow_id": workflow_id})
         return from_row(Schedule, row) if row else None
 
-    def send_get_schedules_for_workflows(self, workflow_ids: Sequence[int]) -> Callable[[], dict[int, Schedule]]:
-        """The schedules of several workflows by workflow id, in one statement, sent now and read later."""
-        read = self._submit("catalog_get_schedules_for_workflows", {"workflow_ids": BigintArray(workflow_ids)})
-        return lambda: {row["workflow_id"]: from_row(Schedule, row) for row in read()}
+    def get_schedules_for_workflows(self, workflow_ids: Sequence[int]) -> dict[int, Schedule]:
+        """The schedules of several workflows by workflow id, in one statement (none for a workflow without one)."""
+        rows = self._rows("catalog_get_schedules_for_workflows", {"workflow_ids": BigintArray(workflow_ids)})
+        return {row["workflow_id"]: from_row(Schedule, row) for row in rows}
 
     def archive_workflow(self, workflow_id: int, now: datetime) -> Workflow | None:
         """Archive a workflow; None when it already was."""
@@ -170,26 +168,22 @@ class CatalogRepository(StoreBase):
 
         return applied
 
-    def _send_applied_all(self, kind: str, model: type, name: str, params: dict[str, Any],
-                          count: int) -> Callable[[], list[Applied]]:
-        """Send set-based upsert `name` of `count` rows; the reader of what it did to each, in the order given."""
-        read = self._submit(name, params)
-
-        def applied() -> list[Applied]:
-            made = []
-            for row in _in_order(read(), count):
-                assert row is not None, f"{name} gave no row for one of its inputs"
-                change = row.pop("change")
-                made.append(Applied(kind=kind, id=row["id"], change=change, row=from_row(model, row)))
-            return made
-
-        return applied
+    def _applied_all(self, kind: str, model: type, name: str, rows: Sequence[Any], now: datetime) -> list[Applied]:
+        """Run set-based upsert `name` over `rows` (one dataclass each); what it did to each, in the order given."""
+        if not rows:
+            return []
+        made = []
+        for row in _in_order(self._batch(name, rows, {"now": now}), len(rows)):
+            assert row is not None, f"{name} gave no row for one of its inputs"
+            change = row.pop("change")
+            made.append(Applied(kind=kind, id=row["id"], change=change, row=from_row(model, row)))
+        return made
 
     def apply_tenant(self, name: str, display_name: str, shadow: bool, now: datetime) -> Applied:
         return self.send_apply_tenant(name, display_name, shadow, now)()
 
     def send_apply_tenant(self, name: str, display_name: str, shadow: bool, now: datetime) -> Callable[[], Applied]:
-        """`apply_tenant`, sent now and read later (see `send_lock_workflows`): the simulator sends its tenants together."""
+        """`apply_tenant`, sent now and read later (see `StoreBase._submit_text`): the simulator sends its tenants together."""
         return self._send_applied(
             "tenant", Tenant, "catalog_apply_tenant",
             {"name": name, "display_name": display_name, "shadow": shadow, "now": now},
@@ -232,70 +226,37 @@ class CatalogRepository(StoreBase):
              "severities": severities, "events": events},
         )
 
-    def apply_workflow(self, *args: Any, **kwargs: Any) -> Applied:
-        """Upsert a workflow (`send_apply_workflow`'s arguments) and say what it did."""
-        return self.send_apply_workflow(*args, **kwargs)()
+    def apply_workflow(self, tenant_id: int, name: str, now: datetime, **content: Any) -> Applied:
+        """Upsert one workflow (`WorkflowContent`'s other fields as keywords) and say what it did.
 
-    def send_apply_workflow(self, tenant_id: int, name: str, now: datetime, **content: Any) -> Callable[[], Applied]:
-        """Send the upsert of one workflow (`WorkflowContent`'s other fields as keywords); the reader of what it did.
-
-        The one-workflow case of `send_apply_workflows`: the same statement.
+        The one-workflow case of `apply_workflows`: the same statement.
         """
-        read = self.send_apply_workflows([WorkflowContent(tenant_id=tenant_id, name=name, **content)], now)
-        return lambda: read()[0]
+        return self.apply_workflows([WorkflowContent(tenant_id=tenant_id, name=name, **content)], now)[0]
 
-    def send_apply_workflows(self, workflows: Sequence[WorkflowContent], now: datetime) -> Callable[[], list[Applied]]:
-        """Send the upsert of workflows, one statement for them all; the reader of what it did to each, in order.
+    def apply_workflows(self, workflows: Sequence[WorkflowContent], now: datetime) -> list[Applied]:
+        """Upsert workflows, one statement for them all, and say what it did to each, in the order given.
 
         The one write of a workflow's content (files, the API, the simulator). The
         workflows are distinct (tenant id, name) pairs, inserted in the order given (new ids
-        follow it). Sent now, read later (see `send_lock_workflows`).
+        follow it).
         """
-        params = {
-            "tenant_ids": BigintArray(w.tenant_id for w in workflows), "names": TextArray(w.name for w in workflows),
-            "descriptions": TextArray(w.description for w in workflows),
-            "environment_ids": BigintArray(w.environment_id for w in workflows),
-            "publisher_ids": BigintArray(w.publisher_id for w in workflows),
-            "recipes": [Jsonb(w.recipe) for w in workflows],
-            "timeout_seconds": BigintArray(w.timeout_seconds for w in workflows),
-            "monitoring_enabled": [w.monitoring_enabled for w in workflows],
-            "policy_overrides": [Jsonb(w.policy_overrides) for w in workflows],
-            "shadows": [w.shadow for w in workflows], "expect_rows": [w.expect_rows for w in workflows],
-            "kinds": TextArray(w.kind for w in workflows), "keep_outputs": [w.keep_outputs for w in workflows],
-            "now": now,
-        }
-        return self._send_applied_all("workflow", Workflow, "catalog_apply_workflow", params, len(workflows))
+        return self._applied_all("workflow", Workflow, "catalog_apply_workflow", workflows, now)
 
-    def apply_schedule(self, **kwargs: Any) -> Applied:
-        """Upsert a schedule (`send_apply_schedule`'s arguments) and say what it did."""
-        return self.send_apply_schedule(**kwargs)()
+    def apply_schedule(self, *, now: datetime, **content: Any) -> Applied:
+        """Upsert one schedule (`ScheduleContent`'s fields as keywords) and say what it did.
 
-    def send_apply_schedule(self, *, now: datetime, **content: Any) -> Callable[[], Applied]:
-        """Send the upsert of one schedule (`ScheduleContent`'s fields as keywords); the reader of what it did.
-
-        The one-schedule case of `send_apply_schedules`: the same statement.
+        The one-schedule case of `apply_schedules`: the same statement.
         """
-        read = self.send_apply_schedules([ScheduleContent(**content)], now)
-        return lambda: read()[0]
+        return self.apply_schedules([ScheduleContent(**content)], now)[0]
 
-    def send_apply_schedules(self, schedules: Sequence[ScheduleContent], now: datetime) -> Callable[[], list[Applied]]:
-        """Send the upsert of schedules, one statement for them all; the reader of what it did to each, in order.
+    def apply_schedules(self, schedules: Sequence[ScheduleContent], now: datetime) -> list[Applied]:
+        """Upsert schedules, one statement for them all, and say what it did to each, in the order given.
 
         The one write of a schedule. Of distinct workflows, written in the order given; each
         new or re-activated one fires from its first tick after `now` (`first_fire_after`).
-        Sent now, read later (see `send_lock_workflows`).
         """
-        params = {
-            "tenant_ids": BigintArray(s.tenant_id for s in schedules),
-            "workflow_ids": BigintArray(s.workflow_id for s in schedules),
-            "crons": TextArray(s.cron for s in schedules), "timezones": TextArray(s.timezone for s in schedules),
-            "statuses": TextArray(s.status for s in schedules),
-            "cadence_seconds": BigintArray(s.cadence_seconds for s in schedules),
-            "starting_deadline_seconds": BigintArray(s.starting_deadline_seconds for s in schedules),
-            "next_fire_ats": TimestamptzArray(first_fire_after(s.cron, s.timezone, now) for s in schedules),
-            "now": now,
-        }
-        return self._send_applied_all("schedule", Schedule, "catalog_apply_schedule", params, len(schedules))
+        fired = [replace(s, next_fire_at=first_fire_after(s.cron, s.timezone, now)) for s in schedules]
+        return self._applied_all("schedule", Schedule, "catalog_apply_schedule", fired, now)
 
     def workflow_summaries(self, tenant: str | None = None) -> list[WorkflowSummary]:
         return [from_row(WorkflowSummary, row) for row in self._rows("catalog_workflow_summaries", {"tenant": tenant})]

@@ -95,21 +95,13 @@ SELECT c.id, 'unchanged' FROM notification_channels c
 -- catalog_apply_workflow --
 -- Upsert workflows from a workflow file, the API or the simulator (created, updated or
 -- unchanged each); applying one again un-archives it. The one write of a workflow's
--- content, for one workflow or many: the i-th element of every array is one workflow,
+-- content, for one workflow or many (one `WorkflowContent` a row):
 -- the workflows are distinct (tenant_id, name) pairs (an upsert cannot change one row
 -- twice in a statement), and they are inserted in the order given, so new ids follow
 -- that order as one statement per workflow would give them. Each row comes back with
 -- `ord`, its position (from 1), in that order.
 WITH given AS (
-    SELECT *
-      FROM unnest(%(tenant_ids)s::bigint[], %(names)s::text[], %(descriptions)s::text[],
-                  %(environment_ids)s::bigint[], %(publisher_ids)s::bigint[], %(recipes)s::jsonb[],
-                  %(timeout_seconds)s::integer[], %(monitoring_enabled)s::boolean[],
-                  %(policy_overrides)s::jsonb[], %(shadows)s::boolean[], %(expect_rows)s::boolean[],
-                  %(kinds)s::text[], %(keep_outputs)s::boolean[])
-           WITH ORDINALITY AS g (tenant_id, name, description, environment_id, publisher_id, recipe,
-                                 timeout_seconds, monitoring_enabled, policy_overrides, shadow, expect_rows,
-                                 kind, keep_outputs, ord)
+    SELECT * FROM {unnest_numbered}
 ), up AS (
     INSERT INTO workflows (tenant_id, name, description, environment_id, publisher_id, recipe, timeout_seconds,
                            monitoring_enabled, policy_overrides, shadow, expect_rows, created_at, updated_at, kind,
@@ -142,13 +134,13 @@ SELECT w.*, 'unchanged', g.ord FROM given g
 
 -- catalog_apply_schedule --
 -- Upsert workflows' schedules (apply, the API, the simulator, tests: the one write of a
--- schedule, for one or many: the i-th element of every array is one schedule, of distinct
+-- schedule, for one or many (one `ScheduleContent` a row), of distinct
 -- workflows, written in the order given; each row comes back with `ord`, its position
 -- from 1, in that order).
 -- The version moves only when something the trigger acts on changed; an identical
 -- schedule is left alone (no version bump, no new updated_at). A new expression,
 -- zone or activation fires from its first tick strictly after this write
--- (`next_fire_ats`, computed by the caller), written to the schedule's fire row in the
+-- (`next_fire_at`, computed by the caller), written to the schedule's fire row in the
 -- same statement, so the ticker needs nobody to prepare the schedule for it; a pause
 -- clears it; otherwise the next fire time stays.
 -- What changed is judged against the schedules as committed, not as this statement's
@@ -156,12 +148,7 @@ SELECT w.*, 'unchanged', g.ord FROM given g
 -- publish of the same schedule is waited for, then read as it committed), and `up`
 -- reads them only after (it cannot make a row before `old` has been read to its end).
 WITH given AS (
-    SELECT *
-      FROM unnest(%(tenant_ids)s::bigint[], %(workflow_ids)s::bigint[], %(crons)s::text[], %(timezones)s::text[],
-                  %(statuses)s::text[], %(cadence_seconds)s::integer[], %(starting_deadline_seconds)s::integer[],
-                  %(next_fire_ats)b::timestamptz[])
-           WITH ORDINALITY AS g (tenant_id, workflow_id, cron, timezone, status, cadence_seconds,
-                                 starting_deadline_seconds, next_fire_at, ord)
+    SELECT * FROM {unnest_numbered}
 ), old AS (
     SELECT s.id, s.cron, s.timezone, s.status
       FROM given g JOIN schedules s ON s.workflow_id = g.workflow_id
