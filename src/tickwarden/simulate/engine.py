@@ -717,9 +717,10 @@ class Simulation:
         """`url` with the simulation's own session settings, as connection options.
 
         Commits that do not wait for the WAL flush: nothing of a simulation outlives it
-        (its schema is dropped when it ends, its tables are unlogged), but a few of its
-        relations stay logged (the partitioned ledger's parents and the tables they
-        reference, their id sequences, the catalog rows VACUUM and ANALYZE write), and a
+        (its schema is dropped when it ends, the tables its loops write are unlogged), but
+        some of its relations stay logged (the partitioned ledger's parents and the tables
+        they reference, their id sequences, the catalog rows VACUUM and ANALYZE write, the
+        tables it never writes after its set-up), and a
         transaction that wrote any of them would wait for its WAL to reach the disk at
         commit: each ticker pass (its runs' ids), each table a `VACUUM (ANALYZE)` commits.
         An asynchronous commit is visible to the session at once, as a synchronous one is:
@@ -747,7 +748,7 @@ class Simulation:
         return make_conninfo(url, options=" ".join(filter(None, [existing, ours])))
 
     def _create_schema(self, url: str) -> None:
-        """Create the schema, migrate it and unlog its tables: one connection, one transaction.
+        """Create the schema, migrate it and unlog the tables its loops write: one connection, one transaction.
 
         With the simulation's session settings: its commit does not wait for the WAL flush
         (a crash loses the schema with the simulation, see `_session_url`). All or nothing:
