@@ -37,7 +37,7 @@ from tickwarden.store import base
 from tickwarden.store.queries import queries
 
 
-PLACEHOLDERS = ("{unnest}", "{months}", "{limit}", "{retry_launch}")
+PLACEHOLDERS = ("{unnest}", "{unnest_numbered}", "{months}", "{limit}", "{retry_launch}")
 
 
 def _completed_pattern(text: str) -> re.Pattern[str]:
@@ -58,7 +58,7 @@ class Profile:
         self.queries: collections.Counter[tuple[str, str]] = collections.Counter()
         self.query_seconds: collections.defaultdict[tuple[str, str], float] = collections.defaultdict(float)
         self._names = {text: name for name, text in queries().items()}
-        # A statement completed at run time (`{unnest}`, `{months}`, `{limit}`, `{retry_launch}`) is
+        # A statement completed at run time (`{unnest}`, `{months}`, `{limit}`...) is
         # named by its whole text, each placeholder matching what completed it: two statements may share the text before their
         # first one (`monitoring_open_alerts` and `monitoring_record_failures` both start `WITH wanted AS`).
         self._completed = [(_completed_pattern(text), name) for name, text in queries().items()

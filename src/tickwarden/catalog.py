@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -24,7 +24,7 @@ from tickwarden.db import Database
 from tickwarden.errors import Conflict, InvalidField, InvalidInput, NotFound
 from tickwarden.models import Run, Schedule, Tenant, Workflow
 from tickwarden.store import Store
-from tickwarden.store.catalog import Applied, WorkflowSummary
+from tickwarden.store.catalog import Applied, ScheduleContent, WorkflowContent, WorkflowSummary
 from tickwarden.profile import PolicyOverrides
 from tickwarden.models import WindowSpec
 from tickwarden.workflow_file import PlannedWorkflow, WorkflowDefinition, load_file, plan_workflow
@@ -275,23 +275,27 @@ def publish(store: Store, pub: Publication, now: datetime, *, actor: str, report
 
 def publish_all(store: Store, pubs: Sequence[Publication], now: datetime, *, actor: str,
                 report: ApplyReport | None = None, labels: Sequence[str] | None = None) -> list[Published]:
-    """Publish several workflows as `publish` does each, their statements sent in a few batches.
+    """Publish several workflows as `publish` does each, in one statement a stage.
 
-    Each stage sends one statement per publication before reading any of their rows (the
-    locks, the stored schedules of those that exist, the workflows, the schedules), so on
-    a connection in pipeline mode a stage is one round trip, not one per workflow; outside
-    it every statement is its own round trip, as before. The publications are distinct
-    workflows: a stage never depends on another publication's earlier stage, and the rows
-    are written in the order given, as one `publish` after the other would write them.
+    Each stage is one set-based statement for every publication (the locks, the stored
+    schedules of those that exist, the workflows, the schedules: `publish` is its case of
+    one), so a stage is one round trip, and the server plans and runs one statement where
+    it ran one per workflow. The publications are distinct workflows (an upsert cannot
+    change one row twice in a statement): a stage never depends on another publication's
+    earlier stage, and the rows are written in the order given, as one `publish` after
+    the other would write them. Maintenance windows and archiving, which only some
+    publications bring, stay one statement each.
     """
+    if not pubs:
+        return []
+    assert len({(pub.tenant_id, pub.name) for pub in pubs}) == len(pubs), "publish_all publishes distinct workflows"
     names = list(labels) if labels is not None else [""] * len(pubs)
-    locks = [store.catalog.send_lock_workflow(pub.tenant_id, pub.name) for pub in pubs]
-    found = [read() for read in locks]
-    schedule_reads = [store.catalog.send_get_schedule_for_workflow(existing.id) if existing else None
-                      for existing in found]
-    currents = [read() if read else None for read in schedule_reads]
+    found = store.catalog.lock_workflows([(pub.tenant_id, pub.name) for pub in pubs])
+    existing_ids = [existing.id for existing in found if existing is not None]
+    stored = store.catalog.get_schedules_for_workflows(existing_ids) if existing_ids else {}
+    currents = [stored.get(existing.id) if existing else None for existing in found]
     results: list[Published | None] = [None] * len(pubs)
-    workflow_reads: dict[int, Callable[[], Applied]] = {}
+    writing: list[int] = []  # the publications whose workflow is written, in the order given
     for i, (pub, existing, current) in enumerate(zip(pubs, found, currents, strict=True)):
         if pub.archived and existing is not None and existing.archived_at is not None:
             results[i] = Published(Applied("workflow", existing.id, "unchanged", existing),
@@ -301,15 +305,15 @@ def publish_all(store: Store, pubs: Sequence[Publication], now: datetime, *, act
             # The content says active: publishing it resumes a schedule someone paused by hand.
             report.warnings.append(f"{names[i]} is paused; this file resumes it (set schedule.status: paused "
                                    "to keep it paused).")
-        workflow_reads[i] = store.catalog.send_apply_workflow(
-            pub.tenant_id, pub.name, now, description=pub.description,
-            environment_id=pub.environment_id, publisher_id=pub.publisher_id,
-            recipe=pub.recipe, timeout_seconds=pub.timeout_seconds, monitoring_enabled=pub.monitoring_enabled,
-            policy_overrides=pub.policy_overrides, shadow=pub.shadow, expect_rows=pub.expect_rows, kind=pub.kind,
-            keep_outputs=pub.keep_outputs,
-        )
-    workflows = {i: read() for i, read in workflow_reads.items()}
-    schedule_writes: dict[int, Callable[[], Applied]] = {}
+        writing.append(i)
+    written = store.catalog.apply_workflows([WorkflowContent(
+        tenant_id=pub.tenant_id, name=pub.name, description=pub.description,
+        environment_id=pub.environment_id, publisher_id=pub.publisher_id,
+        recipe=pub.recipe, timeout_seconds=pub.timeout_seconds, monitoring_enabled=pub.monitoring_enabled,
+        policy_overrides=pub.policy_overrides, shadow=pub.shadow, expect_rows=pub.expect_rows, kind=pub.kind,
+        keep_outputs=pub.keep_outputs,
+    ) for pub in (pubs[i] for i in writing)], now) if writing else []
+    workflows = dict(zip(writing, written, strict=True))
     for i, workflow in workflows.items():
         pub = pubs[i]
         if pub.maintenance is not None and maintenance.replace_file_windows(store, pub.tenant_id, workflow.id,
@@ -319,24 +323,24 @@ def publish_all(store: Store, pubs: Sequence[Publication], now: datetime, *, act
         if pub.archived and _archive(store, workflow.id, actor, now) is not None:
             workflows[i] = workflow = Applied(
                 workflow.kind, workflow.id, "created" if workflow.change == "created" else "updated", workflow.row)
-        schedule_writes[i] = store.catalog.send_apply_schedule(
-            tenant_id=pub.tenant_id, workflow_id=workflow.id, cron=pub.cron, timezone=pub.timezone,
-            status=pub.status, cadence_seconds=pub.cadence_seconds,
-            starting_deadline_seconds=pub.starting_deadline_seconds, now=now,
-        )
-    for i, read in schedule_writes.items():
-        results[i] = Published(workflows[i], read())
+    schedules = store.catalog.apply_schedules([ScheduleContent(
+        tenant_id=pubs[i].tenant_id, workflow_id=workflows[i].id, cron=pubs[i].cron, timezone=pubs[i].timezone,
+        status=pubs[i].status, cadence_seconds=pubs[i].cadence_seconds,
+        starting_deadline_seconds=pubs[i].starting_deadline_seconds,
+    ) for i in writing], now) if writing else []
+    for i, schedule in zip(writing, schedules, strict=True):
+        results[i] = Published(workflows[i], schedule)
     published_all = [published for published in results if published is not None]
     if any(published.change != "unchanged" for published in published_all):
         _wake_trigger(store)
     for i, published in enumerate(results):
         assert published is not None
-        if i in schedule_writes:
+        if i in workflows:
             current = currents[i]
             if current is not None and current.status == "active" and pubs[i].status == "paused" \
                     and not pubs[i].archived:
                 alerts.note_paused(store, published.workflow.id, actor, now)
-        _report(report, published, names[i], with_schedule=i in schedule_writes or currents[i] is not None)
+        _report(report, published, names[i], with_schedule=i in workflows or currents[i] is not None)
     return published_all
 
 

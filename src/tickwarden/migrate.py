@@ -66,11 +66,15 @@ def upgrade(conn: psycopg.Connection, now: datetime) -> list[Migration]:
                 if migration.version in done:
                     continue
                 conn.execute(migration.sql)
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
-                    (migration.version, migration.name, now),
-                )
                 applied.append(migration)
+            if applied:
+                # One statement records them all, in the same transaction as the migrations:
+                # committed together or not at all, as one insert after each would be.
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at)"
+                    " SELECT version, name, %s FROM unnest(%s::integer[], %s::text[]) AS m (version, name)",
+                    (now, [m.version for m in applied], [m.name for m in applied]),
+                )
     except psycopg.Error as exc:
         raise MigrationError(f"The database schema could not be upgraded: {str(exc).splitlines()[0]}") from None
     return applied

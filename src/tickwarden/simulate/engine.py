@@ -717,9 +717,10 @@ class Simulation:
         """`url` with the simulation's own session settings, as connection options.
 
         Commits that do not wait for the WAL flush: nothing of a simulation outlives it
-        (its schema is dropped when it ends, its tables are unlogged), but a few of its
-        relations stay logged (the partitioned ledger's parents and the tables they
-        reference, their id sequences, the catalog rows VACUUM and ANALYZE write), and a
+        (its schema is dropped when it ends, the tables its loops write are unlogged), but
+        some of its relations stay logged (the partitioned ledger's parents and the tables
+        they reference, their id sequences, the catalog rows VACUUM and ANALYZE write, the
+        tables it never writes after its set-up), and a
         transaction that wrote any of them would wait for its WAL to reach the disk at
         commit: each ticker pass (its runs' ids), each table a `VACUUM (ANALYZE)` commits.
         An asynchronous commit is visible to the session at once, as a synchronous one is:
@@ -747,7 +748,7 @@ class Simulation:
         return make_conninfo(url, options=" ".join(filter(None, [existing, ours])))
 
     def _create_schema(self, url: str) -> None:
-        """Create the schema, migrate it and unlog its tables: one connection, one transaction.
+        """Create the schema, migrate it and unlog the tables its loops write: one connection, one transaction.
 
         With the simulation's session settings: its commit does not wait for the WAL flush
         (a crash loses the schema with the simulation, see `_session_url`). All or nothing:
@@ -787,12 +788,16 @@ class Simulation:
         now = self.scenario.start
         ids: dict[str, int] = {}
         with db.transaction() as store:
-            SimulationRepository(store.conn).create_channel(None, "platform", "engineering", now)
-            tenants = {}
-            for name in self.scenario.tenants:
-                tenant = store.catalog.upsert_tenant(name, now)
-                tenants[name] = tenant
-                SimulationRepository(store.conn).create_channel(tenant.id, name, "customer", now)
+            # Sent before any is read: on the pipelined connection the platform's channel and the
+            # tenants are one round trip, and the tenants' channels go out with the workflows'
+            # locks (`publish_all`), where each statement waited on its own. Each table's rows are
+            # written in the order they were (ids follow it): the platform's channel, then each
+            # tenant's, in the scenario's order.
+            simulation = SimulationRepository(store.conn)
+            channels = [simulation.send_create_channel(None, "platform", "engineering", now)]
+            sent = [(name, store.catalog.send_apply_tenant(name, name, False, now)) for name in self.scenario.tenants]
+            tenants = {name: read().row for name, read in sent}
+            channels += [simulation.send_create_channel(tenant.id, name, "customer", now) for name, tenant in tenants.items()]
             publications = [Publication(
                 tenant_id=tenants[spec.tenant].id, name=spec.name, description="", environment_id=None,
                 publisher_id=None, recipe={"steps": []}, timeout_seconds=plan.timeouts[spec.key],
@@ -802,8 +807,10 @@ class Simulation:
                 kind=spec.kind,
             ) for spec in self.scenario.workflows]
             # The same write as apply and the API (no environment or publisher: simulated steps
-            # run nothing), its statements sent in batches: a few round trips for the whole catalog.
+            # run nothing), one statement a stage: three round trips for the whole catalog.
             published = publish_all(store, publications, now, actor="simulator")
+            for read_channel in channels:  # answered with the locks: read, so that none is left unread
+                read_channel()
             for spec, one in zip(self.scenario.workflows, published, strict=True):
                 ids[spec.key] = one.workflow.id
             for window in self.scenario.maintenance:  # the same write path as the CLI and the API

@@ -150,11 +150,15 @@ class SimulationRepository(StoreBase):
         return self._rows("simulation_history")
 
     def create_channel(self, tenant_id: int | None, name: str, audience: str, now: datetime, kind: str = "recording") -> int:
-        row = self._row(
+        return self.send_create_channel(tenant_id, name, audience, now, kind)()
+
+    def send_create_channel(self, tenant_id: int | None, name: str, audience: str, now: datetime,
+                            kind: str = "recording") -> Callable[[], int]:
+        """Send the insert of a channel of the simulation now; the reader of its id (see `StoreBase._submit_text`)."""
+        read = self._submit(
             "simulation_create_channel", {"tenant_id": tenant_id, "name": name, "kind": kind, "audience": audience, "now": now}
         )
-        assert row is not None
-        return int(row["id"])
+        return lambda: int(read()[0]["id"])
 
 
 def renew_params(renewals: Mapping[int, datetime], worker_id: str, lease_seconds: float) -> dict[str, Any]:

@@ -105,21 +105,42 @@ SELECT relname AS tablename
  ORDER BY relname;
 
 -- simulation_unlog_tables --
--- Make every table of the simulation's schema unlogged: its rows are scratch, dropped
--- when the simulation ends, so writing them to the WAL is work with no reader. A table
--- can turn unlogged only once no logged table references it, so referencing tables
--- go first (a table that references itself does not hold itself back). A partitioned
--- table stays logged (PostgreSQL 15 cannot change it; its partitions do turn unlogged),
--- and so does every table a table that stays logged references.
+-- Make the tables the simulation's loops write unlogged: their rows are scratch, dropped
+-- when the simulation ends, so writing them to the WAL is work with no reader. Those are
+-- the ledger's partitions and the loops' own tables below, and every table that
+-- references one of them (a logged table cannot reference an unlogged one). The rest
+-- stay logged: the catalog, written once at set-up, and the tables of what the
+-- simulator does not drive (tokens, secrets, environments, retention, self-tests...),
+-- which a simulation never writes, so unlogging them was work with no reader either: a
+-- rewrite of each with its indexes, and a sync to disk of every new file's init fork
+-- (most of this statement's time). A test runs the scenarios' features and checks that
+-- no table a row reaches after the set-up stayed logged.
+-- A table can turn unlogged only once no logged table references it, so referencing
+-- tables go first (a table that references itself does not hold itself back). A
+-- partitioned table stays logged (PostgreSQL 15 cannot change it; its partitions do
+-- turn unlogged), and so does every table a table that stays logged references.
 DO $$
 DECLARE
     pending regclass[];
     target regclass;
     progressed boolean;
 BEGIN
+    WITH RECURSIVE scratch (oid) AS (
+        SELECT c.oid
+          FROM pg_class c
+         WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+           AND (c.relispartition OR c.relname = ANY (ARRAY[
+                'attempt_queue', 'outcome_queue', 'schedule_fires', 'tick_audits', 'tick_audit_arms',
+                'workflow_successes', 'alerts', 'alert_events', 'notification_outbox', 'notification_threads']))
+        UNION
+        SELECT k.conrelid
+          FROM scratch s
+          JOIN pg_constraint k ON k.confrelid = s.oid AND k.contype = 'f'
+          JOIN pg_class r ON r.oid = k.conrelid AND r.relkind = 'r'
+    )
     SELECT array_agg(c.oid::regclass) INTO pending
       FROM pg_class c
-     WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND c.relpersistence = 'p';
+     WHERE c.oid IN (SELECT oid FROM scratch) AND c.relpersistence = 'p';
     WHILE coalesce(array_length(pending, 1), 0) > 0 LOOP
         progressed := false;
         FOREACH target IN ARRAY pending LOOP

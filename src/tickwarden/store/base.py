@@ -8,7 +8,7 @@ import types
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import datetime
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, TypeVar, get_origin, get_type_hints
 
 import psycopg
 import psycopg.types.json
@@ -57,18 +57,25 @@ _CHECKED: set[tuple[str, type]] = set()  # (query, dataclass) pairs whose column
 _KEPT = "_tickwarden_kept_cursors"
 _ROWS = "_tickwarden_dict_rows"  # statement text -> the row factory of its dict cursors on the connection
 KEEP_ROWS = 64  # a cursor that read more rows is closed rather than kept: a kept one holds its last result
-SQL_TYPES = {int: "bigint", str: "text", bool: "boolean", float: "double precision", datetime: "timestamptz"}
+SQL_TYPES = {int: "bigint", str: "text", bool: "boolean", float: "double precision", datetime: "timestamptz",
+             dict: "jsonb"}
+
+
+def _jsonb_array(values: list[Any]) -> list[Any]:
+    return [None if v is None else psycopg.types.json.Jsonb(v) for v in values]
 
 
 # How `_batch` sends a field of each SQL type: one array in one step where the store has one (`arrays`).
 ARRAYS: dict[str, Callable[[list[Any]], list[Any]]] = {
-    "bigint": arrays.BigintArray, "text": arrays.TextArray, "timestamptz": arrays.TimestamptzArray}
+    "bigint": arrays.BigintArray, "text": arrays.TextArray, "timestamptz": arrays.TimestamptzArray,
+    "jsonb": _jsonb_array}
 
 
 def _base_type(hint: Any) -> type:
-    """The type of a field's annotation, without its `| None`."""
-    base: type = next(a for a in hint.__args__ if a is not type(None)) if isinstance(hint, types.UnionType) else hint
-    return base
+    """The type of a field's annotation, without its `| None` or its parameters (`dict[str, Any]`: dict)."""
+    base: Any = next(a for a in hint.__args__ if a is not type(None)) if isinstance(hint, types.UnionType) else hint
+    found: type = get_origin(base) or base
+    return found
 
 
 @functools.cache
@@ -85,6 +92,8 @@ def unnested(name: str, cls: type) -> str:
     The fields of dataclass `cls` are listed once, in the class: a batch statement names
     them as `w.field`, and `StoreBase._batch` sends one array per field under its name.
     Timestamps go in binary (see `queries`); a field's SQL type follows from its annotation.
+    `{unnest_numbered}` is the same `WITH ORDINALITY`, with `w.ord` as well: each row's
+    position in the batch, from 1 (for a statement that must keep or give back its order).
     """
     hints = get_type_hints(cls)
     parts, names = [], []
@@ -92,7 +101,10 @@ def unnested(name: str, cls: type) -> str:
         base = _base_type(hints[field.name])
         parts.append(f"%({field.name}){'b' if base is datetime else 's'}::{SQL_TYPES[base]}[]")
         names.append(field.name)
-    return queries()[name].replace("{unnest}", f"unnest({', '.join(parts)}) AS w ({', '.join(names)})")
+    arrays_of = f"unnest({', '.join(parts)})"
+    return (queries()[name]
+            .replace("{unnest}", f"{arrays_of} AS w ({', '.join(names)})")
+            .replace("{unnest_numbered}", f"{arrays_of} WITH ORDINALITY AS w ({', '.join([*names, 'ord'])})"))
 
 
 def _read(cur: psycopg.Cursor[Row]) -> list[Row] | None:

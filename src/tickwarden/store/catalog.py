@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +11,7 @@ from psycopg.types.json import Jsonb
 
 from tickwarden.cadence import parse_schedule
 from tickwarden.models import Environment, Schedule, Tenant, User, Workflow, from_row
+from tickwarden.store.arrays import BigintArray, TextArray
 from tickwarden.store.base import StoreBase
 
 
@@ -52,8 +53,47 @@ class WorkflowSummary:
     last_status: str | None
 
 
-def _one(model: type, rows: list[dict[str, Any]]) -> Any:
-    return from_row(model, rows[0]) if rows else None
+@dataclass(frozen=True)
+class WorkflowContent:
+    """What an upsert of a workflow writes (`CatalogRepository.apply_workflows`), its tenant's id resolved."""
+
+    tenant_id: int
+    name: str
+    description: str
+    environment_id: int | None  # none for an external workflow or a self-test's
+    publisher_id: int | None
+    recipe: dict[str, Any]
+    timeout_seconds: int | None
+    monitoring_enabled: bool
+    policy_overrides: dict[str, Any]
+    shadow: bool
+    expect_rows: bool = False
+    kind: str = "managed"
+    keep_outputs: bool = False
+
+
+@dataclass(frozen=True)
+class ScheduleContent:
+    """What an upsert of a workflow's schedule writes (`CatalogRepository.apply_schedules`)."""
+
+    tenant_id: int
+    workflow_id: int
+    cron: str
+    timezone: str
+    status: str
+    cadence_seconds: int
+    starting_deadline_seconds: int
+    # Its first tick strictly after the write (`first_fire_after`), for a new or changed one:
+    # set by `apply_schedules`, not by its callers.
+    next_fire_at: datetime | None = None
+
+
+def _in_order(rows: list[dict[str, Any]], count: int) -> list[dict[str, Any] | None]:
+    """Rows that carry `ord` (their input's position, from 1) placed at it: None where an input had none."""
+    placed: list[dict[str, Any] | None] = [None] * count
+    for row in rows:
+        placed[row.pop("ord") - 1] = row
+    return placed
 
 
 class CatalogRepository(StoreBase):
@@ -83,16 +123,17 @@ class CatalogRepository(StoreBase):
 
     def lock_workflow(self, tenant_id: int, name: str) -> Workflow | None:
         """A tenant's workflow by name, locked until the transaction ends (see `catalog.publish`)."""
-        return self.send_lock_workflow(tenant_id, name)()
+        return self.lock_workflows([(tenant_id, name)])[0]
 
-    def send_lock_workflow(self, tenant_id: int, name: str) -> Callable[[], Workflow | None]:
-        """Send the lock of a tenant's workflow by name (held until the transaction ends); the reader of its row.
+    def lock_workflows(self, keys: Sequence[tuple[int, str]]) -> list[Workflow | None]:
+        """Tenants' workflows by (tenant id, name), locked until the transaction ends, in the order given.
 
-        Sent now, read later (see `StoreBase._submit_text`): `catalog.publish_all` sends
-        the locks of all it publishes before reading any, one round trip in pipeline mode.
+        One statement for them all (`catalog.publish_all`), locking in that order; None
+        where a key has no workflow.
         """
-        read = self._submit("catalog_lock_workflow", {"tenant_id": tenant_id, "name": name})
-        return lambda: _one(Workflow, read())
+        rows = self._rows("catalog_lock_workflow", {"tenant_ids": BigintArray(k[0] for k in keys),
+                                                     "names": TextArray(k[1] for k in keys)})
+        return [from_row(Workflow, row) if row else None for row in _in_order(rows, len(keys))]
 
     def list_workflows(self, tenant_id: int) -> list[Workflow]:
         return [from_row(Workflow, row) for row in self._rows("catalog_list_workflows", {"tenant_id": tenant_id})]
@@ -101,10 +142,10 @@ class CatalogRepository(StoreBase):
         row = self._row("catalog_get_schedule_for_workflow", {"workflow_id": workflow_id})
         return from_row(Schedule, row) if row else None
 
-    def send_get_schedule_for_workflow(self, workflow_id: int) -> Callable[[], Schedule | None]:
-        """`get_schedule_for_workflow`, sent now and read later (see `send_lock_workflow`)."""
-        read = self._submit("catalog_get_schedule_for_workflow", {"workflow_id": workflow_id})
-        return lambda: _one(Schedule, read())
+    def get_schedules_for_workflows(self, workflow_ids: Sequence[int]) -> dict[int, Schedule]:
+        """The schedules of several workflows by workflow id, in one statement (none for a workflow without one)."""
+        rows = self._rows("catalog_get_schedules_for_workflows", {"workflow_ids": BigintArray(workflow_ids)})
+        return {row["workflow_id"]: from_row(Schedule, row) for row in rows}
 
     def archive_workflow(self, workflow_id: int, now: datetime) -> Workflow | None:
         """Archive a workflow; None when it already was."""
@@ -127,8 +168,23 @@ class CatalogRepository(StoreBase):
 
         return applied
 
+    def _applied_all(self, kind: str, model: type, name: str, rows: Sequence[Any], now: datetime) -> list[Applied]:
+        """Run set-based upsert `name` over `rows` (one dataclass each); what it did to each, in the order given."""
+        if not rows:
+            return []
+        made = []
+        for row in _in_order(self._batch(name, rows, {"now": now}), len(rows)):
+            assert row is not None, f"{name} gave no row for one of its inputs"
+            change = row.pop("change")
+            made.append(Applied(kind=kind, id=row["id"], change=change, row=from_row(model, row)))
+        return made
+
     def apply_tenant(self, name: str, display_name: str, shadow: bool, now: datetime) -> Applied:
-        return self._applied(
+        return self.send_apply_tenant(name, display_name, shadow, now)()
+
+    def send_apply_tenant(self, name: str, display_name: str, shadow: bool, now: datetime) -> Callable[[], Applied]:
+        """`apply_tenant`, sent now and read later (see `StoreBase._submit_text`): the simulator sends its tenants together."""
+        return self._send_applied(
             "tenant", Tenant, "catalog_apply_tenant",
             {"name": name, "display_name": display_name, "shadow": shadow, "now": now},
         )
@@ -170,62 +226,37 @@ class CatalogRepository(StoreBase):
              "severities": severities, "events": events},
         )
 
-    def apply_workflow(self, *args: Any, **kwargs: Any) -> Applied:
-        """Upsert a workflow (`send_apply_workflow`'s arguments) and say what it did."""
-        return self.send_apply_workflow(*args, **kwargs)()
+    def apply_workflow(self, tenant_id: int, name: str, now: datetime, **content: Any) -> Applied:
+        """Upsert one workflow (`WorkflowContent`'s other fields as keywords) and say what it did.
 
-    def send_apply_workflow(
-        self,
-        tenant_id: int,
-        name: str,
-        now: datetime,
-        *,
-        description: str,
-        environment_id: int | None,  # none for an external workflow or a self-test's
-        publisher_id: int | None,
-        recipe: dict[str, Any],
-        timeout_seconds: int | None,
-        monitoring_enabled: bool,
-        policy_overrides: dict[str, Any],
-        shadow: bool,
-        expect_rows: bool = False,
-        kind: str = "managed",
-        keep_outputs: bool = False,
-    ) -> Callable[[], Applied]:
-        """Send the upsert of a workflow; the reader of what it did (sent now, read later: see `send_lock_workflow`)."""
-        return self._send_applied(
-            "workflow", Workflow, "catalog_apply_workflow",
-            {"tenant_id": tenant_id, "name": name, "description": description, "environment_id": environment_id,
-             "publisher_id": publisher_id, "recipe": Jsonb(recipe), "timeout_seconds": timeout_seconds,
-             "monitoring_enabled": monitoring_enabled, "policy_overrides": Jsonb(policy_overrides),
-             "shadow": shadow, "expect_rows": expect_rows, "kind": kind, "keep_outputs": keep_outputs,
-             "now": now},
-        )
+        The one-workflow case of `apply_workflows`: the same statement.
+        """
+        return self.apply_workflows([WorkflowContent(tenant_id=tenant_id, name=name, **content)], now)[0]
 
-    def apply_schedule(self, **kwargs: Any) -> Applied:
-        """Upsert a schedule (`send_apply_schedule`'s arguments) and say what it did."""
-        return self.send_apply_schedule(**kwargs)()
+    def apply_workflows(self, workflows: Sequence[WorkflowContent], now: datetime) -> list[Applied]:
+        """Upsert workflows, one statement for them all, and say what it did to each, in the order given.
 
-    def send_apply_schedule(
-        self,
-        *,
-        tenant_id: int,
-        workflow_id: int,
-        cron: str,
-        timezone: str,
-        status: str,
-        cadence_seconds: int,
-        starting_deadline_seconds: int,
-        now: datetime,
-    ) -> Callable[[], Applied]:
-        """Send the upsert of a schedule; the reader of what it did (sent now, read later: see `send_lock_workflow`)."""
-        return self._send_applied(
-            "schedule", Schedule, "catalog_apply_schedule",
-            {"tenant_id": tenant_id, "workflow_id": workflow_id, "cron": cron, "timezone": timezone,
-             "status": status, "cadence_seconds": cadence_seconds,
-             "starting_deadline_seconds": starting_deadline_seconds, "now": now,
-             "next_fire_at": first_fire_after(cron, timezone, now)},
-        )
+        The one write of a workflow's content (files, the API, the simulator). The
+        workflows are distinct (tenant id, name) pairs, inserted in the order given (new ids
+        follow it).
+        """
+        return self._applied_all("workflow", Workflow, "catalog_apply_workflow", workflows, now)
+
+    def apply_schedule(self, *, now: datetime, **content: Any) -> Applied:
+        """Upsert one schedule (`ScheduleContent`'s fields as keywords) and say what it did.
+
+        The one-schedule case of `apply_schedules`: the same statement.
+        """
+        return self.apply_schedules([ScheduleContent(**content)], now)[0]
+
+    def apply_schedules(self, schedules: Sequence[ScheduleContent], now: datetime) -> list[Applied]:
+        """Upsert schedules, one statement for them all, and say what it did to each, in the order given.
+
+        The one write of a schedule. Of distinct workflows, written in the order given; each
+        new or re-activated one fires from its first tick after `now` (`first_fire_after`).
+        """
+        fired = [replace(s, next_fire_at=first_fire_after(s.cron, s.timezone, now)) for s in schedules]
+        return self._applied_all("schedule", Schedule, "catalog_apply_schedule", fired, now)
 
     def workflow_summaries(self, tenant: str | None = None) -> list[WorkflowSummary]:
         return [from_row(WorkflowSummary, row) for row in self._rows("catalog_workflow_summaries", {"tenant": tenant})]

@@ -20,6 +20,10 @@ SELECT * FROM workflows WHERE tenant_id = %(tenant_id)s ORDER BY name;
 -- catalog_get_schedule_for_workflow --
 SELECT * FROM schedules WHERE workflow_id = %(workflow_id)s;
 
+-- catalog_get_schedules_for_workflows --
+-- The schedules of several workflows, in no order (a workflow without one has no row).
+SELECT * FROM schedules WHERE workflow_id = ANY(%(workflow_ids)s::bigint[]);
+
 -- catalog_apply_tenant --
 -- Upsert a tenant from a workflow file; `change` says created, updated or unchanged,
 -- and an identical row is left alone so that re-applying a file writes nothing.
@@ -89,15 +93,23 @@ SELECT c.id, 'unchanged' FROM notification_channels c
    AND NOT EXISTS (SELECT 1 FROM up);
 
 -- catalog_apply_workflow --
--- Upsert a workflow from a workflow file (created, updated or unchanged); applying
--- it again un-archives it.
-WITH up AS (
+-- Upsert workflows from a workflow file, the API or the simulator (created, updated or
+-- unchanged each); applying one again un-archives it. The one write of a workflow's
+-- content, for one workflow or many (one `WorkflowContent` a row):
+-- the workflows are distinct (tenant_id, name) pairs (an upsert cannot change one row
+-- twice in a statement), and they are inserted in the order given, so new ids follow
+-- that order as one statement per workflow would give them. Each row comes back with
+-- `ord`, its position (from 1), in that order.
+WITH given AS (
+    SELECT * FROM {unnest_numbered}
+), up AS (
     INSERT INTO workflows (tenant_id, name, description, environment_id, publisher_id, recipe, timeout_seconds,
                            monitoring_enabled, policy_overrides, shadow, expect_rows, created_at, updated_at, kind,
                            keep_outputs)
-    VALUES (%(tenant_id)s, %(name)s, %(description)s, %(environment_id)s, %(publisher_id)s, %(recipe)s,
-            %(timeout_seconds)s, %(monitoring_enabled)s, %(policy_overrides)s, %(shadow)s, %(expect_rows)s,
-            %(now)s, %(now)s, %(kind)s, %(keep_outputs)s)
+    SELECT tenant_id, name, description, environment_id, publisher_id, recipe, timeout_seconds,
+           monitoring_enabled, policy_overrides, shadow, expect_rows, %(now)s, %(now)s, kind, keep_outputs
+      FROM given
+     ORDER BY ord
         ON CONFLICT (tenant_id, name) DO UPDATE
        SET description = EXCLUDED.description, environment_id = EXCLUDED.environment_id,
            publisher_id = EXCLUDED.publisher_id, recipe = EXCLUDED.recipe,
@@ -113,31 +125,43 @@ WITH up AS (
             EXCLUDED.shadow, EXCLUDED.expect_rows, NULL::timestamptz, EXCLUDED.kind, EXCLUDED.keep_outputs)
     RETURNING *, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS change
 )
-SELECT * FROM up
+SELECT up.*, g.ord FROM up JOIN given g ON g.tenant_id = up.tenant_id AND g.name = up.name
 UNION ALL
-SELECT w.*, 'unchanged' FROM workflows w
- WHERE w.tenant_id = %(tenant_id)s AND w.name = %(name)s AND NOT EXISTS (SELECT 1 FROM up);
+SELECT w.*, 'unchanged', g.ord FROM given g
+  JOIN workflows w ON w.tenant_id = g.tenant_id AND w.name = g.name
+ WHERE NOT EXISTS (SELECT 1 FROM up WHERE up.id = w.id)
+ ORDER BY ord;
 
 -- catalog_apply_schedule --
--- Upsert a workflow's schedule (apply, the API, tests: the one write of a schedule).
+-- Upsert workflows' schedules (apply, the API, the simulator, tests: the one write of a
+-- schedule, for one or many (one `ScheduleContent` a row), of distinct
+-- workflows, written in the order given; each row comes back with `ord`, its position
+-- from 1, in that order).
 -- The version moves only when something the trigger acts on changed; an identical
 -- schedule is left alone (no version bump, no new updated_at). A new expression,
 -- zone or activation fires from its first tick strictly after this write
 -- (`next_fire_at`, computed by the caller), written to the schedule's fire row in the
 -- same statement, so the ticker needs nobody to prepare the schedule for it; a pause
 -- clears it; otherwise the next fire time stays.
--- What changed is judged against the schedule as committed, not as this statement's
--- snapshot saw it: `old` locks the row first (a concurrent publish of the same
--- schedule is waited for, then read as it committed), and `up` reads it only after.
-WITH old AS (
-    SELECT id, cron, timezone, status FROM schedules WHERE workflow_id = %(workflow_id)s FOR UPDATE
+-- What changed is judged against the schedules as committed, not as this statement's
+-- snapshot saw them: `old` locks the rows first, in the order given (a concurrent
+-- publish of the same schedule is waited for, then read as it committed), and `up`
+-- reads them only after (it cannot make a row before `old` has been read to its end).
+WITH given AS (
+    SELECT * FROM {unnest_numbered}
+), old AS (
+    SELECT s.id, s.cron, s.timezone, s.status
+      FROM given g JOIN schedules s ON s.workflow_id = g.workflow_id
+     ORDER BY g.ord
+       FOR UPDATE OF s
 ), up AS (
     INSERT INTO schedules (tenant_id, workflow_id, cron, timezone, status, cadence_seconds,
                            starting_deadline_seconds, version, published_at, created_at, updated_at)
-    SELECT %(tenant_id)s, %(workflow_id)s, %(cron)s, %(timezone)s, %(status)s, %(cadence_seconds)s,
-           %(starting_deadline_seconds)s, 1, CASE WHEN %(status)s = 'active' THEN %(now)s::timestamptz END,
+    SELECT g.tenant_id, g.workflow_id, g.cron, g.timezone, g.status, g.cadence_seconds,
+           g.starting_deadline_seconds, 1, CASE WHEN g.status = 'active' THEN %(now)s::timestamptz END,
            %(now)s, %(now)s
-      FROM (SELECT count(*) FROM old) AS locked_first
+      FROM given g, (SELECT count(*) FROM old) AS locked_first
+     ORDER BY g.ord
         ON CONFLICT (workflow_id) DO UPDATE
        SET cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, status = EXCLUDED.status,
            cadence_seconds = EXCLUDED.cadence_seconds,
@@ -158,17 +182,21 @@ WITH old AS (
     -- a new schedule, a pause, or a new expression, zone or activation: a new fire time
     INSERT INTO schedule_fires AS f (schedule_id, tenant_id, workflow_id, next_fire_at)
     SELECT up.id, up.tenant_id, up.workflow_id,
-           CASE WHEN up.status = 'active' THEN %(next_fire_at)s::timestamptz END
+           CASE WHEN up.status = 'active' THEN g.next_fire_at END
       FROM up
+      JOIN given g ON g.workflow_id = up.workflow_id
       LEFT JOIN old ON old.id = up.id
      WHERE old.id IS NULL OR up.status <> 'active'
         OR (old.cron, old.timezone, old.status) IS DISTINCT FROM (up.cron, up.timezone, up.status)
+     ORDER BY g.ord
         ON CONFLICT (schedule_id) DO UPDATE SET next_fire_at = EXCLUDED.next_fire_at
 )
-SELECT * FROM up
+SELECT up.*, g.ord FROM up JOIN given g ON g.workflow_id = up.workflow_id
 UNION ALL
-SELECT s.*, 'unchanged' FROM schedules s
- WHERE s.workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM up);
+SELECT s.*, 'unchanged', g.ord FROM given g
+  JOIN schedules s ON s.workflow_id = g.workflow_id
+ WHERE NOT EXISTS (SELECT 1 FROM up WHERE up.workflow_id = g.workflow_id)
+ ORDER BY ord;
 
 -- catalog_workflow_summaries --
 -- Every workflow (of one tenant, or all) with its schedule and its newest run, for
@@ -205,6 +233,13 @@ UPDATE workflows SET archived_at = %(now)s, updated_at = %(now)s
 RETURNING *;
 
 -- catalog_lock_workflow --
--- A tenant's workflow by name, locked: what a publish is about to change, read in its
--- transaction so two publishes of one workflow apply one after the other.
-SELECT * FROM workflows WHERE tenant_id = %(tenant_id)s AND name = %(name)s FOR UPDATE;
+-- Tenants' workflows by name (`tenant_ids[i]`, `names[i]`), locked: what a publish is about
+-- to change, read in its transaction so two publishes of one workflow apply one after the
+-- other. One statement for one workflow or many; the rows are locked in the order given
+-- (as one lock after the other would take them) and each comes with `ord`, its position
+-- (from 1) in the arrays; a name with no workflow has no row.
+SELECT w.*, g.ord
+  FROM unnest(%(tenant_ids)s::bigint[], %(names)s::text[]) WITH ORDINALITY AS g (tenant_id, name, ord)
+  JOIN workflows w ON w.tenant_id = g.tenant_id AND w.name = g.name
+ ORDER BY g.ord
+   FOR UPDATE OF w;
