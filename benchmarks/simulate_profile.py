@@ -58,9 +58,9 @@ class Profile:
         self.queries: collections.Counter[tuple[str, str]] = collections.Counter()
         self.query_seconds: collections.defaultdict[tuple[str, str], float] = collections.defaultdict(float)
         self._names = {text: name for name, text in queries().items()}
-        # A statement completed at run time (`{unnest}`, `{months}`, `{limit}`...) is
-        # named by its whole text, each placeholder matching what completed it: two statements may share the text before their
-        # first one (`monitoring_open_alerts` and `monitoring_record_failures` both start `WITH wanted AS`).
+        # A statement completed at run time (one of `PLACEHOLDERS` in its text) is named by its whole
+        # text, each placeholder matching what completed it: two statements may share the text before
+        # their first one (`monitoring_open_alerts` and `monitoring_record_failures` both start `WITH wanted AS`).
         self._completed = [(_completed_pattern(text), name) for name, text in queries().items()
                            if any(p in text for p in PLACEHOLDERS)]
         self._since: float | None = None
