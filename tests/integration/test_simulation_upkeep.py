@@ -314,9 +314,10 @@ def test_autovacuum_processes_partitions_and_never_their_partitioned_table(db, c
             create_run(db, wf, clock.now() + timedelta(minutes=minute), clock.now())
         repository.vacuum_analyze()
     # as autovacuum: the partitions that hold rows, never the partitioned table (analyzing it
-    # would sample its partitions' rows a second time)
-    assert {"runs_default", "attempts_default", "tenants", "schedule_fires"} <= written
-    assert not written & {"runs", "attempts"}
+    # would sample its partitions' rows a second time); nor, in this schema where every table
+    # stayed logged, the catalog (a simulation's loops write only unlogged tables and partitions)
+    assert {"runs_default", "attempts_default"} <= written
+    assert not written & {"runs", "attempts", "tenants", "workflows", "schedule_fires"}
     assert reltuples(db, "runs_default") == 5 and reltuples(db, "runs") == 3
 
 
@@ -348,8 +349,9 @@ def test_autovacuum_leaves_out_a_table_no_row_ever_reached(db, clock, dedicated)
     wf = make_workflow(db, clock.now())
     create_run(db, wf, clock.now(), clock.now())
     with dedicated.maintenance() as store:
-        store.conn.execute("CREATE TABLE probe_empty (x int)")
-        store.conn.execute("CREATE TABLE probe_emptied (x int)")
+        # unlogged, as the tables a simulation's loops write (only those are visited)
+        store.conn.execute("CREATE UNLOGGED TABLE probe_empty (x int)")
+        store.conn.execute("CREATE UNLOGGED TABLE probe_emptied (x int)")
         try:
             store.conn.execute("INSERT INTO probe_emptied VALUES (1)")
             store.conn.execute("DELETE FROM probe_emptied")  # its page stays: it is vacuumed and analyzed
@@ -361,8 +363,9 @@ def test_autovacuum_leaves_out_a_table_no_row_ever_reached(db, clock, dedicated)
                 " AND relnamespace = current_schema()::regnamespace ORDER BY relname").fetchall()
         finally:
             store.conn.execute("DROP TABLE probe_empty, probe_emptied")
-    assert {"runs_default", "workflows", "tenants", "probe_emptied"} <= written
+    assert {"runs_default", "probe_emptied"} <= written
     assert "probe_empty" not in written
+    assert not written & {"workflows", "tenants"}  # logged: the catalog, analyzed once loaded
     # -1: never vacuumed nor analyzed; 0: the pass went over the emptied table
     assert never == [("probe_emptied", 0.0), ("probe_empty", -1.0)]
     assert reltuples(db, "runs_default") == 1
@@ -499,3 +502,65 @@ def test_a_simulated_autovacuum_pass_reads_its_tables_with_the_sync_that_leaves_
     # list sent before it, and the VACUUM; no statement of its own for the list outside the pipeline
     assert waits(sent) == ["Sync", "Flush", "Query"], waits(sent)
     assert sent.index("pg_relation_size") < sent.index("\tSync") < sent.index("VACUUM")
+
+
+class RolledBack(Exception):
+    """Raised to leave a transaction without committing what it made."""
+
+
+def test_autovacuum_visits_the_partitions_and_unlogged_tables_and_never_a_logged_table(db):
+    """The catalog (logged, written once at set-up, analyzed then) is never visited again;
+    a month partition is, logged or not: one the retention creates mid-run takes the loops' rows."""
+    from tests.helpers import publish, tick
+
+    seen: dict[str, set[str]] = {}
+    with pytest.raises(RolledBack), db.transaction() as store:  # nothing of it outlives the test
+        tenant = store.catalog.upsert_tenant("acme", NOW)
+        wf = publish(store, tenant.id, "nightly", NOW)
+        store.ledger.create_tick_run(tick(wf, NOW - timedelta(days=40)), NOW)  # no partition: runs_default
+        store.conn.execute("SELECT tickwarden_ledger_partition(%s)", (NOW,))  # runs_p202611, logged
+        store.ledger.create_tick_run(tick(wf, NOW), NOW)
+        store.conn.execute("CREATE UNLOGGED TABLE probe_scratch (x int)")
+        store.conn.execute("INSERT INTO probe_scratch VALUES (1)")
+        persistence = dict(store.conn.execute(
+            "SELECT relname, relpersistence FROM pg_class WHERE relname IN ('runs_p202611', 'tenants')"
+            " AND relnamespace = current_schema()::regnamespace").fetchall())
+        seen["written"] = {row["tablename"] for row in SimulationRepository(store.conn)._rows("simulation_tables_written")}
+        raise RolledBack
+    assert persistence == {"runs_p202611": "p", "tenants": "p"}
+    assert {"runs_default", "runs_p202611", "probe_scratch"} <= seen["written"]
+    assert not seen["written"] & {"tenants", "workflows", "schedules", "schedule_fires", "runs"}
+
+
+def test_a_simulated_days_autovacuum_visits_only_the_tables_its_loops_write(monkeypatch):
+    """Each pass visits the ledger's partitions and the loops' tables, never the catalog."""
+    from tests.integration.test_simulation_golden import fleet
+    from tickwarden.simulate import run_policy
+
+    made: list[SimulatedAutovacuum] = []
+    init = SimulatedAutovacuum.__init__
+
+    def recorded(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(SimulatedAutovacuum, "__init__", recorded)
+    outcome = run_policy(fleet(40, 26), "tickwarden", url=TEST_URL)
+    assert outcome.runs
+    [upkeep] = made
+    assert upkeep.passes > 0 and upkeep.visited["runs_default"] == upkeep.passes
+    assert not set(upkeep.visited) & {"tenants", "workflows", "schedules", "notification_channels",
+                                      "schema_migrations", "maintenance_windows"}
+    # the passes follow the runs created: the same on every run of the scenario
+    assert upkeep.passes == 11
+    # the ledger's partitions and the tables written at every tick, at every pass
+    assert {table: upkeep.visited[table] for table in EVERY_PASS} == dict.fromkeys(EVERY_PASS, 11)
+    # and nothing but the loops' tables (a catalog table was visited at every pass); how many
+    # passes find the queues and alerts holding a page also depends on whether a VACUUM could
+    # give an emptied table's pages back, which an older snapshot on a shared server can delay
+    assert set(upkeep.visited) <= EVERY_PASS | {
+        "attempt_queue", "outcome_queue", "tick_audit_arms", "alerts", "alert_events", "notification_outbox",
+        "notification_threads"}
+
+
+EVERY_PASS = {"runs_default", "attempts_default", "schedule_fires", "tick_audits", "workflow_successes"}

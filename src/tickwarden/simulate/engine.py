@@ -625,7 +625,10 @@ class SimulatedAutovacuum:
     last pass), one `VACUUM (ANALYZE)` of the schema's tables and partitions that hold
     rows. Not of its partitioned tables, which autovacuum never processes: a deployment's
     planner keeps what they held when first analyzed, and analyzing one would sample its
-    partitions' rows a second time. The trigger is the count of runs the simulation
+    partitions' rows a second time. Nor of the catalog and the other logged tables, which
+    no row reaches after the set-up analyzed them (`simulation_tables_written`): autovacuum
+    never visits a table nobody wrote since its last ANALYZE. `visited` counts each table's
+    passes (the same on every run of a scenario). The trigger is the count of runs the simulation
     created, not the server's statistics, so the passes fall at the same virtual times
     on every run of the same scenario. The session's statistics target is 10
     (`Simulation._session_url`): a pass's ANALYZE samples 3,000 rows a table, not 30,000.
@@ -646,6 +649,7 @@ class SimulatedAutovacuum:
         self.rows = rows
         self.rows_at_last_pass = 0
         self.passes = 0
+        self.visited: collections.Counter[str] = collections.Counter()  # table -> passes that vacuumed it
 
     def run_once(self, now: datetime) -> datetime:
         rows = self.rows()
@@ -655,7 +659,8 @@ class SimulatedAutovacuum:
                 with self.db.probe() as store:
                     written = SimulationRepository(store.conn).submit_tables_written()
             with self.db.maintenance() as store:
-                SimulationRepository(store.conn).vacuum_analyze(written() if written is not None else None)
+                self.visited.update(
+                    SimulationRepository(store.conn).vacuum_analyze(written() if written is not None else None))
             self.rows_at_last_pass = rows
             self.passes += 1
         return now + self.NAPTIME

@@ -93,19 +93,21 @@ class SimulationRepository(StoreBase):
         if tables:
             self.conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
 
-    def vacuum_analyze(self, tables: Sequence[str] | None = None) -> None:
+    def vacuum_analyze(self, tables: Sequence[str] | None = None) -> Sequence[str]:
         """Vacuum this schema's tables and refresh their statistics, as autovacuum would have by now.
 
-        Only the tables a row ever reached (`simulation_tables_written`; `tables`: as
-        `submit_tables_written` read them): an empty table was analyzed with the catalog
-        (`analyze`), and a pass over it now would change nothing, yet cost a transaction
-        of its own. VACUUM cannot run inside a transaction or a pipeline: call it on
-        `Database.maintenance`.
+        Only the tables the loops write that a row ever reached (`simulation_tables_written`;
+        `tables`: as `submit_tables_written` read them): the catalog and an empty table were
+        analyzed once loaded (`analyze`) and are never written after, so a pass over one now
+        would change nothing, yet cost a transaction of its own. VACUUM cannot run inside a
+        transaction or a pipeline: call it on `Database.maintenance`. Returns the tables it
+        visited.
         """
         if tables is None:
             tables = self.submit_tables_written()()
         if tables:
             self.conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
+        return tables
 
     def submit_tables_written(self) -> Callable[[], list[str]]:
         """Send the look for the tables `vacuum_analyze` visits now; the returned reader gives them.

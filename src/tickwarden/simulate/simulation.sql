@@ -85,19 +85,30 @@ SELECT c.relname AS tablename
  ORDER BY c.relname;
 
 -- simulation_tables_written --
--- The tables autovacuum would visit that a row ever reached: every plain table and every
--- partition, never a partitioned table (autovacuum does not process those: a deployment's
--- planner never has their statistics refreshed after they were first analyzed, and
--- analyzing one samples its partitions' rows a second time). A table without a single
--- page has had no row since the catalog was loaded and analyzed (an insert extends the
--- heap at once; only a vacuum that found every row dead gives pages back), so vacuuming
--- or analyzing it again would find what the last pass found: nothing. The schema's tables
--- are listed first (MATERIALIZED): in one scan of pg_class the planner may size every
--- table of the database, every other schema's too, before it looks at the namespace.
+-- The tables autovacuum would visit now: those the simulation's loops write, that a row
+-- ever reached. Every partition and every other unlogged table, never a partitioned table
+-- (autovacuum does not process those: a deployment's planner never has their statistics
+-- refreshed after they were first analyzed, and analyzing one samples its partitions' rows
+-- a second time). Not the logged tables: after the set-up no row reaches one
+-- (`simulation_unlog_tables` unlogs every table the loops write, which a test of every
+-- scenario's features checks), and the set-up's ANALYZE took their statistics once they
+-- were loaded; autovacuum, which counts each table's own changes, never visits a table
+-- nobody wrote since it was last analyzed. Visiting them at every pass was work (a VACUUM
+-- and an ANALYZE of the whole catalog, ~34 times a simulated day) that changed nothing
+-- but invalidated the cached plans of every statement that reads them. A partition counts
+-- whatever its persistence: one the retention's `tickwarden_ledger_partition` creates
+-- mid-simulation (a logged parent's new partition is logged) receives the loops' rows.
+-- A table without a single page has had no row since the catalog was loaded and analyzed
+-- (an insert extends the heap at once; only a vacuum that found every row dead gives pages
+-- back), so vacuuming or analyzing it again would find what the last pass found: nothing.
+-- The schema's tables are listed first (MATERIALIZED): in one scan of pg_class the planner
+-- may size every table of the database, every other schema's too, before it looks at the
+-- namespace.
 WITH ours AS MATERIALIZED (
     SELECT c.oid, c.relname
       FROM pg_class c
      WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+       AND (c.relpersistence = 'u' OR c.relispartition)
 )
 SELECT relname AS tablename
   FROM ours
