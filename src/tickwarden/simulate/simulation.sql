@@ -94,8 +94,8 @@ SELECT c.relname AS tablename
 -- scenario's features checks), and the set-up's ANALYZE took their statistics once they
 -- were loaded; autovacuum, which counts each table's own changes, never visits a table
 -- nobody wrote since it was last analyzed. Visiting them at every pass was work (a VACUUM
--- and an ANALYZE of the whole catalog, ~34 times a simulated day) that changed nothing
--- but invalidated the cached plans of every statement that reads them. A partition counts
+-- and an ANALYZE of the whole catalog, ~34 times a simulated day) that changed nothing.
+-- A partition counts
 -- whatever its persistence: one the retention's `tickwarden_ledger_partition` creates
 -- mid-simulation (a logged parent's new partition is logged) receives the loops' rows.
 -- A table without a single page has had no row since the catalog was loaded and analyzed
