@@ -13,11 +13,9 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-from psycopg.pq import Trace
-
 from tests.dbutil import TEST_URL
 from tests.integration.pipeline import FIVE_MIN, attempt_once, fail, workflow
-from tests.integration.test_poller_pipeline import round_trips
+from tests.integration.test_poller_pipeline import round_trips, traced_pool
 from tickwarden.categories import NOT_RETRYABLE
 from tickwarden.db import Database
 from tickwarden.poller import OutcomePoller
@@ -56,16 +54,10 @@ def test_a_pass_over_a_failure_with_retries_left_waits_for_the_server_once_befor
     flush that reads it). Before, the launch was read in a flush of its own: four waits."""
     wf, (run,) = failed_with_retries(db, clock)
     path = tmp_path / "trace"
-    with path.open("w") as trace_file:
-        def configure(conn) -> None:
-            conn.pgconn.trace(trace_file.fileno())
-            conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
-
-        with Database(TEST_URL, schema=db.schema, min_size=1, max_size=1, configure=configure) as traced:
-            poller = OutcomePoller(traced, "p1")
-            poller._busy = True  # the pass after a busy one: no look before the claim
-            result = poller.poll(clock.advance(5))
-            trace_file.flush()
+    with traced_pool(db, path) as traced:
+        poller = OutcomePoller(traced, "p1")
+        poller._busy = True  # the pass after a busy one: no look before the claim
+        result = poller.poll(clock.advance(5))
     assert result.claimed == 1 and result.retried == [run.id] and result.evaluation.evaluated == 0
     assert result.retry_due == [clock.now() - timedelta(seconds=5) + timedelta(seconds=60)]  # `connection`: backoff
     assert round_trips(path) == ["Flush", "Sync", "Flush"], round_trips(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -24,6 +26,22 @@ def round_trips(path: Path) -> list[str]:
     return [line.split("\t")[2] for line in path.read_text(errors="replace").splitlines()
             if len(line.split("\t")) >= 3 and line.split("\t")[0] == "F"
             and line.split("\t")[2] in ("Sync", "Flush", "Query")]
+
+
+@contextlib.contextmanager
+def traced_pool(db, path: Path) -> Iterator[Database]:
+    """A one-connection pool on `db`'s schema whose protocol messages go to `path`, for `round_trips`.
+
+    The trace is flushed before the pool closes: the messages of its closing are not the test's.
+    """
+    with path.open("w") as trace_file:
+        def configure(conn) -> None:
+            conn.pgconn.trace(trace_file.fileno())
+            conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+
+        with Database(TEST_URL, schema=db.schema, min_size=1, max_size=1, configure=configure) as traced:
+            yield traced
+            trace_file.flush()
 
 
 def a_verdict_and_a_retry(db, clock, *, alert_after: int):
@@ -49,16 +67,10 @@ def traced_pass(db, clock, tmp_path, *, alert_after: int, channel: bool = False)
             conn.execute("INSERT INTO notification_channels (tenant_id, name, kind, audience, created_at)"
                          " VALUES (%s, 'acme', 'recording', 'customer', %s)", (wf.tenant_id, clock.now()))
     path = tmp_path / "trace"
-    with path.open("w") as trace_file:
-        def configure(conn) -> None:
-            conn.pgconn.trace(trace_file.fileno())
-            conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
-
-        with Database(TEST_URL, schema=db.schema, min_size=1, max_size=1, configure=configure) as traced:
-            poller = OutcomePoller(traced, "p1")
-            poller._busy = True  # the pass after a busy one: no look before the claim
-            result = poller.poll(clock.advance(5))
-            trace_file.flush()
+    with traced_pool(db, path) as traced:
+        poller = OutcomePoller(traced, "p1")
+        poller._busy = True  # the pass after a busy one: no look before the claim
+        result = poller.poll(clock.advance(5))
     assert result.claimed == 2 and result.retried == [retried.id]
     assert result.evaluation.evaluated == 1
     with db.transaction() as store:

@@ -289,22 +289,14 @@ def test_a_caller_that_knows_a_lease_ran_out_spares_the_pass_its_look_on_the_vir
 def test_a_pass_with_a_lease_to_reap_waits_for_the_server_three_times_on_a_pooled_connection(db, clock, tmp_path):
     """The look; BEGIN with the reaping (the lock and the writes, one statement); the abandon with
     the COMMIT. Six before: the look, BEGIN, the lock, the writes, the abandon and the COMMIT each alone."""
-    from psycopg.pq import Trace
-
-    from tests.integration.test_poller_pipeline import round_trips
+    from tests.integration.test_poller_pipeline import round_trips, traced_pool
 
     run = create_run(db, make_workflow(db, clock.now()), clock.now(), clock.now(), budget=1)
     lease_all(db, clock.now())
     path = tmp_path / "trace"
-    with path.open("w") as trace_file:
-        def configure(conn) -> None:
-            conn.pgconn.trace(trace_file.fileno())
-            conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
-
-        with Database(TEST_URL, schema=db.schema, min_size=1, max_size=1, configure=configure) as traced:
-            reaper = LeaseReaper(traced)
-            reaper.run_once(clock.now() + timedelta(minutes=1))
-            trace_file.flush()
+    with traced_pool(db, path) as traced:
+        reaper = LeaseReaper(traced)
+        reaper.run_once(clock.now() + timedelta(minutes=1))
     assert [a.run_id for a in reaper.last_reaped] == [run.id]
     # the look's Sync; the reaping's Flush; the commit's Sync and the Flush that reads its results (one wait)
     assert round_trips(path) == ["Sync", "Flush", "Sync", "Flush"], round_trips(path)
