@@ -14,10 +14,10 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tickwarden import alerts, maintenance, profile, retention
 from tickwarden.db import Database
@@ -306,13 +306,8 @@ def publish_all(store: Store, pubs: Sequence[Publication], now: datetime, *, act
             report.warnings.append(f"{names[i]} is paused; this file resumes it (set schedule.status: paused "
                                    "to keep it paused).")
         writing.append(i)
-    written = store.catalog.apply_workflows([WorkflowContent(
-        tenant_id=pub.tenant_id, name=pub.name, description=pub.description,
-        environment_id=pub.environment_id, publisher_id=pub.publisher_id,
-        recipe=pub.recipe, timeout_seconds=pub.timeout_seconds, monitoring_enabled=pub.monitoring_enabled,
-        policy_overrides=pub.policy_overrides, shadow=pub.shadow, expect_rows=pub.expect_rows, kind=pub.kind,
-        keep_outputs=pub.keep_outputs,
-    ) for pub in (pubs[i] for i in writing)], now) if writing else []
+    written = store.catalog.apply_workflows(
+        [_content(WorkflowContent, pubs[i]) for i in writing], now) if writing else []
     workflows = dict(zip(writing, written, strict=True))
     for i, workflow in workflows.items():
         pub = pubs[i]
@@ -323,11 +318,8 @@ def publish_all(store: Store, pubs: Sequence[Publication], now: datetime, *, act
         if pub.archived and _archive(store, workflow.id, actor, now) is not None:
             workflows[i] = workflow = Applied(
                 workflow.kind, workflow.id, "created" if workflow.change == "created" else "updated", workflow.row)
-    schedules = store.catalog.apply_schedules([ScheduleContent(
-        tenant_id=pubs[i].tenant_id, workflow_id=workflows[i].id, cron=pubs[i].cron, timezone=pubs[i].timezone,
-        status=pubs[i].status, cadence_seconds=pubs[i].cadence_seconds,
-        starting_deadline_seconds=pubs[i].starting_deadline_seconds,
-    ) for i in writing], now) if writing else []
+    schedules = store.catalog.apply_schedules(
+        [_content(ScheduleContent, pubs[i], workflow_id=workflows[i].id) for i in writing], now) if writing else []
     for i, schedule in zip(writing, schedules, strict=True):
         results[i] = Published(workflows[i], schedule)
     published_all = [published for published in results if published is not None]
@@ -342,6 +334,17 @@ def publish_all(store: Store, pubs: Sequence[Publication], now: datetime, *, act
                 alerts.note_paused(store, published.workflow.id, actor, now)
         _report(report, published, names[i], with_schedule=i in workflows or currents[i] is not None)
     return published_all
+
+
+_Content = TypeVar("_Content", WorkflowContent, ScheduleContent)
+
+
+def _content(cls: type[_Content], pub: Publication, **given: Any) -> _Content:
+    """What `cls` writes, taken from the publication's fields of the same names (and `given`, which it lacks).
+
+    By name, not field by field: a field added to both is carried without a third list of them.
+    """
+    return cls(**{f.name: getattr(pub, f.name) for f in fields(cls) if f.init and hasattr(pub, f.name)}, **given)
 
 
 def _report(report: ApplyReport | None, published: Published, label: str, *, with_schedule: bool) -> None:
