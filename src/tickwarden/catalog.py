@@ -4,7 +4,7 @@
 `pause`, `resume` and `run_now` act on one workflow named `TENANT/WORKFLOW`.
 `publish` is the only code that writes a workflow and its schedule: `apply`, the
 API's publish, pause, resume and profile changes all go through it.
-A schedule's write sets its next fire time in the same statement (`store.apply_schedule`),
+A schedule's write sets its next fire time in the same statement (`store.apply_schedules`),
 so the ticker fires it from its next pass; the wake-up sent with the commit only makes
 that pass come sooner.
 """

@@ -13,6 +13,7 @@ import pytest
 
 from tickwarden import catalog
 from tickwarden.cadence import CronSchedule
+from tickwarden.store.catalog import ScheduleContent, WorkflowContent
 from tickwarden.store.ledger import TickGroup, TickRequest
 from tickwarden.store.trigger import Advance, parse_int_array
 from tickwarden.ticker import Ticker
@@ -169,11 +170,13 @@ def test_replicas_racing_make_exactly_one_run_per_tick(db, tmp_path):
         env = store.catalog.apply_environment(tenant.id, "default", None, 600, T0).id
         user = store.catalog.apply_user(tenant.id, "ops@acme.test", "ops", True, T0).id
         for i in range(40):
-            w = store.catalog.apply_workflow(tenant.id, f"wf-{i}", T0, description="", environment_id=env,
-                                     publisher_id=user, recipe={"steps": []}, timeout_seconds=None,
-                                     monitoring_enabled=True, policy_overrides={}, shadow=False)
-            store.catalog.apply_schedule(tenant_id=tenant.id, workflow_id=w.id, cron="* * * * *", timezone="UTC",
-                                 status="active", cadence_seconds=60, starting_deadline_seconds=300, now=T0)
+            (w,) = store.catalog.apply_workflows([WorkflowContent(
+                tenant_id=tenant.id, name=f"wf-{i}", description="", environment_id=env, publisher_id=user,
+                recipe={"steps": []}, timeout_seconds=None, monitoring_enabled=True, policy_overrides={},
+                shadow=False)], T0)
+            store.catalog.apply_schedules([ScheduleContent(
+                tenant_id=tenant.id, workflow_id=w.id, cron="* * * * *", timezone="UTC", status="active",
+                cadence_seconds=60, starting_deadline_seconds=300)], T0)
     minutes = 12
     barrier = threading.Barrier(5)
     errors: list[BaseException] = []
@@ -242,9 +245,10 @@ def test_an_edit_waits_for_a_pass_holding_its_fire_row_and_its_fire_time_wins(db
         with db.transaction() as store:
             workflow = store.catalog.get_workflow_by_name("acme", "every-minute")
             assert workflow is not None
-            store.catalog.apply_schedule(tenant_id=workflow.tenant_id, workflow_id=workflow.id, cron="*/5 * * * *",
-                                         timezone="UTC", status="active", cadence_seconds=300,
-                                         starting_deadline_seconds=300, now=minute(12, 1) + timedelta(seconds=5))
+            store.catalog.apply_schedules([ScheduleContent(
+                tenant_id=workflow.tenant_id, workflow_id=workflow.id, cron="*/5 * * * *", timezone="UTC",
+                status="active", cadence_seconds=300, starting_deadline_seconds=300)],
+                minute(12, 1) + timedelta(seconds=5))
         edited.set()
 
     with db.transaction() as other:
@@ -341,12 +345,13 @@ def add_workflows(db, specs: list[tuple[str, str, str]], *, deadline: int = 300,
         env = store.catalog.apply_environment(tenant.id, "default", None, 600, T0).id
         user = store.catalog.apply_user(tenant.id, "ops@acme.test", "ops", True, T0).id
         for name, cron, zone in specs:
-            w = store.catalog.apply_workflow(tenant.id, name, T0, description="", environment_id=env,
-                                             publisher_id=user, recipe={"steps": []}, timeout_seconds=None,
-                                             monitoring_enabled=True, policy_overrides={}, shadow=False)
-            store.catalog.apply_schedule(tenant_id=tenant.id, workflow_id=w.id, cron=cron, timezone=zone,
-                                         status="active", cadence_seconds=cadence,
-                                         starting_deadline_seconds=deadline, now=T0)
+            (w,) = store.catalog.apply_workflows([WorkflowContent(
+                tenant_id=tenant.id, name=name, description="", environment_id=env, publisher_id=user,
+                recipe={"steps": []}, timeout_seconds=None, monitoring_enabled=True, policy_overrides={},
+                shadow=False)], T0)
+            store.catalog.apply_schedules([ScheduleContent(
+                tenant_id=tenant.id, workflow_id=w.id, cron=cron, timezone=zone, status="active",
+                cadence_seconds=cadence, starting_deadline_seconds=deadline)], T0)
             ids[name] = w.id
     return ids
 

@@ -226,13 +226,6 @@ class CatalogRepository(StoreBase):
              "severities": severities, "events": events},
         )
 
-    def apply_workflow(self, tenant_id: int, name: str, now: datetime, **content: Any) -> Applied:
-        """Upsert one workflow (`WorkflowContent`'s other fields as keywords) and say what it did.
-
-        The one-workflow case of `apply_workflows`: the same statement.
-        """
-        return self.apply_workflows([WorkflowContent(tenant_id=tenant_id, name=name, **content)], now)[0]
-
     def apply_workflows(self, workflows: Sequence[WorkflowContent], now: datetime) -> list[Applied]:
         """Upsert workflows, one statement for them all, and say what it did to each, in the order given.
 
@@ -241,13 +234,6 @@ class CatalogRepository(StoreBase):
         follow it).
         """
         return self._applied_all("workflow", Workflow, "catalog_apply_workflow", workflows, now)
-
-    def apply_schedule(self, *, now: datetime, **content: Any) -> Applied:
-        """Upsert one schedule (`ScheduleContent`'s fields as keywords) and say what it did.
-
-        The one-schedule case of `apply_schedules`: the same statement.
-        """
-        return self.apply_schedules([ScheduleContent(**content)], now)[0]
 
     def apply_schedules(self, schedules: Sequence[ScheduleContent], now: datetime) -> list[Applied]:
         """Upsert schedules, one statement for them all, and say what it did to each, in the order given.
