@@ -632,6 +632,48 @@ def test_the_exchanges_start_and_outcome_lock_only_their_attempts_month(db: Data
                 [running.id, ahead.id]) == [("succeeded", now), ("running", now)]
 
 
+
+def attempt_scans(plan: list[dict]) -> list[tuple[str, str | None]]:
+    """(node type, index name) of each node of a JSON plan that reads a partition of the attempts."""
+    found: list[tuple[str, str | None]] = []
+
+    def walk(node: dict) -> None:
+        if node.get("Relation Name", "").startswith("attempts_") and node["Node Type"] != "ModifyTable":
+            found.append((node["Node Type"], node.get("Index Name")))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return found
+
+
+def test_one_outcome_finds_its_attempt_by_its_key(db: Database) -> None:
+    """The worker's outcome (one attempt), its lease's renewal and the start of an attempt leased
+    ahead find their attempt by one probe of its month's primary key, in the plan made once per
+    connection: not by reading the running attempts' partial lease index, whose
+    entries (one a lease and one a start, dead ones kept until a VACUUM) grow with every attempt.
+    The plan is made here as a worker's first outcome makes it, with the month's partition
+    nearly empty (where the lease index tied with the key and was chosen); a batch keeps its
+    own text. A second delivery still changes nothing (the compare-and-set on running)."""
+    now = _two_february_runs(db)
+    with db.autocommit() as store:
+        running, _ = [a for a, _ in store.execution.exchange("w1", now, 600, lease=2).leased]
+    finished = [(running, AttemptOutcome(status="succeeded"), now)]
+    params = finish_params("w1", finished, wake=False)
+    key = {"attempt_id": running.id, "run_scheduled_for": running.run_scheduled_for, "worker_id": "w1", "now": now,
+           "lease_expires_at": now + timedelta(minutes=10)}
+    for text, given in [(finish_text(finished), params), (text_of("ledger_renew_lease"), key),
+                        (in_months("execution_start_attempt", [running.run_scheduled_for]), key)]:
+        with db.transaction() as store:
+            scans = attempt_scans(generic_plan(store.conn, text, given))
+        assert scans == [("Index Scan", "attempts_p202502_pkey")], text
+    with db.transaction() as store:
+        applied = store.conn.execute(finish_text(finished), params, prepare=True).fetchall()
+        again = store.conn.execute(finish_text(finished), params, prepare=True).fetchall()
+    assert [(r[0], r[3]) for r in applied] == [(running.id, "succeeded")] and again == []
+    assert rows(db, "SELECT status FROM attempts WHERE id = %s", running.id) == [("succeeded",)]
+    assert finish_text(finished * 2) != finish_text(finished)  # a batch reads its array
+
 def queued_in_february(db: Database) -> tuple[Workflow, list[datetime]]:
     """A daily workflow with every month's partitions: finished runs in January and March, two
     ticks queued in February (returned), so a plan that holds February's partitions alone was

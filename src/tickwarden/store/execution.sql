@@ -41,10 +41,15 @@ SELECT id FROM released;
 -- worker skips the attempt, so no attempt runs on two workers. The attempt's tick names
 -- its month, as the key's parameter and as `{months}`, constants (`store.ledger.in_months`):
 -- a plan made once (the exchange's) then holds and locks that month's partition alone.
+-- `IS NOT DISTINCT FROM 'running'` (status is NOT NULL: the same test as `=`) keeps that plan
+-- from reading the running attempts' partial lease index instead of the key: made while the
+-- month's partition is nearly empty (a worker's first exchange), the two tie, and the index,
+-- once chosen, was read whole at every start, through every entry a lease or start had left
+-- there since the partition's last VACUUM (see `ledger_finish_attempts`).
 UPDATE attempts
    SET started_at = %(now)s, heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
  WHERE id = %(attempt_id)s AND run_scheduled_for = %(run_scheduled_for)s AND run_scheduled_for {months}
-   AND status = 'running' AND worker_id = %(worker_id)s AND started_at IS NULL
+   AND status IS NOT DISTINCT FROM 'running' AND worker_id = %(worker_id)s AND started_at IS NULL
 RETURNING id;
 
 -- execution_start_environment_instance --

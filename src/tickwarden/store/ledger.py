@@ -440,8 +440,22 @@ def finished_from_rows(finished: Sequence[tuple[Attempt, AttemptOutcome, datetim
 
 
 def finish_text(finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]]) -> str:
-    """The text of `ledger_finish_attempts` for these attempts: its `{months}` theirs (`in_months`; not empty)."""
-    return in_months("ledger_finish_attempts", [attempt.run_scheduled_for for attempt, _, _ in finished])
+    """The text of `ledger_finish_attempts` for these attempts: its `{months}` theirs (`in_months`; not empty).
+
+    One outcome reads its one object and finds its attempt by its key (see the statement's
+    `{reported}` and `{running}`); a batch reads the array. The parameters are the same
+    (`finish_params`): one JSON array either way.
+    """
+    return _finish_text(in_months("ledger_finish_attempts", [attempt.run_scheduled_for for attempt, _, _ in finished]),
+                        len(finished) == 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _finish_text(text: str, one: bool) -> str:
+    if one:
+        return text.replace("{reported}", "jsonb_to_record(%(outcomes)s::jsonb -> 0)").replace(
+            "{running}", "IS NOT DISTINCT FROM 'running'")
+    return text.replace("{reported}", "jsonb_to_recordset(%(outcomes)s::jsonb)").replace("{running}", "= 'running'")
 
 
 def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]], *,

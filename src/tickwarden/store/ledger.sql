@@ -181,11 +181,13 @@ SELECT leased.* FROM leased ORDER BY leased.queued_at, leased.id;
 
 -- ledger_renew_lease --
 -- Extend a lease, only while this worker still holds it. The attempt's tick names its
--- month: one partition's probe, not one per month retention keeps.
+-- month: one partition's probe, not one per month retention keeps. The probe is of its key:
+-- `IS NOT DISTINCT FROM 'running'` (the same test as `=`, status being NOT NULL) cannot match
+-- the running attempts' partial lease index, read whole otherwise (see `execution_start_attempt`).
 UPDATE attempts
    SET heartbeat_at = %(now)s, lease_expires_at = %(lease_expires_at)s
  WHERE id = %(attempt_id)s AND run_scheduled_for = %(run_scheduled_for)s
-   AND status = 'running' AND worker_id = %(worker_id)s;
+   AND status IS NOT DISTINCT FROM 'running' AND worker_id = %(worker_id)s;
 
 -- ledger_finish_attempts --
 -- Record attempts' outcomes, each once: the compare-and-set on (running, worker) makes
@@ -213,9 +215,19 @@ UPDATE attempts
 -- and its steps' rows (`steps`: one object per step, each naming its attempt) are written
 -- with it: only for an attempt that ends here under this worker, so a second delivery, or
 -- a result after the lease was reaped, writes none.
+-- `{reported}` and `{running}` are filled in by `store.ledger.finish_text`, by the batch's size.
+-- A batch reads the array with `jsonb_to_recordset` and tests `= 'running'`. One outcome (the
+-- worker's, at every attempt) reads its one object (`jsonb_to_record`, known to the planner as
+-- one row, where a set of JSON is taken for 100) and tests `IS NOT DISTINCT FROM 'running'`
+-- (the same test: status is NOT NULL), which cannot match the running attempts' partial lease
+-- index: its attempt is then found by its key, one probe of the month's primary key. Given 100
+-- rows, or that index, the plan read the whole partial index instead, hashing every running
+-- attempt of the month, through every entry its leases and starts had left there since the
+-- partition's last VACUUM (a bitmap scan never marks one dead): some 1,900 entries at each
+-- outcome after 1,000 attempts, a cost that grew with every attempt until the next VACUUM.
 WITH reported AS (
     SELECT *
-      FROM jsonb_to_recordset(%(outcomes)s::jsonb)
+      FROM {reported}
            AS o (attempt_id bigint, run_scheduled_for timestamptz, workflow_id bigint, status text,
                  finished_at timestamptz, error_category text, error text, failed_step text, retryable boolean,
                  log_tail text, outputs jsonb, rows bigint)
@@ -239,7 +251,7 @@ WITH reported AS (
       FROM outcome o
      WHERE a.id = o.attempt_id AND a.run_scheduled_for = o.run_scheduled_for AND a.workflow_id = o.workflow_id
        AND a.run_scheduled_for {months}
-       AND a.status = 'running' AND a.worker_id = %(worker_id)s
+       AND a.status {running} AND a.worker_id = %(worker_id)s
     RETURNING a.id, a.run_id, a.run_scheduled_for, a.number, a.status, a.retryable, a.error_category, a.error, a.failed_step,
               a.finished_at, a.rows, a.tenant_id, a.workflow_id
 ), queued AS (
