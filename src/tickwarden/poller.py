@@ -15,7 +15,8 @@ One pass:
 2. The claim's own statement queues the next attempt of each claimed run now
    `pending_retry`, with its not-before time (the profile's backoff for categories
    time can heal), when its category may be retried and its tick lies in the month of
-   `now` or the one before (the writes' plan holds those months alone): a pass over
+   `now`, or the one before in a month's first week (`launch_months`: the writes' plan
+   holds those months alone, set up by every claim, launching or not): a pass over
    failures with retries left waits for the server once, not once more for the launch.
    Any other such run goes, in the same transaction, to the retry engine (one statement
    for the batch), whose result is read after the evaluation: the statement goes out

@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import pytest
+
 from tests.dbutil import TEST_URL
 from tests.integration.pipeline import FIVE_MIN, attempt_once, fail, workflow
 from tests.integration.test_poller_pipeline import round_trips, traced_pool
@@ -70,10 +72,10 @@ def test_a_retry_the_claim_leaves_is_launched_by_the_pass_with_the_same_outcome(
     as one inside them."""
     wf, (outside, inside) = failed_with_retries(db, clock, count=2)  # failed 1 s apart, `outside` first
     poller = OutcomePoller(db, "p1", batch_size=1)
-    real = monitoring.recent_months
-    monkeypatch.setattr(monitoring, "recent_months", lambda now: ((2000, 1), (2000, 1)))
+    real = monitoring.launch_months
+    monkeypatch.setattr(monitoring, "launch_months", lambda now: ((2000, 1), (2000, 1)))
     first = poller.poll(clock.advance(5))
-    monkeypatch.setattr(monitoring, "recent_months", real)
+    monkeypatch.setattr(monitoring, "launch_months", real)
     second = poller.poll(clock.advance(5))
     assert first.retried == [outside.id] and second.retried == [inside.id]
     assert second.retry_due[0] - first.retry_due[0] == timedelta(seconds=1)  # each its backoff after its failure
@@ -149,15 +151,82 @@ def _queue_retry(schema: str, run, now):
             return store.ledger.queue_retries([(run.id, run.scheduled_for)], now, PATIENT_LIST)
 
 
-def test_the_claims_months_are_nows_and_the_one_before_across_a_new_year():
-    """The months the claim launches retries in (`recent_months`), in UTC whatever `now`'s zone."""
+def test_the_claims_months_are_nows_and_the_one_before_in_the_first_week_of_a_month():
+    """The months the claim launches retries in (`launch_months`), in UTC whatever `now`'s zone:
+    the one before `now`'s as well for the first seven days of a month (across a new year too)."""
     from datetime import UTC, datetime, timezone
 
-    from tickwarden.store.ledger import recent_months
+    from tickwarden.store.monitoring import launch_months
 
-    assert recent_months(datetime(2026, 1, 1, tzinfo=UTC)) == ((2025, 12), (2026, 1))
-    assert recent_months(datetime(2026, 3, 31, 23, 30, tzinfo=timezone(timedelta(hours=-2)))) == (
-        (2026, 3), (2026, 4))
+    assert launch_months(datetime(2026, 1, 1, tzinfo=UTC)) == ((2025, 12), (2026, 1))
+    assert launch_months(datetime(2026, 3, 7, 23, 59, 59, tzinfo=UTC)) == ((2026, 2), (2026, 3))
+    assert launch_months(datetime(2026, 3, 8, tzinfo=UTC)) == ((2026, 3), (2026, 3))
+    assert launch_months(datetime(2026, 3, 8, 1, 30, tzinfo=timezone(timedelta(hours=2)))) == (
+        (2026, 2), (2026, 3))  # 23:30 on the 7th in UTC
+    assert launch_months(datetime(2026, 3, 31, 23, 30, tzinfo=timezone(timedelta(hours=-2)))) == (
+        (2026, 3), (2026, 4))  # 01:30 on April 1st in UTC
+
+
+def test_past_a_months_first_week_the_claims_launch_writes_that_months_partitions_alone(db):
+    """Mid-month the launch's writes hold the month of `now` alone (one partition of runs to
+    update, one of attempts to read, where the first week's hold two): the claim sets up and
+    tears down no partition of the month before, launching or not."""
+    from datetime import UTC, datetime
+
+    from tests.integration.test_ledger_partitions import generic_plan
+    from tickwarden.retention import RetentionSweeper
+    from tickwarden.store.monitoring import launch_months
+
+    def written(node: dict, inside: bool = False) -> set[str]:
+        """The ledger partitions the plan's `moved` and `launched` (the launch's writes) name."""
+        inside = inside or node.get("Subplan Name") in ("CTE moved", "CTE launched")
+        name = node.get("Relation Name", "")
+        found = {name} if inside and name.startswith(("runs_", "attempts_")) else set()
+        for target in node.get("Target Tables", []) if inside else ():
+            found.add(target["Relation Name"])
+        for child in node.get("Plans", []):
+            found |= written(child, inside)
+        return found
+
+    RetentionSweeper(db).create_months(datetime(2026, 1, 1, tzinfo=UTC))
+    params = {"now": None, "after_at": None, "after_id": None, "launch": True,
+              "not_retryable": sorted(NOT_RETRYABLE), "patient": list(PATIENT_LIST)}
+    planned = {}
+    for day in (7, 8):
+        now = datetime(2026, 3, day, 12, tzinfo=UTC)
+        with db.transaction() as store:
+            store.conn.execute("SET LOCAL tickwarden.platform = 'on'")
+            planned[day] = written(generic_plan(store.conn, claim_text(500, launch_months(now)),
+                                                {**params, "now": now})[0]["Plan"])
+    assert planned[7] == {"runs_p202602", "runs_p202603", "attempts_p202602", "attempts_p202603"}, planned[7]
+    assert planned[8] == {"runs_p202603", "attempts_p202603"}, planned[8]
+
+
+class Looked(Exception):
+    """Ends a transaction that only looked: it rolls back."""
+
+
+def test_mid_month_a_retry_of_the_month_befores_tick_is_launched_by_the_pass(db, clock):
+    """Past a month's first week the claim leaves a run of the month before pending a retry to
+    the pass's retry engine, which launches it as the claim would: the next attempt, due after
+    its backoff, once."""
+    assert clock.now().day > 7
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, policy={"alert_after": 100, "retries": 2})
+    tick = clock.now().replace(day=1, hour=0, minute=0) - timedelta(minutes=5)  # the month before
+    with db.transaction() as store:
+        run = store.ledger.create_tick_run(
+            TickRequest(wf.tenant_id, wf.id, tick, 2, clock.now() + timedelta(hours=1), (60, 60)), clock.now())
+    assert run is not None
+    failed_at = clock.advance(1)
+    attempt_once(db, run, fail("connection"), failed_at)
+    with pytest.raises(Looked), db.transaction() as store:  # rolled back: the pass claims it after
+        claimed = store.monitoring.claim_finished_attempts(clock.advance(5), 5, not_retryable=sorted(NOT_RETRYABLE),
+                                                           patient=PATIENT_LIST)
+        assert [(c.run_status, c.retry_sent) for c in claimed] == [("pending_retry", False)]
+        raise Looked
+    result = OutcomePoller(db, "p1").poll(clock.now())
+    assert result.retried == [run.id] and result.retry_due == [failed_at + timedelta(seconds=60)]
+    assert attempts_of(db, run) == [(1, "failed"), (2, "queued")]
 
 
 def test_the_claims_retry_launch_is_the_retry_engines_own_writes():

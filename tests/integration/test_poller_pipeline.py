@@ -141,7 +141,7 @@ def test_a_database_error_in_the_retry_launch_read_after_the_evaluation_fails_th
     """The retry launch's result is read after the evaluation, its error all the same: the pass
     raises and rolls back whole (claim, retry, evaluation), and the next pass does it all.
     (The launch the claim leaves to the pass: a run whose tick lies outside the claim's months.)"""
-    monkeypatch.setattr(monitoring, "recent_months", lambda now: ((2000, 1), (2000, 1)))
+    monkeypatch.setattr(monitoring, "launch_months", lambda now: ((2000, 1), (2000, 1)))
     wf, verdict, retried = a_verdict_and_a_retry(db, clock, alert_after=1)
     real = LedgerRepository.submit_queue_retries
     faults: list[int] = []

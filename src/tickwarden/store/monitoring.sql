@@ -21,8 +21,9 @@
 -- `ledger_queue_retries` with them, a round trip more): each claimed run whose status read
 -- here is pending_retry, whose category is not one that never succeeds on retry
 -- (`%(not_retryable)s`: those get their verdict from `monitoring_fail_unretryable`), and
--- whose tick lies in `{months}` (the month of the pass's `now` and the one before it, as
--- constants: the writes' plan holds those months' partitions alone, as
+-- whose tick lies in `{months}` (the month of the pass's `now`, and the one before it in a
+-- month's first week: `launch_months`; as constants: the writes' plan holds those months'
+-- partitions alone, whose set-up every claim pays, launching or not, as
 -- `ledger_queue_retries`'s does) is moved to queued and its next attempt inserted by
 -- `ledger_queue_retries`' own writes, word for word (`{retry_launch}`: its `moved` and its
 -- insert as `launched`, told the runs `looked` marks; `store.monitoring.retry_launch`), so
