@@ -69,8 +69,10 @@ def test_a_pass_arms_and_takes_its_watermarks_in_one_statement(db: Database, clo
         tracer.reset()
         detector.run_once(clock.now())  # arms the watermark, due at once, and walks it
         assert detector.last.audited_schedules == 1 and detector.last.missed_ticks == []
-        # BEGIN; the closing, the arming and the due watermarks; the watermark's advance; COMMIT
-        assert tracer.statements() == 4
+        # BEGIN; the setting that runs the kept plans (see deadlines); the closing, the arming and
+        # the due watermarks; the watermark's advance; COMMIT. Pipelined: BEGIN and the setting go
+        # with the closing, the advance with the COMMIT (three waits; one at each statement, four).
+        assert tracer.statements() == 5 and tracer.waits() == 3
     with db.connection() as conn:
         [(checked,)] = conn.execute("SELECT ta.checked_until FROM tick_audits ta JOIN schedules s"
                                     " ON s.id = ta.schedule_id WHERE s.workflow_id = %s", (wf.id,)).fetchall()

@@ -307,6 +307,17 @@ class ExecutionRepository(StoreBase):
         row = self._row("execution_reaper_waiting", {"now": now, "grace_seconds": grace_seconds})
         return bool(row and row["found"])
 
+    def send_generic_plans(self) -> None:
+        """Have the rest of the caller's transaction run plans made once per connection (generic).
+
+        `execution_generic_plans`, sent and not read: in a pipelined transaction it goes out
+        with the transaction's next read (the poller's claim, after its BEGIN), no round trip
+        of its own. Nothing is sent on a connection whose session runs generic plans from its
+        start (a worker process's pool, the simulator's connection): it would change nothing.
+        """
+        if not _generic_session(self.conn):
+            self._send("execution_generic_plans")
+
     def list_environment_instances(self, *, include_stopped: bool = False, limit: int = 200) -> list[EnvironmentInstance]:
         rows = self._rows("execution_list_environment_instances", {"include_stopped": include_stopped, "limit": limit})
         return [from_row(EnvironmentInstance, r) for r in rows]

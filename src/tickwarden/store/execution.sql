@@ -166,7 +166,9 @@ BEGIN;
 -- every month's partitions first (once per batch leased). Local to the transaction: the
 -- poller's wake after its commit, and every other statement of the connection, are as before.
 -- Not sent on a connection whose session runs generic plans from its start (a worker process's
--- pool, `Database(generic_plans=True)`).
+-- pool, `Database(generic_plans=True)`). The poller's and the deadline detector's passes send
+-- it too, behind their BEGIN (`ExecutionRepository.send_generic_plans`; why: their module
+-- docstrings).
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- execution_commit --
