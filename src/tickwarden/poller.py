@@ -43,21 +43,23 @@ a retry alone, two: the claim and the commit). The
 statements still run one after the other in the order sent, as before.
 
 The pass's transaction runs every statement's generic plan, the plan the server makes once
-per connection and keeps (`execution_generic_plans`, transaction-local, sent behind the BEGIN:
-a statement more, no round trip more). Under the server's default (`plan_cache_mode` auto) it
-planned the evaluation's inputs (`monitoring_evaluation_inputs`), the retry engine's statement
-(`ledger_queue_retries`) and the outbox's fan-out (`outbox_enqueue_notifications`) afresh at
-every pass that ran them, their fresh plans estimated cheaper than the kept one: on a ledger
-of the 16 months a deployment keeps, the evaluation's inputs took 2.1-3.6 ms of planning
-against 0.2-0.5 ms of running at every pass. Each statement of the pass has a generic plan as good as a
-fresh one: the claim's is the kept plan already (its text is shaped for it); the evaluation's
-inputs read the evaluated workflows' rows by key, whatever their number (see
-tests/integration/test_evaluation_plans.py); the writes to the runs and attempts (the claim's
-retry launch, the retry engine's, `fail_unretryable`) name their months as constants, so their
-plans hold those months' partitions alone; the rest read or write alerts, the outbox and the
-workflow locks by key. A statement psycopg has not prepared yet (its first four executions on a
-connection) has its generic plan made and dropped at each: four passes of a new connection. Shaping the texts one by one instead would leave the next statement
-added to the pass to be caught the same way.
+per connection and keeps (`execution_generic_plans`, transaction-local, sent behind the
+BEGIN: a statement more, no round trip more). Under the server's default (`plan_cache_mode`
+auto) it planned the evaluation's inputs (`monitoring_evaluation_inputs`), the retry
+engine's statement (`ledger_queue_retries`) and the outbox's fan-out
+(`outbox_enqueue_notifications`) afresh at every pass that ran them, their fresh plans
+estimated cheaper than the kept one: on a ledger of the 16 months a deployment keeps, the
+evaluation's inputs took 2.1-3.6 ms of planning against 0.2-0.5 ms of running at every pass.
+Each statement of the pass has a generic plan as good as a fresh one: the claim's is the
+kept plan already (its text is shaped for it); the evaluation's inputs read the evaluated
+workflows' rows by key, whatever their number (see
+tests/integration/test_evaluation_plans.py); the writes to the runs and attempts (the
+claim's retry launch, the retry engine's, `fail_unretryable`) name their months as
+constants, so their plans hold those months' partitions alone; the rest read or write
+alerts, the outbox and the workflow locks by key. A statement psycopg has not prepared yet
+(its first four executions on a connection) has its generic plan made and dropped at each:
+four passes of a new connection. Shaping the texts one by one instead would leave the next
+statement added to the pass to be caught the same way.
 
 A pass right after a full batch resumes the claim's walk of the queue's index
 after that batch's last attempt, instead of from the start over the dead entries

@@ -632,7 +632,6 @@ def test_the_exchanges_start_and_outcome_lock_only_their_attempts_month(db: Data
                 [running.id, ahead.id]) == [("succeeded", now), ("running", now)]
 
 
-
 def attempt_scans(plan: list[dict]) -> list[tuple[str, str | None]]:
     """(node type, index name) of each node of a JSON plan that reads a partition of the attempts."""
     found: list[tuple[str, str | None]] = []
@@ -673,6 +672,7 @@ def test_one_outcome_finds_its_attempt_by_its_key(db: Database) -> None:
     assert [(r[0], r[3]) for r in applied] == [(running.id, "succeeded")] and again == []
     assert rows(db, "SELECT status FROM attempts WHERE id = %s", running.id) == [("succeeded",)]
     assert finish_text(finished * 2) != finish_text(finished)  # a batch reads its array
+
 
 def queued_in_february(db: Database) -> tuple[Workflow, list[datetime]]:
     """A daily workflow with every month's partitions: finished runs in January and March, two

@@ -77,7 +77,6 @@ def test_the_statements_of_the_poller_pass_run_the_plans_the_server_keeps(db, cl
         assert custom == 0 and generic >= 1, (start_of, generic, custom)
 
 
-
 def test_the_closing_of_overdue_runs_runs_the_plan_the_server_keeps(db, clock, start) -> None:
     """The deadline pass's closing of overdue runs and the evaluation's inputs, prepared on the
     detector's connection, never get a fresh plan."""
