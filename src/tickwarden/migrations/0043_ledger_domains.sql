@@ -82,6 +82,22 @@ ALTER DOMAIN ledger_error_category ADD CONSTRAINT ledger_error_category_check
     CHECK (VALUE ~ '^[a-z_]{1,32}$') NOT VALID;
 ALTER DOMAIN ledger_actor ADD CONSTRAINT ledger_actor_check CHECK (length(VALUE) <= 254) NOT VALID;
 
+-- The rules between a status and its finish, the same tests, with their lists of statuses as
+-- one array constant each: PostgreSQL 15 reads each CHECK's stored expression back node by
+-- node at every statement, and `ARRAY['succeeded', ...]` is stored as one constant node per
+-- status, `'{succeeded,...}'::text[]` as one. Measured with pgbench under callgrind (a table
+-- of the runs' three columns and their two row rules, one UPDATE a statement): 237,900
+-- instructions a statement before, 219,000 after, 152,000 without the two rules. NOT VALID,
+-- as the domains' constraints above: every row already passed the very same test.
+ALTER TABLE runs
+    DROP CONSTRAINT runs_check3,
+    ADD CONSTRAINT runs_check3
+        CHECK ((status = ANY ('{succeeded,failed,missed,cancelled}'::text[])) = (finished_at IS NOT NULL)) NOT VALID;
+ALTER TABLE attempts
+    DROP CONSTRAINT attempts_check3,
+    ADD CONSTRAINT attempts_check3
+        CHECK ((status = ANY ('{succeeded,failed,lost,cancelled}'::text[])) = (finished_at IS NOT NULL)) NOT VALID;
+
 -- As 0026, 0039 and 0031 declared them.
 CREATE TRIGGER runs_note_success AFTER INSERT OR UPDATE OF status ON runs
     FOR EACH ROW WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION tickwarden_note_success();
