@@ -144,9 +144,12 @@ def _fingerprint(conn: psycopg.Connection, name: str) -> str:
           (SELECT string_agg(concat_ws(':', c.relname, c.relkind, c.relowner, c.relrowsecurity, c.relforcerowsecurity,
                                        coalesce(c.relacl::text, '')), ',' ORDER BY c.relname)
              FROM pg_class c WHERE c.relnamespace = %(ns)s::regnamespace),
-          (SELECT string_agg(concat_ws(':', c.relname, a.attname, a.atttypid, a.attnotnull,
+          (SELECT string_agg(concat_ws(':', c.relname, a.attname, ty.typname, a.attnotnull,
                                        pg_get_expr(d.adbin, d.adrelid)), ',' ORDER BY c.relname, a.attnum)
              FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+             -- a column's type by name: the ledger's domains (migration 0043) are the schema's own,
+             -- under other object ids in each schema migrated
+             JOIN pg_type ty ON ty.oid = a.atttypid
              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
             WHERE c.relnamespace = %(ns)s::regnamespace AND a.attnum > 0 AND NOT a.attisdropped),
           (SELECT string_agg(concat_ws(':', c.relname, p.polname, p.polcmd, pg_get_expr(p.polqual, p.polrelid)),
