@@ -349,3 +349,33 @@ def test_past_its_kept_connections_a_server_says_a_connection_is_not_kept_and_cl
     assert process.call({"op": "ping"}, 5)["ok"] and process.client._idle[0] is kept
     for sock in others:
         sock.close()
+
+
+def test_a_server_closes_a_connection_kept_idle_past_kept_seconds(tmp_path, monkeypatch):
+    import threading
+
+    from tickwarden.environments import runner
+
+    monkeypatch.setattr(runner, "KEPT_SECONDS", 0.2)
+    credential = os.urandom(32)
+    path = str(tmp_path / "s.sock")
+    server = runner.Server(1, runner.listen(f"unix:{path}"), credential)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    client = ExecutionClient(f"unix:{path}", credential)
+    assert client.call({"op": "ping"}, 5)["ok"]
+    kept = client._idle[0]
+    deadline = time.monotonic() + 5
+    while not _pending(kept) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert kept.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""  # closed by the server, idle
+    assert client.call({"op": "ping"}, 5)["ok"] and client._idle[0] is not kept  # a new one, the request served
+    client.call({"op": "shutdown"}, 5)
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def _pending(sock: socket.socket) -> bool:
+    import select
+
+    return bool(select.select([sock], [], [], 0)[0])
