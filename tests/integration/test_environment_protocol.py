@@ -379,3 +379,31 @@ def _pending(sock: socket.socket) -> bool:
     import select
 
     return bool(select.select([sock], [], [], 0)[0])
+
+
+def test_read_line_reads_what_arrived_and_still_holds_a_trickling_peer_to_its_deadline():
+    import threading
+
+    from tickwarden.environments.runner import ProtocolError
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b'{"a": 1}\n{"b"')
+        buffer = bytearray()
+        assert read_line(ours, time.monotonic() + 1, buffer) == b'{"a": 1}' and buffer == b'{"b"'
+        stop = threading.Event()
+
+        def trickle() -> None:  # a byte every 50 ms, never a line's end
+            while not stop.wait(0.05):
+                theirs.sendall(b"x")
+
+        thread = threading.Thread(target=trickle)
+        thread.start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(ProtocolError, match="in time"):
+                read_line(ours, started + 0.5, buffer)
+        finally:
+            stop.set()
+            thread.join()
+        assert time.monotonic() - started < 2

@@ -135,10 +135,11 @@ def read_line(sock: socket.socket, deadline: float, buffer: bytearray) -> bytes:
         left = deadline - time.monotonic()
         if left <= 0:
             raise ProtocolError("the peer did not send a line in time")
-        ready, _, _ = select.select([sock], [], [], left)
-        if not ready:
+        try:  # what has arrived already is read without a wait (a kept connection's request was waited for)
+            chunk = sock.recv(65536, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            select.select([sock], [], [], left)
             continue
-        chunk = sock.recv(65536)
         if not chunk:
             raise ProtocolError("the peer closed the connection")
         buffer += chunk
@@ -561,7 +562,7 @@ class Server:
                     else:
                         conn = sock
                         del kept[conn]
-                    served = self.serve_one(conn, keep=len(kept) < KEPT)
+                    served = self.serve_one(conn, keep=len(kept) < KEPT, readable=conn is sock)
                     if served == "keep":
                         kept[conn] = time.monotonic()
                         continue
@@ -576,9 +577,10 @@ class Server:
             for conn in kept:
                 conn.close()
 
-    def serve_one(self, conn: socket.socket, *, keep: bool = False) -> str | None:
+    def serve_one(self, conn: socket.socket, *, keep: bool = False, readable: bool = False) -> str | None:
         """Serve the one request `conn` carries: "shutdown" after a shutdown; "keep" when `keep` and
-        the answer went out saying the connection is kept for a next request; else None (close it)."""
+        the answer went out saying the connection is kept for a next request; else None (close it).
+        `readable`: a kept connection found readable (its request, or its close, is there): never greeted."""
         challenge = ""
         lock = threading.Lock()
         sent = threading.Event()
@@ -599,7 +601,7 @@ class Server:
 
         try:
             # A client holding an issued challenge has sent its request already: no greeting for it.
-            if not select.select([conn], [], [], 0)[0]:
+            if not readable and not select.select([conn], [], [], 0)[0]:
                 challenge = secrets.token_hex(32)
                 conn.sendall((json.dumps({"challenge": challenge}) + "\n").encode())
             line = read_line(conn, time.monotonic() + HANDSHAKE_SECONDS, bytearray())
