@@ -407,3 +407,31 @@ def test_read_line_reads_what_arrived_and_still_holds_a_trickling_peer_to_its_de
             stop.set()
             thread.join()
         assert time.monotonic() - started < 2
+
+
+def test_a_kept_unix_connection_the_server_closed_fails_its_send_and_the_request_runs_once_on_a_new_one(
+        tmp_path, monkeypatch):
+    import threading
+
+    from tickwarden.environments import runner
+
+    monkeypatch.setattr(runner, "KEPT_SECONDS", 0.2)  # the server closes it idle; the client would reuse it
+    handled = []
+    handle = runner.handle
+    monkeypatch.setattr(runner, "handle", lambda *args: handled.append(args[1]["op"]) or handle(*args))
+    credential = os.urandom(32)
+    path = str(tmp_path / "s.sock")
+    server = runner.Server(1, runner.listen(f"unix:{path}"), credential)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    client = ExecutionClient(f"unix:{path}", credential)
+    assert client.call({"op": "ping"}, 5)["ok"]
+    kept = client._idle[0]
+    deadline = time.monotonic() + 5
+    while not _pending(kept) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    handled.clear()
+    assert client.call({"op": "ping"}, 5)["ok"]  # sent on the closed one first (EPIPE), then on a new one
+    assert handled == ["ping"] and kept.fileno() == -1 and client._idle[0] is not kept
+    client.call({"op": "shutdown"}, 5)
+    thread.join(5)

@@ -63,9 +63,14 @@ def parse_address(address: str) -> tuple[int, Any]:
 
 def _reusable(sock: socket.socket, since: float) -> bool:
     """Whether a kept connection may carry the next request: young enough, and nothing from the
-    server waiting on it (its close, or stray bytes: a server that no longer keeps it)."""
+    server waiting on it (its close, or stray bytes: a server that no longer keeps it).
+
+    A Unix socket is not looked at: a send to a closed one fails at once (EPIPE), before any of
+    the request reaches a server, and the request then goes on a new connection."""
     if time.monotonic() - since > KEEP_SECONDS:
         return False
+    if sock.family == socket.AF_UNIX:
+        return True
     try:
         return not select.select([sock], [], [], 0)[0]
     except (OSError, ValueError):
