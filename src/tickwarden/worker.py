@@ -130,6 +130,23 @@ class Result:
     steps: list[StepRecord] = field(default_factory=list)
 
 
+class _Flag:
+    """A flag one thread sets and another reads, never waited on: `threading.Event`'s `set` and
+    `is_set` without its condition and lock, which cost more to make, once per attempt, than a
+    no-op attempt's whole outcome mark."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 class Watch:
     """The lease of the attempt a worker is running, as its heartbeat renews it (state, not a value).
 
@@ -145,7 +162,7 @@ class Watch:
         self.interval = interval
         self.beat = beat
         self.give_back = give_back
-        self.lost = threading.Event()
+        self.lost = _Flag()
 
     @property
     def due(self) -> float:
@@ -830,6 +847,8 @@ def _step_log(text: str, secret_values: list[str]) -> str:
 
 def _small(output: Any, secret_values: list[str]) -> Any:
     """Keep an output only if it is small JSON without secrets, redacted; larger ones are summarised."""
+    if output is None:  # most steps return nothing: nothing to redact, scrub or measure
+        return None
     output = redact_value(output)
     text = json.dumps(output, default=str)
     if secret_values and secrets.scrub(text, secret_values) != text:

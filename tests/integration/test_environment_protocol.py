@@ -261,3 +261,177 @@ def test_the_watchdog_thread_is_not_woken_for_each_request(process):
         assert process.call(request, 5)["ok"]
     woke = others() - before
     assert woke < 150, woke  # about 500 when woken for each request
+
+
+def _accepted(pid: int) -> int:
+    """Connections the server holds open besides its listener: sockets among its descriptors, less one."""
+    fds = os.listdir(f"/proc/{pid}/fd")
+    return sum(1 for fd in fds if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")) - 1
+
+
+def test_requests_in_turn_go_over_one_kept_connection(process):
+    # A connection per request cost a connect, an accept and a close, and, when the server looked
+    # before the request had arrived, a greeting nobody needed (about 2 requests in 5).
+    assert process.call({"op": "ping"}, 5)["ok"]
+    kept = process.client._idle[0]
+    for _ in range(20):
+        assert process.call({"op": "ping"}, 5)["ok"]
+        assert process.client._idle[0] is kept
+    assert _accepted(process.pid) == 1
+
+
+def test_each_request_on_a_kept_connection_needs_its_own_issued_challenge(process):
+    sock = _raw(process)
+    buffer = bytearray()
+    challenge = json.loads(read_line(sock, time.monotonic() + 5, buffer))["challenge"]
+    recorded = envelope(process.client.credential, "request", challenge, {"op": "ping"})
+    sock.sendall(recorded)
+    answer = opened(process.client.credential, "answer", challenge, read_line(sock, time.monotonic() + 5, buffer))
+    assert answer["keep"] is True
+    # The same request again on the same connection: no greeting there, and its challenge is not issued.
+    sock.sendall(recorded)
+    refused = json.loads(read_line(sock, time.monotonic() + 5, buffer))
+    assert "body" not in refused and "not issued" in refused["error"]
+    assert sock.recv(1) == b""  # a refusal closes the connection
+    sock.close()
+    # The challenge the answer issued is good once on the kept connection, and a replay of it is refused.
+    sock = _raw(process)
+    buffer = bytearray()
+    read_line(sock, time.monotonic() + 5, buffer)
+    first = envelope(process.client.credential, "request", challenge := json.loads(
+        b'{"c": "%s"}' % answer["next"].encode())["c"], {"op": "ping"}, named=True)
+    sock.sendall(first)
+    assert opened(process.client.credential, "answer", challenge, read_line(sock, time.monotonic() + 5, buffer))["ok"]
+    sock.sendall(first)
+    refused = json.loads(read_line(sock, time.monotonic() + 5, buffer))
+    sock.close()
+    assert "body" not in refused and "used already" in refused["error"]
+
+
+def test_a_kept_connection_closed_while_idle_stops_nothing_and_a_hang_up_on_one_mid_request_stops_all(process):
+    assert process.call({"op": "ping"}, 5)["ok"]
+    process.client.close()  # idle: nothing runs
+    time.sleep(0.5)
+    assert process.alive() and process.call({"op": "ping"}, 5)["ok"]
+    kept = process.client._idle[0]
+    request = {"op": "run", "tenant_id": 1, "inputs": {},
+               "step": {"name": "s", "kind": "python", "call": "tests.steps:hang", "params": {}}}
+    # On the kept connection: hanging up mid-request is still the signal to stop the process group.
+    # Still open when the call gives up: the call took it (a connection not taken is closed before a new one).
+    used = []
+    with pytest.raises(Aborted):
+        process.client.call(request, 30, lambda: used.append(kept.fileno() != -1) or True)
+    assert used == [True] and kept.fileno() == -1
+    deadline = time.monotonic() + 5
+    while process.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process.alive()
+
+
+def test_past_its_kept_connections_a_server_says_a_connection_is_not_kept_and_closes_none_in_use(process):
+    from tickwarden.environments.runner import KEPT
+
+    assert process.call({"op": "ping"}, 5)["ok"]
+    kept = process.client._idle[0]
+    others = []
+    for n in range(KEPT):  # the client's and KEPT - 1 more are kept; the last one is not
+        sock = _raw(process)
+        buffer = bytearray()
+        challenge = json.loads(read_line(sock, time.monotonic() + 5, buffer))["challenge"]
+        sock.sendall(envelope(process.client.credential, "request", challenge, {"op": "ping"}))
+        answer = opened(process.client.credential, "answer", challenge, read_line(sock, time.monotonic() + 5, buffer))
+        assert answer["keep"] is (n < KEPT - 1)
+        others.append(sock)
+    assert others[-1].recv(1) == b""  # closed after its answer
+    stranger = ExecutionClient(process.client.address, process.client.credential)
+    assert stranger.call({"op": "ping"}, 5)["ok"] and stranger._idle is None  # told it is not kept: closed
+    # The client's own kept connection was not closed under it: its next request goes over it.
+    assert process.call({"op": "ping"}, 5)["ok"] and process.client._idle[0] is kept
+    for sock in others:
+        sock.close()
+
+
+def test_a_server_closes_a_connection_kept_idle_past_kept_seconds(tmp_path, monkeypatch):
+    import threading
+
+    from tickwarden.environments import runner
+
+    monkeypatch.setattr(runner, "KEPT_SECONDS", 0.2)
+    credential = os.urandom(32)
+    path = str(tmp_path / "s.sock")
+    server = runner.Server(1, runner.listen(f"unix:{path}"), credential)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    client = ExecutionClient(f"unix:{path}", credential)
+    assert client.call({"op": "ping"}, 5)["ok"]
+    kept = client._idle[0]
+    deadline = time.monotonic() + 5
+    while not _pending(kept) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert kept.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""  # closed by the server, idle
+    assert client.call({"op": "ping"}, 5)["ok"] and client._idle[0] is not kept  # a new one, the request served
+    client.call({"op": "shutdown"}, 5)
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def _pending(sock: socket.socket) -> bool:
+    import select
+
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def test_read_line_reads_what_arrived_and_still_holds_a_trickling_peer_to_its_deadline():
+    import threading
+
+    from tickwarden.environments.runner import ProtocolError
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b'{"a": 1}\n{"b"')
+        buffer = bytearray()
+        assert read_line(ours, time.monotonic() + 1, buffer) == b'{"a": 1}' and buffer == b'{"b"'
+        stop = threading.Event()
+
+        def trickle() -> None:  # a byte every 50 ms, never a line's end
+            while not stop.wait(0.05):
+                theirs.sendall(b"x")
+
+        thread = threading.Thread(target=trickle)
+        thread.start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(ProtocolError, match="in time"):
+                read_line(ours, started + 0.5, buffer)
+        finally:
+            stop.set()
+            thread.join()
+        assert time.monotonic() - started < 2
+
+
+def test_a_kept_unix_connection_the_server_closed_fails_its_send_and_the_request_runs_once_on_a_new_one(
+        tmp_path, monkeypatch):
+    import threading
+
+    from tickwarden.environments import runner
+
+    monkeypatch.setattr(runner, "KEPT_SECONDS", 0.2)  # the server closes it idle; the client would reuse it
+    handled = []
+    handle = runner.handle
+    monkeypatch.setattr(runner, "handle", lambda *args: handled.append(args[1]["op"]) or handle(*args))
+    credential = os.urandom(32)
+    path = str(tmp_path / "s.sock")
+    server = runner.Server(1, runner.listen(f"unix:{path}"), credential)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    client = ExecutionClient(f"unix:{path}", credential)
+    assert client.call({"op": "ping"}, 5)["ok"]
+    kept = client._idle[0]
+    deadline = time.monotonic() + 5
+    while not _pending(kept) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    handled.clear()
+    assert client.call({"op": "ping"}, 5)["ok"]  # sent on the closed one first (EPIPE), then on a new one
+    assert handled == ["ping"] and kept.fileno() == -1 and client._idle[0] is not kept
+    client.call({"op": "shutdown"}, 5)
+    thread.join(5)

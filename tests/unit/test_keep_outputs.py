@@ -25,3 +25,20 @@ def test_keep_outputs_is_a_workflow_field_that_defaults_to_false() -> None:
     base = {"name": "w", "environment": "default", "publisher": "ops@acme.test", "schedule": {"cron": "0 2 * * *"}}
     assert WorkflowDefinition.model_validate(base).keep_outputs is False
     assert WorkflowDefinition.model_validate({**base, "keep_outputs": True}).keep_outputs is True
+
+
+def test_a_step_that_returns_nothing_keeps_nothing_without_scrubbing() -> None:
+    from tickwarden import worker
+
+    # None carries nothing of a secret: kept as it is, not scanned ("null" is no secret's text).
+    assert worker._small(None, ["null", "s3cr3t-value"]) is None
+    assert worker._small({"v": "s3cr3t-value"}, ["s3cr3t-value"]) == {"omitted": "the output contained a secret"}
+
+
+def test_a_lost_lease_flag_is_set_once_and_read_by_the_step_loop() -> None:
+    from tickwarden.worker import Watch
+
+    watch = Watch(object(), 10.0, 0.0, None)  # type: ignore[arg-type]
+    assert not watch.lost.is_set()
+    watch.lost.set()
+    assert watch.lost.is_set()

@@ -1,10 +1,14 @@
 """The calling side of the execution protocol (see `runner.py`), shared by the local and the pod mode.
 
 A client holds an address (`unix:PATH` or `tcp:HOST:PORT`) and the environment's
-credential, and makes one connection per request. It keeps the challenge the server issued
-in its last answer and names it in the next request, sent without waiting for a greeting:
-one round trip per request, not two (the greeting's is paid only by the first request, and
-after a request that got no answer or a server that forgot the challenge). The waiting is the worker's half
+credential. It keeps the challenge the server issued in its last answer and names it in the
+next request, sent without waiting for a greeting: one round trip per request, not two (the
+greeting's is paid only by the first request, and after a request that got no answer or a
+server that forgot the challenge). It also keeps the connection that answer came on, when the
+server's signed answer says the server keeps it too, and sends the next request on it if that
+comes within `KEEP_SECONDS` and nothing (a close) is waiting on it; else, and for a caller that
+finds it taken by another, it connects anew. A kept connection whose send fails was closed by
+the server before the request reached it: nothing ran, and the request goes on a new one. The waiting is the worker's half
 of the watchdog: at the request's timeout, or when the caller aborts, it hangs up,
 which is the server's signal to stop its process group; the server also enforces
 the same limit itself (`watchdog_ms`), so a partitioned worker cannot leave a step
@@ -29,6 +33,10 @@ CONNECT_SECONDS = 5.0
 # The server's own limit comes a little after the caller's: the caller hangs up first, and the
 # server's deadline is the backstop for a caller that vanished without hanging up.
 WATCHDOG_GRACE = 0.5
+# A connection kept after an answer carries the next request only if that comes within this many
+# seconds: an older one may have been dropped on the way (a pod's network) without a word, and the
+# server closes one idle for `runner.KEPT_SECONDS`, far longer, so it never closes one a request is sent on.
+KEEP_SECONDS = 5.0
 
 
 class EnvironmentFailed(Exception):
@@ -53,6 +61,22 @@ def parse_address(address: str) -> tuple[int, Any]:
     raise EnvironmentFailed(f"{address[:80]!r} is not an environment address (unix:PATH or tcp:HOST:PORT)")
 
 
+def _reusable(sock: socket.socket, since: float) -> bool:
+    """Whether a kept connection may carry the next request: young enough, and nothing from the
+    server waiting on it (its close, or stray bytes: a server that no longer keeps it).
+
+    A Unix socket is not looked at: a send to a closed one fails at once (EPIPE), before any of
+    the request reaches a server, and the request then goes on a new connection."""
+    if time.monotonic() - since > KEEP_SECONDS:
+        return False
+    if sock.family == socket.AF_UNIX:
+        return True
+    try:
+        return not select.select([sock], [], [], 0)[0]
+    except (OSError, ValueError):
+        return False
+
+
 class ExecutionClient:
     """Authenticated requests to one environment's execution server."""
 
@@ -64,6 +88,15 @@ class ExecutionClient:
         # Taken under the lock: threads sharing a client must never name one challenge twice.
         self._next: str | None = None
         self._next_lock = threading.Lock()
+        # The connection the last answer came on, kept for the next request, and when it was kept (monotonic).
+        self._idle: tuple[socket.socket, float] | None = None
+
+    def close(self) -> None:
+        """Close the kept connection, if any (the server sees an idle connection close: nothing stops)."""
+        with self._next_lock:
+            idle, self._idle = self._idle, None
+        if idle is not None:
+            idle[0].close()
 
     def call(self, request: dict[str, Any], timeout: float, should_abort: Callable[[], bool] | None = None, *,
              died: Callable[[], str | None] | None = None, on_give_up: Callable[[], None] | None = None,
@@ -76,47 +109,72 @@ class ExecutionClient:
         deadline = time.monotonic() + timeout
         body = dict(request)
         body.setdefault("watchdog_ms", max(int((timeout + WATCHDOG_GRACE) * 1000), 1))
-        # Taken, whatever happens next: a challenge is good once.
+        # Taken, whatever happens next: a challenge is good once; so is a kept connection (one caller at a time).
         with self._next_lock:
             named, self._next = self._next, None
+            idle, self._idle = self._idle, None
+        if idle is not None and (named is None or not _reusable(*idle)):
+            idle[0].close()
+            idle = None
         while True:
-            sock = socket.socket(self.family, socket.SOCK_STREAM)
+            sock = idle[0] if idle is not None else socket.socket(self.family, socket.SOCK_STREAM)
+            kept, idle, keep = idle is not None, None, False
             try:
                 try:
-                    sock.settimeout(min(CONNECT_SECONDS, max(timeout, 0.1)))
-                    sock.connect(self.target)
-                    sock.setblocking(False)
                     buffer = bytearray()
-                    if named is not None:
+                    if kept:  # a server that kept it never greets on it: the request names its challenge
+                        assert named is not None
                         challenge = named
-                        sock.sendall(envelope(self.credential, "request", challenge, body, named=True))
+                        try:
+                            sock.sendall(envelope(self.credential, "request", challenge, body, named=True))
+                        except OSError:
+                            # The server closed it (it went, or kept too many): the request never reached
+                            # it whole, so nothing ran and the challenge is unused. A new connection.
+                            continue
                     else:
-                        greeting = json.loads(read_line(sock, min(deadline, time.monotonic() + CONNECT_SECONDS),
-                                                        buffer))
-                        challenge = greeting["challenge"]
-                        if not isinstance(challenge, str) or len(challenge) < 32:
-                            raise ProtocolError("the greeting has no challenge")
-                        sock.sendall(envelope(self.credential, "request", challenge, body))
+                        sock.settimeout(min(CONNECT_SECONDS, max(timeout, 0.1)))
+                        sock.connect(self.target)
+                        sock.setblocking(False)
+                        if named is not None:
+                            challenge = named
+                            sock.sendall(envelope(self.credential, "request", challenge, body, named=True))
+                        else:
+                            greeting = json.loads(read_line(sock, min(deadline, time.monotonic() + CONNECT_SECONDS),
+                                                            buffer))
+                            challenge = greeting["challenge"]
+                            if not isinstance(challenge, str) or len(challenge) < 32:
+                                raise ProtocolError("the greeting has no challenge")
+                            sock.sendall(envelope(self.credential, "request", challenge, body))
                 except (OSError, ValueError, KeyError, TypeError, ProtocolError):
                     reason = died() if died else None
                     raise EnvironmentFailed(reason or f"the environment at {self._where()} is not accepting work") from None
                 line = self._wait(sock, buffer, deadline, should_abort, died, on_give_up)
-                if named is not None and line.startswith(b'{"challenge"'):  # greeted anyway: the answer follows
+                if named is not None and not kept and line.startswith(b'{"challenge"'):  # greeted anyway
                     line = self._wait(sock, buffer, deadline, should_abort, died, on_give_up)
+                if named is not None and self._stale(named, line):
+                    named = None  # the server forgot it (restarted, or issued many since) and ran nothing: greeted now
+                    continue
+                try:
+                    answer = opened(self.credential, "answer", challenge, line)
+                except ProtocolError:
+                    if line.startswith(b'{"error"'):
+                        if named is not None:  # unsigned: the server saw this challenge used (a replay, or a fault)
+                            raise EnvironmentFailed("the environment refused the request's challenge as used already"
+                                                    ) from None
+                        raise EnvironmentFailed("the environment refused the request's credential") from None
+                    raise EnvironmentFailed("the environment's answer does not carry its credential") from None
+                # Kept only when the server said, in its signed answer, that it keeps it too, and nothing
+                # followed the answer.
+                keep = answer.pop("keep", None) is True and not buffer
+                break
             finally:
-                sock.close()
-            if named is not None and self._stale(named, line):
-                named = None  # the server forgot it (restarted, or issued many since) and ran nothing: greeted now
-                continue
-            break
-        try:
-            answer = opened(self.credential, "answer", challenge, line)
-        except ProtocolError:
-            if line.startswith(b'{"error"'):
-                if named is not None:  # unsigned: the server saw this challenge used (a replay, or a fault)
-                    raise EnvironmentFailed("the environment refused the request's challenge as used already") from None
-                raise EnvironmentFailed("the environment refused the request's credential") from None
-            raise EnvironmentFailed("the environment's answer does not carry its credential") from None
+                if keep:
+                    with self._next_lock:
+                        idle, self._idle = self._idle, (sock, time.monotonic())
+                    if idle is not None:  # another caller's, kept meanwhile: one is enough
+                        idle[0].close()
+                else:
+                    sock.close()
         issued = answer.pop("next", None)
         if isinstance(issued, str) and len(issued) >= 32:
             with self._next_lock:

@@ -146,10 +146,14 @@ class RemoteEnvironment:
         return True  # the pod's state is the cluster's; a broken connection surfaces as EnvironmentFailed
 
     def kill(self) -> None:
-        """Nothing to kill from here: the server stopped its process group when the call hung up."""
+        """Nothing to kill from here: the server stopped its process group when the call hung up.
+
+        The connection kept for a next request is closed (an idle one: that stops nothing)."""
+        self.client.close()
 
     def stop(self, grace: float = 0.0) -> None:
-        """Nothing to stop from here: the control-plane loop scales idle environments to 0."""
+        """Nothing to stop from here: the control-plane loop scales idle environments to 0 (the kept connection is closed)."""
+        self.client.close()
 
 
 @dataclass

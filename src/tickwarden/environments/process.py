@@ -139,6 +139,7 @@ class EnvironmentProcess:
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
         self.proc.wait()
+        self.client.close()
         self._close_pipes()
         self._remove_dir()
 

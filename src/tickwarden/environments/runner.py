@@ -4,7 +4,7 @@ Started with the environment's own interpreter, so it imports only the standard
 library (and psycopg, lazily, for sql steps): by a worker as `PYTHON runner.py
 --tenant ID --listen unix:PATH --lifeline` (local mode), or as the main process of an
 environment's pod, `--listen tcp:0.0.0.0:7070 --credential-file FILE`. Both modes
-speak one protocol over the socket, one request per connection:
+speak one protocol over the socket, one request at a time on a connection:
 
     server → client   {"challenge": HEX}                       32 fresh random bytes
     client → server   {"body": REQUEST-JSON, "mac": HEX}       HMAC-SHA256(credential, "request" challenge body)
@@ -18,7 +18,13 @@ greeting (one round trip per request instead of two):
     server → client   {"body": ANSWER-JSON, "mac": HEX}        signed with NEXT as the challenge
 
 The server greets only a connection with nothing sent yet, and the client skips a greeting
-that comes anyway. A named challenge the server did not issue, or forgot (it keeps the last
+that comes anyway. An answer's body also says whether the server `keep`s the connection for a
+next request (it keeps `KEPT` at most, idle for `KEPT_SECONDS` at most, and closes a kept one
+only then or when it exits, never under a client about to send); the client then sends its next
+request on it, naming the challenge the answer issued (never greeted there): one challenge per
+request still, and no connect, accept or close per request (a connection per request also drew
+an unneeded greeting whenever the server looked before the request had arrived: 2 requests in 5).
+Hanging up still means what it meant: mid-request it stops the step, between requests nothing. A named challenge the server did not issue, or forgot (it keeps the last
 `ISSUED` only, and a restarted server none), is refused with
 {"error", "stale": HMAC-SHA256(credential, "stale" NEXT "")} before anything runs, so the
 client, which checks that MAC, may send the same request again with a greeting's challenge.
@@ -75,6 +81,10 @@ import traceback
 LOG_LINES = 200
 MAX_LINE = 64 * 1024 * 1024  # one request or answer: inputs and outputs are bounded far below this
 HANDSHAKE_SECONDS = 10.0  # a connection that does not send its request by then is dropped
+# Connections a server keeps after answering on them, for their clients' next requests (a client keeps
+# one at a time), and how long one is kept idle (longer than a client sends on one: `client.KEEP_SECONDS`).
+KEPT = 16
+KEPT_SECONDS = 30.0
 ISSUED = 64  # challenges issued for later connections that a server keeps (the oldest go first)
 USED = 4096  # challenges used that a server remembers, to refuse a replay of one unsigned
 SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
@@ -125,10 +135,11 @@ def read_line(sock: socket.socket, deadline: float, buffer: bytearray) -> bytes:
         left = deadline - time.monotonic()
         if left <= 0:
             raise ProtocolError("the peer did not send a line in time")
-        ready, _, _ = select.select([sock], [], [], left)
-        if not ready:
+        try:  # what has arrived already is read without a wait (a kept connection's request was waited for)
+            chunk = sock.recv(65536, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            select.select([sock], [], [], left)
             continue
-        chunk = sock.recv(65536)
         if not chunk:
             raise ProtocolError("the peer closed the connection")
         buffer += chunk
@@ -534,30 +545,63 @@ class Server:
             return request
 
     def serve_forever(self) -> None:
-        while True:
-            conn, _ = self.listener.accept()
-            with conn:
-                if self.serve_one(conn) == "shutdown":
-                    return
+        """Serve connections one request at a time: new ones, and those kept after an answer.
 
-    def serve_one(self, conn: socket.socket) -> str | None:
+        At most `KEPT` connections are kept, each for `KEPT_SECONDS` idle at most: past that
+        many, an answer says the connection is not kept (the client then closes it), so the
+        server never closes a connection its client may be sending a request on. One idle past
+        `KEPT_SECONDS` is closed: its client no longer sends on it (`client.KEEP_SECONDS`).
+        """
+        kept: dict[socket.socket, float] = {}  # idle connections kept for a next request: since when (monotonic)
+        try:
+            while True:
+                ready, _, _ = select.select([self.listener, *kept], [], [], KEPT_SECONDS if kept else None)
+                for sock in ready:
+                    if sock is self.listener:
+                        conn, _ = self.listener.accept()
+                    else:
+                        conn = sock
+                        del kept[conn]
+                    served = self.serve_one(conn, keep=len(kept) < KEPT, readable=conn is sock)
+                    if served == "keep":
+                        kept[conn] = time.monotonic()
+                        continue
+                    conn.close()
+                    if served == "shutdown":
+                        return
+                stale = time.monotonic() - KEPT_SECONDS
+                for conn in [conn for conn, since in kept.items() if since < stale]:
+                    del kept[conn]
+                    conn.close()
+        finally:
+            for conn in kept:
+                conn.close()
+
+    def serve_one(self, conn: socket.socket, *, keep: bool = False, readable: bool = False) -> str | None:
+        """Serve the one request `conn` carries: "shutdown" after a shutdown; "keep" when `keep` and
+        the answer went out saying the connection is kept for a next request; else None (close it).
+        `readable`: a kept connection found readable (its request, or its close, is there): never greeted."""
         challenge = ""
         lock = threading.Lock()
         sent = threading.Event()
+        delivered = False  # the answer went out whole
 
         def answer(payload: dict) -> None:
+            nonlocal delivered
             with lock:
                 if sent.is_set():
                     return
                 sent.set()
                 try:
-                    conn.sendall(envelope(self.credential, "answer", challenge, {**payload, "next": self._issue()}))
+                    conn.sendall(envelope(self.credential, "answer", challenge,
+                                          {**payload, "next": self._issue(), "keep": keep}))
+                    delivered = True
                 except OSError:
                     pass
 
         try:
             # A client holding an issued challenge has sent its request already: no greeting for it.
-            if not select.select([conn], [], [], 0)[0]:
+            if not readable and not select.select([conn], [], [], 0)[0]:
                 challenge = secrets.token_hex(32)
                 conn.sendall((json.dumps({"challenge": challenge}) + "\n").encode())
             line = read_line(conn, time.monotonic() + HANDSHAKE_SECONDS, bytearray())
@@ -588,7 +632,9 @@ class Server:
         with self.watchdog.watching(conn, seconds, answer):
             result = handle(self.tenant_id, request, self.secrets_dir)
         answer(result)
-        return "shutdown" if request.get("op") == "shutdown" else None
+        if request.get("op") == "shutdown":
+            return "shutdown"
+        return "keep" if keep and delivered else None
 
 
 def listen(address: str) -> socket.socket:
