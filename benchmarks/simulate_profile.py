@@ -88,14 +88,32 @@ class Profile:
         profile = self
         execute = psycopg.Cursor.execute
 
+        inside_run = [False]  # a statement `base._run` counted: its `execute`, if any, is not another
+
         def counted_execute(cur: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            if not inside_run[0]:
+                count(cur, query)
+            return execute(cur, query, params, **kwargs)
+
+        def count(cur: Any, query: Any) -> None:
             profile.statements[profile.loop] += 1
             profile.queries[(profile.loop, profile.name(query))] += 1
             if cur.connection.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
                 profile.round_trips[profile.loop] += 1
-            return execute(cur, query, params, **kwargs)
 
         psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign]
+        run = base._run
+
+        def counted_run(cur: Any, text: str, params: Any) -> None:
+            # The store's statements: in pipeline mode most are sent without psycopg's `execute`.
+            count(cur, text)
+            inside_run[0] = True
+            try:
+                run(cur, text, params)
+            finally:
+                inside_run[0] = False
+
+        base._run = counted_run
         command = db._command
 
         def counted_command(conn: Any, statement: Any) -> None:  # BEGIN, COMMIT, a savepoint's: no cursor

@@ -30,7 +30,7 @@ import statistics
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -71,7 +71,7 @@ class CronSchedule:
 
     def fire_times(self, after: datetime) -> Iterator[datetime]:
         """Yield fire times strictly after `after`, ascending, as aware UTC."""
-        current = ensure_utc(after)
+        current = after if after.tzinfo is UTC else ensure_utc(after)  # UTC already: as ensure_utc returns it
         while True:
             fires = _CHAINS.following(self, current)  # a few at a time: one lookup, not one a fire
             if not fires:
@@ -186,7 +186,7 @@ class _FireChains:
         key = (schedule.expression, schedule.timezone)
         with self._lock:
             chain = self._chains.get(key)
-            if chain is not None and chain.covers(instant):
+            if chain is not None and instant >= chain.start:  # `covers`, inlined: one call a lookup
                 fires = chain.fires
                 index = bisect.bisect_right(fires, instant)
                 if index < len(fires):

@@ -38,6 +38,7 @@ import tickwarden.db
 from tickwarden import catalog, sanitize
 from tickwarden.db import BEGIN, COMMIT, ROLLBACK
 from tickwarden.service import build_loops
+from tickwarden.store import base
 from tickwarden.worker import Worker
 
 T0 = datetime(2026, 11, 30, 12, 0, 20, tzinfo=UTC)
@@ -98,16 +99,28 @@ class Trace:
                 return False
             return True  # a savepoint sent in a pipeline: no statement, as psycopg's own savepoint block is none
 
-        def execute(cur: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-            if cur.connection is trace.listener:
-                return real_execute(cur, query, *args, **kwargs)
+        executed = [0]  # `execute` calls: a store statement sent without one (`store.base._run`) is counted by `run`
+        real_run = base._run
+
+        def count(cur: psycopg.Cursor[Any], query: Any) -> None:
             trace.backends.add(cur.connection.info.backend_pid)
             if not controls(cur.connection, query) and query != "":
                 # an empty query (the pool's full liveness check): no statement, no transaction
                 if id(cur.connection) not in explicit:
                     trace._begins(cur.connection)
                 trace.statements += trace.on
+
+        def execute(cur: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            executed[0] += 1
+            if cur.connection is not trace.listener:
+                count(cur, query)
             return real_execute(cur, query, *args, **kwargs)
+
+        def run(cur: psycopg.Cursor[Any], text: str, params: Any) -> None:
+            before = executed[0]
+            real_run(cur, text, params)
+            if executed[0] == before and cur.connection is not trace.listener:  # a prepared statement only sent
+                count(cur, text)
 
         def command(conn: psycopg.Connection[Any], statement: Any) -> None:
             """A transaction's BEGIN, COMMIT or savepoint, which `db._command` sends without a cursor."""
@@ -120,6 +133,7 @@ class Trace:
             return real_transaction(conn, *args, **kwargs)
 
         monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+        monkeypatch.setattr(base, "_run", run)
         monkeypatch.setattr(psycopg.Connection, "transaction", transaction)
         monkeypatch.setattr(tickwarden.db, "_command", command)
 

@@ -196,8 +196,89 @@ def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.C
 def _keep(conn: psycopg.Connection[Any], key: tuple[str, str, int], cur: psycopg.Cursor[Any], rows: int) -> None:
     if rows > KEEP_ROWS:
         cur.close()
+        converted = conn.__dict__.get(_CONVERTED)
+        if converted:
+            converted.pop(id(cur), None)  # its query with it (see `_run`)
     else:
         conn.__dict__.setdefault(_KEPT, {})[key] = cur
+
+
+_CONVERTED = "_tickwarden_converted"  # the connection's attribute: id of a kept cursor -> see `_run`
+
+
+def _psycopg_internals() -> bool:
+    """Whether this psycopg's cursor, pipeline and prepared-statement cache have the members `_run` uses."""
+    from psycopg._pipeline_base import BasePipeline
+    from psycopg._preparing import PrepareManager
+    from psycopg._queries import PostgresQuery
+
+    annotated = getattr(BasePipeline, "__annotations__", {})
+    return ("command_queue" in annotated and "result_queue" in annotated
+            and {"_names", "_to_flush", "prepare_threshold"} <= set(vars(PrepareManager()))
+            | set(getattr(PrepareManager, "__annotations__", {}))
+            and {"_reset", "_last_query", "_tx", "_pgconn"} <= set(dir(psycopg.Cursor))
+            and hasattr(PostgresQuery, "dump") and hasattr(PostgresQuery, "convert"))
+
+
+_SENDS_PREPARED = _psycopg_internals()
+
+
+def _run(cur: psycopg.Cursor[Any], text: str, params: dict[str, Any] | None) -> None:
+    """`cur.execute(text, params)`; in pipeline mode, for a statement the connection has prepared, only its send.
+
+    In pipeline mode psycopg's `execute` sends each statement on its own: it converts the
+    text and dumps the parameters, then waits for the socket and flushes libpq's buffer,
+    one `send` a statement (some 23,000 a simulated day), each waking the server for one
+    statement. A kept cursor (see `_take`) runs one text over and over; once psycopg has
+    prepared it on the connection, what `execute` sends again is that prepared statement
+    with the new parameters. This does just that: the parameters dumped by the query the
+    cursor converted the first time (as psycopg's own `executemany` does), the statement
+    appended to libpq's buffer, and its result expected in order, where psycopg's pipeline
+    hands it to the cursor as it would have. It goes out with the next flush: the next
+    statement psycopg sends, the flush of the next read, or the pipeline's sync. The
+    server runs what it receives in the order sent, so every statement still runs in
+    the order executed; errors surface at the same reads.
+
+    Only when nothing psycopg queued is still unsent (`command_queue`: a BEGIN or COMMIT
+    queued by `db._command` goes first), the connection is in autocommit (psycopg would
+    otherwise open a transaction first), no deallocation is pending, and the parameters
+    dump to the types of a prepared statement. Otherwise, and outside pipeline mode,
+    psycopg's own `execute`.
+    """
+    conn = cur._conn
+    pipeline = conn._pipeline
+    if pipeline is None or not _SENDS_PREPARED:
+        cur.execute(text, params)
+        return
+    converted: dict[int, tuple[Any, ...]] | None = conn.__dict__.get(_CONVERTED)
+    entry = converted.get(id(cur)) if converted else None
+    prepared = conn._prepared
+    valid = (entry is not None and entry[0] is cur and entry[1] is text and cur._last_query is text
+             and entry[2]._tx is cur._tx)
+    if valid and params is not None and conn._autocommit and not prepared._to_flush and not cur.closed:
+        pgq = entry[2]  # type: ignore[index]
+        with conn.lock:
+            cur._reset()
+            pgq.dump(params)
+            key = (pgq.query, pgq.types)
+            name = prepared._names.get(key)
+            if name is not None:
+                prepared._names.move_to_end(key)  # as psycopg's `maybe_add_to_cache` for a prepared one
+                queued = pipeline.command_queue
+                while queued:  # what psycopg queued goes first, into the same buffer (its results are expected already)
+                    queued.popleft()()
+                cur._pgconn.send_query_prepared(name, pgq.params, param_formats=pgq.formats, result_format=cur.format)
+                pipeline.result_queue.append((cur, None))
+                return
+    cur.execute(text, params)
+    if not valid and params is not None and cur._last_query is text:
+        pgq = cur._query_cls(cur._tx)
+        pgq.convert(text, params)
+        if converted is None:
+            converted = conn.__dict__[_CONVERTED] = {}
+        elif len(converted) >= 1024:
+            converted.clear()
+        converted[id(cur)] = (cur, text, pgq)
 
 
 class StoreBase:
@@ -227,7 +308,7 @@ class StoreBase:
         key = (text, "tuple", 0)
         cur = _take(self.conn, key)
         try:
-            cur.execute(text, params)
+            _run(cur, text, params)
             rows = _read(cur) or []
             if (name, cls) not in _CHECKED:
                 columns = [c.name for c in cur.description or ()]
@@ -248,7 +329,7 @@ class StoreBase:
         key = (text, "tuple", 0)
         cur = _take(self.conn, key)
         try:
-            cur.execute(text, params)
+            _run(cur, text, params)
             rows: list[tuple[Any, ...]] = _read(cur) or []
         except BaseException:
             cur.close()
@@ -260,7 +341,7 @@ class StoreBase:
         key = (text, "dict", 0)
         cur = _take(self.conn, key)
         try:
-            cur.execute(text, params or {})
+            _run(cur, text, params or {})
             rows: list[dict[str, Any]] = _read(cur) or []
         except BaseException:
             cur.close()
@@ -284,7 +365,7 @@ class StoreBase:
         key = (text, "dict", 0)
         cur = _take(self.conn, key)  # out until its rows are read: a statement sent again meanwhile takes another
         try:
-            cur.execute(text, params or {})
+            _run(cur, text, params or {})
         except BaseException:
             cur.close()
             raise
@@ -317,7 +398,7 @@ class StoreBase:
         key = (text, "send", 0)
         cur = _take(self.conn, key)
         try:
-            cur.execute(text, params or {})
+            _run(cur, text, params or {})
         except BaseException:
             cur.close()
             raise
@@ -342,7 +423,7 @@ class StoreBase:
                     taken.append((key, cur))
                     # A statement without parameters (BEGIN, COMMIT, the wake) goes as its text: no
                     # conversion of placeholders or dumping of an empty mapping (a `%` still needs one).
-                    cur.execute(text, params if params or "%" in text else None)
+                    _run(cur, text, params if params or "%" in text else None)
         except BaseException:
             for _, cur in taken:
                 cur.close()
@@ -364,7 +445,7 @@ class StoreBase:
         key = (text, "tuple", 0)
         cur = _take(self.conn, key)
         try:
-            cur.execute(text, params or {})
+            _run(cur, text, params or {})
             rows = _read(cur)  # in pipeline mode the row count, like the rows, arrives when asked for
             count = cur.rowcount
         except BaseException:
