@@ -91,3 +91,14 @@ def test_outside_pipeline_mode_it_is_execute(db, executes):
             assert store.outbox._fetch(SQUARE, {"n": n}) == [{"sq": n * n}]
     assert executes[SQUARE] == WARM + 2
 
+
+
+def test_sends_prepared_only_under_a_tested_psycopg():
+    """Another psycopg release (pyproject admits none, but an environment may hold one) takes `execute`."""
+    from tickwarden.store.base import PSYCOPG_TESTED, _psycopg_internals
+
+    assert psycopg.__version__.startswith(PSYCOPG_TESTED)
+    assert _psycopg_internals(psycopg.__version__)
+    assert not _psycopg_internals("3.4.0")
+    assert not _psycopg_internals("3.2.9")
+    assert not _psycopg_internals("4.0.0")

@@ -206,12 +206,22 @@ def _keep(conn: psycopg.Connection[Any], key: tuple[str, str, int], cur: psycopg
 _CONVERTED = "_tickwarden_converted"  # the connection's attribute: id of a kept cursor -> see `_run`
 
 
-def _psycopg_internals() -> bool:
-    """Whether this psycopg's cursor, pipeline and prepared-statement cache have the members `_run` uses."""
-    from psycopg._pipeline_base import BasePipeline
-    from psycopg._preparing import PrepareManager
-    from psycopg._queries import PostgresQuery
+# The psycopg releases `_run` was written against and is tested with (pyproject admits no later one):
+# under any other, every statement takes psycopg's own `execute`.
+PSYCOPG_TESTED = ("3.3.",)
 
+
+def _psycopg_internals(version: str = psycopg.__version__) -> bool:
+    """Whether `_run` may send prepared statements itself: a psycopg release it is tested with, whose
+    cursor, pipeline and prepared-statement cache have the members it uses."""
+    if not version.startswith(PSYCOPG_TESTED):
+        return False
+    try:
+        from psycopg._pipeline_base import BasePipeline
+        from psycopg._preparing import PrepareManager
+        from psycopg._queries import PostgresQuery
+    except ImportError:
+        return False
     annotated = getattr(BasePipeline, "__annotations__", {})
     return ("command_queue" in annotated and "result_queue" in annotated
             and {"_names", "_to_flush", "prepare_threshold"} <= set(vars(PrepareManager()))
