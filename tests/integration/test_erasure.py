@@ -14,7 +14,7 @@ from psycopg import sql
 from tests.helpers import lease
 from tests.dbutil import TEST_URL
 from tests.integration.pipeline import DAILY, create_tick, workflow
-from tickwarden import alerts, erasure, secrets
+from tickwarden import alerts, catalog, erasure, secrets
 from tickwarden.db import Database
 from tickwarden.errors import InvalidInput, NotFound
 from tickwarden.models import AttemptOutcome
@@ -93,6 +93,12 @@ def populate(db: Database, now: datetime) -> dict[str, int]:
                  "RETURNING id", f"acme:{EMAIL}", json.dumps({"by": NAME}))
     sql_rows(db, "UPDATE notification_outbox SET last_error = %s WHERE alert_id = %s RETURNING id",
              f"550 mailbox {EMAIL} unavailable", alert_id)
+    # Cancelled through the API by a token named after the subject: its actor is `tenant:token name`.
+    with db.transaction() as store:
+        again = store.ledger.create_manual_run(tenant_id=wf.tenant_id, workflow_id=wf.id, retry_budget=0,
+                                               deadline_at=now + timedelta(hours=2), now=now + timedelta(minutes=5),
+                                               requested_by="ops")
+    catalog.cancel(db, again.id, now + timedelta(minutes=6), f"acme:token of {EMAIL}")
     return {"workflow": wf.id, "run": run.id, "manual": manual.id, "alert": alert_id, "other": other_tenant.id}
 
 
@@ -103,7 +109,7 @@ def test_erase_subject_leaves_no_trace_of_the_address_or_name_in_any_column(db: 
     for place in ("users.email", "users.display_name", "workflows.description", "environments.settings",
                   "notification_channels.config", "api_tokens.name", "runs.requested_by", "runs.error",
                   "attempts.error", "attempts.log_tail", "attempts.outputs", "attempt_steps.log",
-                  "attempt_steps.output", "attempt_steps.error", "alert_events.actor",
+                  "attempt_steps.output", "attempt_steps.error", "alert_events.actor", "runs.cancelled_by",
                   "alert_events.note", "alert_events.data", "notification_outbox.last_error", "loop_heartbeats.last_error"):
         assert place in before, f"the fixture must put the subject in {place}"
 
@@ -179,7 +185,7 @@ def test_erase_tenant_removes_every_row_of_the_tenant_and_nothing_else(db: Datab
     assert {"runs", "attempts", "alert_events", "notification_outbox", "api_tokens"} <= set(populated)
     with db.transaction() as store:
         dry = erasure.erase_tenant(store, "acme", actor="dpo", now=start, dry_run=True)
-    assert dry.counts["runs"] == 2 and dry.counts["tenants"] == 1 and dry.audit_id is None
+    assert dry.counts["runs"] == 3 and dry.counts["tenants"] == 1 and dry.audit_id is None
     assert sql_rows(db, "SELECT count(*) FROM tenants WHERE id = %s", acme) == [(1,)]
 
     with db.transaction() as store:
@@ -190,7 +196,7 @@ def test_erase_tenant_removes_every_row_of_the_tenant_and_nothing_else(db: Datab
     assert sql_rows(db, "SELECT count(*) FROM tenants WHERE name = 'acme'") == [(0,)]
     assert sql_rows(db, "SELECT count(*) FROM workflows WHERE id = %s", ids["other"]) == [(1,)]
     (audit,) = sql_rows(db, "SELECT kind, target, actor, counts FROM erasure_audits")
-    assert audit[:3] == ("tenant", f"tenant {acme}", "dpo") and audit[3]["runs"] == 2
+    assert audit[:3] == ("tenant", f"tenant {acme}", "dpo") and audit[3]["runs"] == 3
     assert "acme" not in json.dumps(audit[3])
 
 

@@ -48,7 +48,11 @@ SELECT c.relname::text AS table_name, array_agg(a.attname::text ORDER BY a.attnu
   JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition
    AND c.relname !~ '^(runs|attempts|attempt_steps)_p[0-9]{6}$'
-   AND a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'jsonb'::regtype, 'json'::regtype)
+   AND (a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'jsonb'::regtype, 'json'::regtype)
+        -- who cancelled a run (the actor domain of migration 0043): free text such as
+        -- `tenant:token name`, which may carry an address; its one rule is a length, which
+        -- the replacement keeps
+        OR a.atttypid = to_regtype('ledger_actor'))
    AND NOT EXISTS (SELECT 1 FROM pg_constraint k
                     WHERE k.conrelid = c.oid AND k.contype = 'c' AND a.attnum = ANY (k.conkey))
  GROUP BY c.oid, c.relname
