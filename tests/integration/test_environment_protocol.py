@@ -351,7 +351,8 @@ def test_past_its_kept_connections_a_server_says_a_connection_is_not_kept_and_cl
         sock.close()
 
 
-def test_a_server_closes_a_connection_kept_idle_past_kept_seconds(tmp_path, monkeypatch):
+def _closed_idle(tmp_path, monkeypatch):
+    """A server that keeps connections idle for 0.2 s, its thread, and a client whose kept connection it closed."""
     import threading
 
     from tickwarden.environments import runner
@@ -368,6 +369,11 @@ def test_a_server_closes_a_connection_kept_idle_past_kept_seconds(tmp_path, monk
     deadline = time.monotonic() + 5
     while not _pending(kept) and time.monotonic() < deadline:
         time.sleep(0.05)
+    return thread, client, kept
+
+
+def test_a_server_closes_a_connection_kept_idle_past_kept_seconds(tmp_path, monkeypatch):
+    thread, client, kept = _closed_idle(tmp_path, monkeypatch)
     assert kept.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""  # closed by the server, idle
     assert client.call({"op": "ping"}, 5)["ok"] and client._idle[0] is not kept  # a new one, the request served
     client.call({"op": "shutdown"}, 5)
@@ -411,25 +417,13 @@ def test_read_line_reads_what_arrived_and_still_holds_a_trickling_peer_to_its_de
 
 def test_a_kept_unix_connection_the_server_closed_fails_its_send_and_the_request_runs_once_on_a_new_one(
         tmp_path, monkeypatch):
-    import threading
-
     from tickwarden.environments import runner
 
-    monkeypatch.setattr(runner, "KEPT_SECONDS", 0.2)  # the server closes it idle; the client would reuse it
     handled = []
     handle = runner.handle
     monkeypatch.setattr(runner, "handle", lambda *args: handled.append(args[1]["op"]) or handle(*args))
-    credential = os.urandom(32)
-    path = str(tmp_path / "s.sock")
-    server = runner.Server(1, runner.listen(f"unix:{path}"), credential)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    client = ExecutionClient(f"unix:{path}", credential)
-    assert client.call({"op": "ping"}, 5)["ok"]
-    kept = client._idle[0]
-    deadline = time.monotonic() + 5
-    while not _pending(kept) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # The server closes it idle (0.2 s); the client, which keeps one 5 s, would reuse it.
+    thread, client, kept = _closed_idle(tmp_path, monkeypatch)
     handled.clear()
     assert client.call({"op": "ping"}, 5)["ok"]  # sent on the closed one first (EPIPE), then on a new one
     assert handled == ["ping"] and kept.fileno() == -1 and client._idle[0] is not kept
