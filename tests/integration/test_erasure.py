@@ -88,6 +88,8 @@ def populate(db: Database, now: datetime) -> dict[str, int]:
     (alert_id,) = sql_rows(db, "SELECT id FROM alerts WHERE workflow_id = %s", wf.id)[0]
     alerts.reassign(db, alert_id, "customer", f"{NAME} owns this", f"acme:{EMAIL}", now + timedelta(minutes=3))
     alerts.add_note(db, alert_id, f"called {NAME} at {EMAIL}", "ops", now + timedelta(minutes=4))
+    # An alert's actor is redacted of addresses when written, not of names: a token named after the subject.
+    alerts.acknowledge(db, alert_id, f"acme:token of {NAME}", now + timedelta(minutes=4))
     # Rows written before capture-time redaction existed still carry the address.
     sql_rows(db, "UPDATE alert_events SET actor = %s, data = data || %s::jsonb WHERE kind = 'reassigned' "
                  "RETURNING id", f"acme:{EMAIL}", json.dumps({"by": NAME}))
@@ -109,7 +111,7 @@ def test_erase_subject_leaves_no_trace_of_the_address_or_name_in_any_column(db: 
     for place in ("users.email", "users.display_name", "workflows.description", "environments.settings",
                   "notification_channels.config", "api_tokens.name", "runs.requested_by", "runs.error",
                   "attempts.error", "attempts.log_tail", "attempts.outputs", "attempt_steps.log",
-                  "attempt_steps.output", "attempt_steps.error", "alert_events.actor", "runs.cancelled_by",
+                  "attempt_steps.output", "attempt_steps.error", "alert_events.actor", "runs.cancelled_by", "alerts.acknowledged_by",
                   "alert_events.note", "alert_events.data", "notification_outbox.last_error", "loop_heartbeats.last_error"):
         assert place in before, f"the fixture must put the subject in {place}"
 

@@ -33,8 +33,8 @@ DELETE FROM tenants WHERE id = %(tenant_id)s;
 
 -- erasure_text_columns --
 -- Every text and json column of every table of the schema, except columns a CHECK
--- constraint governs (names, statuses, categories: identifiers a person's name must
--- never rewrite, and which cannot hold an address), with the column that says which
+-- constraint or a constrained domain governs (names, statuses, categories: identifiers a
+-- person's name must never rewrite, and which cannot hold an address) but the actors below, with the column that says which
 -- tenant a row belongs to (tenant_id, or id for tenants itself; NULL: no tenant). A month
 -- taken out of the ledger is left to its drop, as in erasure_tenant_tables.
 SELECT c.relname::text AS table_name, array_agg(a.attname::text ORDER BY a.attnum) AS columns,
@@ -49,12 +49,14 @@ SELECT c.relname::text AS table_name, array_agg(a.attname::text ORDER BY a.attnu
  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition
    AND c.relname !~ '^(runs|attempts|attempt_steps)_p[0-9]{6}$'
    AND (a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'jsonb'::regtype, 'json'::regtype)
-        -- who cancelled a run (the actor domain of migration 0043): free text such as
-        -- `tenant:token name`, which may carry an address; its one rule is a length, which
-        -- the replacement keeps
         OR a.atttypid = to_regtype('ledger_actor'))
-   AND NOT EXISTS (SELECT 1 FROM pg_constraint k
-                    WHERE k.conrelid = c.oid AND k.contype = 'c' AND a.attnum = ANY (k.conkey))
+   AND (NOT EXISTS (SELECT 1 FROM pg_constraint k
+                     WHERE k.conrelid = c.oid AND k.contype = 'c' AND a.attnum = ANY (k.conkey))
+        -- Who acknowledged an alert or cancelled a run: free text such as `tenant:token name`,
+        -- which may carry an address. Their rules (set together with the time; a length, as
+        -- the actor domain of migration 0043) say nothing of their shape, and the
+        -- replacement keeps them.
+        OR (c.relname, a.attname) IN (('alerts', 'acknowledged_by'), ('runs', 'cancelled_by')))
  GROUP BY c.oid, c.relname
  ORDER BY c.relname;
 
