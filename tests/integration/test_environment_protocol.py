@@ -27,6 +27,15 @@ def _raw(process: EnvironmentProcess) -> socket.socket:
     return sock
 
 
+def _greeted_ping(process: EnvironmentProcess, sock: socket.socket) -> tuple[bytearray, str, bytes]:
+    """Read the greeting on a raw connection and send a ping signed with its challenge: (buffer, challenge, request)."""
+    buffer = bytearray()
+    challenge = json.loads(read_line(sock, time.monotonic() + 5, buffer))["challenge"]
+    recorded = envelope(process.client.credential, "request", challenge, {"op": "ping"})
+    sock.sendall(recorded)
+    return buffer, challenge, recorded
+
+
 def test_a_request_signed_with_another_credential_is_refused(process):
     stranger = ExecutionClient(process.client.address, os.urandom(32))
     with pytest.raises(EnvironmentFailed, match="refused the request's credential"):
@@ -36,10 +45,7 @@ def test_a_request_signed_with_another_credential_is_refused(process):
 
 def test_a_recorded_request_cannot_be_replayed_on_another_connection(process):
     first = _raw(process)
-    buffer = bytearray()
-    challenge = json.loads(read_line(first, time.monotonic() + 5, buffer))["challenge"]
-    recorded = envelope(process.client.credential, "request", challenge, {"op": "ping"})
-    first.sendall(recorded)
+    buffer, challenge, recorded = _greeted_ping(process, first)
     assert b'"body"' in read_line(first, time.monotonic() + 5, buffer)
     first.close()
     second = _raw(process)
@@ -282,10 +288,7 @@ def test_requests_in_turn_go_over_one_kept_connection(process):
 
 def test_each_request_on_a_kept_connection_needs_its_own_issued_challenge(process):
     sock = _raw(process)
-    buffer = bytearray()
-    challenge = json.loads(read_line(sock, time.monotonic() + 5, buffer))["challenge"]
-    recorded = envelope(process.client.credential, "request", challenge, {"op": "ping"})
-    sock.sendall(recorded)
+    buffer, challenge, recorded = _greeted_ping(process, sock)
     answer = opened(process.client.credential, "answer", challenge, read_line(sock, time.monotonic() + 5, buffer))
     assert answer["keep"] is True
     # The same request again on the same connection: no greeting there, and its challenge is not issued.
