@@ -90,7 +90,7 @@ from tickwarden.db import Database
 from tickwarden.errors import Conflict, InvalidInput, InvalidPolicy, NotFound
 from tickwarden.models import Alert, AlertEvent
 from tickwarden.profile import UNSCHEDULED_CADENCE_SECONDS, Profile, derive_profile
-from tickwarden.sanitize import sanitize_error
+from tickwarden.sanitize import clean_actor, sanitize_error
 from tickwarden.store import Store
 from tickwarden.store.monitoring import EvaluationInput, FailureRate, FailureUpdate, OpenAlert, RateProfile
 
@@ -424,7 +424,7 @@ def reassign(db: Database, alert_id: int, owner: str, note: str | None, actor: s
             raise NotFound(f"There is no alert {alert_id}.")
         if alert.status != "open":
             raise Conflict(f"Alert {alert_id} is already resolved; only open alerts can be reassigned.")
-        event = store.monitoring.reassign_alert(alert_id, owner, alert.owner, clean_note, _clean_actor(actor), now)
+        event = store.monitoring.reassign_alert(alert_id, owner, alert.owner, clean_note, clean_actor(actor), now)
         assert event is not None  # the row lock above makes the compare-and-set match
         notify(store, [event.id], now)
         view = store.monitoring.get_alert(alert_id)
@@ -439,7 +439,7 @@ def add_note(db: Database, alert_id: int, note: str, actor: str, now: datetime, 
     if not clean:
         raise InvalidInput("The note is empty.")
     with db.transaction() as store:
-        event = store.monitoring.add_alert_note(alert_id, clean, _clean_actor(actor), now, internal=internal)
+        event = store.monitoring.add_alert_note(alert_id, clean, clean_actor(actor), now, internal=internal)
         if event is None:
             raise NotFound(f"There is no alert {alert_id}.")
         notify(store, [event.id], now)
@@ -454,7 +454,7 @@ def acknowledge(db: Database, alert_id: int, actor: str, now: datetime, note: st
     use there); raising from it rolls the acknowledgement back.
     """
     return _by_hand(db, alert_id, "acknowledged", now,
-                    lambda store, clean: store.monitoring.acknowledge_alert(alert_id, _clean_actor(actor), clean, now),
+                    lambda store, clean: store.monitoring.acknowledge_alert(alert_id, clean_actor(actor), clean, now),
                     note, already="is already acknowledged", also=also)
 
 
@@ -465,7 +465,7 @@ def snooze(db: Database, alert_id: int, seconds: int, actor: str, now: datetime,
         raise InvalidInput("A snooze lasts from 1 minute to 30 days.")
     until = now + timedelta(seconds=seconds)
     return _by_hand(db, alert_id, "snoozed", now,
-                    lambda store, clean: store.monitoring.snooze_alert(alert_id, until, _clean_actor(actor), clean, now), note)
+                    lambda store, clean: store.monitoring.snooze_alert(alert_id, until, clean_actor(actor), clean, now), note)
 
 
 def resolve(db: Database, alert_id: int, note: str, actor: str, now: datetime) -> AlertEvent:
@@ -473,7 +473,7 @@ def resolve(db: Database, alert_id: int, note: str, actor: str, now: datetime) -
     if not note or not _clean_note(note):
         raise InvalidInput("Resolving an alert by hand needs a note saying why.")
     return _by_hand(db, alert_id, "resolved", now,
-                    lambda store, clean: store.monitoring.resolve_alert_by_hand(alert_id, _clean_actor(actor), clean or "", now), note)
+                    lambda store, clean: store.monitoring.resolve_alert_by_hand(alert_id, clean_actor(actor), clean or "", now), note)
 
 
 PAUSED_NOTE = "The workflow is paused: no ticks until it is resumed."
@@ -483,7 +483,7 @@ ARCHIVED_NOTE = "The workflow is archived: no ticks until its file is applied ag
 def note_paused(store: Store, workflow_id: int, actor: str, now: datetime, note: str = PAUSED_NOTE
                 ) -> list[AlertEvent]:
     """Tell the thread of the workflow's open alert, if any, that the workflow was paused (caller's transaction)."""
-    events = store.monitoring.note_workflow_paused(workflow_id, _clean_actor(actor), note, now)
+    events = store.monitoring.note_workflow_paused(workflow_id, clean_actor(actor), note, now)
     notify(store, [e.id for e in events], now)
     return events
 
@@ -511,10 +511,6 @@ def _by_hand(db: Database, alert_id: int, kind: str, now: datetime,
 def _clean_note(note: str) -> str:
     # Notes are typed by people and may be sent to channels: same minimisation as errors.
     return sanitize_error(note, limit=MAX_NOTE).strip()
-
-
-def _clean_actor(actor: str) -> str:
-    return sanitize_error(actor or "tickwarden", limit=100) or "tickwarden"
 
 
 def _describe(exc: BaseException) -> str:

@@ -23,6 +23,7 @@ from tickwarden import alerts, maintenance, profile, retention
 from tickwarden.db import Database
 from tickwarden.errors import Conflict, InvalidField, InvalidInput, NotFound
 from tickwarden.models import Run, Schedule, Tenant, Workflow
+from tickwarden.sanitize import clean_actor
 from tickwarden.store import Store
 from tickwarden.store.catalog import Applied, ScheduleContent, WorkflowContent, WorkflowSummary
 from tickwarden.profile import PolicyOverrides
@@ -499,10 +500,10 @@ def cancel(db: Database, run_id: int, now: datetime, actor: str) -> Run:
     The run becomes `cancelled` with its actor and is never retried; its running
     attempt is stopped through the worker's abort path (the next lease renewal is
     refused). A run that already has a verdict is refused, so a cancel never rewrites
-    history.
+    history. The actor is stored as an alert's is (`clean_actor`: redacted, one line).
     """
     with db.transaction() as store:
-        cancelled = store.ledger.cancel_run(run_id, actor, now)
+        cancelled = store.ledger.cancel_run(run_id, clean_actor(actor), now)
         if cancelled is not None:
             return cancelled
         run = store.ledger.get_run(run_id)

@@ -25,6 +25,7 @@ from typing import Any
 MAX_ERROR = 300
 MAX_LOG_TAIL_LINES = 20
 MAX_LOG_TAIL_CHARS = 2000
+MAX_ACTOR = 100
 REDACTED = "[redacted]"
 
 # A word that makes a key secret, wherever it sits in an identifier.
@@ -336,6 +337,16 @@ def sanitize_error(message: object, limit: int = MAX_ERROR) -> str:
     if len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
     return text
+
+
+def clean_actor(actor: str) -> str:
+    """Who did something by hand, as the ledger and an alert's history store it: one redacted line.
+
+    An actor is the caller's own text (a token's name, a CLI's `--by`): an address or a
+    secret in it is redacted like any message, so it never reaches a page, a message or
+    an export. The same rule for every actor column (alerts' and runs' alike).
+    """
+    return sanitize_error(actor or "tickwarden", limit=MAX_ACTOR) or "tickwarden"
 
 
 # Short logs whose redacted tails are remembered: a warm attempt's tail (its environment's note

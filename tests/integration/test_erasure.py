@@ -100,7 +100,7 @@ def populate(db: Database, now: datetime) -> dict[str, int]:
         again = store.ledger.create_manual_run(tenant_id=wf.tenant_id, workflow_id=wf.id, retry_budget=0,
                                                deadline_at=now + timedelta(hours=2), now=now + timedelta(minutes=5),
                                                requested_by="ops")
-    catalog.cancel(db, again.id, now + timedelta(minutes=6), f"acme:token of {EMAIL}")
+    catalog.cancel(db, again.id, now + timedelta(minutes=6), f"acme:token of {NAME}")
     return {"workflow": wf.id, "run": run.id, "manual": manual.id, "alert": alert_id, "other": other_tenant.id}
 
 
