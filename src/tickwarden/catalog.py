@@ -472,7 +472,10 @@ def _set_status(db: Database, tenant: str, workflow: str, status: str, now: date
 
 
 def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_by: str | None = None) -> Run:
-    """Queue a manual run of a workflow through the same ledger and worker path as a tick."""
+    """Queue a manual run of a workflow through the same ledger and worker path as a tick.
+
+    Who asked is stored as a canceller is (`clean_actor`: redacted, one short line).
+    """
     with db.transaction() as store:
         found = find_workflow(store, tenant, workflow)
         if found.archived_at is not None:
@@ -490,7 +493,7 @@ def run_now(db: Database, tenant: str, workflow: str, now: datetime, requested_b
             retry_backoff_seconds=list(budget.backoffs),
             deadline_at=budget.deadline(now),
             now=now,
-            requested_by=requested_by,
+            requested_by=clean_actor(requested_by) if requested_by is not None else None,
         )
 
 

@@ -171,8 +171,11 @@ def test_the_quickstart_example_applies_cleanly(db):
 
 def test_run_now_queues_a_manual_run_with_the_profile_budget(db, tmp_path):
     catalog.apply_file(db, write(tmp_path, GOOD), NOW)
-    run = catalog.run_now(db, "acme", "nightly", NOW, requested_by="ops@acme.test")
-    assert run.manual and run.status == "queued" and run.retry_budget == 3 and run.requested_by == "ops@acme.test"
+    run = catalog.run_now(db, "acme", "nightly", NOW, requested_by="ops")
+    assert run.manual and run.status == "queued" and run.retry_budget == 3 and run.requested_by == "ops"
+    # who asked is the caller's own text: stored redacted, on one line, as a canceller is
+    asked = catalog.run_now(db, "acme", "nightly", NOW, requested_by="acme:ana@acme.test\ntoken=hunter2")
+    assert asked.requested_by == "acme:[email] token=[redacted]"
     unmonitored = catalog.run_now(db, "globex", "quality", NOW)
     assert unmonitored.retry_budget == 0 and unmonitored.deadline_at > NOW
 
