@@ -9,6 +9,7 @@ and every connection it hands out uses that schema.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import functools
@@ -184,7 +185,7 @@ class Database:
             max_size=max_size,
             kwargs=self._kwargs,
             timeout=timeout,
-            open=True,
+            open=False,  # opened below, once its idle connections are lent hottest first
             name=application_name,
             configure=configure,
             # A pooled connection the server dropped (a restart, a failover) is replaced
@@ -193,6 +194,8 @@ class Database:
             # A transaction block opened inside a pipelined transaction is a savepoint.
             connection_class=PipelinedConnection,
         )
+        _lend_hottest_first(self.pool)
+        self.pool.open()
 
     def _configure(self, url: str | None, schema: str | None, application_name: str) -> None:
         """Settle the URL, the schema and the connection options; check the server answers."""
@@ -798,6 +801,32 @@ class DedicatedDatabase(Database):
         if not self._conn.closed:
             self._leave_pipeline()  # the last commits land
         self._conn.close()
+
+
+class _HottestFirst(collections.deque):  # type: ignore[type-arg]
+    """A pool's idle connections, the one given back last lent first (psycopg_pool lends the oldest).
+
+    psycopg_pool keeps its idle connections in a deque, gives one back at its right end and
+    lends from its left (`popleft`): every borrow took the connection idle longest, so a worker's
+    attempts went round every connection of its pool, one after the other, each with its own server
+    process. Lent from the right, the connection given back last is lent again: a worker's
+    thread (one borrow per attempt, `Database.hold`) keeps meeting the same few server processes,
+    whose caches are warm, and the others stay idle. The pool's shrinking (`popleft` too) then
+    closes the idle connection given back last rather than the oldest: either is one the pool did
+    not need.
+    """
+
+    def popleft(self) -> Any:
+        return self.pop()
+
+
+def _lend_hottest_first(pool: ConnectionPool[Any]) -> None:
+    """Have `pool` (not opened yet, so none of its threads adds a connection meanwhile) lend the
+    connection given back last first (`_HottestFirst`); a psycopg_pool that keeps its idle
+    connections otherwise is left as it is."""
+    idle = getattr(pool, "_pool", None)
+    if type(idle) is collections.deque and not idle:
+        pool._pool = _HottestFirst()
 
 
 def check_lent(conn: psycopg.Connection) -> None:

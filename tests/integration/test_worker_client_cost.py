@@ -44,6 +44,33 @@ def test_a_warm_attempt_sends_its_statements_on_cursors_kept_from_the_attempts_b
         assert store.conn.execute("SELECT count(*) FROM runs WHERE status = 'succeeded'").fetchone()[0] == 6
 
 
+def test_a_warm_attempt_sends_its_whole_exchange_without_psycopgs_execute(db, clock, monkeypatch):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    for i in range(8):
+        queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0)
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=8)
+    executed: list[str] = []
+    real_execute = psycopg.Cursor.execute
+
+    def execute(cur, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        executed.append(str(query).split()[0])
+        return real_execute(cur, query, params, **kwargs)
+
+    try:
+        for _ in range(3):  # wakes the environment; each statement of the exchange is prepared at its first use
+            assert worker.run_once(clock.now()) <= clock.now()
+        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+        for _ in range(3):  # BEGIN, the outcome, the start of the next, COMMIT and the wake: none through `execute`
+            assert worker.run_once(clock.now()) <= clock.now()
+    finally:
+        monkeypatch.undo()
+        worker.close(clock.now())
+    # `execute` flushes what it sends: BEGIN, COMMIT and the wake each went to the server on its own.
+    assert executed == []
+    with db.transaction() as store:
+        assert store.conn.execute("SELECT count(*) FROM runs WHERE status = 'succeeded'").fetchone()[0] == 6
+
+
 @pytest.mark.parametrize("dedicated", [False, True])
 def test_a_statement_that_failed_is_not_answered_by_its_cursor_again(db, dedicated):
     text = "SELECT 10 / %(d)s AS x"

@@ -582,16 +582,19 @@ class Server:
         the answer went out saying the connection is kept for a next request; else None (close it).
         `readable`: a kept connection found readable (its request, or its close, is there): never greeted."""
         challenge = ""
+        # One answer per request, whoever sends it first (this thread, or the watchdog's at the deadline):
+        # `sent` is read and set under `lock` only, so a plain flag (a `threading.Event` made per request,
+        # with its condition and second lock, cost more than the rest of the request's bookkeeping).
         lock = threading.Lock()
-        sent = threading.Event()
+        sent = False
         delivered = False  # the answer went out whole
 
         def answer(payload: dict) -> None:
-            nonlocal delivered
+            nonlocal delivered, sent
             with lock:
-                if sent.is_set():
+                if sent:
                     return
-                sent.set()
+                sent = True
                 try:
                     conn.sendall(envelope(self.credential, "answer", challenge,
                                           {**payload, "next": self._issue(), "keep": keep}))

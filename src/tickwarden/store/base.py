@@ -252,8 +252,11 @@ def _run(cur: psycopg.Cursor[Any], text: str, params: dict[str, Any] | None) -> 
     Only when nothing psycopg queued is still unsent (`command_queue`: a BEGIN or COMMIT
     queued by `db._command` goes first), the connection is in autocommit (psycopg would
     otherwise open a transaction first), no deallocation is pending, and the parameters
-    dump to the types of a prepared statement. Otherwise, and outside pipeline mode,
-    psycopg's own `execute`.
+    dump to the types of a prepared statement. A statement sent without parameters (`params`
+    None: an exchange's BEGIN, COMMIT and wake, which `_exchange` has prepared) takes the same
+    path once prepared: through psycopg's `execute` each was a flush, a `send` and a wake of the
+    server of its own, three more at every attempt than the exchange's one batch. Otherwise, and
+    outside pipeline mode, psycopg's own `execute`.
     """
     conn = cur._conn
     pipeline = conn._pipeline
@@ -265,7 +268,7 @@ def _run(cur: psycopg.Cursor[Any], text: str, params: dict[str, Any] | None) -> 
     prepared = conn._prepared
     valid = (entry is not None and entry[0] is cur and entry[1] is text and cur._last_query is text
              and entry[2]._tx is cur._tx)
-    if valid and params is not None and conn._autocommit and not prepared._to_flush and not cur.closed:
+    if valid and conn._autocommit and not prepared._to_flush and not cur.closed:
         pgq = entry[2]  # type: ignore[index]
         with conn.lock:
             cur._reset()
@@ -281,7 +284,7 @@ def _run(cur: psycopg.Cursor[Any], text: str, params: dict[str, Any] | None) -> 
                 pipeline.result_queue.append((cur, None))
                 return
     cur.execute(text, params)
-    if not valid and params is not None and cur._last_query is text:
+    if not valid and cur._last_query is text:
         pgq = cur._query_cls(cur._tx)
         pgq.convert(text, params)
         if converted is None:
