@@ -224,3 +224,13 @@ def test_a_dedicated_transaction_is_one_context_manager_and_lends_the_connection
     monkeypatch.undo()
     with dedicated.probe() as store:  # lent back after the error, the failed transaction rolled back
         assert store.conn.execute("SELECT n FROM pipelined_probe ORDER BY n").fetchall() == [(1,), (2,)]
+
+
+def test_a_dedicated_connection_prepares_a_statement_at_its_first_execution(dedicated):
+    """The server keeps the statement's plan from its first run on: none of its runs is parsed and planned anew."""
+    with dedicated.transaction() as store:
+        assert store.conn.execute("SELECT count(*) FROM pipelined_probe WHERE n = %s", (1,)).fetchone() == (0,)
+        prepared = store.conn.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ("%FROM pipelined_probe WHERE n = $1%",)).fetchone()
+    assert prepared == (1,)
