@@ -564,3 +564,27 @@ def test_a_simulated_days_autovacuum_visits_only_the_tables_its_loops_write(monk
 
 
 EVERY_PASS = {"runs_default", "attempts_default", "schedule_fires", "tick_audits", "workflow_successes"}
+
+
+def test_the_connection_that_builds_a_simulations_schema_compiles_nothing(monkeypatch):
+    """Its migrations run with JIT off, as every `Database` connection does: none runs long enough to repay a compile."""
+    from tickwarden.simulate import Simulation, parse_scenario
+    from tickwarden.simulate import engine
+
+    scenario = parse_scenario({"start": "2026-11-30T00:00:00Z", "end": "2026-11-30T00:10:00Z", "tenants": ["acme"],
+                               "workflows": [{"tenant": "acme", "name": "sync", "cron": "*/5 * * * *"}]},
+                              source="test")
+    seen: list[tuple[str, ...]] = []
+    real_upgrade = engine.upgrade
+
+    def upgrade(conn, now):
+        seen.append(conn.execute("SHOW jit").fetchone())
+        return real_upgrade(conn, now)
+
+    monkeypatch.setattr(engine, "upgrade", upgrade)
+    simulation = Simulation(scenario, url=TEST_URL)
+    simulation._create_schema(TEST_URL)
+    try:
+        assert seen == [("off",)]
+    finally:
+        simulation._drop_schema(TEST_URL)
