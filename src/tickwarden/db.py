@@ -624,20 +624,7 @@ class DedicatedDatabase(Database):
         return PipelinedConnection.connect(self.url, **{**self._kwargs, **overrides})
 
     def _open(self) -> psycopg.Connection:
-        """Open the connection; psycopg prepares each statement at its first execution, not its sixth.
-
-        With psycopg's default threshold (5) each statement's first five executions were sent
-        unnamed: the server parsed, analysed, rewrote and planned each of them afresh and threw
-        the plan away, some 225 plans of the hot statements a simulated day of 1,000 workflows
-        (0.3 to 1 ms each: CTEs over the ledger). Prepared at once, a statement is planned when
-        first bound and its plan kept (a generic one under the simulator's `plan_cache_mode`)
-        until a `VACUUM (ANALYZE)` invalidates it, as before. A simulated day names fewer than
-        60 statements, well inside psycopg's `prepared_max` (100): nothing is evicted. Plans
-        decide how rows are found, never which (see `Simulation._session_url`).
-        """
-        conn = self.connect(autocommit=True)
-        conn.prepare_threshold = 0
-        return conn
+        return self.connect(autocommit=True)
 
     @contextlib.contextmanager
     def _borrow(self) -> Iterator[psycopg.Connection]:
@@ -792,10 +779,26 @@ class DedicatedDatabase(Database):
         return self._stores[1]
 
     def _keep_pipeline(self, conn: psycopg.Connection) -> None:
-        """Enter pipeline mode unless the connection is in the kept pipeline already."""
+        """Enter pipeline mode unless the connection is in the kept pipeline already.
+
+        In the kept pipeline psycopg prepares each statement at its first execution, not its
+        sixth. With its default threshold (5) each statement's first five executions were sent
+        unnamed: the server parsed, analysed, rewrote and planned each afresh and threw the plan
+        away, some 130 plans of the hot statements a simulated day of 1,000 workflows (0.3 to 1 ms
+        each: CTEs over the ledger). Prepared at once, a statement is planned when first bound and
+        its plan kept (a generic one under the simulator's `plan_cache_mode`) until a `VACUUM
+        (ANALYZE)` invalidates it, as before. In a pipeline the statement's Parse goes out with its
+        execution, no round trip of its own; outside (`maintenance`, `connection`) psycopg waits
+        for a Parse before it executes, so there the default threshold is back, and a VACUUM's
+        one-off text is sent as one statement as before. A simulated day names fewer than 60
+        statements, well inside psycopg's `prepared_max` (100): nothing is evicted. Plans decide
+        how rows are found, never which (see `Simulation._session_url`).
+        """
         if self._pipeline is None:
             stack = contextlib.ExitStack()
+            stack.callback(setattr, conn, "prepare_threshold", conn.prepare_threshold)  # runs after the pipeline's exit
             stack.enter_context(pipeline(conn))
+            conn.prepare_threshold = 0
             self._pipeline = stack
 
     @contextlib.contextmanager
