@@ -16,6 +16,20 @@ from tickwarden.db import DedicatedDatabase
 from tickwarden.worker import Worker
 
 
+def _warm_then_watched(worker: Worker, clock, watch, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Three attempts to warm the environment (and prepare each statement of the exchange at its
+    first use), then `watch()` patches what is counted and three more attempts run; the worker is closed."""
+    try:
+        for _ in range(3):
+            assert worker.run_once(clock.now()) <= clock.now()
+        watch()
+        for _ in range(3):
+            assert worker.run_once(clock.now()) <= clock.now()
+    finally:
+        monkeypatch.undo()
+        worker.close(clock.now())
+
+
 def test_a_warm_attempt_sends_its_statements_on_cursors_kept_from_the_attempts_before(db, clock, monkeypatch):
     wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
     for i in range(10):
@@ -29,15 +43,7 @@ def test_a_warm_attempt_sends_its_statements_on_cursors_kept_from_the_attempts_b
         created.append(1)
         return real_cursor(self, *args, **kwargs)
 
-    try:
-        for _ in range(3):  # wakes the environment
-            assert worker.run_once(clock.now()) <= clock.now()
-        monkeypatch.setattr(psycopg.Connection, "cursor", cursor)
-        for _ in range(3):
-            assert worker.run_once(clock.now()) <= clock.now()
-    finally:
-        monkeypatch.undo()
-        worker.close(clock.now())
+    _warm_then_watched(worker, clock, lambda: monkeypatch.setattr(psycopg.Connection, "cursor", cursor), monkeypatch)
     # A fresh cursor would choose every parameter's adapter again: the outcome's arrays cost more than its SQL.
     assert created == []
     with db.transaction() as store:
@@ -56,15 +62,8 @@ def test_a_warm_attempt_sends_its_whole_exchange_without_psycopgs_execute(db, cl
         executed.append(str(query).split()[0])
         return real_execute(cur, query, params, **kwargs)
 
-    try:
-        for _ in range(3):  # wakes the environment; each statement of the exchange is prepared at its first use
-            assert worker.run_once(clock.now()) <= clock.now()
-        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
-        for _ in range(3):  # BEGIN, the outcome, the start of the next, COMMIT and the wake: none through `execute`
-            assert worker.run_once(clock.now()) <= clock.now()
-    finally:
-        monkeypatch.undo()
-        worker.close(clock.now())
+    # watched: BEGIN, the outcome, the start of the next, COMMIT and the wake, none through `execute`
+    _warm_then_watched(worker, clock, lambda: monkeypatch.setattr(psycopg.Cursor, "execute", execute), monkeypatch)
     # `execute` flushes what it sends: BEGIN, COMMIT and the wake each went to the server on its own.
     assert executed == []
     with db.transaction() as store:
