@@ -238,8 +238,8 @@ def test_a_dedicated_connection_prepares_a_statement_at_its_first_execution(dedi
 
 def test_outside_the_pipeline_a_dedicated_connection_prepares_as_psycopg_does(dedicated):
     """A statement run once outside the kept pipeline (a VACUUM) is not prepared: that would cost a round trip of its own."""
-    with dedicated.transaction():
-        pass
+    with dedicated.transaction() as store:  # the kept pipeline, entered first, prepares at first use
+        assert store.conn.prepare_threshold == 0
     with dedicated.maintenance() as store:
         assert store.conn.prepare_threshold == 5  # psycopg's default
         store.conn.execute("SELECT count(*) FROM pipelined_probe WHERE n > %s", (1,))
