@@ -23,6 +23,7 @@ BROKEN = [
     "UPDATE runs SET lost_requeues = -1",
     "UPDATE runs SET rows = -1",
     "UPDATE runs SET cancelled_by = repeat('x', 255)",
+    "UPDATE runs SET requested_by = repeat('x', 255)",  # migration 0044
     "UPDATE attempts SET status = 'exploded'",
     "UPDATE attempts SET number = 0",
     "UPDATE attempts SET rows = -1",
@@ -83,6 +84,7 @@ def test_the_ledgers_tables_keep_only_their_row_rules_as_checks(db: Database) ->
             "lost_requeues": "CHECK ((VALUE >= 0)) NOT VALID",
             "rows": "CHECK ((VALUE >= 0)) NOT VALID",
             "cancelled_by": "CHECK ((length(VALUE) <= 254)) NOT VALID",
+            "requested_by": "CHECK ((length(VALUE) <= 254)) NOT VALID",
         }
         assert set(column_domains(store.conn, "attempts")) == {"status", "rows", "error_category"}
         assert set(column_domains(store.conn, "attempt_steps")) == {"status"}
@@ -144,5 +146,41 @@ def test_migrating_a_populated_ledger_rewrites_no_month_and_new_months_keep_the_
                          (later, later, later, later))
             assert conn.execute("SELECT scheduled_for FROM workflow_successes").fetchall() == [(later,)]
             conn.rollback()
+    finally:
+        drop_schema(name)
+
+
+def test_a_requester_stored_longer_before_migration_0044_stays_and_its_run_can_still_be_updated() -> None:
+    """The requester's bound is NOT VALID on the domain: no month is rewritten or scanned, a run
+    kept from before with a longer requester reads and updates as before, and every requester
+    written from then on is tested."""
+    name = make_schema("req")
+    try:
+        with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
+            upgrade_before(conn, 44, YEAR_START)
+            conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'Acme', %s)",
+                         (YEAR_START,))
+            conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                         " SELECT id, 'w', %s, %s FROM tenants", (YEAR_START, YEAR_START))
+            conn.execute("SELECT tickwarden_ledger_partition(%s)", (YEAR_START,))
+            conn.execute("INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,"
+                         " deadline_at, created_at, requested_by)"
+                         " SELECT tenant_id, id, %(t)s, true, 'queued', 0, %(t)s, %(t)s, repeat('r', 300) FROM workflows",
+                         {"t": YEAR_START})
+            files = ("SELECT relname, relfilenode FROM pg_class WHERE relname ~ '^runs_p' ORDER BY 1")
+            before = conn.execute(files).fetchall()
+            conn.commit()
+
+            assert 44 in [m.version for m in migrate.upgrade(conn, YEAR_START)]
+            assert before and conn.execute(files).fetchall() == before
+            assert conn.execute("SELECT length(requested_by) FROM runs").fetchone() == (300,)
+            conn.execute("UPDATE runs SET rows = 3")  # carries the old requester over: not tested
+            assert conn.execute("SELECT rows, length(requested_by) FROM runs").fetchone() == (3, 300)
+            conn.commit()
+            with pytest.raises(psycopg.errors.CheckViolation):
+                conn.execute("UPDATE runs SET requested_by = repeat('r', 300)")
+            conn.rollback()
+            conn.execute("UPDATE runs SET requested_by = 'acme:ops'")
+            assert column_domains(conn, "runs")["requested_by"] == "CHECK ((length(VALUE) <= 254)) NOT VALID"
     finally:
         drop_schema(name)
