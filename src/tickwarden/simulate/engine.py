@@ -71,7 +71,7 @@ ORDER = {
 SEES_WORKER = frozenset({"poller", "deadlines"})
 # Passes that read attempts' leases, and only where one has run out (`lease_expires_at <= now`):
 # a renewal is written for them alone (see SimulatedWorker.flush). The deadline detector reads
-# a lease only for a run past its deadline (`monitoring_close_overdue_and_arm`).
+# a lease only for a run past its deadline (`monitoring_lock_overdue_and_arm`).
 READS_LEASES = frozenset({"deadlines", "lease-reaper"})
 WORKER_ID = "simulated-worker"
 # Loops whose look is sent as soon as something leaves them stale, unread, so that it goes
