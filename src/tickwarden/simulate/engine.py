@@ -531,7 +531,8 @@ class SimulatedWorker:
             # No notification: nothing listens on a simulation's connection, and the simulator wakes
             # the poller itself (`on_finished`). A notifying commit takes the server's one
             # notification lock, which every notifying commit of the cluster holds through its WAL flush.
-            statements.append((finish_text(self.finished), finish_params(WORKER_ID, self.finished, wake=False)))
+            statements.append((finish_text(self.finished, wake=False, steps=False),
+                               finish_params(WORKER_ID, self.finished, wake=False)))
             for attempt, _, _ in self.finished:
                 self.written_lease.pop(attempt.id, None)
             self.finished = []
