@@ -37,13 +37,13 @@ One pass:
 The pass's transaction runs in pipeline mode, and every statement of it runs the plan the
 server makes once per connection and keeps (`execution_generic_plans`, sent behind the BEGIN:
 a statement more, no round trip more; the BEGIN no longer waits on its own, one fewer). Under
-the server's default (`plan_cache_mode` auto) the closing of step 1
-(`monitoring_close_overdue_and_arm`) was planned afresh at every pass, its fresh plans
+the server's default (`plan_cache_mode` auto) the closing of step 1 (then in
+`monitoring_lock_overdue_and_arm`) was planned afresh at every pass, its fresh plans
 estimated cheaper than the kept one: on a ledger of 16 months 3.5-4.7 ms of planning a
-pass (300 passes of 8 overdue runs), more than its 0.7-1 ms of running. Its text is shaped
-for the kept plan (see its SQL comment: the closed runs probed by id and month, nothing read
-with nothing overdue), and no month bounds its search for overdue runs, so a fresh plan walks
-every month's open runs by deadline as the kept one does; the evaluation's statements are the
+pass (300 passes of 8 overdue runs), more than its 0.7-1 ms of running. No month bounds the
+search for overdue runs, so a fresh plan walks every month's open runs by deadline as the
+kept one does. The closing itself (`monitoring_close_overdue`) is sent only by a pass that
+locked overdue runs, told their ids and months; the evaluation's statements are the
 poller's (see `poller`); the missed ticks' insert and the watermarks' writes go by key.
 """
 

@@ -27,7 +27,7 @@ PASSES = 8  # psycopg prepares a statement at its fifth execution: passes 5 to 8
 EVALUATION_INPUTS = "SELECT w.id AS workflow_id"
 CLAIM = "WITH next AS"
 RETRY_ENGINE = "WITH moved AS"  # ledger_queue_retries (the claim's own launch is inside its text)
-CLOSING = "WITH overdue AS"  # monitoring_close_overdue_and_arm
+CLOSING = "WITH overdue AS"  # monitoring_lock_overdue_and_arm
 
 
 def verdicts_and_engine_retries(db, clock, start: datetime) -> None:

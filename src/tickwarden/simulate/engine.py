@@ -71,7 +71,7 @@ ORDER = {
 SEES_WORKER = frozenset({"poller", "deadlines"})
 # Passes that read attempts' leases, and only where one has run out (`lease_expires_at <= now`):
 # a renewal is written for them alone (see SimulatedWorker.flush). The deadline detector reads
-# a lease only for a run past its deadline (`monitoring_close_overdue_and_arm`).
+# a lease only for a run past its deadline (`monitoring_lock_overdue_and_arm`).
 READS_LEASES = frozenset({"deadlines", "lease-reaper"})
 WORKER_ID = "simulated-worker"
 # Loops whose look is sent as soon as something leaves them stale, unread, so that it goes
@@ -531,7 +531,8 @@ class SimulatedWorker:
             # No notification: nothing listens on a simulation's connection, and the simulator wakes
             # the poller itself (`on_finished`). A notifying commit takes the server's one
             # notification lock, which every notifying commit of the cluster holds through its WAL flush.
-            statements.append((finish_text(self.finished), finish_params(WORKER_ID, self.finished, wake=False)))
+            statements.append((finish_text(self.finished, wake=False, steps=False),
+                               finish_params(WORKER_ID, self.finished, wake=False)))
             for attempt, _, _ in self.finished:
                 self.written_lease.pop(attempt.id, None)
             self.finished = []

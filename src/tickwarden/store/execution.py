@@ -182,7 +182,7 @@ class ExecutionRepository(StoreBase):
         begun = len(opening) if finished or lease else 0
         statements = opening[:begun]
         if attempt is not None and finished:
-            statements.append((finish_text(finished), finish_params(
+            statements.append((finish_text(finished, wake=False, steps=bool(steps)), finish_params(
                 worker_id, finished, wake=False, steps=[{**step, "attempt_id": attempt.id} for step in steps])))
         # A mark decided by the attempt the lease locks first is written behind the lease; without a
         # lease, it is decided on none (warm, as `LeaseMark.decided` then records it).

@@ -252,7 +252,7 @@ class LedgerRepository(StoreBase):
         """Record the outcomes of several attempts of distinct runs in one statement, in order given."""
         if not finished:
             return []
-        return finished_from_rows(finished, self._fetch(finish_text(finished),
+        return finished_from_rows(finished, self._fetch(finish_text(finished, steps=bool(steps)),
                                                         finish_params(worker_id, finished, steps=steps)))
 
     def expire_leases(self, now: datetime, limit: int = 500) -> list[FinishedAttempt]:
@@ -439,19 +439,39 @@ def finished_from_rows(finished: Sequence[tuple[Attempt, AttemptOutcome, datetim
     return results
 
 
-def finish_text(finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]]) -> str:
+def finish_text(finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]], *, wake: bool = True,
+                steps: bool = True) -> str:
     """The text of `ledger_finish_attempts` for these attempts: its `{months}` theirs (`in_months`; not empty).
 
     One outcome reads its one object and finds its attempt by its key (see the statement's
     `{reported}` and `{running}`); a batch reads the array. The parameters are the same
     (`finish_params`): one JSON array either way.
+
+    `wake` and `steps` say whether its parameters (`finish_params`) wake the poller and carry
+    steps' rows: without them the text leaves out the CTE that would notify (`woken`) or insert
+    the steps (`stepped`), which would do nothing. A data-modifying CTE is set up and run at
+    every execution, rows or none (an insert into the partitioned steps, the steps' JSON read, a
+    hash of the attempts finished): the worker's exchange never wakes in it (it wakes the poller
+    after its commit), and the simulator writes no steps.
     """
     return _finish_text(in_months("ledger_finish_attempts", [attempt.run_scheduled_for for attempt, _, _ in finished]),
-                        len(finished) == 1)
+                        len(finished) == 1, wake, steps)
+
+
+# What `_finish_text` cuts from `ledger_finish_attempts` (compacted, as `queries()` holds it).
+_STEPPED, _MOVED = "\n), stepped AS (\n", "\n), moved AS (\n"
+_WOKEN, _WOKEN_END, _WOKEN_JOIN = "\n), woken AS (\n", "\n)\nSELECT done.id", "\nCROSS JOIN (SELECT count(*) FROM woken) w"
 
 
 @functools.lru_cache(maxsize=64)
-def _finish_text(text: str, one: bool) -> str:
+def _finish_text(text: str, one: bool, wake: bool = True, steps: bool = True) -> str:
+    if not steps or not wake:
+        if any(text.count(part) != 1 for part in (_STEPPED, _MOVED, _WOKEN, _WOKEN_END, _WOKEN_JOIN)):
+            raise AssertionError("ledger_finish_attempts changed: _finish_text must be told what to cut")
+        if not steps:
+            text = text[:text.index(_STEPPED)] + text[text.index(_MOVED):]
+        if not wake:
+            text = (text[:text.index(_WOKEN)] + text[text.index(_WOKEN_END):]).replace(_WOKEN_JOIN, "")
     if one:
         return text.replace("{reported}", "jsonb_to_record(%(outcomes)s::jsonb -> 0)").replace(
             "{running}", "IS NOT DISTINCT FROM 'running'")

@@ -377,17 +377,29 @@ class MonitoringRepository(StoreBase):
     def close_overdue_and_take_audits(
         self, now: datetime, limit: int, error: str, lookback_start: datetime, audit_limit: int
     ) -> tuple[list[tuple[int, int]], list[TickAudit]]:
-        """`close_overdue_and_arm`, and the due watermarks (up to `audit_limit`, none for 0), in one statement.
+        """`close_overdue_and_arm`, and the due watermarks (up to `audit_limit`, none for 0).
 
-        The due watermarks are those `due_tick_audits` would read right after the arming, in
-        its order: the ones armed come back from the arming itself, the others are read as
-        they were before it (see the statement). A row with no schedule is a closed run.
+        One statement locks the overdue runs, arms and takes the watermarks; the runs it locked
+        (a row with no schedule) are then closed by a second, sent only when there are any
+        (`monitoring_close_overdue`), in the same transaction: nearly every pass has none, and a
+        statement that could close them sets up its writes of runs and attempts at every
+        execution. The due watermarks are those `due_tick_audits` would read right after the
+        arming, in its order: the ones armed come back from the arming itself, the others are
+        read as they were before it (see the statement).
         """
-        rows = self._rows("monitoring_close_overdue_and_arm",
-                          {"now": now, "limit": limit, "error": error, "lookback_start": lookback_start,
-                           "audit_limit": audit_limit})
-        return ([(r["run_id"], r["workflow_id"]) for r in rows if r["schedule_id"] is None],
+        rows = self._rows("monitoring_lock_overdue_and_arm",
+                          {"now": now, "limit": limit, "lookback_start": lookback_start, "audit_limit": audit_limit})
+        overdue = [(r["run_id"], r["run_scheduled_for"]) for r in rows if r["schedule_id"] is None]
+        return (self._close_overdue(overdue, now, error) if overdue else [],
                 [from_row(TickAudit, r) for r in rows if r["schedule_id"] is not None])
+
+    def _close_overdue(self, runs: Sequence[tuple[int, datetime]], now: datetime, error: str) -> list[tuple[int, int]]:
+        """Give the overdue runs (id, tick) this transaction locked the verdict missed; return (run, workflow) by id."""
+        ticks = [tick for _, tick in runs]
+        rows = self._fetch(in_months("monitoring_close_overdue", ticks),
+                           {"run_ids": BigintArray([run for run, _ in runs]),
+                            "run_scheduled_fors": TimestamptzArray(ticks), "now": now, "error": error})
+        return [(r["run_id"], r["workflow_id"]) for r in rows]
 
     def due_tick_audits(self, now: datetime, limit: int) -> list[TickAudit]:
         """The due watermarks, read on their own: what `close_overdue_and_take_audits` must take."""

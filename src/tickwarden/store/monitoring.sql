@@ -444,17 +444,21 @@ SELECT a.*, t.name AS tenant, w.name AS workflow
 -- monitoring_list_alert_events --
 SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
 
--- monitoring_close_overdue_and_arm --
+-- monitoring_lock_overdue_and_arm --
 -- Steps 1 and 2 of a deadline pass's start, in one statement (they touch different
 -- tables, so neither needs to see the other's writes):
 --
--- Give runs still waiting for an outcome past their deadline the verdict `missed`
--- (with its queued attempts cancelled, not queued for the poller: this pass
--- evaluates the missed runs itself). A run whose attempt is running
--- on an expired lease is left to the lease reaper, which fails that attempt so it
--- is retried; a run whose worker still holds a live lease past the deadline is
--- missed all the same (the watchdog should have stopped it). SKIP LOCKED and the
--- status compare-and-set keep replicas from closing a run twice.
+-- Lock the runs still waiting for an outcome past their deadline, for the verdict `missed`
+-- that `monitoring_close_overdue` gives them next in the same transaction (the pass sends it
+-- only when this found any, `MonitoringRepository.close_overdue_and_take_audits`). A run whose
+-- attempt is running on an expired lease is left to the lease reaper, which fails that attempt
+-- so it is retried; a run whose worker still holds a live lease past the deadline is missed
+-- all the same (the watchdog should have stopped it). SKIP LOCKED keeps replicas from taking
+-- a run twice, and the lock, held until the pass commits, keeps anyone else from moving the
+-- run before it is closed. The closing is a statement of its own, not a CTE of this one:
+-- every data-modifying CTE of a statement is set up and run at every execution, and nearly
+-- every pass finds nothing overdue (its UPDATEs of runs and attempts, with the every
+-- partition of both and their indexes opened, were the statement's costliest part).
 --
 -- Give every active schedule a watermark, and re-arm it when the schedule changed
 -- (edit, pause, resume: the version moved). The watermark never starts before the
@@ -474,9 +478,10 @@ SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
 -- the armed ones and of the first `audit_limit` others are the first `audit_limit` of
 -- both. Only the locks differ: when more than `audit_limit` are due, some of the others
 -- may be locked and not taken (held until the pass commits; a full pass comes back at
--- once). The result: the closed runs (no schedule_id), then the watermarks taken.
+-- once). The result: the overdue runs locked (no schedule_id; their tick as
+-- `run_scheduled_for`), then the watermarks taken.
 WITH overdue AS (
-    SELECT r.id, r.scheduled_for
+    SELECT r.id, r.scheduled_for, r.workflow_id
       FROM runs r
      WHERE r.finished_at IS NULL  -- open: queued, running or pending_retry (runs_open_deadline_idx)
        AND r.deadline_at <= %(now)s
@@ -486,25 +491,6 @@ WITH overdue AS (
      ORDER BY r.deadline_at, r.id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
-), closed AS (
-    -- Probed by id and month (= ANY, not a join with the CTE, which generic plans answer
-    -- by reading every entry of runs_open_deadline_idx, dead ones included, into a hash).
-    -- The EXISTS is a one-time filter: with nothing overdue (nearly every pass) the runs
-    -- are not read at all, where the generic plan would otherwise walk the open runs'
-    -- deadline index, filtering each entry on the empty id list.
-    UPDATE runs r
-       SET status = 'missed', finished_at = %(now)s, error_category = 'missed',
-           error = %(error)s, failed_step = NULL, recovered = false
-     WHERE EXISTS (SELECT 1 FROM overdue)
-       AND r.id = ANY (ARRAY(SELECT id FROM overdue))
-       AND r.scheduled_for = ANY (ARRAY(SELECT scheduled_for FROM overdue))
-       AND r.status IN ('queued', 'running', 'pending_retry')
-    RETURNING r.id, r.workflow_id
-), cancelled AS (
-    UPDATE attempts a
-       SET status = 'cancelled', finished_at = %(now)s
-      FROM closed
-     WHERE a.run_id = closed.id AND a.status = 'queued'
 ), listed AS (
     -- the list has no key: its rows are taken by their position (a TID scan)
     DELETE FROM tick_audit_arms l
@@ -545,13 +531,13 @@ WITH overdue AS (
      ORDER BY a.next_check_at, a.schedule_id
      LIMIT %(audit_limit)s
 )
-SELECT c.id AS run_id, c.workflow_id, NULL::bigint AS schedule_id, NULL::timestamptz AS checked_until,
-       NULL::bigint AS tenant_id, NULL::text AS cron, NULL::text AS timezone, NULL::text AS status,
-       NULL::integer AS starting_deadline_seconds, NULL::boolean AS archived, NULL::text AS kind,
-       NULL::integer AS cadence_seconds, NULL::timestamptz[] AS ran
-  FROM closed c
+SELECT o.id AS run_id, o.workflow_id, o.scheduled_for AS run_scheduled_for, NULL::bigint AS schedule_id,
+       NULL::timestamptz AS checked_until, NULL::bigint AS tenant_id, NULL::text AS cron, NULL::text AS timezone,
+       NULL::text AS status, NULL::integer AS starting_deadline_seconds, NULL::boolean AS archived,
+       NULL::text AS kind, NULL::integer AS cadence_seconds, NULL::timestamptz[] AS ran
+  FROM overdue o
 UNION ALL
-(SELECT NULL, s.workflow_id, a.schedule_id, a.checked_until, s.tenant_id, s.cron, s.timezone, s.status,
+(SELECT NULL, s.workflow_id, NULL, a.schedule_id, a.checked_until, s.tenant_id, s.cron, s.timezone, s.status,
         s.starting_deadline_seconds, (w.archived_at IS NOT NULL), w.kind, s.cadence_seconds,
         ARRAY(SELECT r.scheduled_for FROM runs r
                WHERE r.workflow_id = s.workflow_id AND NOT r.manual
@@ -561,8 +547,35 @@ UNION ALL
    JOIN workflows w ON w.id = s.workflow_id
   ORDER BY a.next_check_at, a.schedule_id);
 
+-- monitoring_close_overdue --
+-- Give the overdue runs `monitoring_lock_overdue_and_arm` locked in this transaction (ids and
+-- ticks, index for index) the verdict `missed`, with their queued attempts cancelled, not
+-- queued for the poller: the deadline pass evaluates the missed runs itself. The status
+-- compare-and-set keeps the verdict to a run still open (always so under the lock). Each run
+-- and attempt is probed by its id and tick (= ANY, not a join with the arrays, which generic
+-- plans answer with a hash of a month's open runs), and `{months}` stands for the months from
+-- the earliest tick's to the latest's, as constants (`store.ledger.in_months`): the plan holds
+-- only those months' partitions. Returns each run closed, with its workflow, by id.
+WITH closed AS (
+    UPDATE runs r
+       SET status = 'missed', finished_at = %(now)s, error_category = 'missed',
+           error = %(error)s, failed_step = NULL, recovered = false
+     WHERE r.id = ANY (%(run_ids)b::bigint[])
+       AND r.scheduled_for = ANY (%(run_scheduled_fors)b::timestamptz[])
+       AND r.scheduled_for {months}
+       AND r.status IN ('queued', 'running', 'pending_retry')
+    RETURNING r.id, r.workflow_id, r.scheduled_for
+), cancelled AS (
+    UPDATE attempts a
+       SET status = 'cancelled', finished_at = %(now)s
+      FROM closed
+     WHERE a.run_id = closed.id AND a.run_scheduled_for = closed.scheduled_for AND a.run_scheduled_for {months}
+       AND a.status = 'queued'
+)
+SELECT id AS run_id, workflow_id FROM closed ORDER BY id;
+
 -- monitoring_due_tick_audits --
--- A pass takes its watermarks in `monitoring_close_overdue_and_arm`; this is the reading
+-- A pass takes its watermarks in `monitoring_lock_overdue_and_arm`; this is the reading
 -- that statement is held to (test_deadline_audits), run after the arming.
 -- Watermarks whose next tick has passed its grace, with their schedules. SKIP
 -- LOCKED hands replicas disjoint schedules; the lock is held until the missed runs
