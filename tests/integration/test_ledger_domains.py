@@ -30,7 +30,7 @@ BROKEN = [
     "UPDATE attempts SET error_category = 'Not A Category'",
     "INSERT INTO attempt_steps (attempt_id, run_scheduled_for, tenant_id, step, position, status, log)"
     " SELECT id, run_scheduled_for, tenant_id, 'load', 0, 'exploded', '' FROM attempts",
-    # the other row rules, one function's CHECK a table since migration 0044
+    # the other row rules, one function's CHECK a table since migration 0045
     "UPDATE runs SET recovered = true",  # only a succeeded run is recovered
     "UPDATE runs SET status = 'succeeded'",  # a verdict has a finish
     "UPDATE attempts SET status = 'running'",  # a running attempt has a lease
@@ -39,7 +39,7 @@ BROKEN = [
 ]
 
 # The table CHECKs left: the rules that relate two columns of a row, and an attempt's number,
-# one call of a function a table (migration 0044: a call's node text is a fraction of the rules').
+# one call of a function a table (migration 0045: a call's node text is a fraction of the rules').
 ROW_RULES = {
     "runs": ["CHECK (tickwarden_run_row_rules((status)::text, finished_at, recovered)) NOT VALID"],
     "attempts": ["CHECK (tickwarden_attempt_row_rules((status)::text, number, finished_at, lease_expires_at))"
@@ -76,7 +76,7 @@ def test_the_ledgers_tables_keep_only_their_row_rules_as_checks(db: Database) ->
     """PostgreSQL 15 reads back, plans and compiles every CHECK of a table at each statement that
     writes it; a domain's constraints are compiled once a session. Only the rules relating two
     columns (and an attempt's number) remain table CHECKs, one a table: a call of the function
-    that holds them, whose node text is a fraction of theirs (migration 0044)."""
+    that holds them, whose node text is a fraction of theirs (migration 0045)."""
     with db.transaction() as store:
         for table, rules in ROW_RULES.items():
             assert table_checks(store.conn, table) == sorted(rules), table
