@@ -112,6 +112,52 @@ def test_a_statement_submitted_again_before_its_rows_are_read_is_answered_on_a_c
             assert [read() for read in reversed(reads)] == [[{"sq": 16}], [{"sq": 9}], [{"sq": 4}]]
 
 
+def test_statements_submitted_again_before_their_rows_are_read_make_no_cursor_once_warm(database, monkeypatch):
+    def overlapping() -> None:
+        with database.transaction() as store:
+            reads = [store.outbox._submit_text(SQUARE, {"n": n}) for n in (2, 3, 4)]
+            assert [read() for read in reads] == [[{"sq": 4}], [{"sq": 9}], [{"sq": 16}]]
+
+    def registered() -> int:
+        with database.transaction() as store:
+            return len(store.conn.__dict__.get(base._CONVERTED, {}))
+
+    for _ in range(2):
+        overlapping()
+    before = registered()
+    # the two cursors given back while the first was kept are its spares, taken again before any new one
+    assert cursors_made(monkeypatch, overlapping) == 0
+    # and no cursor pushed out of its place stays in the registry of `_run` (the pipelined connection's)
+    assert registered() == before
+
+
+def test_cursors_run_once_do_not_push_a_kept_cursors_statement_out_of_the_registry(db, monkeypatch):
+    database = DedicatedDatabase(TEST_URL, schema=db.schema)
+    try:
+        for d in (5, 2):  # prepared at its first use, registered at its first run on its kept cursor
+            with database.transaction() as store:
+                assert store.outbox._fetch(INVERSE, {"d": d}) == [{"x": 10 // d}]
+        with database.transaction() as store:
+            for n in range(base.CONVERTED_MAX + 10):  # sent, never read: each on a cursor of its own, never kept
+                store.outbox._submit_text(SQUARE, {"n": n})
+        executed: list[str] = []
+        real_execute = psycopg.Cursor.execute
+
+        def execute(cur, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+            executed.append(str(query))
+            return real_execute(cur, query, params, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+        with database.transaction() as store:
+            assert store.outbox._fetch(INVERSE, {"d": 1}) == [{"x": 10}]
+            assert len(store.conn.__dict__[base._CONVERTED]) < base.CONVERTED_MAX
+        monkeypatch.undo()
+        # the kept cursor's entry outlived the one-off cursors': its statement is still sent prepared
+        assert INVERSE not in executed
+    finally:
+        database.close()
+
+
 def test_a_kept_cursor_decodes_its_statements_column_names_once(database):
     with database.transaction() as store:
         assert store.outbox._fetch(SQUARE, {"n": 2}) == [{"sq": 4}]

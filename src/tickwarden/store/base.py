@@ -55,6 +55,10 @@ _CHECKED: set[tuple[str, type]] = set()  # (query, dataclass) pairs whose column
 # Cursors kept on their connection (an attribute of its own, so they go with it), one per statement
 # text and use (see `_take`).
 _KEPT = "_tickwarden_kept_cursors"
+# More cursors for a statement text and use whose kept one was back already when they were given back:
+# statements submitted again before their rows were read (`_keep`), reused before any new one is made.
+_SPARES = "_tickwarden_spare_cursors"
+KEEP_SPARES = 16  # spare cursors kept for one statement text and use; a cursor given back beyond them is closed
 _ROWS = "_tickwarden_dict_rows"  # statement text -> the row factory of its dict cursors on the connection
 KEEP_ROWS = 64  # a cursor that read more rows is closed rather than kept: a kept one holds its last result
 SQL_TYPES = {int: "bigint", str: "text", bool: "boolean", float: "double precision", datetime: "timestamptz",
@@ -166,7 +170,8 @@ class _DictRows:
 
 
 def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.Cursor[Any]:
-    """The cursor kept for `key` (statement text, row shape, occurrence), taken out while it runs; or a new one.
+    """The cursor kept for `key` (statement text, row shape, occurrence), or else a spare of it (`_keep`),
+    taken out while it runs; or a new one.
 
     psycopg keeps a cursor's adapters only while the cursor runs the same query object
     again: a fresh cursor chooses the dumper of every parameter anew (for an array, by
@@ -183,6 +188,10 @@ def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.C
     kept: dict[tuple[str, str, int], psycopg.Cursor[Any]] | None = conn.__dict__.get(_KEPT)
     cur = kept.pop(key, None) if kept else None
     if cur is None:
+        spares: dict[tuple[str, str, int], list[psycopg.Cursor[Any]]] | None = conn.__dict__.get(_SPARES)
+        stack = spares.get(key) if spares else None
+        if stack:
+            return stack.pop()
         if key[1] != "dict":
             return conn.cursor()
         rows: dict[str, _DictRows] = conn.__dict__.setdefault(_ROWS, {})
@@ -194,16 +203,52 @@ def _take(conn: psycopg.Connection[Any], key: tuple[str, str, int]) -> psycopg.C
 
 
 def _keep(conn: psycopg.Connection[Any], key: tuple[str, str, int], cur: psycopg.Cursor[Any], rows: int) -> None:
-    if rows > KEEP_ROWS:
-        cur.close()
-        converted = conn.__dict__.get(_CONVERTED)
-        if converted:
-            converted.pop(id(cur), None)  # its query with it (see `_run`)
-    else:
-        conn.__dict__.setdefault(_KEPT, {})[key] = cur
+    """Give `cur` back for `key` once its rows are read: kept, a spare, or closed.
+
+    A statement submitted again before its rows are read runs on a cursor of its own
+    (`_take`); when their rows are read, the first cursor given back is kept, the others
+    become spares of the same key, taken next time before any new cursor is made. Were
+    each given back to the one place, it would push out the one there: a cursor made and
+    dropped at every such overlap (the notifier's records of one pass: some ten a simulated
+    day), each still held, with its last result, by `_run`'s registry. Every cursor given
+    back is thus either reused or closed, and leaves the registry when closed here.
+    """
+    if rows <= KEEP_ROWS:
+        if conn.__dict__.setdefault(_KEPT, {}).setdefault(key, cur) is cur:
+            return
+        stack = conn.__dict__.setdefault(_SPARES, {}).setdefault(key, [])
+        if len(stack) < KEEP_SPARES:
+            stack.append(cur)
+            return
+    cur.close()
+    converted = conn.__dict__.get(_CONVERTED)
+    if converted:
+        converted.pop(id(cur), None)  # its query with it (see `_run`)
 
 
-_CONVERTED = "_tickwarden_converted"  # the connection's attribute: id of a kept cursor -> see `_run`
+CONVERTED_MAX = 1024  # entries of `_run`'s registry on one connection before it is pruned (`_pruned`)
+
+
+def _pruned(conn: psycopg.Connection[Any], converted: dict[int, tuple[Any, ...]]) -> dict[int, tuple[Any, ...]]:
+    """`_run`'s registry once it is full, left with the entries of the cursors kept or spare on the connection.
+
+    The others are of cursors that will not run their statement again through `_run`: one
+    whose rows were never read (a reader dropped), one closed where its statement failed
+    (that a `_take` caller closes, not `_keep`), or one taken out now, which registers again
+    at its next use. Dropping every entry instead would send each kept cursor's next
+    statement through psycopg's `execute` and convert it again. When the kept and spare
+    ones fill half the registry themselves (statement texts without end), it starts empty,
+    so that a prune is never repeated at every statement.
+    """
+    live = {id(cur) for cur in (conn.__dict__.get(_KEPT) or {}).values()}
+    for stack in (conn.__dict__.get(_SPARES) or {}).values():
+        live.update(id(cur) for cur in stack)
+    kept = {key: entry for key, entry in converted.items() if key in live}
+    pruned = conn.__dict__[_CONVERTED] = kept if len(kept) < CONVERTED_MAX // 2 else {}
+    return pruned
+
+
+_CONVERTED = "_tickwarden_converted"  # the connection's attribute: id of a kept cursor -> see `_run`, `_pruned`
 
 
 # The psycopg releases `_run` was written against and is tested with (pyproject admits no later one):
@@ -289,8 +334,8 @@ def _run(cur: psycopg.Cursor[Any], text: str, params: dict[str, Any] | None) -> 
         pgq.convert(text, params)
         if converted is None:
             converted = conn.__dict__[_CONVERTED] = {}
-        elif len(converted) >= 1024:
-            converted.clear()
+        elif len(converted) >= CONVERTED_MAX:
+            converted = _pruned(conn, converted)
         converted[id(cur)] = (cur, text, pgq)
 
 
