@@ -72,6 +72,37 @@ def test_autovacuum_analyzes_once_the_ledger_grew_by_autovacuums_rule(db, clock)
     assert upkeep.passes == 2
 
 
+def test_autovacuum_vacuums_every_written_table_and_analyzes_only_those_that_changed_enough(db, clock):
+    """A pass's ANALYZE follows each table's own rows since its last ANALYZE (50 plus 10 %), as autovacuum's
+    does; the pass itself follows the runs created."""
+    rows = {"count": 60}
+    upkeep = SimulatedAutovacuum(db, lambda: rows["count"])
+    wf = make_workflow(db, clock.now())
+    for minute in range(60):
+        create_run(db, wf, clock.now() + timedelta(minutes=minute), clock.now())
+    upkeep.run_once(NOW)  # 60 rows, analyzed empty at set-up: analyzed
+    assert upkeep.passes == 1 and upkeep.analyzed["runs_default"] == 1 and upkeep.rows_at_analyze["runs_default"] == 60
+    for minute in range(60, 70):
+        create_run(db, wf, clock.now() + timedelta(minutes=minute), clock.now())
+    rows["count"] = 200  # a pass is due, but the table grew by 10 rows only: vacuumed, not analyzed
+    upkeep.run_once(NOW + timedelta(minutes=1))
+    assert upkeep.passes == 2 and upkeep.visited["runs_default"] == 2 and upkeep.analyzed["runs_default"] == 1
+    assert reltuples(db, "runs_default") == 70  # as the VACUUM counted them
+    for minute in range(70, 127):  # 50 + 6 more than the 60 of its last ANALYZE, and one
+        create_run(db, wf, clock.now() + timedelta(minutes=minute), clock.now())
+    rows["count"] = 400
+    upkeep.run_once(NOW + timedelta(minutes=2))
+    assert upkeep.passes == 3 and upkeep.visited["runs_default"] == 3 and upkeep.analyzed["runs_default"] == 2
+    assert upkeep.rows_at_analyze["runs_default"] == 127
+
+
+def test_autovacuum_analyzes_a_table_that_shrank_enough(db, clock):
+    upkeep = SimulatedAutovacuum(db, lambda: 0)
+    upkeep.rows_at_analyze["runs_default"] = 200.0
+    assert upkeep.moved("runs_default", 200 - 71) and not upkeep.moved("runs_default", 200 - 70)
+    assert upkeep.moved("attempt_queue", 51) and not upkeep.moved("attempt_queue", 50)  # never analyzed: from 0
+
+
 def test_the_dedicated_connection_is_lent_to_one_borrower_at_a_time(dedicated):
     with dedicated.connection():
         with pytest.raises(RuntimeError, match="already lent"):
@@ -312,7 +343,7 @@ def test_autovacuum_processes_partitions_and_never_their_partitioned_table(db, c
         written = {row["tablename"] for row in repository._rows("simulation_tables_written")}
         for minute in range(3, 5):
             create_run(db, wf, clock.now() + timedelta(minutes=minute), clock.now())
-        repository.vacuum_analyze()
+        repository.vacuum()
     # as autovacuum: the partitions that hold rows, never the partitioned table (analyzing it
     # would sample its partitions' rows a second time); nor, in this schema where every table
     # stayed logged, the catalog (a simulation's loops write only unlogged tables and partitions)
@@ -357,7 +388,7 @@ def test_autovacuum_leaves_out_a_table_no_row_ever_reached(db, clock, dedicated)
             store.conn.execute("DELETE FROM probe_emptied")  # its page stays: it is vacuumed and analyzed
             repository = SimulationRepository(store.conn)
             written = {row["tablename"] for row in repository._rows("simulation_tables_written")}
-            repository.vacuum_analyze()
+            repository.vacuum()
             never = store.conn.execute(
                 "SELECT relname, reltuples FROM pg_class WHERE relname IN ('probe_empty', 'probe_emptied')"
                 " AND relnamespace = current_schema()::regnamespace ORDER BY relname").fetchall()
@@ -498,10 +529,12 @@ def test_a_simulated_autovacuum_pass_reads_its_tables_with_the_sync_that_leaves_
         upkeep.run_once(NOW)
     sent = trace.read_text(errors="replace")
     assert upkeep.passes == 1 and reltuples(db, "runs_default") == 60
-    # two waits: the sync leaving pipeline mode (a Sync and a Flush), which brings the table
-    # list sent before it, and the VACUUM; no statement of its own for the list outside the pipeline
-    assert waits(sent) == ["Sync", "Flush", "Query"], waits(sent)
-    assert sent.index("pg_relation_size") < sent.index("\tSync") < sent.index("VACUUM")
+    # the sync leaving pipeline mode (a Sync and a Flush), which brings the table list sent
+    # before it, and the VACUUM; no statement of its own for the list outside the pipeline. Then
+    # the rows that VACUUM counted, and the ANALYZE of the tables that moved enough (the 60 runs)
+    assert waits(sent) == ["Sync", "Flush", "Query", "Sync", "Query"], waits(sent)
+    assert sent.index("pg_relation_size") < sent.index("\tSync") < sent.index("VACUUM") < sent.index("reltuples")
+    assert sent.index("reltuples") < sent.index("ANALYZE") and upkeep.analyzed["runs_default"] == 1
 
 
 class RolledBack(Exception):
@@ -533,7 +566,8 @@ def test_autovacuum_visits_the_partitions_and_unlogged_tables_and_never_a_logged
 
 
 def test_a_simulated_days_autovacuum_visits_only_the_tables_its_loops_write(monkeypatch):
-    """Each pass visits the ledger's partitions and the loops' tables, never the catalog."""
+    """Each pass vacuums the ledger's partitions and the loops' tables, never the catalog, and analyzes those that
+    changed enough."""
     from tests.integration.test_simulation_golden import fleet
     from tickwarden.simulate import run_policy
 
@@ -547,12 +581,21 @@ def test_a_simulated_days_autovacuum_visits_only_the_tables_its_loops_write(monk
     monkeypatch.setattr(SimulatedAutovacuum, "__init__", recorded)
     outcome = run_policy(fleet(40, 26), "tickwarden", url=TEST_URL)
     assert outcome.runs
-    [upkeep] = made
+    upkeep = made[0]
     assert upkeep.passes > 0 and upkeep.visited["runs_default"] == upkeep.passes
     assert not set(upkeep.visited) & {"tenants", "workflows", "schedules", "notification_channels",
                                       "schema_migrations", "maintenance_windows"}
     # the passes follow the runs created: the same on every run of the scenario
     assert upkeep.passes == 11
+    # the ledger, which grows as the runs do, is analyzed at about every pass; a table whose
+    # rows hold (a fire and an audit a workflow, 40 rows) at none: vacuumed only
+    assert {table: upkeep.analyzed[table] for table in EVERY_PASS} == {
+        "runs_default": 11, "attempts_default": 10, "schedule_fires": 0, "tick_audits": 0, "workflow_successes": 0}
+    assert upkeep.analyzed["attempt_queue"] == upkeep.analyzed["outcome_queue"] == 0
+    # and which tables a pass analyzes is decided from the rows its own VACUUM counted: the
+    # same on a second run of the scenario
+    assert run_policy(fleet(40, 26), "tickwarden", url=TEST_URL).runs == outcome.runs
+    assert made[1].passes == 11 and made[1].analyzed == upkeep.analyzed
     # the ledger's partitions and the tables written at every tick, at every pass
     assert {table: upkeep.visited[table] for table in EVERY_PASS} == dict.fromkeys(EVERY_PASS, 11)
     # and nothing but the loops' tables (a catalog table was visited at every pass); how many

@@ -633,8 +633,8 @@ class SimulatedAutovacuum:
     sequential scan of `runs` under every foreign-key check and lease). So the
     simulator does what autovacuum would have done by each virtual minute: once the
     ledger has grown by autovacuum's own rule (50 rows plus 10 % of what it held at the
-    last pass), one `VACUUM (ANALYZE)` of the schema's tables and partitions that hold
-    rows. Not of its partitioned tables, which autovacuum never processes: a deployment's
+    last pass), one pass over the schema's tables and partitions that hold rows: a VACUUM
+    of each, an ANALYZE of those that changed enough (below). Not of its partitioned tables, which autovacuum never processes: a deployment's
     planner keeps what they held when first analyzed, and analyzing one would sample its
     partitions' rows a second time. Nor of the catalog and the other logged tables, which
     no row reaches after the set-up analyzed them (`simulation_tables_written`): autovacuum
@@ -642,12 +642,27 @@ class SimulatedAutovacuum:
     passes (the same on every run of a scenario). The trigger is the count of runs the simulation
     created, not the server's statistics, so the passes fall at the same virtual times
     on every run of the same scenario. The session's statistics target is 10
-    (`Simulation._session_url`): a pass's ANALYZE samples 3,000 rows a table, not 30,000.
+    (`Simulation._session_url`): an ANALYZE samples 3,000 rows a table, not 30,000.
 
     VACUUM as well as ANALYZE, though the tables are unlogged scratch: the queues and the
     ledger are updated and deleted from all day, and until a VACUUM records the room the
     dead rows leave, new rows go to fresh pages. Analyzed only, three virtual days ended
     with the ledger's partitions near twice the size and the queues seven times.
+
+    Each pass VACUUMs every written table, then ANALYZEs only the tables whose rows moved,
+    since their last ANALYZE, by autovacuum's analyze rule (more than 50 rows plus 10 % of
+    what they held then; `moved`), as autovacuum decides per table: a queue at its steady
+    size, or a table the day barely touches, needs no new statistics, and an ANALYZE that
+    is skipped also leaves the generic plans over that table cached, where each one had them
+    planned anew (`Simulation._session_url`). The rows are those the pass's own VACUUM
+    counted (`SimulationRepository.vacuum`: `pg_class.reltuples`, read in the same session
+    right after), never the asynchronous statistics collector's, so which tables a pass
+    analyzes is, like the passes, the same on every run of a scenario. A table no ANALYZE
+    of ours has touched counts from 0 rows: the set-up analyzed it empty. The net change in
+    rows, not autovacuum's count of changes: the churn of a queue whose size holds leaves
+    its row count, and so the planner's sizing of it, where it was. The ledger, which only
+    grows, is analyzed at about every pass, as before (the trigger is its own growth).
+    `visited` counts each table's passes (each vacuumed it), `analyzed` those that analyzed it too.
     """
 
     name = "autovacuum"
@@ -661,6 +676,8 @@ class SimulatedAutovacuum:
         self.rows_at_last_pass = 0
         self.passes = 0
         self.visited: collections.Counter[str] = collections.Counter()  # table -> passes that vacuumed it
+        self.analyzed: collections.Counter[str] = collections.Counter()  # table -> passes that analyzed it
+        self.rows_at_analyze: dict[str, float] = {}  # table -> its rows at its last ANALYZE (absent: 0, the set-up's)
 
     def run_once(self, now: datetime) -> datetime:
         rows = self.rows()
@@ -670,11 +687,21 @@ class SimulatedAutovacuum:
                 with self.db.probe() as store:
                     written = SimulationRepository(store.conn).submit_tables_written()
             with self.db.maintenance() as store:
-                self.visited.update(
-                    SimulationRepository(store.conn).vacuum_analyze(written() if written is not None else None))
+                repository = SimulationRepository(store.conn)
+                sizes = repository.vacuum(written() if written is not None else None)
+                due = [table for table, count in sizes.items() if self.moved(table, count)]
+                repository.analyze_tables(due)
+            self.visited.update(sizes.keys())
+            self.analyzed.update(due)
+            self.rows_at_analyze.update((table, sizes[table]) for table in due)
             self.rows_at_last_pass = rows
             self.passes += 1
         return now + self.NAPTIME
+
+    def moved(self, table: str, rows: float) -> bool:
+        """Whether `table`, holding `rows` now, changed enough since its last ANALYZE to be analyzed again."""
+        before = self.rows_at_analyze.get(table, 0.0)
+        return abs(rows - before) > self.THRESHOLD + self.SCALE_FACTOR * before
 
 
 @dataclass

@@ -93,24 +93,35 @@ class SimulationRepository(StoreBase):
         if tables:
             self.conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
 
-    def vacuum_analyze(self, tables: Sequence[str] | None = None) -> Sequence[str]:
-        """Vacuum this schema's tables and refresh their statistics, as autovacuum would have by now.
+    def vacuum(self, tables: Sequence[str] | None = None) -> dict[str, float]:
+        """Vacuum this schema's written tables, as autovacuum would have by now; return each one's rows as it counted them.
 
         Only the tables the loops write that a row ever reached (`simulation_tables_written`;
         `tables`: as `submit_tables_written` read them): the catalog and an empty table were
         analyzed once loaded (`analyze`) and are never written after, so a pass over one now
-        would change nothing, yet cost a transaction of its own. VACUUM cannot run inside a
-        transaction or a pipeline: call it on `Database.maintenance`. Returns the tables it
+        would change nothing, yet cost a transaction of its own. VACUUM without ANALYZE: the
+        caller analyzes only the tables whose rows moved enough (`analyze_tables`,
+        `SimulatedAutovacuum`), from the counts returned here, each table's `reltuples` as
+        this VACUUM just set it (its live rows; read in the same session right after, not from
+        the asynchronous statistics collector). VACUUM cannot run inside a transaction or a
+        pipeline: call it on `Database.maintenance`. Returns table -> rows, for every table it
         visited.
         """
         if tables is None:
             tables = self.submit_tables_written()()
+        if not tables:
+            return {}
+        self.conn.execute(sql.SQL("VACUUM {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
+        rows = self._rows("simulation_table_rows", {"tables": list(tables)})
+        return {row["tablename"]: float(row["reltuples"]) for row in rows}
+
+    def analyze_tables(self, tables: Sequence[str]) -> None:
+        """Refresh the planner's statistics of `tables` (none: nothing sent)."""
         if tables:
-            self.conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
-        return tables
+            self.conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
 
     def submit_tables_written(self) -> Callable[[], list[str]]:
-        """Send the look for the tables `vacuum_analyze` visits now; the returned reader gives them.
+        """Send the look for the tables `vacuum` visits now; the returned reader gives them.
 
         On the kept pipeline the look goes out with the sync that leaves pipeline mode for
         the VACUUM, instead of waiting on its own once outside it. A table's pages are what

@@ -115,6 +115,16 @@ SELECT relname AS tablename
  WHERE pg_relation_size(oid) > 0
  ORDER BY relname;
 
+-- simulation_table_rows --
+-- The rows of each of `tables` (this schema's) as the VACUUM just run counted them: its
+-- live rows, set in pg_class by that VACUUM in this session, so the same on every run of a
+-- scenario (the statistics collector's counts arrive asynchronously). The simulated
+-- autovacuum decides from them which tables to analyze.
+SELECT c.relname AS tablename, c.reltuples
+  FROM pg_class c
+ WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = ANY(%(tables)s::text[])
+ ORDER BY c.relname;
+
 -- simulation_unlog_tables --
 -- Make the tables the simulation's loops write unlogged: their rows are scratch, dropped
 -- when the simulation ends, so writing them to the WAL is work with no reader. Those are
