@@ -49,13 +49,14 @@ SELECT c.relname::text AS table_name, array_agg(a.attname::text ORDER BY a.attnu
  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition
    AND c.relname !~ '^(runs|attempts|attempt_steps)_p[0-9]{6}$'
    AND (a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'jsonb'::regtype, 'json'::regtype)
-        OR a.atttypid = to_regtype('ledger_actor'))
+        OR a.atttypid IN (to_regtype('ledger_actor'), to_regtype('ledger_requester')))
    AND (NOT EXISTS (SELECT 1 FROM pg_constraint k
                      WHERE k.conrelid = c.oid AND k.contype = 'c' AND a.attnum = ANY (k.conkey))
         -- Who acknowledged an alert or cancelled a run: free text such as `tenant:token name`,
         -- which may carry an address. Their rules (set together with the time; a length, as
         -- the actor domain of migration 0043) say nothing of their shape, and the
-        -- replacement keeps them.
+        -- replacement keeps them. Who asked for a manual run is such text too, its length
+        -- the requester domain's rule (migration 0044), which has no CHECK of a table.
         OR (c.relname, a.attname) IN (('alerts', 'acknowledged_by'), ('runs', 'cancelled_by')))
  GROUP BY c.oid, c.relname
  ORDER BY c.relname;
