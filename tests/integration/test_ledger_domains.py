@@ -64,6 +64,15 @@ def column_domains(conn: psycopg.Connection, table: str) -> dict[str, str]:
         " WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped", (table,)).fetchall())
 
 
+def workflow_before(conn: psycopg.Connection, version: int) -> None:
+    """The schema as it was before migration `version`, with one tenant, one workflow and its month."""
+    upgrade_before(conn, version, YEAR_START)
+    conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'Acme', %s)", (YEAR_START,))
+    conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
+                 " SELECT id, 'w', %s, %s FROM tenants", (YEAR_START, YEAR_START))
+    conn.execute("SELECT tickwarden_ledger_partition(%s)", (YEAR_START,))
+
+
 @pytest.mark.parametrize("statement", BROKEN)
 def test_every_rule_moved_or_rewritten_still_refuses_a_value_that_breaks_it(db: Database, clock, statement: str) -> None:
     workflow = make_workflow(db, clock.now())
@@ -98,12 +107,7 @@ def test_migrating_a_populated_ledger_rewrites_no_month_and_new_months_keep_the_
     name = make_schema("dom")
     try:
         with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
-            upgrade_before(conn, 43, YEAR_START)
-            conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'Acme', %s)",
-                         (YEAR_START,))
-            conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
-                         " SELECT id, 'w', %s, %s FROM tenants", (YEAR_START, YEAR_START))
-            conn.execute("SELECT tickwarden_ledger_partition(%s)", (YEAR_START,))
+            workflow_before(conn, 43)
             conn.execute(
                 """
                 INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,
@@ -161,12 +165,7 @@ def test_a_requester_stored_longer_before_migration_0044_stays_and_its_run_can_s
     name = make_schema("req")
     try:
         with psycopg.connect(TEST_URL, options=f"-c search_path={name}") as conn:
-            upgrade_before(conn, 44, YEAR_START)
-            conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'Acme', %s)",
-                         (YEAR_START,))
-            conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
-                         " SELECT id, 'w', %s, %s FROM tenants", (YEAR_START, YEAR_START))
-            conn.execute("SELECT tickwarden_ledger_partition(%s)", (YEAR_START,))
+            workflow_before(conn, 44)
             conn.execute("INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,"
                          " deadline_at, created_at, requested_by)"
                          " SELECT tenant_id, id, %(t)s, true, 'queued', 0, %(t)s, %(t)s, repeat('r', 300) FROM workflows",
