@@ -31,6 +31,14 @@ def _scans_of(plan: dict, relation: str) -> list[dict]:
     return found
 
 
+def _index_of(scan: dict) -> str | None:
+    """The index a scan reads: its own, or its bitmap's."""
+    if scan["Node Type"] == "Bitmap Heap Scan":
+        [bitmap] = scan["Plans"]
+        return bitmap.get("Index Name")
+    return scan.get("Index Name")
+
+
 def _generic_plan(conn, name: str, types: dict[str, str], args: dict[str, object]) -> dict:
     names: list[str] = []
 
@@ -158,10 +166,12 @@ def test_the_claim_deletes_the_rows_it_locked_by_their_position(db: Database) ->
                             params).fetchone()[0][0]["Plan"]
         conn.rollback()
     scans = [s for s in _scans_of(plan, "outcome_queue") if s["Node Type"] != "ModifyTable"]  # the delete itself
-    assert sorted((s["Node Type"], s.get("Index Name")) for s in scans) == [
-        ("Index Scan", "outcome_queue_order_idx"), ("Tid Scan", None)], scans
     deleted = [s for s in scans if s["Node Type"] == "Tid Scan"]
-    assert deleted[0]["Actual Rows"] == 500, deleted
+    walks = [s for s in scans if s["Node Type"] != "Tid Scan"]
+    assert len(deleted) == 1 and deleted[0]["Actual Rows"] == 500, scans
+    # The walk goes by the queue's order, as a plain index scan or a bitmap one as the schema's
+    # statistics have it (a schema reused after other tests plans it one way, a new one the other).
+    assert [_index_of(s) for s in walks] == ["outcome_queue_order_idx"], walks
 
 
 def test_the_claim_looks_for_an_open_alert_for_successes_alone(db: Database) -> None:
