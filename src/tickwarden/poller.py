@@ -135,7 +135,7 @@ class OutcomePoller:
             pending = [c for c in claimed if c.run_status == "pending_retry" and not c.retry_sent]
             failed, read_retries = retries.send_retries(
                 store,
-                sorted({(c.run_id, c.run_scheduled_for) for c in pending}),
+                sorted({(c.run_id, c.run_scheduled_for) for c in pending if c.run_scheduled_for is not None}),
                 now,
                 check_retryable=any(not is_retryable(c.run_error_category or "") for c in pending),
             )

@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 
 from tests.dbutil import TEST_URL
-from tests.integration.pipeline import FIVE_MIN, attempt_once, fail, workflow
+from tests.integration.pipeline import FIVE_MIN, OK, attempt_once, fail, workflow
 from tests.integration.test_poller_pipeline import round_trips, traced_pool
 from tickwarden.categories import NOT_RETRYABLE
 from tickwarden.db import Database
@@ -243,3 +243,25 @@ def test_the_claims_retry_launch_is_the_retry_engines_own_writes():
     bounds = month_bounds((2026, 2), (2026, 3))
     assert moved.replace("{months}", bounds) in claim
     assert ("), launched AS (\nINSERT INTO attempts " + insert.replace("{months}", bounds) + "\n)") in claim
+
+
+def test_the_claim_names_the_tick_of_a_run_pending_a_retry_alone(db, clock):
+    """The claim returns a run's tick only where the pass may write the run (a retry to launch,
+    by the claim or by the pass): a success's and a confirmed failure's tick are None, unread."""
+    wf, (pending,) = failed_with_retries(db, clock)
+    other = workflow(db, clock.now(), name="other", cadence=FIVE_MIN, policy={"alert_after": 100, "retries": 0})
+    ticks = [clock.now() - timedelta(minutes=5 * n) for n in (1, 2)]
+    runs = []
+    for tick, outcome in zip(ticks, (OK, fail()), strict=True):
+        with db.transaction() as store:
+            run = store.ledger.create_tick_run(
+                TickRequest(other.tenant_id, other.id, tick, 0, tick + timedelta(hours=1)), clock.now())
+        assert run is not None
+        attempt_once(db, run, outcome, clock.advance(1))
+        runs.append(run)
+    with db.transaction() as store:
+        claimed = store.monitoring.claim_finished_attempts(clock.advance(5), 5, not_retryable=sorted(NOT_RETRYABLE),
+                                                           patient=PATIENT_LIST)
+    ticks_of = {c.run_id: (c.run_status, c.run_scheduled_for) for c in claimed}
+    assert ticks_of == {pending.id: ("pending_retry", pending.scheduled_for),
+                        runs[0].id: ("succeeded", None), runs[1].id: ("failed", None)}

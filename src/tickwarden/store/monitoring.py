@@ -24,7 +24,10 @@ from tickwarden.store.queries import queries
 class ClaimedAttempt:
     attempt_id: int
     run_id: int
-    run_scheduled_for: datetime  # the run's tick: names its month to the statements that write the run
+    # The run's tick, which names its month to the statements that write the run: for a run
+    # pending a retry, the one status whose run the pass may write; None for any other (unread:
+    # the client's conversion of a timestamptz is dearer than the rest of such a row's columns).
+    run_scheduled_for: datetime | None
     workflow_id: int
     finished_at: datetime
     run_status: str

@@ -77,8 +77,11 @@ WITH next AS (
                            WHERE runs.id = claimed.run_id AND runs.scheduled_for = claimed.run_scheduled_for
                            LIMIT 1) r
 ), {retry_launch}
-SELECT looked.attempt_id, looked.run_id, looked.run_scheduled_for, looked.workflow_id, looked.finished_at,
-       looked.run_status, looked.run_error_category, looked.alert_open, looked.retry_sent,
+SELECT looked.attempt_id, looked.run_id,
+       -- the tick only where the caller may write the run (a retry to launch): each timestamptz
+       -- the client reads is a conversion of its own, and the other rows' ticks went unread
+       CASE WHEN looked.run_status = 'pending_retry' THEN looked.run_scheduled_for END AS run_scheduled_for,
+       looked.workflow_id, looked.finished_at, looked.run_status, looked.run_error_category, looked.alert_open, looked.retry_sent,
        launched.id AS retry_attempt_id, launched.queued_at AS retry_queued_at
   FROM looked LEFT JOIN launched ON launched.run_id = looked.run_id AND looked.retry_sent;
 
