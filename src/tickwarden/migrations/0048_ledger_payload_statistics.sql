@@ -1,24 +1,28 @@
 -- ANALYZE leaves the ledger's payload columns alone: statistics target 0 on the free text and
--- json a run, an attempt or a step carries (`runs.error`; `attempts.error`, `log_tail`,
--- `outputs`; `attempt_steps.log`, `output`, `error`).
+-- json a run, an attempt or a step carries (`runs.error`, `requested_by`, `cancelled_by`;
+-- `attempts.error`, `log_tail`, `outputs`; `attempt_steps.log`, `output`, `error`).
 --
 -- ANALYZE of a table samples its rows, then sorts each column's sampled values to find the
--- most common ones and a histogram: for these columns, the longest values of the ledger
--- (a log, an error message, a json document), compared by collation or by jsonb order, the
--- most expensive part of analyzing a month of the ledger, for statistics no plan uses. No
--- statement filters, joins, groups or sorts the ledger on them to find its rows: they are
--- written, read back as they are, and cleared by retention's expiry, whose tests on them
--- (`IS NOT NULL`, `<> ''`, `<> '{}'`) only sift rows already found by their run
--- (`retention_expire_logs`, `retention_expire_payloads`); without statistics the planner
--- takes such a test to keep nearly every row, which changes no access path there (the rows
--- are found by `run_id`) and never which rows a statement reads or writes. `failed_step` keeps
--- its statistics: the alert's and the API's step lookups join `attempt_steps.step` on it.
+-- most common ones and a histogram: for these columns the longest values of the ledger (a log,
+-- an error message, a json document), compared by collation or by jsonb order, for statistics
+-- no plan uses. No statement filters, joins, groups or sorts the ledger on them: they are
+-- written, read back as they are, and cleared or rewritten by row. Retention's expiry tests them
+-- (`IS NOT NULL`, `<> ''`, `<> '{}'`) only on rows already found by their run
+-- (`retention_expire_logs`, `retention_expire_payloads`); without statistics the planner takes
+-- such a test to keep nearly every row, which changes no access path there (the rows are found
+-- by `run_id`). Erasure's search tests `strpos(lower(column::text), needle) > 0` on every row of
+-- the table, an expression whose estimate never came from the column's statistics. A plan
+-- decides how rows are found, never which. `failed_step` keeps its statistics: the alert's and
+-- the API's step lookups join `attempt_steps.step` on it; so do `worker_id` (the lease's and the
+-- worker's tests) and every status, instant and key.
 --
 -- Set on the partitioned tables, which PostgreSQL carries to the partitions that exist, but not
 -- to a partition created later (`CREATE TABLE ... PARTITION OF` starts every column at the
--- default target): `tickwarden_ledger_partition` (as 0042 made it) now gives each new month
--- its parent's per-column targets, whatever they are.
+-- default target): `tickwarden_ledger_partition` (as 0042 made it) now gives each new month its
+-- parent's per-column targets, whatever they are.
 ALTER TABLE runs ALTER COLUMN error SET STATISTICS 0;
+ALTER TABLE runs ALTER COLUMN requested_by SET STATISTICS 0;
+ALTER TABLE runs ALTER COLUMN cancelled_by SET STATISTICS 0;
 ALTER TABLE attempts ALTER COLUMN error SET STATISTICS 0;
 ALTER TABLE attempts ALTER COLUMN log_tail SET STATISTICS 0;
 ALTER TABLE attempts ALTER COLUMN outputs SET STATISTICS 0;
@@ -27,7 +31,7 @@ ALTER TABLE attempt_steps ALTER COLUMN output SET STATISTICS 0;
 ALTER TABLE attempt_steps ALTER COLUMN error SET STATISTICS 0;
 
 -- A partition analyzed before keeps its statistics of those columns until it is dropped
--- (ANALYZE with target 0 neither refreshes nor removes them): harmless, and nothing reads them.
+-- (ANALYZE with target 0 neither refreshes nor removes them): harmless, no plan turns on them.
 -- SET STATISTICS takes a SHARE UPDATE EXCLUSIVE lock: reads and writes of the ledger go on.
 
 -- As 0042 made it, and a new partition takes its parent's per-column statistics targets.
