@@ -80,8 +80,18 @@ class CronSchedule:
             current = fires[-1]
 
     def walk(self, after: datetime) -> Iterator[datetime]:
-        """Yield fire times strictly after `after` straight from cronsim, remembering nothing."""
+        """Yield fire times strictly after `after` straight from cronsim, remembering nothing.
+
+        A schedule in UTC is walked in aware UTC itself, not in `ZoneInfo("UTC")`: cronsim
+        steps a UTC time by plain addition, where under any other zone it converts to UTC
+        and back at every step, and walks a fixed-time expression in naive local time, each
+        fire checked against a DST gap. UTC has one offset, zero, and no gap: the same
+        instants either way, and what is yielded is aware UTC already.
+        """
         after = ensure_utc(after)
+        if self.timezone == "UTC":
+            yield from CronSim(self.expression, after)
+            return
         for fire in CronSim(self.expression, after.astimezone(self.zone)):
             yield fire.astimezone(after.tzinfo)
 

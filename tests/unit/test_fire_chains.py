@@ -2,11 +2,14 @@
 
 import itertools
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
+from cronsim import CronSim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tickwarden import cadence
 from tickwarden.cadence import _FireChains, parse_schedule
 
 minutes = st.sampled_from(["*", "*/5", "*/15", "0", "30", "0,30", "10-20"])
@@ -96,3 +99,30 @@ def test_following_hands_out_several_fires_with_one_lookup():
     assert chains.following(schedule, BASE) == [BASE + timedelta(minutes=5 * k) for k in range(1, 17)]
     assert chains.following(schedule, BASE + timedelta(minutes=96)) == [BASE + timedelta(minutes=100)]  # its last
     assert chains.following(schedule, BASE + timedelta(minutes=100)) == [BASE + timedelta(minutes=105)]  # extended
+
+
+@settings(max_examples=120, deadline=None)
+@given(minutes, hours, days, st.sampled_from(["*", "2", "1-6", "2,8"]), weekdays,
+       st.integers(min_value=0, max_value=3 * 365 * 24 * 3600), st.sampled_from([0, 1, 999_999]))
+def test_a_utc_schedule_walks_the_fires_of_a_walk_in_the_utc_zone(minute, hour, day, month, weekday, offset, micros):
+    """`walk` takes cronsim's UTC path for a UTC schedule: the fires of a walk under `ZoneInfo("UTC")`, aware UTC."""
+    expression = f"{minute} {hour} {day} {month} {weekday}"
+    after = BASE + timedelta(seconds=offset, microseconds=micros)
+    in_zone = [fire.astimezone(UTC) for fire in itertools.islice(CronSim(expression, after.astimezone(ZoneInfo("UTC"))), 20)]
+    walked = list(itertools.islice(parse_schedule(expression, "UTC").walk(after), 20))
+    assert walked == in_zone and all(fire.tzinfo is UTC for fire in walked)
+
+
+def test_a_utc_schedule_is_walked_in_utc_and_a_zones_in_its_zone(monkeypatch):
+    started: list[datetime] = []
+
+    def recording(expression: str, dt: datetime) -> CronSim:
+        started.append(dt)
+        return CronSim(expression, dt)
+
+    utc, zoned = parse_schedule("30 2 * * *", "UTC"), parse_schedule("30 2 * * *", "Europe/Berlin")
+    monkeypatch.setattr(cadence, "CronSim", recording)
+    assert next(utc.walk(BASE)) == BASE + timedelta(hours=2, minutes=30)
+    berlin = next(zoned.walk(BASE))
+    assert berlin == BASE + timedelta(hours=1, minutes=30) and berlin.tzinfo is UTC
+    assert [dt.tzinfo for dt in started] == [UTC, ZoneInfo("Europe/Berlin")]
