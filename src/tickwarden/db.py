@@ -299,7 +299,8 @@ class Database:
         except BaseException:
             _rollback(conn)
             raise
-        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        # libpq's status itself: `conn.info` is a new `ConnectionInfo` at every read (every attempt's exchange).
+        if not conn.closed and conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.commit()
 
     @contextlib.contextmanager

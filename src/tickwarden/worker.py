@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import logging
 import threading
 import time
@@ -72,6 +71,7 @@ from tickwarden.db import Database
 from tickwarden.environments import pods
 from tickwarden.environments import Aborted, EnvironmentFailed, EnvironmentPool, Instance, WatchdogTimeout
 from tickwarden.environments.pool import busy_row_stands
+from tickwarden.environments.runner import dumps_str
 from tickwarden.errors import DatabaseUnavailable
 from tickwarden.models import Attempt, AttemptOutcome, Environment, FinishedAttempt, Workflow
 from tickwarden.store.execution import Exchanged, ExecutionContext, InstanceMark, LeaseMark
@@ -640,7 +640,9 @@ class Worker:
                 self.environments.discard(instance, self.clock.now())
         if failure is not None:
             return _failed(failure, steps, notes)
-        outputs = _bounded_outputs(steps)
+        # A workflow that keeps no outputs has them dropped before the outcome is recorded
+        # (`_without_outputs`): they are not measured only to be thrown away.
+        outputs = _bounded_outputs(steps) if workflow.keep_outputs else {}
         return Result(AttemptOutcome(status="succeeded", retryable=True, log_tail=_log_tail(steps, notes),
                                      outputs=outputs, rows=reported_rows(steps)), steps)
 
@@ -831,6 +833,8 @@ def _without_outputs(result: Result) -> Result:
     """
     for record in result.steps:
         record.output = None
+    if not result.outcome.outputs:  # none measured (a success's, see `_run`) or none succeeded: nothing to drop
+        return result
     return Result(dataclasses.replace(result.outcome, outputs={}), result.steps)
 
 
@@ -850,7 +854,7 @@ def _small(output: Any, secret_values: list[str]) -> Any:
     if output is None:  # most steps return nothing: nothing to redact, scrub or measure
         return None
     output = redact_value(output)
-    text = json.dumps(output, default=str)
+    text = dumps_str(output)
     if secret_values and secrets.scrub(text, secret_values) != text:
         return {"omitted": "the output contained a secret"}
     if len(text.encode()) > MAX_OUTPUT_BYTES:
@@ -877,7 +881,7 @@ def _bounded_outputs(steps: list[StepRecord]) -> dict[str, Any]:
     for record in steps:
         if record.status != "succeeded":
             continue
-        size += len(json.dumps(record.output, default=str))
+        size += len(dumps_str(record.output))
         if size > MAX_OUTPUTS_BYTES:
             break
         outputs[record.step] = record.output

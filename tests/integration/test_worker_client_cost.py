@@ -138,3 +138,55 @@ def test_short_attempts_do_not_wake_the_heartbeat_thread(db, clock):
     # Each lease is renewed only a third of its length after its attempt starts: none of these came near.
     assert Counted.notified == 0
     assert thread is not None and thread.is_alive()
+
+
+def test_a_workflow_that_keeps_no_outputs_has_none_measured_or_copied_out_of_its_outcome(db, clock, monkeypatch):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")], keep_outputs=False)
+    for i in range(6):
+        queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0)
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=8)
+    measured: list[int] = []
+    copied: list[int] = []
+    real_bounded, real_replace = worker_module._bounded_outputs, worker_module.dataclasses.replace
+
+    def bounded(steps):  # type: ignore[no-untyped-def]
+        measured.append(1)
+        return real_bounded(steps)
+
+    def replace(obj, **changes):  # type: ignore[no-untyped-def]
+        copied.append(1)
+        return real_replace(obj, **changes)
+
+    def watch() -> None:
+        monkeypatch.setattr(worker_module, "_bounded_outputs", bounded)
+        monkeypatch.setattr(worker_module.dataclasses, "replace", replace)
+
+    _warm_then_watched(worker, clock, watch, monkeypatch)
+    # Its outputs were dropped before the write anyway: no JSON of them, no copy of the outcome without them.
+    assert measured == [] and copied == []
+    with db.transaction() as store:
+        recorded = store.conn.execute("SELECT a.outputs, s.output FROM attempts a JOIN attempt_steps s "
+                                      "ON s.attempt_id = a.id").fetchall()
+    assert recorded == [({}, None)] * 6
+
+
+def test_a_workflow_that_keeps_its_outputs_still_has_them_measured_and_recorded(db, clock, monkeypatch):
+    wf = make_runnable(db, clock.now(), [python_step("first", "number", params={"value": 21})], keep_outputs=True)
+    queue_run(db, wf, clock.now(), clock.now())
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET)
+    measured: list[int] = []
+    real_bounded = worker_module._bounded_outputs
+
+    def bounded(steps):  # type: ignore[no-untyped-def]
+        measured.append(1)
+        return real_bounded(steps)
+
+    monkeypatch.setattr(worker_module, "_bounded_outputs", bounded)
+    try:
+        assert worker.run_once(clock.now()) <= clock.now()
+    finally:
+        monkeypatch.undo()
+        worker.close(clock.now())
+    assert measured == [1]
+    with db.transaction() as store:
+        assert store.conn.execute("SELECT outputs FROM attempts").fetchall() == [({"first": {"value": 21}},)]

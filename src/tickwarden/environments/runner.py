@@ -100,9 +100,16 @@ def sign(credential: bytes, role: str, challenge: str, body: str) -> str:
     return hmac.digest(credential, message, hashlib.sha256).hex()
 
 
+dumps_str = json.JSONEncoder(default=str).encode
+"""`json.dumps(value, default=str)`, the same text: `json.dumps` keeps only its plain defaults'
+encoder made, and builds a new one at every call given `default` (a request and its answer
+each, and a step's output at every attempt). The encoder keeps no state between calls, so
+threads share it."""
+
+
 def envelope(credential: bytes, role: str, challenge: str, payload: dict, *, named: bool = False) -> bytes:
     """Return one signed line carrying `payload`; `named`: the line names its challenge (one the server issued)."""
-    body = json.dumps(payload, default=str)
+    body = dumps_str(payload)
     outer = {"body": body, "mac": sign(credential, role, challenge, body)}
     if named:
         outer["challenge"] = challenge

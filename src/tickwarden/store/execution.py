@@ -21,6 +21,7 @@ from tickwarden.store.ledger import (
 
 # The session setting of `Database(generic_plans=True)`'s connections: a worker process's pool.
 GENERIC_PLANS = "plan_cache_mode=force_generic_plan"
+_GENERIC_PLANS_BYTES = GENERIC_PLANS.encode()
 
 
 @dataclass(frozen=True)
@@ -324,8 +325,12 @@ class ExecutionRepository(StoreBase):
 
 
 def _generic_session(conn: psycopg.Connection[Any]) -> bool:
-    """Whether `conn`'s session runs generic plans from its start (`GENERIC_PLANS` among its options)."""
-    return GENERIC_PLANS in conn.info.options
+    """Whether `conn`'s session runs generic plans from its start (`GENERIC_PLANS` among its options).
+
+    Read from libpq's own bytes (ASCII, as the setting is): `conn.info.options` makes a
+    `ConnectionInfo` and decodes them at every exchange.
+    """
+    return _GENERIC_PLANS_BYTES in conn.pgconn.options
 
 
 def _start(attempt: Attempt, worker_id: str, now: datetime, lease_seconds: float) -> tuple[str, dict[str, Any]]:
