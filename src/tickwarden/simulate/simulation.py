@@ -89,9 +89,7 @@ class SimulationRepository(StoreBase):
         A simulation's tables start empty; without this the planner keeps the plans of
         empty tables until autovacuum comes round, which a short run never sees.
         """
-        tables = [row["tablename"] for row in self._rows("simulation_tables")]
-        if tables:
-            self.conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(map(sql.Identifier, tables))))
+        self.analyze_tables([row["tablename"] for row in self._rows("simulation_tables")])
 
     def vacuum(self, tables: Sequence[str] | None = None) -> dict[str, float]:
         """Vacuum this schema's written tables, as autovacuum would have by now; return each one's rows as it counted them.
