@@ -529,10 +529,13 @@ def test_a_simulated_autovacuum_pass_reads_its_tables_with_the_sync_that_leaves_
         upkeep.run_once(NOW)
     sent = trace.read_text(errors="replace")
     assert upkeep.passes == 1 and reltuples(db, "runs_default") == 60
-    # the sync leaving pipeline mode (a Sync and a Flush), which brings the table list sent
+    # the sync leaving pipeline mode, which brings the table list sent
     # before it, and the VACUUM; no statement of its own for the list outside the pipeline. Then
     # the rows that VACUUM counted, and the ANALYZE of the tables that moved enough (the 60 runs)
-    assert waits(sent) == ["Sync", "Flush", "Query", "Sync", "Query"], waits(sent)
+    # psycopg follows the Sync with a Flush request only when the sync's results are not in yet
+    # (a matter of timing): that Flush asks for nothing the Sync does not bring
+    trips = [w for i, w in enumerate(waits(sent)) if not (w == "Flush" and i and waits(sent)[i - 1] == "Sync")]
+    assert trips == ["Sync", "Query", "Sync", "Query"], waits(sent)
     assert sent.index("pg_relation_size") < sent.index("\tSync") < sent.index("VACUUM") < sent.index("reltuples")
     assert sent.index("reltuples") < sent.index("ANALYZE") and upkeep.analyzed["runs_default"] == 1
 
