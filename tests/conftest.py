@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -103,6 +106,22 @@ def tenant_database() -> Iterator[str]:
     url = make_database()
     yield url
     drop_database(url)
+
+
+@pytest.fixture
+def embedded_data_dir() -> Iterator[Path]:
+    """A data directory for the embedded PostgreSQL, outside pytest's own temporary root.
+
+    Run as root, pgserver starts the server as the user `pgserver`, and opens the path's
+    parents to it (g+rx, o+rx). pytest closes its root (`/tmp/pytest-of-<user>`) back to 0700
+    whenever a pytest session starts on the machine, so a server under `tmp_path` fails to
+    start ("could not access directory") when another session starts at the wrong moment.
+    """
+    path = Path(tempfile.mkdtemp(prefix="tickwarden-embedded-"))
+    try:
+        yield path / "data"
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # The fault suite's figures (tests/faults), printed last so that a program can read them.

@@ -22,8 +22,8 @@ def test_make_demo_installs_tickwarden_without_the_test_extras(tmp_path):
     assert installs and all("[test]" not in line for line in installs), planned.stdout
 
 
-def test_demo_fits_80_columns_and_stops_the_embedded_server_it_started(tmp_path):
-    data = tmp_path / "data"
+def test_demo_fits_80_columns_and_stops_the_embedded_server_it_started(embedded_data_dir):
+    data = embedded_data_dir
     env = {**os.environ, "TICKWARDEN_DATA_DIR": str(data), "COLUMNS": "80"}
     env.pop("TICKWARDEN_DATABASE_URL", None)
     done = subprocess.run([str(BIN), "demo"], cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=600)

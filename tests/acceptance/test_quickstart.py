@@ -29,11 +29,11 @@ def _stop_embedded(data: Path) -> None:
         os.kill(int(pidfile.read_text().split()[0]), signal.SIGTERM)
 
 
-def test_the_readme_quickstart_runs_green_ticks_on_the_embedded_database(tmp_path):
+def test_the_readme_quickstart_runs_green_ticks_on_the_embedded_database(tmp_path, embedded_data_dir):
     readme = (ROOT / "README.md").read_text()
     assert ".venv/bin/tickwarden apply examples/quickstart.yaml" in readme
     assert ".venv/bin/tickwarden serve --workers 2" in readme
-    env = {**os.environ, "TICKWARDEN_DATA_DIR": str(tmp_path / "data")}
+    env = {**os.environ, "TICKWARDEN_DATA_DIR": str(embedded_data_dir)}
     for name in ("TICKWARDEN_DATABASE_URL", "TICKWARDEN_SCHEMA", "TICKWARDEN_QUICKSTART_DB"):
         env.pop(name, None)
 
@@ -69,4 +69,4 @@ def test_the_readme_quickstart_runs_green_ticks_on_the_embedded_database(tmp_pat
         assert alerts.returncode == 0 and json.loads(alerts.stdout) == []
         assert "no such secret" not in output and "Traceback" not in output, output
     finally:
-        _stop_embedded(tmp_path / "data")
+        _stop_embedded(embedded_data_dir)
