@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
+import psycopg
+
 from tests.dbutil import TEST_URL
 from tickwarden.db import Database
 
@@ -28,9 +32,15 @@ def test_a_connection_the_server_dropped_is_still_replaced_when_lent(db):
         database.pool.wait()
         with database.connection() as conn:
             dropped = conn.info.backend_pid
-        with Database(TEST_URL, schema=db.schema, min_size=1, max_size=1) as other:
-            with other.connection() as killer:
-                killer.execute("SELECT pg_terminate_backend(%s)", (dropped,))
+        with psycopg.connect(TEST_URL, autocommit=True) as killer:
+            killer.execute("SELECT pg_terminate_backend(%s)", (dropped,))
+            # pg_terminate_backend only signals: the session is dropped once its backend has sent
+            # its FATAL error and left, which a loaded machine may take a while to do. (Each
+            # statement in autocommit: a transaction would keep reading one snapshot of the activity.)
+            deadline = time.monotonic() + 30
+            while killer.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (dropped,)).fetchone():
+                assert time.monotonic() < deadline, "the terminated backend did not exit"
+                time.sleep(0.01)
         with database.connection() as conn:  # the hottest was dropped: `check_lent` replaces it
             assert conn.info.backend_pid != dropped
             assert conn.execute("SELECT 1").fetchone() == (1,)
