@@ -15,7 +15,7 @@ from tickwarden import catalog
 from tickwarden.cadence import CronSchedule
 from tickwarden.store.catalog import ScheduleContent, WorkflowContent
 from tickwarden.store.ledger import TickGroup, TickRequest
-from tickwarden.store.trigger import Advance, parse_int_array
+from tickwarden.store.trigger import Advance, int_array_literal, parse_int_array
 from tickwarden.ticker import Ticker
 
 T0 = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
@@ -590,3 +590,70 @@ def test_migrating_populated_schedules_keeps_each_fire_time_and_the_ticker_goes_
             db.close()
     finally:
         drop_schema(name)
+
+
+def test_a_groups_members_and_their_runs_ids_follow_the_workflows_ids_wherever_the_rows_lie(db, tmp_path):
+    """The claim lists a group's members by workflow id, and the insert numbers their runs in that order.
+
+    Not in the order the rows happen to be read: each pass moves a fire row to a new version,
+    whose place (and so the order in which a scan, or the partial index's entries at one fire
+    time, give the rows) depends on what VACUUM had freed by then, which an older snapshot
+    elsewhere on the server delays. The same scenario then gave two workflows' runs at one tick
+    each other's ids on a second run.
+    """
+    apply(db, tmp_path, T0)
+    ids = add_workflows(db, [(f"wf-{i}", "* * * * *", "UTC") for i in range(8)])
+    order = sorted(ids.values())
+    with db.connection() as conn:
+        # new versions of the rows the claim reads, written from the highest workflow id down:
+        # whichever table its plan starts from, it meets them in the reverse of id order
+        for workflow_id in reversed(order):
+            conn.execute("UPDATE workflows SET description = description WHERE id = %(w)s", {"w": workflow_id})
+            conn.execute("UPDATE schedules SET version = version WHERE workflow_id = %(w)s", {"w": workflow_id})
+            conn.execute("UPDATE schedule_fires SET next_fire_at = %(t)s WHERE workflow_id = %(w)s",
+                         {"t": minute(12, 3), "w": workflow_id})
+        conn.commit()
+        for table, column in (("workflows", "id"), ("schedules", "workflow_id"), ("schedule_fires", "workflow_id")):
+            laid = [w for (w,) in conn.execute(f"SELECT {column} FROM {table} WHERE {column} = ANY(%(w)s) ORDER BY ctid",
+                                               {"w": order})]
+            assert laid == order[::-1], table
+        conn.commit()
+    with db.transaction() as store:
+        groups = store.trigger.claim_due(minute(12, 3), 100)
+    (alike,) = [g for g in groups if set(order) <= set(parse_int_array(g.workflow_ids))]
+    members = parse_int_array(alike.workflow_ids)
+    assert members == sorted(members)
+    Ticker(db).run_once(minute(12, 3) + timedelta(seconds=1))
+    with db.connection() as conn:
+        runs = conn.execute("SELECT workflow_id FROM runs WHERE workflow_id = ANY(%(w)s) AND scheduled_for = %(t)s"
+                            " ORDER BY id", {"w": order, "t": minute(12, 3)}).fetchall()
+    assert [w for (w,) in runs] == order
+
+
+@pytest.mark.parametrize("plans", ["force_generic_plan", "force_custom_plan"])
+def test_the_tick_insert_numbers_runs_group_by_group_tick_by_tick_member_by_member_whatever_its_plan(
+        db, tmp_path, plans):
+    """The runs take their ids in the order the ticks were given, whichever way the plan joins them.
+
+    The generic plan the simulator runs (and a deployment's after a few executions) hashed the
+    ticks and read a group's back from the hash last first; a custom plan can join them
+    otherwise. Either way the ids follow each group in turn, its ticks oldest first, and at
+    each tick its members in their array's order.
+    """
+    apply(db, tmp_path, T0)
+    ids = add_workflows(db, [(f"wf-{i}", "0 0 1 1 *", "UTC") for i in range(4)])
+    first, second = sorted(ids.values())[:2], sorted(ids.values())[2:]
+    ticks = [minute(13, m) for m in (1, 2, 3)]
+    with db.transaction() as store:
+        store.conn.execute(f"SET LOCAL plan_cache_mode = {plans}")
+        tenant = store.catalog.get_tenant_by_name("acme").id
+        groups = [TickGroup(int_array_literal(members), int_array_literal([tenant] * len(members)),
+                            tuple((t, t + timedelta(minutes=10)) for t in ticks), 0, (), 1)
+                  for members in (first, second)]
+        for _ in range(6):  # past psycopg's threshold too: the statement prepared, its plan kept
+            assert store.ledger.create_tick_groups(groups, minute(13, 4)) == 12
+            runs = store.conn.execute("SELECT workflow_id, scheduled_for FROM runs WHERE workflow_id = ANY(%(w)s)"
+                                      " ORDER BY id", {"w": list(ids.values())}).fetchall()
+            assert runs == [(w, t) for members in (first, second) for t in ticks for w in members]
+            store.conn.execute("DELETE FROM attempts WHERE workflow_id = ANY(%(w)s)", {"w": list(ids.values())})
+            store.conn.execute("DELETE FROM runs WHERE workflow_id = ANY(%(w)s)", {"w": list(ids.values())})

@@ -26,17 +26,29 @@ WITH grp AS (
 ), tick AS (
     SELECT *
       FROM unnest(%(tick_groups)s::bigint[], %(scheduled_fors)b::timestamptz[], %(deadlines)b::timestamptz[])
-           AS t (no, scheduled_for, deadline_at)
+           WITH ORDINALITY AS t (no, scheduled_for, deadline_at, ord)
+), fired AS (
+    -- Each group's ticks, in the order the ticks were given (group by group, each group's in
+    -- its order), said with ORDER BY: the runs take their ids in the order the insert is fed,
+    -- and a join's own order is its plan's (a hash of the ticks gave a group's ticks back
+    -- last first). The sort is of the (group, tick) pairs, a handful a pass, not of the runs
+    -- (and none when the plan reads the ticks first: their ordinality is known sorted); each
+    -- pair's members follow it in their array's order (the claim's, by workflow id), as a
+    -- lateral unnest can only be joined by a nested loop over the rows it depends on.
+    SELECT g.workflow_ids, g.tenant_ids, g.retry_budget, g.retry_backoff, g.first_attempt,
+           t.scheduled_for, t.deadline_at
+      FROM grp g
+      JOIN tick t ON t.no = g.no
+     ORDER BY t.ord
 ), run AS (
     INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,
                       attempts_count, deadline_at, created_at, retry_backoff_seconds)
-    SELECT m.tenant_id, m.workflow_id, t.scheduled_for, false, 'queued', g.retry_budget,
-           coalesce(g.first_attempt, (SELECT CASE WHEN w.kind = 'external' THEN 0 ELSE 1 END
+    SELECT m.tenant_id, m.workflow_id, f.scheduled_for, false, 'queued', f.retry_budget,
+           coalesce(f.first_attempt, (SELECT CASE WHEN w.kind = 'external' THEN 0 ELSE 1 END
                                         FROM workflows w WHERE w.id = m.workflow_id)),
-           t.deadline_at, %(now)s, g.retry_backoff
-      FROM grp g
-      JOIN tick t ON t.no = g.no
-     CROSS JOIN LATERAL unnest(g.workflow_ids, g.tenant_ids) AS m (workflow_id, tenant_id)
+           f.deadline_at, %(now)s, f.retry_backoff
+      FROM fired f
+     CROSS JOIN LATERAL unnest(f.workflow_ids, f.tenant_ids) AS m (workflow_id, tenant_id)
     {on_conflict}
     RETURNING {returning}
 ), attempt AS (

@@ -8,7 +8,13 @@
 -- starting deadline, profile inputs, kind): a fleet due at one minute is a few rows, not
 -- one per schedule. Each group's members travel as array text (the three arrays
 -- aggregate the same rows in the same order, so they align index for index), which the
--- ticker hands back to `ledger_create_tick_runs` without reading it. `later`, on every
+-- ticker hands back to `ledger_create_tick_runs` without reading it. That order is the
+-- workflows' ids, said with ORDER BY: the runs' ids are given in it (a workflow has one
+-- schedule, so it is total). Without it the members came in the order the plan met the
+-- rows: the place of a fire row's newest version, which depends on what VACUUM had freed
+-- when it was written (an older snapshot anywhere on the server holds that back), so a
+-- second run of one simulated scenario could give two workflows' runs at one tick each
+-- other's ids. `later`, on every
 -- row: the earliest fire time of the schedules this claim did not take (due ones held
 -- elsewhere or beyond the batch included), so that with the fire times the pass writes
 -- it gives the earliest once the pass is done, with no read after its writes; when
@@ -27,8 +33,9 @@ WITH due AS (
 ), groups AS (
     SELECT next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
            timeout_seconds, policy_overrides, kind, count(*) AS members,
-           array_agg(id)::text AS schedule_ids, array_agg(workflow_id)::text AS workflow_ids,
-           array_agg(tenant_id)::text AS tenant_ids, min(workflow_id) AS first_workflow
+           array_agg(id ORDER BY workflow_id)::text AS schedule_ids,
+           array_agg(workflow_id ORDER BY workflow_id)::text AS workflow_ids,
+           array_agg(tenant_id ORDER BY workflow_id)::text AS tenant_ids, min(workflow_id) AS first_workflow
       FROM due
      GROUP BY next_fire_at, cron, timezone, starting_deadline_seconds, cadence_seconds, monitoring_enabled,
               timeout_seconds, policy_overrides, kind
