@@ -34,6 +34,7 @@ from tickwarden.clock import isoformat_z
 from tickwarden.simulate import engine, parse_scenario, run_policy
 from tickwarden.simulate.report import to_json
 from tickwarden.store import base
+from tickwarden.store.monitoring import advance_text
 from tickwarden.store.queries import queries
 
 
@@ -58,6 +59,8 @@ class Profile:
         self.queries: collections.Counter[tuple[str, str]] = collections.Counter()
         self.query_seconds: collections.defaultdict[tuple[str, str], float] = collections.defaultdict(float)
         self._names = {text: name for name, text in queries().items()}
+        # a named statement cut by its caller (a part that would do nothing left out), named after it
+        self._names[advance_text()] = "monitoring_record_missed_and_advance (advance only)"
         # A statement completed at run time (one of `PLACEHOLDERS` in its text) is named by its whole
         # text, each placeholder matching what completed it: two statements may share the text before
         # their first one (`monitoring_open_alerts` and `monitoring_record_failures` both start `WITH wanted AS`).

@@ -6,8 +6,11 @@ its rows: these check that a pass reads only the rows it acts on.
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from tests.integration.test_evaluation_plans import _generic_plan, _scans_of
 from tickwarden.db import Database
+from tickwarden.store.monitoring import advance_text
 
 FLEET = 1000
 AT = datetime(2026, 3, 1)
@@ -44,13 +47,16 @@ def test_a_pass_with_no_schedule_written_since_the_last_reads_no_schedule_to_arm
         assert _read(plan, "tick_audits") == 0, plan
 
 
-def test_advancing_a_pass_s_watermarks_reads_only_those_watermarks(db: Database) -> None:
+@pytest.mark.parametrize("statement", ["monitoring_record_missed_and_advance", advance_text()],
+                         ids=["with-missed-ticks", "advance-only"])
+def test_advancing_a_pass_s_watermarks_reads_only_those_watermarks(db: Database, statement: str) -> None:
+    """With ticks to record or without (the update alone, `advance_text`): a probe of each watermark moved."""
     advanced = [7, 70, 700, 701, 999]
     with db.connection() as conn:
         _fleet(conn)
         then = AT + timedelta(minutes=10)
         plan = _generic_plan(
-            conn, "monitoring_record_missed_and_advance",
+            conn, statement,
             {"tenant_ids": "bigint[]", "workflow_ids": "bigint[]", "scheduled_fors": "timestamptz[]",
              "schedule_ids": "bigint[]", "checked_untils": "timestamptz[]", "next_check_ats": "timestamptz[]",
              "error": "text", "now": "timestamptz"},
@@ -58,6 +64,7 @@ def test_advancing_a_pass_s_watermarks_reads_only_those_watermarks(db: Database)
              "checked_untils": [then] * len(advanced), "next_check_ats": [then + timedelta(minutes=5)] * len(advanced),
              "error": "never ran", "now": then})
         assert _read(plan, "tick_audits") == len(advanced), plan
+        assert bool(_writes(plan, "runs")) == (statement == "monitoring_record_missed_and_advance"), plan
         moved = conn.execute("SELECT count(*) FROM tick_audits WHERE checked_until = %s", (then,)).fetchone()[0]
         assert moved == len(advanced)
 

@@ -175,6 +175,40 @@ def test_ticks_that_already_ran_are_not_sent_to_be_recorded_missed(db, clock, mo
     assert detector.last.missed_ticks == [(wf.id, base + timedelta(minutes=15))]
 
 
+def test_a_pass_with_no_tick_to_record_sends_the_watermarks_update_without_the_insert_of_runs(db, clock, monkeypatch):
+    """A pass that records no missed tick moves its watermarks with their update alone (`advance_text`):
+    a data-modifying CTE is set up at every execution, so the insert of runs, which would insert none,
+    is not sent. A pass that does record one still sends the insert, and its runs come back."""
+    from tickwarden.store.base import StoreBase
+
+    sent: list[str] = []
+    real = StoreBase._send_text
+
+    def spy(self, text, params):  # type: ignore[no-untyped-def]
+        sent.append(text)
+        return real(self, text, params)
+
+    monkeypatch.setattr(StoreBase, "_send_text", spy)
+    wf = workflow(db, clock.now(), cadence=FIVE_MIN, name="check")
+    poller, detector = OutcomePoller(db, "p1"), DeadlineDetector(db)
+    detector.run_once(clock.now())
+    base = clock.now().replace(minute=0) + timedelta(hours=1)
+    tick(db, poller, wf, base, [OK], clock)
+    sent.clear()
+    detector.run_once(base + timedelta(seconds=301))  # the tick ran: nothing to record
+    assert detector.last.audited_schedules == 1 and detector.last.missed_ticks == []
+    [advance] = [text for text in sent if "tick_audits" in text]
+    assert advance.startswith("UPDATE tick_audits") and "INSERT INTO runs" not in advance
+    with db.connection() as conn:
+        checked = conn.execute("SELECT checked_until FROM tick_audits ta JOIN schedules s ON s.id = ta.schedule_id"
+                               " WHERE s.workflow_id = %s", (wf.id,)).fetchone()[0]
+    assert checked == base + timedelta(seconds=1)
+    sent.clear()
+    detector.run_once(base + timedelta(minutes=5, seconds=301))  # 02:05 never ran
+    assert detector.last.missed_ticks == [(wf.id, base + timedelta(minutes=5))]
+    assert not [text for text in sent if "tick_audits" in text]  # read, not sent: its runs come back
+
+
 
 def listed(db):
     with db.connection() as conn:

@@ -47,7 +47,8 @@ def _generic_plan(conn, name: str, types: dict[str, str], args: dict[str, object
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
 
-    text = re.sub(r"%\((\w+)\)[sb]", number, queries()[name]).replace("%%", "%")
+    named = name if " " in name else queries()[name]  # a query's name, or a text completed by its caller
+    text = re.sub(r"%\((\w+)\)[sb]", number, named).replace("%%", "%")
     conn.execute(f"PREPARE checked ({', '.join(types[n] for n in names)}) AS {text}")
     conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
     # EXECUTE takes no bound parameters: its arguments are literals

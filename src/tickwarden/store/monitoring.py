@@ -20,6 +20,25 @@ from tickwarden.store.ledger import in_months, month_bounds, recent_months
 from tickwarden.store.queries import queries
 
 
+# What `advance_text` cuts from `monitoring_record_missed_and_advance` (compacted, as `queries()` holds it).
+_ADVANCED, _ADVANCED_END = "\n), advanced AS (\n", "\n)\nSELECT run_id"
+
+
+@functools.cache
+def advance_text() -> str:
+    """`monitoring_record_missed_and_advance` with no tick to record: its watermarks' update alone.
+
+    A data-modifying CTE is set up at every execution, rows or none: the insert of missed
+    runs opened the partitioned `runs` for its routing, with its conflict arbiter, its
+    RETURNING and the sort of what it returned, at every pass that recorded nothing (nearly
+    every pass). The update is cut from the statement's own text, so the two stay one.
+    """
+    text = queries()["monitoring_record_missed_and_advance"]
+    if text.count(_ADVANCED) != 1 or text.count(_ADVANCED_END) != 1:
+        raise AssertionError("monitoring_record_missed_and_advance changed: advance_text must be told what to cut")
+    return text[text.index(_ADVANCED) + len(_ADVANCED):text.index(_ADVANCED_END)]
+
+
 @dataclass(frozen=True)
 class ClaimedAttempt:
     attempt_id: int
@@ -420,7 +439,9 @@ class MonitoringRepository(StoreBase):
         Returns (run, workflow, tick) of the runs created. With no tick to record nothing
         can be created: the statement is then only sent (`_send`), and on the simulator's
         pipelined connection goes out, at no round trip of its own, with the next statement
-        read (its COMMIT with it); elsewhere it is a round trip as before.
+        read (its COMMIT with it); elsewhere it is a round trip as before. It is then the
+        watermarks' update alone (`advance_text`), without the insert of runs that would
+        insert none: most passes record no missed tick.
         """
         if not ticks and not advances:
             return []
@@ -435,7 +456,7 @@ class MonitoringRepository(StoreBase):
             "now": now,
         }
         if not ticks:
-            self._send("monitoring_record_missed_and_advance", params)
+            self._send_text(advance_text(), params)
             return []
         rows = self._rows("monitoring_record_missed_and_advance", params)
         return [(r["run_id"], r["workflow_id"], r["scheduled_for"]) for r in rows]

@@ -603,7 +603,9 @@ SELECT ta.schedule_id, ta.checked_until, s.tenant_id, s.workflow_id, s.cron, s.t
 -- The end of a deadline pass, in one statement: record ticks that never ran as
 -- missed runs (the one-run-per-tick index turns a tick the trigger recorded
 -- meanwhile, or another detector got to, into nothing), and move the watermarks
--- forward past the ticks that were checked.
+-- forward past the ticks that were checked. A pass with no tick to record (nearly every
+-- pass) sends the `advanced` part alone (`store.monitoring.advance_text`, cut from this
+-- text): a data-modifying CTE is set up at every execution, rows or none.
 WITH missed AS (
     INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget, attempts_count,
                       deadline_at, error_category, error, created_at, finished_at)
