@@ -537,7 +537,9 @@ class StoreBase:
         Each is a query's name or its text as a caller completed it (`text_of`). Only on a
         connection in autocommit outside any transaction: the statements then run in
         the implicit transaction of one pipeline sync, committed together when it is reached or,
-        when one fails, rolled back together (and the error raised).
+        when one fails, rolled back together (and the error raised). The statements `_run` appended
+        and the sync leave in one write (`pipeline`'s `one_send`: psycopg's own exit made it three,
+        with two waits on the socket, at every attempt of a worker).
         """
         taken: list[tuple[tuple[str, str, int], psycopg.Cursor[Any]]] = []
         try:
