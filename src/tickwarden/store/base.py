@@ -17,7 +17,7 @@ import psycopg.types.json
 from psycopg.pq import ExecStatus, PipelineStatus
 from psycopg.rows import Row, dict_row
 
-from tickwarden.pipeline import pipeline
+from tickwarden.pipeline import PSYCOPG_TESTED, pipeline
 from tickwarden.store import arrays
 from tickwarden.store.queries import queries
 
@@ -253,9 +253,8 @@ def _pruned(conn: psycopg.Connection[Any], converted: dict[int, tuple[Any, ...]]
 _CONVERTED = "_tickwarden_converted"  # the connection's attribute: id of a kept cursor -> see `_run`, `_pruned`
 
 
-# The psycopg releases `_run` was written against and is tested with (pyproject admits no later one):
+# `PSYCOPG_TESTED` (tickwarden.pipeline): the psycopg releases `_run` was written against and is tested with;
 # under any other, every statement takes psycopg's own `execute`.
-PSYCOPG_TESTED = ("3.3.",)
 
 
 def _psycopg_internals(version: str = psycopg.__version__) -> bool:
@@ -538,11 +537,13 @@ class StoreBase:
         Each is a query's name or its text as a caller completed it (`text_of`). Only on a
         connection in autocommit outside any transaction: the statements then run in
         the implicit transaction of one pipeline sync, committed together when it is reached or,
-        when one fails, rolled back together (and the error raised).
+        when one fails, rolled back together (and the error raised). The statements `_run` appended
+        and the sync leave in one write (`pipeline`'s `one_send`: psycopg's own exit made it three,
+        with two waits on the socket, at every attempt of a worker).
         """
         taken: list[tuple[tuple[str, str, int], psycopg.Cursor[Any]]] = []
         try:
-            with pipeline(self.conn):
+            with pipeline(self.conn, one_send=True):
                 for name, params in statements:
                     text = text_of(name)
                     # A statement sent twice in one exchange needs a cursor for each of its results.
