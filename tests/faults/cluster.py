@@ -92,7 +92,18 @@ class Cluster:
 
     def __init__(self, root: Path, *, replicas: int = 2, workers: int = 3):
         self.root = root
+        self.replicas: dict[str, subprocess.Popen] = {}
+        self.workers: dict[str, subprocess.Popen] = {}
+        self.receiver: Receiver | None = None
+        self.shared: Path | None = None
         self.pg = PrivatePostgres()
+        try:
+            self._set_up(root, replicas, workers)
+        except BaseException:
+            self.close()  # a set-up that failed leaves no server, replica or worker running
+            raise
+
+    def _set_up(self, root: Path, replicas: int, workers: int) -> None:
         self.receiver = Receiver()
         # Steps run as their environment's own user, not the test's: what they write or
         # look at lives in a directory that user may use.
@@ -103,8 +114,6 @@ class Cluster:
         self.env = {**os.environ, "TICKWARDEN_DATABASE_URL": self.pg.url, "TICKWARDEN_SECRET_KEY": SECRET,
                     "TICKWARDEN_DATA_DIR": str(root / "data"), "TICKWARDEN_ALLOW_PRIVATE_URLS": "127.0.0.0/8"}
         self.env.pop("TICKWARDEN_SCHEMA", None)
-        self.replicas: dict[str, subprocess.Popen] = {}
-        self.workers: dict[str, subprocess.Popen] = {}
         self.kills: list[float] = []  # when a worker was killed: its steps die within a second
         self.cli("db", "upgrade")
         (root / "fleet.yaml").write_text(self._fleet())
@@ -171,12 +180,14 @@ workflows:
         return [r[0] for r in rows if r[0] in self.workers]
 
     def close(self) -> None:
-        shutil.rmtree(self.shared, ignore_errors=True)
+        if self.shared is not None:
+            shutil.rmtree(self.shared, ignore_errors=True)
         for proc in [*self.replicas.values(), *self.workers.values()]:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
-        self.receiver.close()
+        if self.receiver is not None:
+            self.receiver.close()
         self.pg.destroy()
 
     # -- the database --------------------------------------------------------------------
