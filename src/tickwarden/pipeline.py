@@ -39,18 +39,31 @@ def pipeline(conn: psycopg.Connection, *, one_send: bool = False) -> Iterator[No
         raise
 
 
-def _one_send_internals(version: str = psycopg.__version__) -> bool:
-    """Whether `_one_send` may leave a pipeline itself: a psycopg release it is tested with, whose pipeline,
-    connection and generators have the members it uses."""
+def tested_pipeline(version: str = psycopg.__version__) -> bool:
+    """Whether psycopg is a release tickwarden's uses of its internals are tested with, and its pipeline keeps
+    the queues they use (the gates of `_one_send` and of `store.base._run`, each checking its other members)."""
     if not version.startswith(PSYCOPG_TESTED):
         return False
     try:
         from psycopg._pipeline_base import BasePipeline
-        from psycopg.generators import send
     except ImportError:
         return False
     annotated = getattr(BasePipeline, "__annotations__", {})
-    return (callable(send) and "command_queue" in annotated and "result_queue" in annotated
+    return "command_queue" in annotated and "result_queue" in annotated
+
+
+def _one_send_internals(version: str = psycopg.__version__) -> bool:
+    """Whether `_one_send` may leave a pipeline itself: a psycopg release it is tested with, whose pipeline,
+    connection and generators have the members it uses."""
+    if not tested_pipeline(version):
+        return False
+    from psycopg._pipeline_base import BasePipeline
+
+    try:
+        from psycopg.generators import send
+    except ImportError:
+        return False
+    return (callable(send)
             and all(callable(getattr(BasePipeline, name, None)) for name in ("_fetch_gen", "_exit"))
             and all(callable(getattr(psycopg.Pipeline, name, None)) for name in ("__enter__", "__exit__"))
             and callable(getattr(psycopg.Connection, "_check_connection_ok", None))

@@ -95,7 +95,8 @@ def test_outside_pipeline_mode_it_is_execute(db, executes):
 
 def test_sends_prepared_only_under_a_tested_psycopg():
     """Another psycopg release (pyproject admits none, but an environment may hold one) takes `execute`."""
-    from tickwarden.store.base import PSYCOPG_TESTED, _psycopg_internals
+    from tickwarden.pipeline import PSYCOPG_TESTED
+    from tickwarden.store.base import _psycopg_internals
 
     assert psycopg.__version__.startswith(PSYCOPG_TESTED)
     assert _psycopg_internals(psycopg.__version__)

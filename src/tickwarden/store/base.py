@@ -17,7 +17,7 @@ import psycopg.types.json
 from psycopg.pq import ExecStatus, PipelineStatus
 from psycopg.rows import Row, dict_row
 
-from tickwarden.pipeline import PSYCOPG_TESTED, pipeline
+from tickwarden.pipeline import pipeline, tested_pipeline
 from tickwarden.store import arrays
 from tickwarden.store.queries import queries
 
@@ -253,24 +253,18 @@ def _pruned(conn: psycopg.Connection[Any], converted: dict[int, tuple[Any, ...]]
 _CONVERTED = "_tickwarden_converted"  # the connection's attribute: id of a kept cursor -> see `_run`, `_pruned`
 
 
-# `PSYCOPG_TESTED` (tickwarden.pipeline): the psycopg releases `_run` was written against and is tested with;
-# under any other, every statement takes psycopg's own `execute`.
-
-
 def _psycopg_internals(version: str = psycopg.__version__) -> bool:
-    """Whether `_run` may send prepared statements itself: a psycopg release it is tested with, whose
-    cursor, pipeline and prepared-statement cache have the members it uses."""
-    if not version.startswith(PSYCOPG_TESTED):
+    """Whether `_run` may send prepared statements itself: a psycopg release it is tested with
+    (`tickwarden.pipeline.PSYCOPG_TESTED`; under any other, every statement takes psycopg's own
+    `execute`), whose cursor, pipeline and prepared-statement cache have the members it uses."""
+    if not tested_pipeline(version):
         return False
     try:
-        from psycopg._pipeline_base import BasePipeline
         from psycopg._preparing import PrepareManager
         from psycopg._queries import PostgresQuery
     except ImportError:
         return False
-    annotated = getattr(BasePipeline, "__annotations__", {})
-    return ("command_queue" in annotated and "result_queue" in annotated
-            and {"_names", "_to_flush", "prepare_threshold"} <= set(vars(PrepareManager()))
+    return ({"_names", "_to_flush", "prepare_threshold"} <= set(vars(PrepareManager()))
             | set(getattr(PrepareManager, "__annotations__", {}))
             and {"_reset", "_last_query", "_tx", "_pgconn", "_closed"} <= set(dir(psycopg.Cursor))
             and hasattr(PostgresQuery, "dump") and hasattr(PostgresQuery, "convert")
