@@ -1,5 +1,6 @@
-"""A killed worker takes the subprocesses its steps started with it."""
+"""A killed worker takes the subprocesses its steps started with it, and leaves no socket or directory behind."""
 
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ request = {"op": "run", "tenant_id": 1, "inputs": {},
            "step": {"name": "s", "kind": "python", "call": "tests.steps:spawn_later",
                     "params": {"delay": 2, "path": sys.argv[1]}}}
 answer = proc.call(request, 10)
-print(json.dumps({"ok": answer.get("ok"), "runner": proc.pid}), flush=True)
+print(json.dumps({"ok": answer.get("ok"), "runner": proc.pid, "socket": proc._socket}), flush=True)
 time.sleep(60)
 """
 
@@ -36,12 +37,17 @@ def test_it_kills_the_steps_subprocesses_when_the_worker_is_killed(tmp_path):
     try:
         line = worker.stdout.readline()
         assert '"ok": true' in line, line
-        runner = int(line.split('"runner": ')[1].rstrip("}\n"))
+        started = json.loads(line)
+        runner, socket_path = started["runner"], started["socket"]
+        assert os.path.basename(os.path.dirname(socket_path)).startswith("tickwarden-env-")  # made for it alone
         worker.send_signal(signal.SIGKILL)
         worker.wait(5)
         time.sleep(3.5)  # past the step subprocess's delay and the runner's parent check
         assert not marker.exists(), "a step's subprocess outlived its killed worker"
         assert not _alive(runner)
+        # The worker could not remove what its environment left in the temporary directory: the runner did.
+        assert not os.path.exists(socket_path)
+        assert not os.path.exists(os.path.dirname(socket_path))
     finally:
         if worker.poll() is None:
             worker.kill()

@@ -53,7 +53,7 @@ class EnvironmentProcess:
         # of that directory (it runs as another user), yet it starts inside it.
         bind = os.path.basename(socket_path) if where == cwd else socket_path
         command = [self.python, "-u", str(RUNNER), "--tenant", str(tenant_id), "--listen", f"unix:{bind}",
-                   "--lifeline"]
+                   "--lifeline", *(["--own-dir"] if self._own_dir is not None else [])]
         for path in paths or []:
             command += ["--path", path]
         started = time.monotonic()

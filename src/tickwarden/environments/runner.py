@@ -165,9 +165,21 @@ def _watch_parent(parent: int) -> None:
         time.sleep(0.5)
 
 
+# What this runner leaves behind in local mode and removes as it exits: its socket and, when the
+# worker made the socket's directory for it alone (`--own-dir`), that directory. A worker that
+# stops its environment removes them itself; one that was killed cannot.
+_LEFT_BEHIND: list[str] = []
+
+
 def _exit_with_group(code: int) -> None:
     # The worker starts us as a process group leader, so a step's subprocesses share
     # our group: they go with us, or a retry could repeat their side effects.
+    for path in _LEFT_BEHIND:
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path):
+                os.rmdir(path)  # empty once the socket is gone; anything else put there stays, and so does it
+            else:
+                os.unlink(path)
     if os.getpgrp() == os.getpid():
         os.killpg(os.getpid(), signal.SIGKILL)
     os._exit(code)
@@ -691,6 +703,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--secrets-dir", help="directory of the environment's mounted Secret")
     parser.add_argument("--lifeline", action="store_true",
                         help="read the credential from the first line of stdin, then exit when stdin closes")
+    parser.add_argument("--own-dir", action="store_true",
+                        help="the unix socket's directory was made for this runner: remove it, with the socket, on exit")
     args = parser.parse_args(argv)
     # Imports resolve from the worker's working directory and the configured paths,
     # not from this file's folder.
@@ -704,6 +718,11 @@ def main(argv: list[str] | None = None) -> None:
     if len(credential) < 16:
         raise SystemExit("the credential is too short")
     listener = listen(args.listen)
+    kind, _, where = args.listen.partition(":")
+    if kind == "unix" and args.lifeline:
+        _LEFT_BEHIND.append(os.path.abspath(where))  # absolute now: a step may change the working directory
+        if args.own_dir:
+            _LEFT_BEHIND.append(os.path.dirname(_LEFT_BEHIND[0]))
     # One line on stdout says the socket is bound; then stdout points at stderr, so stray
     # writes (C extensions, subprocesses) never reach the worker.
     sys.stdout.write("listening\n")
