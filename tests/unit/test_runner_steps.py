@@ -99,3 +99,10 @@ def test_an_envelope_is_the_line_json_dumps_writes(named):
     line = runner.envelope(b"c" * 32, "request", challenge, payload, named=named)
     assert line == (json.dumps(outer) + "\n").encode()
     assert runner.opened(b"c" * 32, "request", challenge, line.rstrip(b"\n")) == payload
+
+
+def test_a_step_of_a_module_blocked_in_sys_modules_is_a_resolve_failure(monkeypatch):
+    monkeypatch.setitem(sys.modules, "runner_blocked_steps", None)
+    answer = runner._call_python({"call": "runner_blocked_steps:noop"}, {})
+    assert answer["phase"] == "resolve" and answer["error_type"] == "ModuleNotFoundError"
+    assert runner._call_python({"call": "tests.steps:noop"}, {})["ok"]

@@ -200,7 +200,13 @@ def _tail(text: str) -> str:
 
 def _resolve(call: str):
     module_name, _, attr = call.partition(":")
-    module = importlib.import_module(module_name)
+    # A module imported whole already is taken as `import_module` takes it, less its four calls (its
+    # checks of the name, its look in `sys.modules` and at the module's `_initializing`): any other
+    # (not imported yet, being imported, None in `sys.modules`, a relative name) goes through it.
+    module = sys.modules.get(module_name)
+    if module is None or module_name.startswith(".") or getattr(getattr(module, "__spec__", None),
+                                                                "_initializing", False):
+        module = importlib.import_module(module_name)
     return getattr(module, attr)
 
 
