@@ -254,7 +254,8 @@ class EnvironmentPool:
         (and not idle past its timeout) is not looked at: that attempt's `acquire`, moments later,
         looks at it before handing it out (a dead one is retired and a new one woken there), so a
         warm attempt waits on one liveness check (one `wait4`), not two. One kept busy for an
-        attempt that never comes to it is marked warm by `settle`, and looked at from then on.
+        attempt that never comes to it is looked at once marked warm (`settle`, `released`), or
+        once idle past its timeout, as every process is.
         """
         stopped = []
         for instance in list(self._live.values()):
