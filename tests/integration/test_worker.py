@@ -408,3 +408,22 @@ def test_text_the_database_cannot_store_is_replaced_not_fatal(db, clock, workers
         assert "bad\ufffdbyte \ufffd" in attempt.error
     else:
         assert attempt.outputs == {"s": {"text\ufffd": "a\ufffdb\ufffd", "rows": 3}}
+
+
+def test_a_process_killed_while_kept_busy_for_the_next_attempt_is_replaced_by_that_attempt(db, clock, workers):
+    wf = make_runnable(db, clock.now(), [python_step("who", "pid")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=2 - i), clock.now()) for i in range(2)]
+    worker = workers(batch=2)
+    worker.run_once(clock.now())
+    [instance] = worker.environments.live()
+    # Leased with the first, the second is of the same environment: the process is kept busy for it,
+    # and the pass's janitor leaves the look at it to that attempt's `acquire`.
+    assert instance.marked == "busy"
+    instance.process.kill()
+    worker.run_once(clock.now())
+    first, second = (outcome(db, r.id) for r in runs)
+    assert first[0].status == second[0].status == "succeeded"
+    assert first[2]["who"].output["pid"] == instance.pid != second[2]["who"].output["pid"]
+    with db.transaction() as store:
+        statuses = {i.id: i.status for i in store.execution.list_environment_instances(include_stopped=True)}
+    assert statuses.pop(instance.row_id) == "dead" and list(statuses.values()) == ["warm"]

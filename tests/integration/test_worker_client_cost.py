@@ -13,6 +13,7 @@ from tests.execution_helpers import SECRET, make_runnable, python_step, queue_ru
 from tests.helpers import republish
 from tickwarden import worker as worker_module
 from tickwarden.db import DedicatedDatabase
+from tickwarden.environments.process import EnvironmentProcess
 from tickwarden.worker import Worker
 
 
@@ -190,3 +191,22 @@ def test_a_workflow_that_keeps_its_outputs_still_has_them_measured_and_recorded(
     assert measured == [1]
     with db.transaction() as store:
         assert store.conn.execute("SELECT outputs FROM attempts").fetchall() == [({"first": {"value": 21}},)]
+
+
+def test_a_warm_attempt_looks_at_its_process_once(db, clock, monkeypatch):
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    for i in range(8):
+        queue_run(db, wf, clock.now() - timedelta(minutes=20 - i), clock.now(), budget=0)
+    worker = Worker(db, "w1", clock=clock, secret_key=SECRET, batch=4)
+    looks: list[int] = []
+    real_alive = EnvironmentProcess.alive
+
+    def alive(process: EnvironmentProcess) -> bool:
+        looks.append(process.pid)
+        return real_alive(process)
+
+    # Each look is a `wait4`: the janitor's and the release's were the acquire's again, moments apart.
+    _warm_then_watched(worker, clock, lambda: monkeypatch.setattr(EnvironmentProcess, "alive", alive), monkeypatch)
+    assert len(looks) == 3 and len(set(looks)) == 1
+    with db.transaction() as store:
+        assert store.conn.execute("SELECT count(*) FROM runs WHERE status = 'succeeded'").fetchone()[0] == 6

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import json
 import os
+import subprocess
 import sys
 import types
 
@@ -73,3 +75,34 @@ def test_each_step_logs_into_its_own_capture_whatever_an_earlier_one_did_to_it(m
     assert second["log"] == "WARNING steps: doubling the upstream value"
     assert runner._step_handler is not None and runner._step_handler not in logging.getLogger().handlers
     assert runner._step_handler.stream.getvalue() == ""
+
+
+def test_a_steps_variables_reach_what_it_starts_and_leave_with_it(environ):
+    # Set and unset at the C level, not only in `os.environ`'s own copy: a child started without
+    # an environment of its own inherits the process's.
+    show = [sys.executable, "-c", "import os; print(os.environ.get('API_TOKEN'), os.environ.get('KEPT'))"]
+    with runner._variables({"API_TOKEN": "s3cret", "KEPT": "given"}):
+        during = subprocess.run(show, capture_output=True, text=True, check=True).stdout.split()
+    after = subprocess.run(show, capture_output=True, text=True, check=True).stdout.split()
+    assert during == ["s3cret", "given"] and after == ["None", "before"]
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_an_envelope_is_the_line_json_dumps_writes(named):
+    # A server or client of an earlier release parses it: the text is the one `json.dumps` gave, to the byte.
+    payload = {"op": "run", "inputs": {"x": "é\u2028\"\\\n"}, "environment": {"K": "v"}, "watchdog_ms": 1500}
+    challenge = "ab" * 32
+    body = runner.dumps_str(payload)
+    outer = {"body": body, "mac": runner.sign(b"c" * 32, "request", challenge, body)}
+    if named:
+        outer["challenge"] = challenge
+    line = runner.envelope(b"c" * 32, "request", challenge, payload, named=named)
+    assert line == (json.dumps(outer) + "\n").encode()
+    assert runner.opened(b"c" * 32, "request", challenge, line.rstrip(b"\n")) == payload
+
+
+def test_a_step_of_a_module_blocked_in_sys_modules_is_a_resolve_failure(monkeypatch):
+    monkeypatch.setitem(sys.modules, "runner_blocked_steps", None)
+    answer = runner._call_python({"call": "runner_blocked_steps:noop"}, {})
+    assert answer["phase"] == "resolve" and answer["error_type"] == "ModuleNotFoundError"
+    assert runner._call_python({"call": "tests.steps:noop"}, {})["ok"]

@@ -182,7 +182,7 @@ class EnvironmentPool:
         worker starts next, already leased: a process that will serve it is kept `busy` (the
         next `acquire` then writes nothing) instead of going to `warm` and back. With no
         instance, a process kept busy for this attempt (which did not reach it) goes to `warm`.
-        None when nothing is left to write: a pod's use and a dead process are recorded here.
+        None when nothing is left to write: a pod's use is recorded here.
         """
         if instance is None:
             kept = next((i for i in self._live.values() if i.marked == "busy"), None)
@@ -190,9 +190,11 @@ class EnvironmentPool:
                 return None
             kept.marked = "warm"
             return kept.row_id, "warm", self._served(kept, now)
-        if instance.remote or not instance.process.alive():
+        if instance.remote:
             self.release(instance, now)
             return None
+        # Not looked at here: it has just answered the attempt's last step. Should it die after that,
+        # the next pass finds it dead, by `stop_idle` or by the `acquire` that would hand it out.
         instance.last_used_at = now
         instance.runs_served += 1
         keep = self.serves(instance, next_environment)
@@ -246,13 +248,21 @@ class EnvironmentPool:
         self._retire(instance, status, now)
 
     def stop_idle(self, now: datetime) -> list[Instance]:
-        """Stop every process idle for longer than its environment's idle timeout; return them."""
+        """Stop every process idle for longer than its environment's idle timeout; return them.
+
+        Every process found dead is recorded dead, but one kept busy for the attempt coming next
+        (and not idle past its timeout) is not looked at: that attempt's `acquire`, moments later,
+        looks at it before handing it out (a dead one is retired and a new one woken there), so a
+        warm attempt waits on one liveness check (one `wait4`), not two. One kept busy for an
+        attempt that never comes to it is looked at once marked warm (`settle`, `released`), or
+        once idle past its timeout, as every process is.
+        """
         stopped = []
         for instance in list(self._live.values()):
-            idle_until = instance.last_used_at + timedelta(seconds=instance.environment.idle_timeout_seconds)
-            if not instance.process.alive():
+            idle = instance.last_used_at + timedelta(seconds=instance.environment.idle_timeout_seconds) <= now
+            if (idle or instance.marked != "busy") and not instance.process.alive():
                 self._retire(instance, "dead", now)
-            elif idle_until <= now:
+            elif idle:
                 self._retire(instance, "stopped", now)
                 stopped.append(instance)
         return stopped

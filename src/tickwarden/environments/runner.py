@@ -107,13 +107,22 @@ each, and a step's output at every attempt). The encoder keeps no state between 
 threads share it."""
 
 
+_quoted = json.encoder.encode_basestring_ascii
+"""A string as `json.dumps` writes it (quoted, escaped, ASCII): `envelope` writes its own two- or three-member
+object with it, the same text `json.dumps` gives that dict, without an encoder's pass over a dict at every
+request and answer (the MAC is a hex string, written as it is)."""
+
+
 def envelope(credential: bytes, role: str, challenge: str, payload: dict, *, named: bool = False) -> bytes:
-    """Return one signed line carrying `payload`; `named`: the line names its challenge (one the server issued)."""
+    """Return one signed line carrying `payload`; `named`: the line names its challenge (one the server issued).
+
+    The line is `json.dumps({"body": BODY, "mac": MAC[, "challenge": CHALLENGE]})` and a newline, to the byte.
+    """
     body = dumps_str(payload)
-    outer = {"body": body, "mac": sign(credential, role, challenge, body)}
+    line = '{"body": ' + _quoted(body) + ', "mac": "' + sign(credential, role, challenge, body)
     if named:
-        outer["challenge"] = challenge
-    return (json.dumps(outer) + "\n").encode()
+        return (line + '", "challenge": ' + _quoted(challenge) + "}\n").encode()
+    return (line + '"}\n').encode()
 
 
 def opened(credential: bytes, role: str, challenge: str, line: bytes | dict) -> dict:
@@ -191,7 +200,13 @@ def _tail(text: str) -> str:
 
 def _resolve(call: str):
     module_name, _, attr = call.partition(":")
-    module = importlib.import_module(module_name)
+    # A module imported whole already is taken as `import_module` takes it, less its four calls (its
+    # checks of the name, its look in `sys.modules` and at the module's `_initializing`): any other
+    # (not imported yet, being imported, None in `sys.modules`, a relative name) goes through it.
+    module = sys.modules.get(module_name)
+    if module is None or module_name.startswith(".") or getattr(getattr(module, "__spec__", None),
+                                                                "_initializing", False):
+        module = importlib.import_module(module_name)
     return getattr(module, attr)
 
 
@@ -211,21 +226,31 @@ def _variables(given: dict):
     """
     environ = os.environ
     data = getattr(environ, "_data", None)
-    decodekey, decodevalue = getattr(environ, "decodekey", None), getattr(environ, "decodevalue", None)
-    if not isinstance(data, dict) or decodekey is None or decodevalue is None:
-        data, decodekey, decodevalue = environ, str, str  # the decoded mapping: slower, the same outcome
+    encodekey, encodevalue = getattr(environ, "encodekey", None), getattr(environ, "encodevalue", None)
+    # What `os.environ`'s item assignment and deletion do, less their calls: the C-level variable set or
+    # unset, and its encoded copy in `_data` kept the same (half of this block's cost went in `update`'s
+    # and `__setitem__`'s frames, and in decoding a key only to have `__delitem__` encode it again).
+    putenv, unsetenv = os.putenv, os.unsetenv
+    if not isinstance(data, dict) or encodekey is None or encodevalue is None:
+        data, encodekey, encodevalue = environ, str, str  # the decoded mapping: slower, the same outcome
+        putenv, unsetenv = environ.__setitem__, environ.__delitem__  # type: ignore[assignment]
     saved = dict(data)
-    environ.update({str(k): str(v) for k, v in given.items()})
+    for name, value in given.items():
+        key, value = encodekey(str(name)), encodevalue(str(value))
+        putenv(key, value)
+        data[key] = value  # the decoded mapping's assignment set it already: the same again
     try:
         yield
     finally:
         if data != saved:
             for key in [key for key in data if key not in saved]:
-                del environ[decodekey(key)]
+                unsetenv(key)
+                data.pop(key, None)  # the decoded mapping's deletion removed it already
             if data != saved:  # the step changed or removed an earlier variable itself
                 for key, value in saved.items():
                     if data.get(key) != value:
-                        environ[decodekey(key)] = decodevalue(value)
+                        putenv(key, value)
+                        data[key] = value
 
 
 def _run_python(step: dict, inputs: dict, given: dict | None = None) -> dict:
