@@ -674,6 +674,30 @@ def test_one_outcome_finds_its_attempt_by_its_key(db: Database) -> None:
     assert finish_text(finished * 2) != finish_text(finished)  # a batch reads its array
 
 
+def test_a_batch_of_outcomes_finds_each_attempt_by_its_key(db: Database) -> None:
+    """A batch of outcomes (the simulator's) reads its array (`jsonb_to_recordset`, which the
+    planner takes for 100 rows) through a LIMIT of its own length, and tests the status as one
+    outcome does: its plan, made once, probes the month's primary key for each outcome, where it
+    read the running attempts' partial lease index whole into a hash (every entry its leases
+    and starts left there, dead ones until a VACUUM). Every outcome of the batch is still
+    applied, once."""
+    now = _two_february_runs(db)
+    with db.autocommit() as store:
+        leased = [a for a, _ in store.execution.exchange("w1", now, 600, lease=2).leased]
+    finished = [(attempt, AttemptOutcome(status="succeeded"), now) for attempt in leased]
+    text, params = finish_text(finished), finish_params("w1", finished, wake=False)
+    assert "jsonb_to_recordset" in text and text != finish_text(finished[:1])
+    with db.transaction() as store:
+        scans = attempt_scans(generic_plan(store.conn, text, params))
+    assert scans == [("Index Scan", "attempts_p202502_pkey")]
+    with db.transaction() as store:
+        applied = store.conn.execute(text, params, prepare=True).fetchall()
+        again = store.conn.execute(text, params, prepare=True).fetchall()
+    assert sorted((r[0], r[3]) for r in applied) == sorted((a.id, "succeeded") for a in leased) and again == []
+    assert rows(db, "SELECT status FROM attempts WHERE id = ANY (%s) ORDER BY id", [a.id for a in leased]) == [
+        ("succeeded",), ("succeeded",)]
+
+
 def queued_in_february(db: Database) -> tuple[Workflow, list[datetime]]:
     """A daily workflow with every month's partitions: finished runs in January and March, two
     ticks queued in February (returned), so a plan that holds February's partitions alone was
