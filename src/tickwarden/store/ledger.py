@@ -443,8 +443,8 @@ def finish_text(finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]], *,
                 steps: bool = True) -> str:
     """The text of `ledger_finish_attempts` for these attempts: its `{months}` theirs (`in_months`; not empty).
 
-    One outcome reads its one object, a batch the array (through a LIMIT of its length, which
-    the planner takes for fewer rows than a set of JSON); each finds its attempts by their key
+    One outcome reads its one object, a batch the array (through two LIMITs of its length, which
+    the planner takes for one row, as it does one object); each finds its attempts by their key
     (see the statement's `{reported}`, `{reported_rows}` and `{running}`). The parameters are the
     same (`finish_params`): one JSON array either way.
 

@@ -237,15 +237,19 @@ UPDATE attempts
 -- attempts, a cost that grew with every attempt until the next VACUUM. One outcome (the
 -- worker's, at every attempt) reads its one object (`jsonb_to_record`, known to the planner as
 -- one row). A batch (the simulator's) reads the array with `jsonb_to_recordset`, which the
--- planner takes for 100 rows, through a LIMIT of the array's own length: it returns every
--- outcome all the same, but is taken for 10, so the probes by key are planned as they are for
--- one, not a hash of a whole month's attempts (without the index, a scan of the partition).
+-- planner takes for 100 rows, through two LIMITs of the array's own length (`{reported_rows}`,
+-- nothing for one outcome): they return every outcome all the same, but each is taken for a
+-- tenth of what it reads, so the batch is taken for one row and its probes by key are planned
+-- as one outcome's are. Taken for 100 rows, or for 10, a plan made while the month held a few
+-- thousand attempts (a simulation's first hours, until the ANALYZE after them) hashed a scan
+-- of the whole partition instead, at every outcome.
 WITH reported AS (
     SELECT *
-      FROM {reported}
-           AS o (attempt_id bigint, run_scheduled_for timestamptz, workflow_id bigint, status text,
-                 finished_at timestamptz, error_category text, error text, failed_step text, retryable boolean,
-                 log_tail text, outputs jsonb, rows bigint){reported_rows}
+      FROM (SELECT *
+              FROM {reported}
+                   AS o (attempt_id bigint, run_scheduled_for timestamptz, workflow_id bigint, status text,
+                         finished_at timestamptz, error_category text, error text, failed_step text,
+                         retryable boolean, log_tail text, outputs jsonb, rows bigint){reported_rows}) o{reported_rows}
 ), outcome AS (
     -- A workflow that expects rows fails a success that reported none (empty_result,
     -- retryable: the data may be late); judged here so every writer of outcomes agrees.
