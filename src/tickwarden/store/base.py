@@ -289,7 +289,7 @@ def _dump(pgq: Any, params: dict[str, Any] | None) -> None:
     if want is not None and type(params) is dict:
         order = pgq._order
         try:
-            values = [params[name] for name in order] if order else ()
+            values = list(map(params.__getitem__, order)) if order else ()  # no frame of its own, as a comprehension has
         except KeyError:
             pgq.dump(params)  # raises: "query parameter missing: ..."
             raise
