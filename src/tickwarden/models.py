@@ -42,7 +42,7 @@ def _stored_names(cls: type) -> tuple[str, ...] | None:
     `__post_init__`, a field left out of `__init__` or an init-only variable) or that has slots
     (no `__dict__`) is built by its `__init__`.
     """
-    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    fields = dataclasses.fields(cls)
     params = getattr(cls, "__dataclass_params__", None)
     if (params is None or not params.init or hasattr(cls, "__post_init__") or hasattr(cls, "__slots__")
             or any(not f.init for f in fields) or len(fields) != len(cls.__dataclass_fields__)):  # type: ignore[attr-defined]
@@ -71,7 +71,7 @@ def from_row(cls: type[T], row: dict[str, Any]) -> T:
     if stored is None:
         return cls(*values)
     made: T = _new(cls)
-    _assign(made, "__dict__", dict(zip(stored, values)))
+    _assign(made, "__dict__", dict(zip(stored, values, strict=False)))  # of one length: read by the same names
     return made
 
 
