@@ -645,7 +645,7 @@ class _Pipelined:
             db._lent = False
 
 
-class _Ahead:
+class _AheadBorrow:
     """`DedicatedDatabase.ahead`'s borrow of the connection, in the kept pipeline, given back whatever happens.
 
     A class for the reason `_Pipelined` is one: some 2,600 borrows a simulated day, each two
@@ -820,7 +820,7 @@ class DedicatedDatabase(Database):
         """One-statement operations, as one transaction of the kept pipeline (see the class)."""
         return _Pipelined(self)  # `_pipelined`, one call fewer
 
-    def ahead(self) -> _Ahead:
+    def ahead(self) -> _AheadBorrow:
         """Lend the kept pipeline for writes sent ahead of the next borrow, inside its transaction.
 
         No BEGIN or COMMIT of their own: the server runs what is sent in the implicit
@@ -832,7 +832,7 @@ class DedicatedDatabase(Database):
         before the pass that must see them: that pass's first borrow either commits or fails
         the run.
         """
-        return _Ahead(self)
+        return _AheadBorrow(self)
 
     def _store(self, conn: psycopg.Connection) -> Store:
         """The store bound to `conn`, built once per connection: its repositories hold nothing but the connection."""
