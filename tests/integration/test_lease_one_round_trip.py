@@ -10,7 +10,9 @@ from tests.dbutil import TEST_URL
 from tests.execution_helpers import make_runnable, python_step, queue_run
 from tests.integration.test_worker_round_trips import Traced, statuses
 from tickwarden.db import Database
+from tickwarden.store.base import StoreBase
 from tickwarden.store.execution import LeaseMark
+from tickwarden.store.queries import queries
 
 
 def test_a_lease_on_its_own_is_one_round_trip_and_a_second_finds_the_rest(db, clock, tmp_path):
@@ -93,3 +95,25 @@ def test_the_mark_is_decided_by_the_first_attempt_the_lease_locks(db, clock):
         store.execution.exchange("w1", later + timedelta(seconds=3), 60, lease=1, instance=mark([served.id], False))
     assert _row(db, instance_id) == ("warm", 3, later + timedelta(seconds=3))
     assert decided == ["busy", None, "warm", "warm"]
+
+
+def test_a_lease_inside_a_transaction_sends_the_lock_and_reads_only_the_writes(db, clock, monkeypatch):
+    """The lock's rows are the server's (its settings tell the writes what it locked): the lease reads
+    no row of them, in a pipelined transaction (the simulator's) as in a plain one."""
+    wf = make_runnable(db, clock.now(), [python_step("noop", "noop")])
+    runs = [queue_run(db, wf, clock.now() - timedelta(minutes=10 - i), clock.now()) for i in range(3)]
+    submitted: list[str] = []
+    submit = StoreBase._submit_text
+
+    def recorded(store, text, params):
+        submitted.append(text)
+        return submit(store, text, params)
+
+    monkeypatch.setattr(StoreBase, "_submit_text", recorded)
+    with db.transaction(pipelined=True) as store:
+        first = store.ledger.lease_attempts_with_ticks("w1", clock.now(), 60, limit=2)
+    with db.transaction() as store:
+        second = store.ledger.lease_attempts_with_ticks("w2", clock.now(), 60, limit=2)
+    assert submitted == [queries()["ledger_lease_attempts"]] * 2
+    assert [a.run_id for a, _ in first] == [runs[0].id, runs[1].id] and [a.run_id for a, _ in second] == [runs[2].id]
+    assert statuses(db, [r.id for r in runs]) == [[("running", "w1")], [("running", "w1")], [("running", "w2")]]

@@ -190,3 +190,15 @@ def test_the_tickers_claim_makes_no_cursor_once_warm(database, monkeypatch):
     for _ in range(2):
         claim()
     assert cursors_made(monkeypatch, claim) == 0
+
+
+def test_a_statement_submitted_for_tuples_reads_them_on_a_kept_cursor_of_its_own_shape(database, monkeypatch):
+    def one_tuple_pass() -> None:
+        with database.transaction() as store:
+            tuples, dicts = store.outbox._submit_text(SQUARE, {"n": 3}, tuples=True), store.outbox._submit_text(
+                SQUARE, {"n": 4})
+            assert dicts() == [{"sq": 16}]
+            assert tuples() == [(9,)]
+
+    one_tuple_pass()  # the warm pass makes the cursors of each shape
+    assert cursors_made(monkeypatch, one_tuple_pass) == 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, InitVar, dataclass, field
 
 import pytest
 
@@ -29,3 +29,53 @@ def test_a_field_missing_from_the_row_keeps_its_default_and_a_required_one_fails
     assert from_row(Pair, {"left": 3, "extra": 1}) == Pair(3)
     with pytest.raises(TypeError):
         from_row(Pair, {"right": "r"})
+
+
+@dataclass(frozen=True)
+class Checked:
+    value: int
+
+    def __post_init__(self) -> None:
+        if self.value < 0:
+            raise ValueError("negative")
+
+
+@dataclass(frozen=True)
+class Derived:
+    value: int
+    twice: int = field(init=False, default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Slotted:
+    value: int
+
+
+@dataclass(frozen=True)
+class WithInitVar:
+    value: int
+    scale: InitVar[int]
+
+    def __post_init__(self, scale: int) -> None:
+        object.__setattr__(self, "value", self.value * scale)
+
+
+def test_an_instance_built_from_a_row_is_the_one_its_init_builds_and_as_frozen():
+    made = from_row(Pair, {"right": "r", "left": 3})
+    assert made == Pair(3, "r") and hash(made) == hash(Pair(3, "r")) and repr(made) == repr(Pair(3, "r"))
+    assert made.__class__ is Pair and vars(made) == vars(Pair(3, "r"))
+    with pytest.raises(FrozenInstanceError):
+        made.left = 4  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("cls", [Checked, Derived, Slotted])
+def test_a_class_whose_init_does_more_than_store_its_fields_is_built_by_its_init(cls):
+    made = from_row(cls, {"value": 1, "extra": 2})
+    assert made == cls(1) and made.__class__ is cls
+    with pytest.raises(ValueError):
+        from_row(Checked, {"value": -1})
+
+
+def test_a_class_with_an_init_only_variable_is_built_by_its_init():
+    with pytest.raises(TypeError):  # its init wants `scale`, which no field reads from the row
+        from_row(WithInitVar, {"value": 2, "scale": 3})

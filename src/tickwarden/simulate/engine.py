@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import gc
 import heapq
 import itertools
@@ -358,8 +359,10 @@ class FaultWindowModel:
             return Plan(end, usual)
         hits = [f for f in faults or () if f.start < end and f.end > start]
         # An empty window does not stop the attempt: it succeeds on time having committed nothing.
-        empty = any(f.mode == "empty" for f in hits)
-        hits = [f for f in hits if f.mode != "empty"]
+        empty = False
+        if hits:  # most attempts of a workflow with faults overlap none of them
+            empty = any(f.mode == "empty" for f in hits)
+            hits = [f for f in hits if f.mode != "empty"]
         if hits:
             fault = min(hits, key=lambda f: (max(start, f.start), f.end))
             at = max(start, fault.start)
@@ -562,13 +565,20 @@ class SimulatedWorker:
         if leased and not self.in_flight:
             self.on_busy(now)
         expiry = now + LEASE
+        # Bound once a pass: a lease takes up to LEASE_LIMIT attempts, some 15,000 a simulated day.
+        plan_of, workflows, deadline_of, ender, at = (
+            self.model.plan, self.workflows, self.deadline_of, self._ender, self.queue.at)
+        in_flight, written_lease, lease_until, deadlines = (
+            self.in_flight, self.written_lease, self.lease_until, self.deadline)
+        world = ORDER["world"]
         for attempt, scheduled_for in leased:
-            plan = self.model.plan(self.workflows[attempt.workflow_id], attempt, scheduled_for, now)
-            self.in_flight[attempt.id] = plan.at
-            self.written_lease[attempt.id] = expiry
-            self.lease_until[attempt.id] = expiry
-            self.deadline[attempt.id] = self.deadline_of(attempt.workflow_id, scheduled_for)
-            self.queue.at(plan.at, ORDER["world"], self._ender(attempt, plan))
+            plan = plan_of(workflows[attempt.workflow_id], attempt, scheduled_for, now)
+            attempt_id = attempt.id
+            in_flight[attempt_id] = plan.at
+            written_lease[attempt_id] = expiry
+            lease_until[attempt_id] = expiry
+            deadlines[attempt_id] = deadline_of(attempt.workflow_id, scheduled_for)
+            at(plan.at, world, ender(attempt, plan))
         return now + WORKER_POLL
 
     def _ender(self, attempt: Attempt, plan: Plan) -> Callable[[datetime], None]:
@@ -1019,12 +1029,14 @@ class Simulation:
         quiet.excluded.update(setup.workflow_ids[checkin.workflow] for checkin in self.scenario.checkins)
         drained = {"resumed": False}  # whether the poller's next claim resumes its walk after a full batch
 
+        actions: dict[str, Callable[[datetime], None]] = {}  # loop -> its pass (filled once `step` is defined)
+
         def schedule(name: str, when: datetime) -> None:
             if idle is not None:
                 idle.jumped.pop(name, None)
             if name == "poller":
                 poller_at["next"] = when
-            self.queue.wake(name, when, lambda now, name=name: step(name, now))
+            self.queue.wake(name, when, actions[name])
 
         def touch(name: str, now: datetime, due: datetime | None = None) -> None:
             """What was just written may bring loop `name`'s work forward (to `due`, when known)."""
@@ -1032,7 +1044,7 @@ class Simulation:
                 return
             replaced = idle.touch(name, now, current["order"], due)
             if replaced is not None:
-                self.queue.wake(name, replaced, lambda at, name=name: step(name, at))
+                self.queue.wake(name, replaced, actions[name])
 
         def touched(name: str, loop: Any, now: datetime, following: datetime) -> None:
             """After a real pass of `name`: the loops whose work it may have brought forward.
@@ -1112,7 +1124,7 @@ class Simulation:
                     # This pass would find nothing: the loop wakes where its chain of idle
                     # passes first reaches the instant its work could be due.
                     target = idle.jump(name, now)
-                    self.queue.wake(name, target, lambda at, name=name: step(name, at))
+                    self.queue.wake(name, target, actions[name])
                     return
             worker.flush_for(name, now)  # the pass sees what the worker did before it
             loop = by_name[name]
@@ -1134,8 +1146,11 @@ class Simulation:
                 # A retry held back by its backoff is leased when it falls due, as the
                 # real worker's one-second idle poll would; not at the simulated worker's next poll.
                 for due in sorted({due for due in loop.last.retry_due if due > now}):
-                    self.queue.at(due, ORDER["worker"], lambda at: step("worker", at))
+                    self.queue.at(due, ORDER["worker"], actions["worker"])
 
+        # Each loop's pass as the action of its wake-ups: `step` bound to its name once, called with the
+        # event's instant from C (a lambda made at every wake-up was a frame more at every event).
+        actions.update((loop.name, functools.partial(step, loop.name)) for loop in loops)
         self._schedule = schedule
         def touch_all(now: datetime, known: dict[str, datetime] | None = None) -> None:
             """A scenario's world event: any loop may have work, due at `known[loop]` where the event says when."""

@@ -57,8 +57,8 @@ class SimulationRepository(StoreBase):
 
     def submit_open_alert_workflows(self) -> Callable[[], set[int]]:
         """Send the read of which workflows have an open alert now; the returned reader gives its answer."""
-        read = self._submit("simulation_open_alert_workflows")
-        return lambda: {row["workflow_id"] for row in read()}
+        read = self._submit_text(queries()["simulation_open_alert_workflows"], None, tuples=True)  # one column
+        return lambda: {workflow_id for workflow_id, in read()}
 
     def worker_writes(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> None:
         """Apply the simulated worker's buffered writes (`simulation_renew_leases`, `finish_attempts`) in order.

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import datetime
 from itertools import repeat
-from typing import Any, TypeVar, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, get_origin, get_type_hints, overload
 
 import psycopg
 import psycopg.types.json
@@ -289,7 +289,7 @@ def _dump(pgq: Any, params: dict[str, Any] | None) -> None:
     if want is not None and type(params) is dict:
         order = pgq._order
         try:
-            values = [params[name] for name in order] if order else ()
+            values = list(map(params.__getitem__, order)) if order else ()  # no frame of its own, as a comprehension has
         except KeyError:
             pgq.dump(params)  # raises: "query parameter missing: ..."
             raise
@@ -474,8 +474,18 @@ class StoreBase:
         """Send query `name` now and return what reads its rows (see `_submit_text`)."""
         return self._submit_text(queries()[name], params)
 
-    def _submit_text(self, text: str, params: dict[str, Any] | None) -> Callable[[], list[dict[str, Any]]]:
+    @overload
+    def _submit_text(self, text: str, params: dict[str, Any] | None) -> Callable[[], list[dict[str, Any]]]: ...
+
+    @overload
+    def _submit_text(self, text: str, params: dict[str, Any] | None, *,
+                     tuples: Literal[True]) -> Callable[[], list[tuple[Any, ...]]]: ...
+
+    def _submit_text(self, text: str, params: dict[str, Any] | None, *, tuples: bool = False) -> Callable[[], list[Any]]:
         """Send `text` now and return what reads its rows: statements sent before any is read share a round trip.
+
+        `tuples`: its rows as tuples, on a kept cursor of that shape, for a caller that reads its
+        columns by position (no dict a row).
 
         Outside pipeline mode the statement runs here and the reader only hands its rows
         over, as `_rows` would. In pipeline mode (the simulator's connection) it joins the
@@ -483,7 +493,7 @@ class StoreBase:
         server still runs them one after the other, in the order sent, so a later one sees
         an earlier one's writes, and an error stops the rest and is raised by its reader.
         """
-        key = (text, "dict", 0)
+        key = (text, "tuple" if tuples else "dict", 0)
         cur = _take(self.conn, key)  # out until its rows are read: a statement sent again meanwhile takes another
         try:
             _run(cur, text, params or {})
@@ -491,9 +501,9 @@ class StoreBase:
             cur.close()
             raise
 
-        def read() -> list[dict[str, Any]]:
+        def read() -> list[Any]:
             try:
-                rows: list[dict[str, Any]] = _read(cur) or []
+                rows: list[Any] = _read(cur) or []
             except BaseException:
                 cur.close()
                 raise
