@@ -674,47 +674,6 @@ def test_one_outcome_finds_its_attempt_by_its_key(db: Database) -> None:
     assert finish_text(finished * 2) != finish_text(finished)  # a batch reads its array
 
 
-def test_a_batch_of_outcomes_finds_each_attempt_by_its_key(db: Database) -> None:
-    """A batch of outcomes (the simulator's) reads its array (`jsonb_to_recordset`, which the
-    planner takes for 100 rows) through two LIMITs of its own length (taken for one row), and
-    tests the status as one outcome does: its plan, made once, probes the month's primary key
-    for each outcome, where it read the running attempts' partial lease index whole into a hash
-    (every entry its leases and starts left there, dead ones until a VACUUM), or, made when the
-    month held a thousand attempts (taken for 10 rows), hashed a scan of the whole month. Every
-    outcome of the batch is still applied, once."""
-    now = _two_february_runs(db)
-    with db.autocommit() as store:
-        leased = [a for a, _ in store.execution.exchange("w1", now, 600, lease=2).leased]
-    finished = [(attempt, AttemptOutcome(status="succeeded"), now) for attempt in leased]
-    text, params = finish_text(finished), finish_params("w1", finished, wake=False)
-    assert "jsonb_to_recordset" in text and text != finish_text(finished[:1])
-    with db.transaction() as store:
-        scans = attempt_scans(generic_plan(store.conn, text, params))
-    assert scans == [("Index Scan", "attempts_p202502_pkey")]
-    with db.transaction() as store:  # a thousand finished attempts more in February, analyzed
-        store.conn.execute(
-            "WITH made AS (INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,"
-            "                                attempts_count, deadline_at, created_at, finished_at)"
-            "  SELECT tenant_id, workflow_id, %(at)s + make_interval(mins => i), false, 'failed', 0, 1,"
-            "         %(at)s, %(at)s, %(at)s"
-            "    FROM attempts, generate_series(1, 1000) AS i WHERE id = %(id)s"
-            "  RETURNING id, tenant_id, workflow_id, scheduled_for)"
-            " INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at,"
-            "                       finished_at)"
-            " SELECT tenant_id, workflow_id, id, scheduled_for, 1, 'failed', %(at)s, %(at)s FROM made",
-            {"at": YEAR_START + 35 * DAY, "id": leased[0].id})
-        store.conn.execute("ANALYZE attempts_p202502")
-    with db.transaction() as store:
-        scans = attempt_scans(generic_plan(store.conn, text, params))
-    assert scans == [("Index Scan", "attempts_p202502_pkey")]
-    with db.transaction() as store:
-        applied = store.conn.execute(text, params, prepare=True).fetchall()
-        again = store.conn.execute(text, params, prepare=True).fetchall()
-    assert sorted((r[0], r[3]) for r in applied) == sorted((a.id, "succeeded") for a in leased) and again == []
-    assert rows(db, "SELECT status FROM attempts WHERE id = ANY (%s) ORDER BY id", [a.id for a in leased]) == [
-        ("succeeded",), ("succeeded",)]
-
-
 def queued_in_february(db: Database) -> tuple[Workflow, list[datetime]]:
     """A daily workflow with every month's partitions: finished runs in January and March, two
     ticks queued in February (returned), so a plan that holds February's partitions alone was

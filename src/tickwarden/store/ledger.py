@@ -445,10 +445,9 @@ def finish_text(finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]], *,
                 steps: bool = True) -> str:
     """The text of `ledger_finish_attempts` for these attempts: its `{months}` theirs (`in_months`; not empty).
 
-    One outcome reads its one object, a batch the array (through two LIMITs of its length, which
-    the planner takes for one row, as it does one object); each finds its attempts by their key
-    (see the statement's `{reported}`, `{reported_rows}` and `{running}`). The parameters are the
-    same (`finish_params`): one JSON array either way.
+    One outcome reads its one object and finds its attempt by its key (see the statement's
+    `{reported}` and `{running}`); a batch reads the array. The parameters are the same
+    (`finish_params`): one JSON array either way.
 
     `wake` and `steps` say whether its parameters (`finish_params`) wake the poller and carry
     steps' rows: without them the text leaves out the CTE that would notify (`woken`) or insert
@@ -475,11 +474,10 @@ def _finish_text(text: str, one: bool, wake: bool = True, steps: bool = True) ->
             text = text[:text.index(_STEPPED)] + text[text.index(_MOVED):]
         if not wake:
             text = (text[:text.index(_WOKEN)] + text[text.index(_WOKEN_END):]).replace(_WOKEN_JOIN, "")
-    text = text.replace("{running}", "IS NOT DISTINCT FROM 'running'")
     if one:
-        return text.replace("{reported}", "jsonb_to_record(%(outcomes)s::jsonb -> 0)").replace("{reported_rows}", "")
-    return text.replace("{reported}", "jsonb_to_recordset(%(outcomes)s::jsonb)").replace(
-        "{reported_rows}", "\nLIMIT jsonb_array_length(%(outcomes)s::jsonb)")
+        return text.replace("{reported}", "jsonb_to_record(%(outcomes)s::jsonb -> 0)").replace(
+            "{running}", "IS NOT DISTINCT FROM 'running'")
+    return text.replace("{reported}", "jsonb_to_recordset(%(outcomes)s::jsonb)").replace("{running}", "= 'running'")
 
 
 def finish_params(worker_id: str, finished: Sequence[tuple[Attempt, AttemptOutcome, datetime]], *,

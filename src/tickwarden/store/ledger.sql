@@ -227,29 +227,22 @@ UPDATE attempts
 -- and its steps' rows (`steps`: one object per step, each naming its attempt) are written
 -- with it: only for an attempt that ends here under this worker, so a second delivery, or
 -- a result after the lease was reaped, writes none.
--- `{reported}`, `{reported_rows}` and `{running}` are filled in by `store.ledger.finish_text`,
--- by the batch's size. Each outcome's attempt is found by its key, one probe of the month's
--- primary key: the status is tested `IS NOT DISTINCT FROM 'running'` (the same test as `=`,
--- status being NOT NULL), which cannot match the running attempts' partial lease index. Given
--- that index, the plan read it whole instead, hashing every running attempt of the month,
--- through every entry its leases and starts had left there since the partition's last VACUUM
--- (a bitmap scan never marks one dead): some 1,900 entries at each outcome after 1,000
--- attempts, a cost that grew with every attempt until the next VACUUM. One outcome (the
+-- `{reported}` and `{running}` are filled in by `store.ledger.finish_text`, by the batch's size.
+-- A batch reads the array with `jsonb_to_recordset` and tests `= 'running'`. One outcome (the
 -- worker's, at every attempt) reads its one object (`jsonb_to_record`, known to the planner as
--- one row). A batch (the simulator's) reads the array with `jsonb_to_recordset`, which the
--- planner takes for 100 rows, through two LIMITs of the array's own length (`{reported_rows}`,
--- nothing for one outcome): they return every outcome all the same, but each is taken for a
--- tenth of what it reads, so the batch is taken for one row and its probes by key are planned
--- as one outcome's are. Taken for 100 rows, or for 10, a plan made while the month held a few
--- thousand attempts (a simulation's first hours, until the ANALYZE after them) hashed a scan
--- of the whole partition instead, at every outcome.
+-- one row, where a set of JSON is taken for 100) and tests `IS NOT DISTINCT FROM 'running'`
+-- (the same test: status is NOT NULL), which cannot match the running attempts' partial lease
+-- index: its attempt is then found by its key, one probe of the month's primary key. Given 100
+-- rows, or that index, the plan read the whole partial index instead, hashing every running
+-- attempt of the month, through every entry its leases and starts had left there since the
+-- partition's last VACUUM (a bitmap scan never marks one dead): some 1,900 entries at each
+-- outcome after 1,000 attempts, a cost that grew with every attempt until the next VACUUM.
 WITH reported AS (
     SELECT *
-      FROM (SELECT *
-              FROM {reported}
-                   AS o (attempt_id bigint, run_scheduled_for timestamptz, workflow_id bigint, status text,
-                         finished_at timestamptz, error_category text, error text, failed_step text,
-                         retryable boolean, log_tail text, outputs jsonb, rows bigint){reported_rows}) o{reported_rows}
+      FROM {reported}
+           AS o (attempt_id bigint, run_scheduled_for timestamptz, workflow_id bigint, status text,
+                 finished_at timestamptz, error_category text, error text, failed_step text, retryable boolean,
+                 log_tail text, outputs jsonb, rows bigint)
 ), outcome AS (
     -- A workflow that expects rows fails a success that reported none (empty_result,
     -- retryable: the data may be late); judged here so every writer of outcomes agrees.
