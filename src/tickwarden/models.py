@@ -38,16 +38,27 @@ def _stored_names(cls: type) -> tuple[str, ...] | None:
 
     Such an instance is the one `cls(*values)` makes when its `__dict__` is set to the fields'
     values in field order (as `store.base.record_builder` builds one): equal in every field,
-    repr and hash, and as frozen. A class whose `__init__` does more (its own `__init__`, a
-    `__post_init__`, a field left out of `__init__` or an init-only variable) or that has slots
-    (no `__dict__`) is built by its `__init__`.
+    repr and hash, and as frozen. A class whose `__init__` does more (a `__post_init__`, a field
+    left out of `__init__`, an init-only variable, an `__init__` of its own that changes what it is
+    given) or that has slots (no `__dict__`) is built by its `__init__`. Nothing marks an `__init__`
+    written in the class body apart from the generated one, so the class's `__init__` is tried once,
+    on a marker a field: it qualifies when it stored each marker, and nothing else, under its field.
     """
     fields = dataclasses.fields(cls)
     params = getattr(cls, "__dataclass_params__", None)
     if (params is None or not params.init or hasattr(cls, "__post_init__") or hasattr(cls, "__slots__")
             or any(not f.init for f in fields) or len(fields) != len(cls.__dataclass_fields__)):  # type: ignore[attr-defined]
         return None
-    return tuple(f.name for f in fields)
+    names = tuple(f.name for f in fields)
+    markers = [object() for _ in names]
+    try:
+        probe = cls(*markers)
+    except Exception:  # an __init__ of its own that reads what it is given
+        return None
+    stored = vars(probe)
+    if list(stored) != list(names) or any(stored[n] is not m for n, m in zip(names, markers, strict=True)):
+        return None
+    return names
 
 
 _new, _assign = object.__new__, object.__setattr__

@@ -79,3 +79,61 @@ def test_a_class_whose_init_does_more_than_store_its_fields_is_built_by_its_init
 def test_a_class_with_an_init_only_variable_is_built_by_its_init():
     with pytest.raises(TypeError):  # its init wants `scale`, which no field reads from the row
         from_row(WithInitVar, {"value": 2, "scale": 3})
+
+
+def _project_dataclasses() -> list[type]:
+    import dataclasses
+    import importlib
+    import pkgutil
+
+    import tickwarden
+
+    found = {}
+    for module in pkgutil.walk_packages(tickwarden.__path__, "tickwarden."):
+        if module.name.endswith("__main__"):
+            continue
+        for value in vars(importlib.import_module(module.name)).values():
+            if isinstance(value, type) and dataclasses.is_dataclass(value) and value.__module__ == module.name:
+                found[f"{value.__module__}.{value.__qualname__}"] = value
+    return [found[name] for name in sorted(found)]
+
+
+def test_every_dataclass_of_the_project_built_without_its_init_is_the_one_its_init_builds():
+    import dataclasses
+
+    from tickwarden.models import _stored_names
+
+    checked = 0
+    for cls in _project_dataclasses():
+        names = _stored_names(cls)
+        if names is None:
+            continue
+        row = {name: object() for name in names}
+        built = cls(**row)
+        assert vars(from_row(cls, row)) == vars(built), cls
+        assert [f.name for f in dataclasses.fields(cls)] == list(vars(built)), cls
+        checked += 1
+    assert checked >= 30
+
+
+@dataclass(frozen=True)
+class OwnInit:
+    value: int
+
+    def __init__(self, value: int) -> None:
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "seen", True)
+
+
+@dataclass(frozen=True)
+class Doubling:
+    value: object
+
+    def __init__(self, value: object) -> None:
+        object.__setattr__(self, "value", (value, value))
+
+
+@pytest.mark.parametrize("cls", [OwnInit, Doubling])
+def test_a_class_with_an_init_of_its_own_that_does_more_is_built_by_it(cls):
+    made = from_row(cls, {"value": 3})
+    assert vars(made) == vars(cls(3))
