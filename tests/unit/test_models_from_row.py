@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError, InitVar, dataclass, field
+from dataclasses import FrozenInstanceError, InitVar, dataclass
 
 import pytest
 
+from tests.dataclass_shapes import Checked, Derived, Slotted
 from tickwarden.models import from_row
 
 
@@ -29,26 +30,6 @@ def test_a_field_missing_from_the_row_keeps_its_default_and_a_required_one_fails
     assert from_row(Pair, {"left": 3, "extra": 1}) == Pair(3)
     with pytest.raises(TypeError):
         from_row(Pair, {"right": "r"})
-
-
-@dataclass(frozen=True)
-class Checked:
-    value: int
-
-    def __post_init__(self) -> None:
-        if self.value < 0:
-            raise ValueError("negative")
-
-
-@dataclass(frozen=True)
-class Derived:
-    value: int
-    twice: int = field(init=False, default=0)
-
-
-@dataclass(frozen=True, slots=True)
-class Slotted:
-    value: int
 
 
 @dataclass(frozen=True)

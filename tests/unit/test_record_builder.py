@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pytest
 
+from tests.dataclass_shapes import Checked, Derived, Slotted
 from tickwarden.store.base import record_builder
 from tickwarden.store.monitoring import ClaimedAttempt, EvaluationInput
 
@@ -46,26 +46,6 @@ def test_many_rows_build_as_many_instances_in_order():
     made = record_builder(ClaimedAttempt)(rows)
     assert made == [ClaimedAttempt(*row) for row in rows]
     assert len({id(m) for m in made}) == 5
-
-
-@dataclass(frozen=True)
-class Checked:
-    value: int
-
-    def __post_init__(self) -> None:
-        if self.value < 0:
-            raise ValueError("negative")
-
-
-@dataclass(frozen=True)
-class Derived:
-    value: int
-    twice: int = field(init=False, default=0)
-
-
-@dataclass(frozen=True, slots=True)
-class Slotted:
-    value: int
 
 
 @pytest.mark.parametrize("cls", [Checked, Derived, Slotted])
