@@ -227,7 +227,6 @@ def test_a_dedicated_transaction_is_one_context_manager_and_lends_the_connection
         assert store.conn.execute("SELECT n FROM pipelined_probe ORDER BY n").fetchall() == [(1,), (2,)]
 
 
-
 def test_writes_sent_ahead_lend_the_connection_once_and_back_after_an_error(dedicated):
     """`ahead` is a borrow like the others: a nested one is refused, and the connection comes back whatever
     the writer raised; what it sent commits with the next borrow."""
@@ -240,6 +239,7 @@ def test_writes_sent_ahead_lend_the_connection_once_and_back_after_an_error(dedi
         raise ZeroDivisionError
     with dedicated.transaction() as store:  # lent back; the write sent ahead is this transaction's
         assert store.conn.execute("SELECT n FROM pipelined_probe").fetchall() == [(7,)]
+
 
 def test_a_dedicated_connection_prepares_a_statement_at_its_first_execution(dedicated):
     """The server keeps the statement's plan from its first run on: none of its runs is parsed and planned anew."""
