@@ -10,6 +10,7 @@ from datetime import timedelta
 from tests.execution_helpers import make_runnable, python_step, queue_run
 from tickwarden.models import Attempt
 from tickwarden.store.ledger import lease_statements
+from tickwarden.store.monitoring import AUDIT_COLUMNS, TickAudit
 from tickwarden.store.queries import queries
 
 
@@ -22,6 +23,14 @@ def test_the_lease_returns_an_attempts_fields_in_order(db, clock):
         (lock, params), (write, _) = lease_statements("w1", clock.now(), 60, 2)
         store.conn.execute(queries()[lock], params)  # tells the writes what it locked (nothing here)
         assert _columns(store.conn, write, params) == [f.name for f in fields(Attempt)]
+
+
+def test_the_deadline_pass_returns_a_watermarks_fields_in_order_then_the_overdue_run(db, clock):
+    with db.transaction() as store:
+        columns = _columns(store.conn, "monitoring_lock_overdue_and_arm",
+                           {"now": clock.now(), "limit": 10, "lookback_start": clock.now(), "audit_limit": 10})
+    assert columns == list(AUDIT_COLUMNS)
+    assert AUDIT_COLUMNS[:len(fields(TickAudit))] == tuple(f.name for f in fields(TickAudit))
 
 
 def test_an_attempt_leased_on_every_path_is_the_attempt_the_ledger_reads(db, clock):
