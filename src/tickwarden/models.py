@@ -70,8 +70,9 @@ def from_row(cls: type[T], row: dict[str, Any]) -> T:
     A row with every field (the usual one) is read in one C call for the lot, instead of a
     dict of keyword arguments filtered column by column, and builds the instance without
     its `__init__` where that only stores the fields (`_stored_names`): a frozen dataclass's
-    stores each through `object.__setattr__`, one call a field (19 for a leased attempt,
-    some 15,000 of them and as many deadline watermarks a simulated day).
+    stores each through `object.__setattr__`, one call a field. The hottest rows (a leased
+    attempt, a deadline watermark: some 15,000 of each a simulated day) are read as tuples
+    and built by `store.base.record_builder` instead.
     """
     try:
         values = _field_values(cls)(row)

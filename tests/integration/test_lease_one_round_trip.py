@@ -105,9 +105,9 @@ def test_a_lease_inside_a_transaction_sends_the_lock_and_reads_only_the_writes(d
     submitted: list[str] = []
     submit = StoreBase._submit_text
 
-    def recorded(store, text, params):
+    def recorded(store, text, params, **shape):
         submitted.append(text)
-        return submit(store, text, params)
+        return submit(store, text, params, **shape)
 
     monkeypatch.setattr(StoreBase, "_submit_text", recorded)
     with db.transaction(pipelined=True) as store:

@@ -887,9 +887,9 @@ def test_a_worker_pool_runs_the_exchange_generic_with_one_statement_fewer(db: Da
         with worker_db.autocommit() as store:
             real = store.execution._exchange
 
-            def exchange(statements):  # type: ignore[no-untyped-def]
+            def exchange(statements, **shape):  # type: ignore[no-untyped-def]
                 sent.extend(name for name, _ in statements)
-                return real(statements)
+                return real(statements, **shape)
 
             store.execution._exchange = exchange  # type: ignore[method-assign]
             running, ahead = [a for a, _ in store.execution.exchange("w1", now, 600, lease=2).leased]

@@ -6,7 +6,7 @@ import functools
 import json
 import types
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import fields
 from datetime import datetime
 from itertools import repeat
@@ -535,10 +535,13 @@ class StoreBase:
             raise
         _keep(self.conn, key, cur, 0)
 
-    def _exchange(self, statements: Sequence[tuple[str, dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    def _exchange(self, statements: Sequence[tuple[str, dict[str, Any]]],
+                  tuples: Collection[str] = ()) -> list[list[Any]]:
         """Send named statements together and read their rows after: one round trip, one transaction.
 
-        Each is a query's name or its text as a caller completed it (`text_of`). Only on a
+        Each is a query's name or its text as a caller completed it (`text_of`); its rows are
+        dicts, or tuples for a statement named in `tuples` (read by position, on a kept cursor
+        of that shape: no dict a row, as `_submit_text(tuples=True)`). Only on a
         connection in autocommit outside any transaction: the statements then run in
         the implicit transaction of one pipeline sync, committed together when it is reached or,
         when one fails, rolled back together (and the error raised). The statements `_run` appended
@@ -551,7 +554,8 @@ class StoreBase:
                 for name, params in statements:
                     text = text_of(name)
                     # A statement sent twice in one exchange needs a cursor for each of its results.
-                    key = (text, "dict", sum(1 for (t, _, _), _ in taken if t is text))
+                    shape = "tuple" if name in tuples else "dict"
+                    key = (text, shape, sum(1 for (t, _, _), _ in taken if t is text))
                     cur = _take(self.conn, key)
                     taken.append((key, cur))
                     # A statement without parameters (BEGIN, COMMIT, the wake) goes as its text: no

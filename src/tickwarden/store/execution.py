@@ -197,17 +197,20 @@ class ExecutionRepository(StoreBase):
             statements.append(_start(start, worker_id, now, lease_seconds))
         started_at = len(statements) - 1
         leasing = len(statements)
+        tuples: tuple[str, ...] = ()
         if lease:
             # The queue's rows are locked and leased in this same round trip: the writes are told
             # the rows and their months by the lock, inside the server (`ledger_lease_queue`).
-            statements += [*lease_statements(worker_id, now, lease_seconds, lease, start=1),
+            lock, write = lease_statements(worker_id, now, lease_seconds, lease, start=1)
+            tuples = (write[0],)  # the lease's rows, read by position (`leased_from_rows`)
+            statements += [lock, write,
                            ("execution_contexts", {"workflow_ids": None}),
                            *([_mark(decide.mark, now, decide)] if decide is not None else [])]
         ending: list[tuple[str, dict[str, Any]]] = (
             [("execution_commit", {}), ("execution_wake_poller", {})] if finished
             else [("execution_commit", {})] if lease else [])
         try:
-            results = self._exchange(statements + ending)
+            results = self._exchange(statements + ending, tuples=tuples)
         except BaseException:
             if begun and not self.conn.closed and self.conn.info.transaction_status != TransactionStatus.IDLE:
                 with contextlib.suppress(psycopg.Error):

@@ -152,7 +152,9 @@ SELECT unnest(ids) AS id, unnest(run_ids) AS run_id, unnest(ticks) AS run_schedu
 -- deadlock with it; skipped, such an attempt is that writer's to move, and the status guard
 -- leaves out any that stopped being queued before the queue row was locked. Its commit waits
 -- for the WAL flush, as every commit that starts an attempt does: a start lost in a crash
--- would hand a running attempt back to the queue.
+-- would hand a running attempt back to the queue. The rows are read by position, as
+-- `models.Attempt`'s fields in order (`ledger.leased_from_rows`): the columns are listed, not
+-- `a.*`, so a column added to the table (such as `rows`, which no lease reads) changes nothing.
 WITH locked AS (
     SELECT a.id, a.run_scheduled_for, a.ctid
       FROM unnest(current_setting('tickwarden.lease_ids')::bigint[],
@@ -177,7 +179,9 @@ WITH locked AS (
        AND a.id = locked.id AND a.run_scheduled_for = locked.run_scheduled_for
        AND a.run_scheduled_for BETWEEN nullif(current_setting('tickwarden.lease_first'), '')::timestamptz
                                    AND nullif(current_setting('tickwarden.lease_last'), '')::timestamptz
-    RETURNING a.*
+    RETURNING a.id, a.tenant_id, a.workflow_id, a.run_id, a.run_scheduled_for, a.number, a.status, a.worker_id,
+              a.lease_expires_at, a.queued_at, a.started_at, a.heartbeat_at, a.finished_at, a.retryable,
+              a.error_category, a.error, a.failed_step, a.log_tail, a.outputs
 ), started AS (
     UPDATE runs r
        SET status = 'running', started_at = coalesce(r.started_at, %(now)s)

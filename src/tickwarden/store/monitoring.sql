@@ -482,7 +482,9 @@ SELECT * FROM alert_events WHERE alert_id = %(alert_id)s ORDER BY id;
 -- both. Only the locks differ: when more than `audit_limit` are due, some of the others
 -- may be locked and not taken (held until the pass commits; a full pass comes back at
 -- once). The result: the overdue runs locked (no schedule_id; their tick as
--- `run_scheduled_for`), then the watermarks taken.
+-- `run_scheduled_for`), then the watermarks taken. Its rows are read by position: the
+-- columns of `TickAudit`'s fields in order, then the overdue run's `run_id` and
+-- `run_scheduled_for` (`MonitoringRepository.close_overdue_and_take_audits`).
 WITH overdue AS (
     SELECT r.id, r.scheduled_for, r.workflow_id
       FROM runs r
@@ -534,17 +536,18 @@ WITH overdue AS (
      ORDER BY a.next_check_at, a.schedule_id
      LIMIT %(audit_limit)s
 )
-SELECT o.id AS run_id, o.workflow_id, o.scheduled_for AS run_scheduled_for, NULL::bigint AS schedule_id,
-       NULL::timestamptz AS checked_until, NULL::bigint AS tenant_id, NULL::text AS cron, NULL::text AS timezone,
-       NULL::text AS status, NULL::integer AS starting_deadline_seconds, NULL::boolean AS archived,
-       NULL::text AS kind, NULL::integer AS cadence_seconds, NULL::timestamptz[] AS ran
+SELECT NULL::bigint AS schedule_id, NULL::timestamptz AS checked_until, NULL::bigint AS tenant_id, o.workflow_id,
+       NULL::text AS cron, NULL::text AS timezone, NULL::text AS status, NULL::integer AS starting_deadline_seconds,
+       NULL::boolean AS archived, NULL::text AS kind, NULL::integer AS cadence_seconds, NULL::timestamptz[] AS ran,
+       o.id AS run_id, o.scheduled_for AS run_scheduled_for
   FROM overdue o
 UNION ALL
-(SELECT NULL, s.workflow_id, NULL, a.schedule_id, a.checked_until, s.tenant_id, s.cron, s.timezone, s.status,
+(SELECT a.schedule_id, a.checked_until, s.tenant_id, s.workflow_id, s.cron, s.timezone, s.status,
         s.starting_deadline_seconds, (w.archived_at IS NOT NULL), w.kind, s.cadence_seconds,
         ARRAY(SELECT r.scheduled_for FROM runs r
                WHERE r.workflow_id = s.workflow_id AND NOT r.manual
-                 AND r.scheduled_for > a.checked_until AND r.scheduled_for <= %(now)s)
+                 AND r.scheduled_for > a.checked_until AND r.scheduled_for <= %(now)s),
+        NULL, NULL
    FROM audits a
    JOIN schedules s ON s.id = a.schedule_id
    JOIN workflows w ON w.id = s.workflow_id
