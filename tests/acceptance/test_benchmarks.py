@@ -30,12 +30,28 @@ def test_a_benchmark_prints_its_figures_with_their_floor_as_its_last_line():
 def test_the_runner_gathers_a_benchmarks_figures_from_its_own_process(monkeypatch, capsys):
     monkeypatch.setenv("TICKWARDEN_BENCH_DATABASE_URL", TEST_URL)
     monkeypatch.chdir(ROOT)
-    figures = run("ticker", SMALL_TICKER)
-    assert figures is not None
+    figures, status = run("ticker", SMALL_TICKER)
+    assert figures is not None and status == 0
     names = [f.name for f in figures]
     assert "ticker: 300 due at once, batched passes (batch 100)" in names
     assert all(f.floor for f in figures if "due at once" in f.name)
     assert "######## ticker" in capsys.readouterr().out
+
+
+def test_the_runner_keeps_the_figures_of_a_benchmark_that_printed_them_and_then_failed(monkeypatch, tmp_path, capsys):
+    """The noise month exits 1 after its figures when tickwarden missed a genuine incident: the
+    figures still reach the summary, and the exit status says the benchmark failed."""
+    figure = {"name": "genuine incidents detected", "value": 147, "unit": "incidents", "floor": 148,
+              "ratio": 0.99, "target": None, "met": None}
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho 'progress'\necho '{json.dumps([figure])}'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    figures, status = run("noise", [])
+    assert status == 1
+    assert figures is not None and [(f.name, f.value, f.floor) for f in figures] == [
+        ("noise: genuine incidents detected", 147, 148)]
+    assert "exit status 1" in capsys.readouterr().out
 
 
 def test_the_runner_refuses_an_unknown_benchmark_with_a_usage_error():
