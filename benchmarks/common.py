@@ -41,13 +41,15 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @contextmanager
-def bench_schema(prefix: str = "bench") -> Iterator[str]:
+def bench_schema(prefix: str = "bench", *, migrated: bool = True) -> Iterator[str]:
+    """A throwaway schema, migrated unless told otherwise, dropped on the way out."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(BENCH_URL, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
     try:
-        with psycopg.connect(BENCH_URL, options=f"-c search_path={name}") as conn:
-            upgrade(conn, EPOCH)
+        if migrated:
+            with psycopg.connect(BENCH_URL, options=f"-c search_path={name}") as conn:
+                upgrade(conn, EPOCH)
         yield name
     finally:
         with psycopg.connect(BENCH_URL, autocommit=True) as conn:
@@ -229,3 +231,104 @@ def raw_claims(cases: list[tuple[int, int]], seconds: float, rows: int) -> dict[
             with mp.get_context("spawn").Pool(clients) as pool:
                 result[(clients, limit)] = rate(pool.map(_raw_claim_worker, [(schema, seconds, limit)] * clients))
     return result
+
+
+def server_cpu(conn: psycopg.Connection) -> float | None:
+    """CPU seconds the database server's processes that have ended used, all of them, or None off this machine.
+
+    Read from /proc as the postmaster's children's time (`cutime` and `cstime`): a
+    backend's CPU is counted there once its connection has closed and the postmaster has
+    collected it. So the difference across a piece of work whose connections all closed
+    is what the server spent on it, with whatever else ended meanwhile (on a quiet server,
+    nothing). None when the server is not on this machine.
+    """
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            postmaster = int(stat.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{postmaster}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError, ValueError):
+        return None
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def settled_server_cpu(application_name: str, timeout: float = 5.0) -> float | None:
+    """`server_cpu` once no backend of `application_name` is left, so that theirs is counted."""
+    with psycopg.connect(BENCH_URL, autocommit=True) as conn:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+        ).fetchone()[0]:  # type: ignore[index]
+            time.sleep(0.05)
+        time.sleep(0.1)  # the postmaster collects an ended backend at its next signal
+        return server_cpu(conn)
+
+
+BARE_LEDGER = """
+CREATE UNLOGGED TABLE runs (id bigint PRIMARY KEY, workflow text NOT NULL, scheduled_for timestamptz NOT NULL,
+                            manual boolean NOT NULL, status text NOT NULL, finished_at timestamptz);
+CREATE UNLOGGED TABLE attempts (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, run_id bigint NOT NULL,
+                                number int NOT NULL, status text NOT NULL, finished_at timestamptz);
+CREATE INDEX ON attempts (run_id);
+"""
+_BARE_INSERT = """
+WITH r AS (
+  INSERT INTO runs (id, workflow, scheduled_for, manual, status)
+  SELECT * FROM unnest(%(ids)s::bigint[], %(workflows)s::text[], %(ticks)s::timestamptz[], %(manual)s::boolean[],
+                       %(queued)s::text[])
+  RETURNING id
+)
+INSERT INTO attempts (run_id, number, status)
+SELECT n.id, g, 'queued' FROM unnest(%(ids)s::bigint[], %(counts)s::int[]) AS n (id, count),
+       generate_series(1, n.count) AS g
+"""
+_BARE_UPDATE = """
+WITH o AS (SELECT * FROM unnest(%(ids)s::bigint[], %(statuses)s::text[], %(finished)s::timestamptz[])
+             AS o (id, status, finished_at)),
+     r AS (UPDATE runs SET status = o.status, finished_at = o.finished_at FROM o WHERE runs.id = o.id)
+UPDATE attempts SET status = o.status, finished_at = o.finished_at
+  FROM o WHERE attempts.run_id = o.id AND attempts.run_id = ANY(%(ids)s::bigint[])
+"""
+
+
+def bare_ledger(runs: list[dict[str, object]]) -> tuple[float, int]:
+    """Seconds to write a simulation's runs and outcomes with nothing else, and how many statements it took.
+
+    The floor of any simulation that keeps its ledger in PostgreSQL and moves one virtual
+    instant at a time: `write_bare_ledger` on a scratch schema, timed. A generous floor:
+    the simulation records each outcome when it happens, and reads, checks and decides.
+    """
+    with bench_schema("benchfloor", migrated=False) as schema, connect(schema, autocommit=True) as conn:
+        conn.execute(BARE_LEDGER)
+        t0 = time.perf_counter()
+        statements = write_bare_ledger(conn, runs)
+        return time.perf_counter() - t0, statements
+
+
+def write_bare_ledger(conn: psycopg.Connection, runs: list[dict[str, object]]) -> int:
+    """Write `runs` (a simulation's read-out) into `BARE_LEDGER`'s tables; return the statements sent.
+
+    For each instant at which the simulation recorded runs (their `created_at`), in order,
+    one statement inserts those runs and their attempts, and one more records their final
+    status, each its own transaction (`conn` is in autocommit). Two unlogged tables, as
+    the simulation's are, keyed and with the one index the update needs: no foreign key,
+    trigger or check. The update names its attempts' runs as an array as well as in the
+    join, and is planned for its own arrays each time (never prepared), so that it finds
+    them by the index without statistics (nothing analyzes these tables): joined alone, or
+    planned once for any arrays, it would guess a run has hundreds of attempts and scan
+    them all, and the floor would grow with the ledger as no simulation's writes do.
+    """
+    by_instant: dict[datetime, list[dict[str, object]]] = {}
+    for run in runs:
+        by_instant.setdefault(run["created_at"], []).append(run)  # type: ignore[arg-type]
+    for instant in sorted(by_instant):
+        group = by_instant[instant]
+        ids = [run["id"] for run in group]
+        conn.execute(_BARE_INSERT, {
+            "ids": ids, "workflows": [f"{run['tenant']}/{run['workflow']}" for run in group],
+            "ticks": [run["scheduled_for"] for run in group], "manual": [run["manual"] for run in group],
+            "queued": ["queued"] * len(group), "counts": [run["attempts"] or 0 for run in group]})
+        conn.execute(_BARE_UPDATE, {"ids": ids, "statuses": [run["status"] for run in group],
+                                    "finished": [run["finished_at"] for run in group]}, prepare=False)
+    return 2 * len(by_instant)

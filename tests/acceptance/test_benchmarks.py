@@ -88,3 +88,17 @@ def test_the_pipeline_benchmark_reports_the_pollers_own_cpu_beside_their_through
         assert server["unit"] == "µs" and server["value"] > 0
         assert figures[f"{replicas} replica(s), batch 500, median of 1 runs"]["value"] > 0
     assert "pollers' own CPU" in done.stdout and "% of wall time × replicas" in done.stdout
+
+
+def test_the_simulator_benchmark_puts_the_bare_ledgers_time_beside_its_own_and_the_servers_cpu():
+    env = {**os.environ, "TICKWARDEN_BENCH_DATABASE_URL": TEST_URL}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.simulate", "--workflows", "20", "--hours", "2", "--json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = {f["name"]: f for f in json.loads(done.stdout.strip().splitlines()[-1])}
+    wall = figures["20 workflows x 2 virtual hours, wall"]
+    assert 0 < wall["floor"] < wall["value"]
+    assert abs(wall["ratio"] - wall["value"] / wall["floor"]) < 0.01 * wall["ratio"]  # figures rounded to 4 places
+    # The test server runs on this machine, so its CPU is read from /proc.
+    assert figures["20 workflows x 2 virtual hours, database server CPU"]["value"] > 0
+    assert "the runs and outcomes alone" in done.stdout

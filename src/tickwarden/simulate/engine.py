@@ -75,6 +75,7 @@ SEES_WORKER = frozenset({"poller", "deadlines"})
 # a lease only for a run past its deadline (`monitoring_lock_overdue_and_arm`).
 READS_LEASES = frozenset({"deadlines", "lease-reaper"})
 WORKER_ID = "simulated-worker"
+APPLICATION_NAME = "tickwarden-sim"  # the simulation's connection, as the server lists it
 # Loops whose look is sent as soon as something leaves them stale, unread, so that it goes
 # out with the next statement read and is answered by the time the loop wakes (their looks
 # are most of the simulator's: each pass of theirs leaves one stale; an alert the poller or
@@ -903,7 +904,7 @@ class Simulation:
                 created = pool.submit(self._create_schema, url)
                 plan = self._plan_catalog()
                 created.result()
-            self.db = DedicatedDatabase(self._session_url(url), schema=self.schema, application_name="tickwarden-sim")
+            self.db = DedicatedDatabase(self._session_url(url), schema=self.schema, application_name=APPLICATION_NAME)
             try:
                 with fewer_collections():
                     setup = self._set_up(self.db, plan)
