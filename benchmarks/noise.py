@@ -357,6 +357,7 @@ def main() -> None:
     context = (scenario, incidents, classes, cadences, observable)
     results: dict[str, dict[str, Any]] = {}
     # The floor is measured once, on the first policy's runs: every policy lives through the same ticks.
+    # With --jobs above 1 it is measured beside the other policies' simulations, as their wall times are.
     jobs = [(name, args.jobs <= 1, i == 0) for i, name in enumerate(names)]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs), initializer=_init, initargs=(context,)) as pool:
         for name, result in zip(names, pool.map(_simulate, jobs), strict=True):
@@ -368,7 +369,7 @@ def main() -> None:
                   f"{result['messages']:,} messages, recall {result['detected']}/{result['genuine']}, "
                   f"{result['false_alarms']} false alarm(s)", flush=True)
             if result["floor"] is not None:
-                print(f"  floor: the same runs and outcomes written bare in {result['floor'][0]:.0f} s "
+                print(f"  floor: the same runs and outcomes written bare in {result['floor'][0]:.1f} s "
                       f"({result['floor'][1]:,} statements)", flush=True)
             if args.details:
                 for label, items in (("false alarm", result["false_alarm_list"]), ("missed", result["missed"])):
