@@ -37,6 +37,11 @@ exception in customer code is `step_error`, which pages fast; a trigger outage i
 `missed`); messages about no genuine incident are counted as `false alarm`. The
 `streak-only` policy is tickwarden with the failure-rate rule off: the month before
 that rule.
+
+Each simulation's wall time is printed beside its floor, the first policy's runs and
+outcomes written with nothing else one virtual instant at a time (`common.bare_ledger`),
+with the client's CPU and, for a policy simulated alone on a server on this machine, the
+database server's.
 """
 
 from __future__ import annotations
