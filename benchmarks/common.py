@@ -233,6 +233,33 @@ def raw_claims(cases: list[tuple[int, int]], seconds: float, rows: int) -> dict[
     return result
 
 
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/`pid`/stat after the command's name (the state is [0]), or None when it is not here."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user and system) process `pid` of this machine has used; 0 when it is not here."""
+    fields = _proc_stat(pid)
+    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def backends_cpu(db: Database) -> float:
+    """CPU seconds the database server's backends serving `db` (those of its application_name) have used.
+
+    Read from /proc: the server runs on this machine (0 for a backend that is not). The time the
+    database spends on a client's statements, less sensitive to the machine's other load than wall time.
+    """
+    with db.connection() as conn:
+        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name ="
+                                           " current_setting('application_name')")]
+    return sum(process_cpu(pid) for pid in pids)
+
+
 def server_cpu(conn: psycopg.Connection) -> float | None:
     """CPU seconds the database server's processes that have ended used, all of them, or None off this machine.
 
@@ -242,13 +269,9 @@ def server_cpu(conn: psycopg.Connection) -> float | None:
     is what the server spent on it, with whatever else ended meanwhile (on a quiet server,
     nothing). None when the server is not on this machine.
     """
-    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            postmaster = int(stat.read().rsplit(")", 1)[1].split()[1])
-        with open(f"/proc/{postmaster}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError, ValueError):
+    own = _proc_stat(conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+    fields = None if own is None else _proc_stat(int(own[1]))  # [1]: the parent, the postmaster
+    if fields is None:
         return None
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 

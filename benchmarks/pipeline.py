@@ -48,7 +48,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import common
-from benchmarks.common import (BENCH_URL, EPOCH, Figure, Target, bench_schema, connect, finish, ledger_months,
+from benchmarks.common import (BENCH_URL, EPOCH, Figure, Target, backends_cpu, bench_schema, connect, finish, ledger_months,
                                progress, report)
 
 if TYPE_CHECKING:
@@ -149,28 +149,6 @@ def load_outcomes(schema: str, workflows: int, history: int, outcomes: int, tick
     return inserted
 
 
-def backend_cpu(db: Database) -> float:
-    """CPU seconds the database server's backends of `db` (its application_name) have used.
-
-    Read from /proc: the server runs on this machine. The time the database spends on the
-    pollers' statements, less sensitive to the machine's other load than wall time.
-    """
-    import os
-
-    with db.connection() as conn:
-        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name ="
-                                           " current_setting('application_name')")]
-    ticks = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # not on this machine, or gone
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 def _drain(args: tuple[str, int, int, mp.synchronize.Barrier, mp.Queue]) -> None:
     schema, replica, batch, barrier, out = args
     from tickwarden.clock import WallClock
@@ -180,7 +158,7 @@ def _drain(args: tuple[str, int, int, mp.synchronize.Barrier, mp.Queue]) -> None
     clock = WallClock()
     db = Database(BENCH_URL, schema=schema, min_size=2, max_size=2, application_name=f"bench-drain-{replica}")
     poller = OutcomePoller(db, f"bench-{replica}", batch_size=batch)
-    server0 = backend_cpu(db)
+    server0 = backends_cpu(db)
     barrier.wait()
     t0, cpu0 = time.perf_counter(), time.process_time()
     claimed = opened = events = 0
@@ -192,7 +170,7 @@ def _drain(args: tuple[str, int, int, mp.synchronize.Barrier, mp.Queue]) -> None
         opened += len(result.evaluation.opened)
         events += len(result.evaluation.event_ids)
     t1, cpu1 = time.perf_counter(), time.process_time()
-    out.put((t0, t1, claimed, opened, events, cpu1 - cpu0, backend_cpu(db) - server0))
+    out.put((t0, t1, claimed, opened, events, cpu1 - cpu0, backends_cpu(db) - server0))
     db.close()
 
 

@@ -53,7 +53,8 @@ from pathlib import Path
 from psycopg.pq import Trace
 
 from benchmarks import common, peers
-from benchmarks.common import BENCH_URL, Figure, Target, bench_schema, finish, ledger_months, progress, report
+from benchmarks.common import (BENCH_URL, Figure, Target, backends_cpu, bench_schema, finish, ledger_months, process_cpu,
+                               progress, report)
 from tests.helpers import publish
 from tickwarden.cli.worker_cmd import DEFAULT_BATCH
 from tickwarden.clock import WallClock
@@ -256,24 +257,6 @@ def main() -> None:
            figures, args.json)
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user and system) process `pid` of this machine has used; 0 when it is not here."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def backends_cpu(db: Database) -> float:
-    """CPU seconds of the database server's backends serving `db` (those of its application_name)."""
-    with db.connection() as conn:
-        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name ="
-                                           " current_setting('application_name')")]
-    return sum(cpu_seconds(pid) for pid in pids)
-
-
 @dataclass(frozen=True)
 class WarmCpu:
     """CPU per warm attempt (ms): this process (all its threads), its database backends, the environment process."""
@@ -294,10 +277,10 @@ def warm_attempts(db: Database, worker: Worker, wf, clock: WallClock, repeat: in
     for _ in range(5):  # warm up caches and prepared plans
         timed_attempt(worker, clock)
     [instance] = worker.environments.live()
-    server, environment, cpu = backends_cpu(db), cpu_seconds(instance.process.pid), time.process_time()
+    server, environment, cpu = backends_cpu(db), process_cpu(instance.process.pid), time.process_time()
     warm = [timed_attempt(worker, clock) for _ in range(repeat)]
     cpu = time.process_time() - cpu
-    server, environment = backends_cpu(db) - server, cpu_seconds(instance.process.pid) - environment
+    server, environment = backends_cpu(db) - server, process_cpu(instance.process.pid) - environment
     return warm, WarmCpu(*(seconds * 1000 / repeat for seconds in (cpu, server, environment)))
 
 
