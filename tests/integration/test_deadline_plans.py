@@ -98,3 +98,32 @@ def test_a_pass_with_nothing_overdue_reads_no_open_run_and_each_taken_watermark_
         # the columns of the watermarks taken, read once each: the due ones are not joined to them first
         assert _read(plan, "schedules") == taken, plan
         assert _read(plan, "workflows") == taken, plan
+
+
+def _read_runs(plan: dict) -> int:
+    """Rows the plan read from the runs' partitions."""
+    found = 0 if not plan.get("Relation Name", "").startswith("runs") else (
+        (plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)) * plan["Actual Loops"])
+    return found + sum(_read_runs(child) for child in plan.get("Plans", []))
+
+
+def test_at_the_top_of_the_hour_a_pass_reads_as_many_tied_runs_and_watermarks_as_it_takes(db: Database) -> None:
+    """Every run of one tick past one deadline, every watermark due at one instant: the pass takes
+    `limit` of each in its order (deadline then id, next check then schedule) straight from
+    their indexes, where an index of the first key alone had it read and sort all of them."""
+    limit = 100
+    with db.connection() as conn:
+        _fleet(conn)
+        conn.execute("UPDATE tick_audits SET next_check_at = %s", (AT,))
+        conn.execute("INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,"
+                     " attempts_count, deadline_at, created_at)"
+                     " SELECT 1, id, %s, false, 'queued', 0, 0, %s, %s FROM workflows",
+                     (AT, AT + timedelta(minutes=10), AT))
+        conn.execute("ANALYZE runs, tick_audits")
+        plan = _generic_plan(
+            conn, "monitoring_lock_overdue_and_arm",
+            {"now": "timestamptz", "limit": "integer", "lookback_start": "timestamptz", "audit_limit": "integer"},
+            {"now": AT + timedelta(hours=1), "limit": limit, "lookback_start": AT - timedelta(days=1),
+             "audit_limit": limit})
+        assert _read_runs(plan) == limit, plan
+        assert _read(plan, "tick_audits") == limit, plan
