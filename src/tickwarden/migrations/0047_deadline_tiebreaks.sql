@@ -7,6 +7,10 @@
 -- disk, about a second each. With the tiebreaker in the key the index gives the pass's order,
 -- and the pass reads as many rows as it takes. Neither column added ever changes: a run's
 -- lease and its move to pending_retry stay heap-only updates (migration 0042).
+--
+-- Building the runs' index reads every month of runs once, as migration 0042's did, and
+-- holds writes of the runs (ticks, leases, outcomes) for that time; the index itself holds
+-- the open runs alone. The watermarks' is one row a schedule.
 DROP INDEX runs_open_deadline_idx;
 CREATE INDEX runs_open_deadline_idx ON runs (deadline_at, id) WHERE finished_at IS NULL;
 DROP INDEX tick_audits_due_idx;
