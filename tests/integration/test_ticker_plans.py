@@ -19,13 +19,14 @@ TYPES = {"workflow_ids": "text[]", "tenant_ids": "text[]", "retry_budgets": "int
          "advance_last": "timestamptz[]", "now": "timestamptz"}
 
 
-def _fleet(conn, size: int, cron: str = "0 * * * *") -> None:
+def _fleet(conn, size: int) -> None:
+    """`size` hourly schedules, each with its fire row."""
     conn.execute("INSERT INTO tenants (name, display_name, created_at) VALUES ('acme', 'acme', %s)", (AT,))
     conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
                  " SELECT 1, 'wf-' || w, %s, %s FROM generate_series(1, %s) w", (AT, AT, size))
     conn.execute("INSERT INTO schedules (tenant_id, workflow_id, cron, status, cadence_seconds, version,"
-                 " created_at, updated_at) SELECT 1, id, %s, 'active', 3600, 1, %s, %s FROM workflows",
-                 (cron, AT, AT))
+                 " created_at, updated_at) SELECT 1, id, '0 * * * *', 'active', 3600, 1, %s, %s FROM workflows",
+                 (AT, AT))
     conn.execute("INSERT INTO schedule_fires (schedule_id, tenant_id, workflow_id, next_fire_at)"
                  " SELECT id, tenant_id, workflow_id, %s FROM schedules", (AT,))
     conn.execute("ANALYZE workflows, schedules, schedule_fires")
