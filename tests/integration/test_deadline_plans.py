@@ -35,14 +35,28 @@ def _fleet(conn) -> None:
     conn.execute("ANALYZE workflows, schedules, tick_audits, tick_audit_arms")
 
 
+def _open_runs(conn, workflows: int, deadline: datetime) -> None:
+    """A queued run at AT of each of the first `workflows` workflows, all with one deadline."""
+    conn.execute("INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,"
+                 " attempts_count, deadline_at, created_at)"
+                 " SELECT 1, id, %s, false, 'queued', 0, 0, %s, %s FROM workflows WHERE id <= %s",
+                 (AT, deadline, AT, workflows))
+    conn.execute("ANALYZE runs")
+
+
+def _pass_plan(conn, limit: int, audit_limit: int) -> dict:
+    """The deadline pass's statement at AT + 1 hour, under its generic plan."""
+    return _generic_plan(
+        conn, "monitoring_lock_overdue_and_arm",
+        {"now": "timestamptz", "limit": "integer", "lookback_start": "timestamptz", "audit_limit": "integer"},
+        {"now": AT + timedelta(hours=1), "limit": limit, "lookback_start": AT - timedelta(days=1),
+         "audit_limit": audit_limit})
+
+
 def test_a_pass_with_no_schedule_written_since_the_last_reads_no_schedule_to_arm(db: Database) -> None:
     with db.connection() as conn:
         _fleet(conn)
-        plan = _generic_plan(
-            conn, "monitoring_lock_overdue_and_arm",
-            {"now": "timestamptz", "limit": "integer", "lookback_start": "timestamptz", "audit_limit": "integer"},
-            {"now": AT + timedelta(hours=1), "limit": 500, "lookback_start": AT - timedelta(days=1),
-             "audit_limit": 0})  # the arming alone: taking the due watermarks reads them, of course
+        plan = _pass_plan(conn, 500, 0)  # the arming alone: taking the due watermarks reads them, of course
         assert _read(plan, "schedules") == 0, plan
         assert _read(plan, "tick_audits") == 0, plan
 
@@ -81,17 +95,8 @@ def test_a_pass_with_nothing_overdue_reads_no_open_run_and_each_taken_watermark_
     taken = 500
     with db.connection() as conn:
         _fleet(conn)
-        # open runs of 50 workflows, none past its deadline at the pass
-        conn.execute("INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,"
-                     " attempts_count, deadline_at, created_at)"
-                     " SELECT 1, id, %s, false, 'queued', 0, 0, %s, %s FROM workflows WHERE id <= 50",
-                     (AT, AT + timedelta(hours=2), AT))
-        conn.execute("ANALYZE runs")
-        plan = _generic_plan(
-            conn, "monitoring_lock_overdue_and_arm",
-            {"now": "timestamptz", "limit": "integer", "lookback_start": "timestamptz", "audit_limit": "integer"},
-            {"now": AT + timedelta(hours=1), "limit": 500, "lookback_start": AT - timedelta(days=1),
-             "audit_limit": taken})
+        _open_runs(conn, 50, AT + timedelta(hours=2))  # none past its deadline at the pass
+        plan = _pass_plan(conn, 500, taken)
         # the closing of overdue runs is no part of the pass's every statement (`monitoring_close_overdue`,
         # sent only when runs are overdue): no write of runs or attempts is set up at every pass
         assert not _writes(plan, "runs") and not _writes(plan, "attempts"), plan
@@ -108,16 +113,9 @@ def test_at_the_top_of_the_hour_a_pass_reads_as_many_tied_runs_and_watermarks_as
     with db.connection() as conn:
         _fleet(conn)
         conn.execute("UPDATE tick_audits SET next_check_at = %s", (AT,))
-        conn.execute("INSERT INTO runs (tenant_id, workflow_id, scheduled_for, manual, status, retry_budget,"
-                     " attempts_count, deadline_at, created_at)"
-                     " SELECT 1, id, %s, false, 'queued', 0, 0, %s, %s FROM workflows",
-                     (AT, AT + timedelta(minutes=10), AT))
-        conn.execute("ANALYZE runs, tick_audits")
-        plan = _generic_plan(
-            conn, "monitoring_lock_overdue_and_arm",
-            {"now": "timestamptz", "limit": "integer", "lookback_start": "timestamptz", "audit_limit": "integer"},
-            {"now": AT + timedelta(hours=1), "limit": limit, "lookback_start": AT - timedelta(days=1),
-             "audit_limit": limit})
+        conn.execute("ANALYZE tick_audits")
+        _open_runs(conn, FLEET, AT + timedelta(minutes=10))
+        plan = _pass_plan(conn, limit, limit)
         months = [row[0] for row in conn.execute("SELECT inhrelid::regclass::text FROM pg_inherits"
                                                  " WHERE inhparent = 'runs'::regclass")]
         assert sum(_read(plan, month) for month in months) == limit, plan
