@@ -1,6 +1,6 @@
 """Worker benchmark: per-attempt overhead warm vs cold, and attempts per second.
 
-    python -m benchmarks.worker [--attempts 200] [--repeat 60] [--cold 8] [--seconds 4] [--workflows 16]
+    python -m benchmarks.worker [--attempts N] [--repeat 60] [--cold 8] [--seconds 4] [--workflows 16]
                                 [--months 16] [--no-peers] [--warm-only] [--json]
 
 The ledger has the month partitions a deployment keeps (`--months`: retention's upkeep
@@ -18,7 +18,11 @@ every one of them.
    `tickwarden worker --concurrency 4`), each draining `attempts` queued no-op runs,
    and through 4 `tickwarden worker` processes: once with every run of ONE workflow,
    then with the runs spread over `workflows` workflows. The target is judged on the
-   spread figures. A success moves its workflow's one `workflow_successes` row
+   spread figures. Each drain is timed as the peers' are (benchmarks/peers.py): from its first
+   attempt's start to its last one's end, as the ledger records them, so the workers' start-up
+   and the benchmark's wait for the end are left out; and its backlog is as long as theirs
+   (`attempts`, by default 1,000 × `seconds`): a drain of a few hundred attempts lasts a few
+   tenths of a second, and its figure moves with whatever else the machine does meanwhile. A success moves its workflow's one `workflow_successes` row
    (migration 0026), whose row lock is held through the commit's disk flush, so the
    successes of one workflow commit one at a time; a fleet's outcomes come from many
    workflows, each finishing one run per tick, so they meet that lock only by chance.
@@ -47,7 +51,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from psycopg.pq import Trace
@@ -88,7 +92,7 @@ def more_workflows(db: Database, wf, clock: WallClock, count: int) -> list:
                                cadence_seconds=60) for i in range(1, count)]
 
 
-def queue(db: Database, wf, clock: WallClock, count: int) -> None:
+def queue(db: Database, wf, clock: WallClock, count: int) -> datetime:
     """Queue `count` runs of `wf` (a workflow, or a list of them, the runs dealt out in turn).
 
     The runs are due at distinct microseconds from the start of the current UTC month, so they
@@ -107,6 +111,7 @@ def queue(db: Database, wf, clock: WallClock, count: int) -> None:
         ticks.append(TickRequest(w.tenant_id, w.id, at, 0, at + timedelta(days=7000)))
     with db.transaction() as store:
         store.ledger.create_tick_runs(ticks, now)
+    return now
 
 
 class TripCounter:
@@ -171,7 +176,8 @@ def timed_attempt(worker: Worker, clock: WallClock) -> float:
 
 def main() -> None:
     parser = common.parser(__doc__)
-    parser.add_argument("--attempts", type=int, default=200)
+    parser.add_argument("--attempts", type=int, default=None,
+                        help="queued runs each throughput figure drains (default: 1,000 × --seconds, as the peers)")
     parser.add_argument("--repeat", type=int, default=60)
     parser.add_argument("--cold", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each floor and peer measurement")
@@ -187,6 +193,10 @@ def main() -> None:
     args = parser.parse_args()
     if not 2 <= args.workflows <= 10_000:
         parser.error("--workflows must be between 2 and 10000")
+    if args.attempts is None:
+        args.attempts = int(1000 * args.seconds)
+    if args.attempts < 1:
+        parser.error("--attempts must be at least 1")
     if args.warm_only:
         warm_only(args)
         return
@@ -321,7 +331,8 @@ def warm_only(args) -> None:
 
 def through_threads(db: Database, backlog, clock: WallClock, n: int, attempts: int, batch: int, *,
                     tag: str = "") -> float:
-    """Drain `attempts` queued runs of `backlog` with `n` workers, threads of this process, timed once warm."""
+    """Attempts per second of `n` workers, threads of this process, draining `attempts` queued runs of
+    `backlog` once warm: over the drain's span in the ledger (`drained_rate`)."""
     workers = [Worker(db, f"bench-{tag}{n}-{i}", clock=clock, secret_key=KEY, batch=batch or DEFAULT_BATCH)
                for i in range(n)]
     for w in workers:  # wake every environment first: throughput is measured warm
@@ -332,12 +343,10 @@ def through_threads(db: Database, backlog, clock: WallClock, n: int, attempts: i
         while w.run_once(clock.now()) <= clock.now():
             pass
 
-    def drain_all() -> float:
+    def drain_all() -> None:
         threads = [threading.Thread(target=drain, args=(w,)) for w in workers]
-        t0 = time.perf_counter()
         [t.start() for t in threads]
         [t.join() for t in threads]
-        return time.perf_counter() - t0
 
     # Warm the connections too: the pool opens one per concurrent worker at their first
     # concurrent pass, and each new connection plans the exchange's statements once (tens of
@@ -345,16 +354,35 @@ def through_threads(db: Database, backlog, clock: WallClock, n: int, attempts: i
     # not of its attempts. The warm-up above ran the workers one at a time, on one connection.
     queue(db, backlog, clock, 2 * n * (batch or DEFAULT_BATCH))
     drain_all()
-    queue(db, backlog, clock, attempts)
-    seconds = drain_all()
+    since = queue(db, backlog, clock, attempts)
+    drain_all()
     for w in workers:
         w.close(clock.now())
-    return attempts / seconds
+    return drained_rate(db, since, attempts)
 
 
-def pending(db: Database) -> int:
+def drained_rate(db: Database, since: datetime, attempts: int) -> float:
+    """Attempts per second of the drain of the runs queued at `since` (`queue`'s instant, their
+    attempts' `queued_at`): from the first one's start to the last one's end, as recorded in
+    the ledger.
+
+    The span the peers' figures are taken over (benchmarks/peers.py): the workers' start-up and
+    the benchmark's wait for the drain's end are left out.
+    """
     with db.connection() as conn:
-        return conn.execute("SELECT count(*) FROM runs WHERE status <> 'succeeded'").fetchone()[0]
+        done, first, last = conn.execute(
+            "SELECT count(*), min(started_at), max(finished_at) FROM attempts"
+            " WHERE queued_at = %s AND status = 'succeeded'", (since,)).fetchone()
+    if done != attempts:
+        raise RuntimeError(f"the drain finished {done} attempts of the {attempts} queued")
+    return done / (last - first).total_seconds()
+
+
+def pending(db: Database) -> bool:
+    """Whether a queued run is not finished yet: a probe of the open runs' partial index, not a
+    count of the ledger's runs, which took the workers' cores from them while they were timed."""
+    with db.connection() as conn:
+        return conn.execute("SELECT EXISTS (SELECT 1 FROM runs WHERE finished_at IS NULL)").fetchone()[0]
 
 
 _drains = itertools.count(1)  # each process drain's number, in its workers' ids
@@ -391,11 +419,10 @@ def through_processes(db: Database, wf, clock: WallClock, schema: str, attempts:
             queue(db, wf, clock, 2 * n)
             while pending(db):
                 time.sleep(0.05)
-        queue(db, wf, clock, attempts)
-        t0 = time.perf_counter()
-        while pending(db):
-            time.sleep(0.005)
-        return attempts / (time.perf_counter() - t0)
+        since = queue(db, wf, clock, attempts)
+        while pending(db):  # the figure is read from the ledger: how often this looks does not move it
+            time.sleep(0.1)
+        return drained_rate(db, since, attempts)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
