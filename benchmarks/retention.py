@@ -24,6 +24,9 @@ from tickwarden.db import Database
 from tickwarden.retention import RetentionSweeper
 
 METADATA_DAYS = 90
+# The tables a fill writes, in its schema (the connection's search_path): a bare ANALYZE would go
+# through every table of the benchmark database, other schemas' and other runs' included.
+ANALYZE = "ANALYZE tenants, retention_policies, workflows, workflow_successes, runs, attempts"
 
 
 def fill(schema: str, workflows: int, days: int) -> None:
@@ -33,6 +36,9 @@ def fill(schema: str, workflows: int, days: int) -> None:
                      " SELECT id, %s, %s FROM tenants", (METADATA_DAYS, EPOCH))
         conn.execute("INSERT INTO workflows (tenant_id, name, created_at, updated_at)"
                      " SELECT 1, 'wf-' || g, %s, %s FROM generate_series(1, %s) g", (EPOCH, EPOCH, workflows))
+        # Each workflow's days newest first: the product's trigger notes a success only when it is
+        # newer than the one noted, and each note that moves it leaves a version of that row that
+        # every later note of the workflow in the same statement walks (see benchmarks.ledger).
         conn.execute(
             "INSERT INTO runs (tenant_id, workflow_id, scheduled_for, status, retry_budget, attempts_count,"
             " deadline_at, error_category, error, created_at, finished_at)"
@@ -41,20 +47,21 @@ def fill(schema: str, workflows: int, days: int) -> None:
             "        %(epoch)s + g * interval '1 day' + interval '1 hour',"
             "        CASE WHEN g %% 10 = 0 THEN 'step_error' END, CASE WHEN g %% 10 = 0 THEN 'load failed' END,"
             "        %(epoch)s + g * interval '1 day', %(epoch)s + g * interval '1 day' + interval '3 minutes'"
-            "   FROM workflows w, generate_series(0, %(days)s - 1) g", {"epoch": EPOCH, "days": days})
+            "   FROM workflows w, generate_series(%(days)s - 1, 0, -1) g", {"epoch": EPOCH, "days": days})
         conn.execute(
             "INSERT INTO attempts (tenant_id, workflow_id, run_id, run_scheduled_for, number, status, queued_at,"
             " started_at, finished_at, error, log_tail, outputs)"
             " SELECT 1, r.workflow_id, r.id, r.scheduled_for, 1, r.status, r.scheduled_for, r.scheduled_for, r.finished_at,"
             "        r.error, 'step load: 3 rows', '{\"rows\": 3, \"sample\": [1, 2, 3]}' FROM runs r")
-        conn.execute("ANALYZE")
+        conn.execute(ANALYZE)
 
 
 def copy(source: str, target: str) -> None:
     with connect(target) as conn:
         for table in ("tenants", "retention_policies", "workflows", "runs", "attempts"):
-            conn.execute(f"INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT * FROM {source}.{table}")
-        conn.execute("ANALYZE")
+            newest_first = " ORDER BY scheduled_for DESC, id DESC" if table == "runs" else ""  # as `fill`
+            conn.execute(f"INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT * FROM {source}.{table}{newest_first}")
+        conn.execute(ANALYZE)
 
 
 def floor(schema: str, now) -> dict[str, tuple[int, float]]:
