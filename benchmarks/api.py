@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 import httpx
 
 from benchmarks import common
-from benchmarks.common import BENCH_URL, EPOCH, Figure, bench_schema, connect, finish, median_ms, progress, report
+from benchmarks.common import (BENCH_URL, EPOCH, Figure, analyze_schema, bench_schema, connect, finish, median_ms, progress,
+                               report)
 from tickwarden.api.deps import hash_token
 from tickwarden.clock import VirtualClock
 from tickwarden.db import Database
@@ -59,7 +60,7 @@ def fill(schema: str, tenants: int, workflows: int, runs: int) -> None:
         conn.execute("INSERT INTO api_tokens (tenant_id, name, role, token_hash, created_at) VALUES"
                      " (NULL, 'bench', 'platform', %s, %s), (1, 'member', 'member', %s, %s)",
                      (hash_token("twk_bench_platform_token"), NOW, hash_token("twk_bench_member_token_1"), NOW))
-        conn.execute("ANALYZE")
+        analyze_schema(conn)
 
 
 def main() -> None:

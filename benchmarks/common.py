@@ -71,6 +71,19 @@ def connect(schema: str, **kwargs: object) -> psycopg.Connection:
     return psycopg.connect(BENCH_URL, options=f"-c search_path={schema}", **kwargs)
 
 
+def analyze_schema(conn: psycopg.Connection) -> None:
+    """ANALYZE the tables of the connection's schema (the first of its search_path), and no other's.
+
+    A bare ANALYZE goes through every table of the benchmark database: other benchmarks'
+    schemas and whatever else runs there, each waited for (a loader's ALTER TABLE held it, and
+    the two deadlocked). A partitioned table is analyzed with its partitions.
+    """
+    tables = conn.execute(
+        "SELECT format('%I', relname) FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
+        " AND relkind IN ('r', 'p') AND NOT relispartition ORDER BY relname").fetchall()
+    conn.execute("ANALYZE " + ", ".join(name for (name,) in tables))
+
+
 def median_ms(fn: Callable[[], object], repeat: int) -> float:
     samples = []
     for _ in range(repeat):

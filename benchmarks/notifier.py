@@ -22,7 +22,8 @@ import time
 from datetime import timedelta
 
 from benchmarks import common
-from benchmarks.common import BENCH_URL, EPOCH, Figure, bench_schema, connect, finish, median_ms, progress, report
+from benchmarks.common import (BENCH_URL, EPOCH, Figure, analyze_schema, bench_schema, connect, finish, median_ms, progress,
+                               report)
 
 
 def fill(schema: str, alerts: int, history: int) -> None:
@@ -66,7 +67,7 @@ def fill(schema: str, alerts: int, history: int) -> None:
                                           " WHERE a.status = 'open' ORDER BY e.id").fetchall()]
         store.outbox.enqueue_notifications(ids, EPOCH)
         conn.commit()
-        conn.execute("ANALYZE")
+        analyze_schema(conn)
 
 
 def _replica(args: tuple[str, int, int]) -> int:

@@ -19,14 +19,11 @@ import json
 import time
 from datetime import timedelta
 
-from benchmarks.common import BENCH_URL, EPOCH, bench_schema, connect, median_ms, report
+from benchmarks.common import BENCH_URL, EPOCH, analyze_schema, bench_schema, connect, median_ms, report
 from tickwarden.db import Database
 from tickwarden.retention import RetentionSweeper
 
 METADATA_DAYS = 90
-# The tables a fill writes, in its schema (the connection's search_path): a bare ANALYZE would go
-# through every table of the benchmark database, other schemas' and other runs' included.
-ANALYZE = "ANALYZE tenants, retention_policies, workflows, workflow_successes, runs, attempts"
 
 
 def fill(schema: str, workflows: int, days: int) -> None:
@@ -53,7 +50,7 @@ def fill(schema: str, workflows: int, days: int) -> None:
             " started_at, finished_at, error, log_tail, outputs)"
             " SELECT 1, r.workflow_id, r.id, r.scheduled_for, 1, r.status, r.scheduled_for, r.scheduled_for, r.finished_at,"
             "        r.error, 'step load: 3 rows', '{\"rows\": 3, \"sample\": [1, 2, 3]}' FROM runs r")
-        conn.execute(ANALYZE)
+        analyze_schema(conn)
 
 
 def copy(source: str, target: str) -> None:
@@ -61,7 +58,7 @@ def copy(source: str, target: str) -> None:
         for table in ("tenants", "retention_policies", "workflows", "runs", "attempts"):
             newest_first = " ORDER BY scheduled_for DESC, id DESC" if table == "runs" else ""  # as `fill`
             conn.execute(f"INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT * FROM {source}.{table}{newest_first}")
-        conn.execute(ANALYZE)
+        analyze_schema(conn)
 
 
 def floor(schema: str, now) -> dict[str, tuple[int, float]]:
