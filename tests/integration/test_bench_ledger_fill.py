@@ -3,6 +3,7 @@
 import pytest
 
 from benchmarks import common, ledger
+from tickwarden.store import Store
 from tests.dbutil import TEST_URL
 
 
@@ -11,11 +12,11 @@ def _bench_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(common, "BENCH_URL", TEST_URL)
 
 
-def test_the_history_leaves_each_workflows_newest_success_noted_by_one_write(db, schema):
-    workflow = ledger.fill_history(schema, 4000)
-
-    with db.transaction() as store:
-        conn = store.conn
+def test_the_history_leaves_each_workflows_newest_success_noted_by_one_write():
+    # A schema of its own, new: the test pool's are emptied with DELETE and keep their pages.
+    with common.bench_schema() as schema, common.connect(schema) as conn:
+        workflow = ledger.fill_history(schema, 4000)
+        store = Store(conn)
         noted = conn.execute(
             "SELECT workflow_id, run_id, scheduled_for FROM workflow_successes ORDER BY workflow_id").fetchall()
         newest = conn.execute(

@@ -22,12 +22,12 @@ def _noted(schema: str) -> tuple[list[tuple], list[tuple], int]:
     return noted, newest, pages
 
 
-def test_the_fill_and_its_copy_note_each_success_once(schema):
-    retention.fill(schema, 20, 100)
-    with common.bench_schema("floor") as floor:
+def test_the_fill_and_its_copy_note_each_success_once():
+    # Schemas of their own, new: the test pool's are emptied with DELETE and keep their pages.
+    with common.bench_schema() as schema, common.bench_schema("floor") as floor:
+        retention.fill(schema, 20, 100)
         retention.copy(schema, floor)
-        copied = _noted(floor)
-    filled = _noted(schema)
+        filled, copied = _noted(schema), _noted(floor)
     for noted, newest, pages in (filled, copied):
         assert noted == newest and len(noted) == 20
         # Newest first, each workflow's row was written once; oldest first, each of its 90
