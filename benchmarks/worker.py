@@ -22,10 +22,11 @@ every one of them.
    attempt's start to its last one's end, as the ledger records them, so the workers' start-up
    and the benchmark's wait for the end are left out; and its backlog is as long as theirs
    (`attempts`, by default 1,000 × `seconds`): a drain of a few hundred attempts lasts a few
-   tenths of a second, and its figure moves with whatever else the machine does meanwhile. A success moves its workflow's one `workflow_successes` row
-   (migration 0026), whose row lock is held through the commit's disk flush, so the
-   successes of one workflow commit one at a time; a fleet's outcomes come from many
-   workflows, each finishing one run per tick, so they meet that lock only by chance.
+   tenths of a second, and its figure moves with whatever else the machine does meanwhile.
+   A success moves its workflow's one `workflow_successes` row (migration 0026), whose row
+   lock is held through the commit's disk flush, so the successes of one workflow commit one
+   at a time; a fleet's outcomes come from many workflows, each finishing one run per tick,
+   so they meet that lock only by chance.
    The one-workflow figures stay beside them: the contended worst case (a backlog of
    one workflow's runs after an outage drains at that rate).
 The benchmark's pools are made as `tickwarden worker` makes its own (`generic_plans`).
