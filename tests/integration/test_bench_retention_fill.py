@@ -34,4 +34,3 @@ def test_the_fill_and_its_copy_note_each_success_once():
         # successes left a version of it behind, walked by the next one's note.
         assert pages == 1
     assert copied[0] == filled[0]
-
