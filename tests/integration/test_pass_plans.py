@@ -1,5 +1,6 @@
 """The poller's and the deadline detector's passes run the plans the server keeps for their
-statements, not plans made afresh.
+statements, not plans made afresh; and so does the evaluation of a pass's workflows one by one
+after its batch evaluation faulted (`alerts.evaluate_each`).
 
 Under the server's default (`plan_cache_mode` auto) a prepared statement is planned afresh at
 its first five executions, and after them whenever its fresh plans look cheaper than the kept
@@ -18,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from tests.dbutil import TEST_URL
 from tests.integration.pipeline import FIVE_MIN, attempt_once, create_tick, fail, workflow
+from tickwarden import alerts
 from tickwarden.db import Database
 from tickwarden.deadlines import DeadlineDetector
 from tickwarden.poller import OutcomePoller
@@ -95,3 +97,22 @@ def test_the_closing_of_overdue_runs_runs_the_plan_the_server_keeps(db, clock, s
     assert set(plans) == {CLOSING, EVALUATION_INPUTS}, plans
     for start_of, (generic, custom) in plans.items():
         assert custom == 0 and generic >= 1, (start_of, generic, custom)
+
+
+def test_the_evaluation_one_workflow_at_a_time_runs_the_plans_the_server_keeps(db, clock, start) -> None:
+    """After a pass's batch evaluation faulted, its workflows are evaluated one by one, each in a
+    transaction of its own (`alerts.evaluate_each`): each runs the plans the server keeps, as the
+    pass did, so the evaluation's inputs, prepared on the connection, never get a fresh plan."""
+    wfs = [workflow(db, clock.now(), cadence=FIVE_MIN, name=f"one-{n}", policy={"alert_after": 1})
+           for n in range(PASSES)]
+    for wf in wfs:
+        attempt_once(db, create_tick(db, wf, start, clock.now()), fail(retryable=False), clock.advance(1))
+    with Database(TEST_URL, schema=db.schema, min_size=1, max_size=1) as pool:
+        report = alerts.evaluate_each(pool, [wf.id for wf in wfs], clock.advance(5))
+        assert report.evaluated == PASSES and len(report.opened) == PASSES and report.failed_workflows == [], report
+        plans = plans_of(pool, (EVALUATION_INPUTS,))
+        with pool.connection() as conn:  # the setting is each transaction's alone
+            assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"
+    assert set(plans) == {EVALUATION_INPUTS}, plans
+    generic, custom = plans[EVALUATION_INPUTS]
+    assert custom == 0 and generic >= 1, (generic, custom)
