@@ -59,6 +59,13 @@ def plans_of(pool: Database, starts: tuple[str, ...]) -> dict[str, tuple[int, in
     return found
 
 
+def assert_kept_plans_only(plans: dict[str, tuple[int, int]], starts: set[str]) -> None:
+    """Each of these statements was prepared, and ran the plan the server keeps at every prepared execution."""
+    assert set(plans) == starts, plans
+    for start_of, (generic, custom) in plans.items():
+        assert custom == 0 and generic >= 1, (start_of, generic, custom)
+
+
 def test_the_statements_of_the_poller_pass_run_the_plans_the_server_keeps(db, clock, start) -> None:
     """The claim, the evaluation's inputs and the retry engine's statement, prepared on the
     poller's connection, never get a fresh plan (auto would give each one at its first five
@@ -74,9 +81,7 @@ def test_the_statements_of_the_poller_pass_run_the_plans_the_server_keeps(db, cl
         plans = plans_of(pool, (EVALUATION_INPUTS, CLAIM, RETRY_ENGINE))
         with pool.connection() as conn:  # the setting is the pass's transaction's alone
             assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"
-    assert set(plans) == {EVALUATION_INPUTS, CLAIM, RETRY_ENGINE}, plans
-    for start_of, (generic, custom) in plans.items():
-        assert custom == 0 and generic >= 1, (start_of, generic, custom)
+    assert_kept_plans_only(plans, {EVALUATION_INPUTS, CLAIM, RETRY_ENGINE})
 
 
 def test_the_closing_of_overdue_runs_runs_the_plan_the_server_keeps(db, clock, start) -> None:
@@ -94,9 +99,7 @@ def test_the_closing_of_overdue_runs_runs_the_plan_the_server_keeps(db, clock, s
         plans = plans_of(pool, (CLOSING, EVALUATION_INPUTS))
         with pool.connection() as conn:  # the setting is the pass's transaction's alone
             assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"
-    assert set(plans) == {CLOSING, EVALUATION_INPUTS}, plans
-    for start_of, (generic, custom) in plans.items():
-        assert custom == 0 and generic >= 1, (start_of, generic, custom)
+    assert_kept_plans_only(plans, {CLOSING, EVALUATION_INPUTS})
 
 
 def test_the_evaluation_one_workflow_at_a_time_runs_the_plans_the_server_keeps(db, clock, start) -> None:
@@ -113,6 +116,4 @@ def test_the_evaluation_one_workflow_at_a_time_runs_the_plans_the_server_keeps(d
         plans = plans_of(pool, (EVALUATION_INPUTS,))
         with pool.connection() as conn:  # the setting is each transaction's alone
             assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"
-    assert set(plans) == {EVALUATION_INPUTS}, plans
-    generic, custom = plans[EVALUATION_INPUTS]
-    assert custom == 0 and generic >= 1, (generic, custom)
+    assert_kept_plans_only(plans, {EVALUATION_INPUTS})
