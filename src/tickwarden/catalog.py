@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tickwarden import alerts, maintenance, profile, retention
 from tickwarden.db import Database
@@ -28,7 +28,12 @@ from tickwarden.store import Store
 from tickwarden.store.catalog import Applied, ScheduleContent, WorkflowContent, WorkflowSummary
 from tickwarden.profile import PolicyOverrides
 from tickwarden.models import WindowSpec
-from tickwarden.workflow_file import PlannedWorkflow, WorkflowDefinition, load_file, plan_workflow
+
+if TYPE_CHECKING:
+    # The workflow-file layer (YAML, the recipes' and channels' checks, their HTTP client) loads
+    # with the two functions that read a definition: a command that records a tick or a
+    # check-in, or lists the catalog, never pays for it.
+    from tickwarden.workflow_file import PlannedWorkflow, WorkflowDefinition
 
 KINDS = ("tenant", "user", "environment", "channel", "workflow", "schedule")
 
@@ -128,6 +133,8 @@ def apply_file(db: Database, path: str | Path, now: datetime, *, dry_run: bool =
     A dry run takes the very same path and rolls the transaction back, so what it
     reports is exactly what an apply would change.
     """
+    from tickwarden.workflow_file import load_file
+
     plan = load_file(path, now)
     report = ApplyReport(source=plan.source, dry_run=dry_run)
     try:
@@ -362,6 +369,8 @@ def publish_workflow(db: Database, tenant: str, spec: WorkflowDefinition, now: d
     The entry is checked exactly as a file's (`workflow_file.plan_workflow`); the names
     it refers to must be the tenant's: an environment, and an active user to publish as.
     """
+    from tickwarden.workflow_file import plan_workflow
+
     with db.transaction() as store:
         found = find_tenant(store, tenant)
         planned = plan_workflow(spec, tenant, now)

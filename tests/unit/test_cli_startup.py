@@ -59,8 +59,24 @@ def test_help_and_a_command_without_the_database_leave_them_unimported():
     assert imported_after(HELP.format(args="'simulate', '--help'"), LOADED_ON_USE) == []
 
 
+# What reading a workflow definition needs: YAML, the recipes' and channels' checks, the HTTP client
+# those checks load. Nothing that records a tick or a check-in reads a definition.
+WORKFLOW_FILE_LAYER = ("tickwarden.workflow_file", "tickwarden.transports", "httpx", "yaml")
+# The modules `tickwarden tick` (a CronJob's pod, at every tick of a schedule) and `tickwarden
+# checkin` (a job's ping) import in their bodies, through the attempt's execution.
+TICK_AND_CHECKIN = ("import tickwarden.cli, tickwarden.cli.catalog_cmd, tickwarden.db, tickwarden.loops, "
+                    "tickwarden.triggers.kubernetes, tickwarden.triggers.kubernetes_tick, tickwarden.worker, "
+                    "tickwarden.catalog, tickwarden.checkins")
+
+
+def test_recording_a_tick_or_a_check_in_leaves_the_workflow_file_layer_unimported():
+    """Each tick's pod and each ping is a fresh interpreter: the layer cost it some 0.1 s of CPU at every start."""
+    assert imported_after(TICK_AND_CHECKIN, WORKFLOW_FILE_LAYER) == []
+
+
 def test_a_probe_sees_a_heavy_import():
     """The probe itself reports what a command module would drag in (so an empty list means something)."""
     assert "fastapi" in imported_after("import tickwarden.api.deps")
     assert {"psycopg", "tickwarden.store", "tickwarden.simulate.engine"} <= set(
         imported_after("import tickwarden.simulate; tickwarden.simulate.Simulation", LOADED_ON_USE))
+    assert set(imported_after("import tickwarden.workflow_file", WORKFLOW_FILE_LAYER)) == set(WORKFLOW_FILE_LAYER)
