@@ -30,7 +30,7 @@ from tickwarden.profile import PolicyOverrides
 from tickwarden.models import WindowSpec
 
 if TYPE_CHECKING:
-    # The workflow-file layer (YAML, the recipes' and channels' checks, their HTTP client) loads
+    # The workflow-file layer (YAML, the channels' checks and the HTTP client they load) loads
     # with the two functions that read a definition: a command that records a tick or a
     # check-in, or lists the catalog, never pays for it.
     from tickwarden.workflow_file import PlannedWorkflow, WorkflowDefinition

@@ -59,7 +59,7 @@ def test_help_and_a_command_without_the_database_leave_them_unimported():
     assert imported_after(HELP.format(args="'simulate', '--help'"), LOADED_ON_USE) == []
 
 
-# What reading a workflow definition needs: YAML, the recipes' and channels' checks, the HTTP client
+# What reading a workflow definition needs: YAML, the channels' checks (the transports) and the HTTP client
 # those checks load. Nothing that records a tick or a check-in reads a definition.
 WORKFLOW_FILE_LAYER = ("tickwarden.workflow_file", "tickwarden.transports", "httpx", "yaml")
 # The modules `tickwarden tick` (a CronJob's pod, at every tick of a schedule) and `tickwarden
